@@ -1,0 +1,85 @@
+"""softmax and log_softmax over the last dim, for the benchmark registry."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from peers import compile_fresh
+from registry import (ROWWISE_GRID, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register,
+                      rowwise_sweep_x)
+
+# The seed Triton kernels hold a whole row in one program's registers; past this they
+# fail to compile or spill into uselessness, so they are not run there.
+SEED_MAX_N = 65536
+
+
+def _make_inputs(shape, dtype):
+    return (torch.randn(shape, device="cuda", dtype=dtype),)
+
+
+def _bytes_moved(shape, dtype):
+    # x read once, y written once
+    return 2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def _tolerance_for(op_name):
+    def tolerance(dtype):
+        # (atol, rtol): a sanity check that no wrong kernel gets timed; tests/python is the strict check.
+        # softmax values can be ~1e-6 (N = 1M), so its atol is tiny; log_softmax values are O(10).
+        atol = {"softmax": 1e-9, "log_softmax": 1e-6}[op_name]
+        if dtype == torch.float64:
+            return atol * 1e-6, 1e-10
+        if dtype == torch.float32:
+            return atol, 2e-5
+        return max(atol, 1e-6), 1e-2  # fp16 / bf16: a couple of units in the last place
+    return tolerance
+
+
+def _register(name, torch_fn, seed_name):
+    def eager(x):
+        return torch_fn(x, -1)
+
+    def build_reducekit(ctx: BuildContext, inputs):
+        if ctx.reducekit is None:
+            raise NotApplicable("reducekit is not built")
+        # the registered op itself, as torch.softmax is torch's op: no Python autograd wrapper in the timing
+        op = getattr(torch.ops.reducekit, name)
+        return Impl(lambda x: op(x, -1))
+
+    def build_torch(ctx, inputs):
+        return Impl(eager)
+
+    def build_compile(ctx, inputs):
+        compiled, seconds = compile_fresh(eager, inputs)
+        return Impl(compiled, {"compile_s": round(seconds, 2)})
+
+    def build_seed(ctx, inputs):
+        fn = getattr(ctx.seed, seed_name, None) if ctx.seed is not None else None
+        if fn is None:
+            raise NotApplicable("seed_triton.py not loaded" if ctx.seed is None else f"no seed_triton.{seed_name}")
+        (x,) = inputs
+        n = x.shape[-1]
+        if n > SEED_MAX_N:
+            raise NotApplicable(f"N={n} > {SEED_MAX_N}: the seed kernel keeps the row in registers")
+        if x.dim() == 2:
+            return Impl(fn)
+        return Impl(lambda t: fn(t.reshape(-1, n)).view(t.shape))
+
+    register(OpSpec(
+        name=name,
+        make_inputs=_make_inputs,
+        bytes_moved=_bytes_moved,
+        reference=lambda x: torch_fn(x.double(), -1),
+        impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
+               "seed-triton": build_seed},
+        shapes=list(ROWWISE_GRID),
+        quick_shapes=list(ROWWISE_QUICK),
+        sweep_x=rowwise_sweep_x,
+        sweep_label="N (M = 4096)",
+        tolerance=_tolerance_for(name),
+    ))
+
+
+_register("softmax", torch.softmax, "softmax")
+_register("log_softmax", torch.log_softmax, "log_softmax")

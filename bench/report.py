@@ -1,0 +1,221 @@
+"""Tables, summary lines, JSON and plots from benchmark records. Plain Python (no torch),
+so results.json can be re-rendered anywhere: python bench/bench.py --from-json results.json
+
+A record is a dict: op, impl, dtype, shape (list), bytes, status ("ok", "wrong", "n/a",
+"failed"), gbps, ms, graph_ms, graph_gbps, pct_of_copy, max_err, note, sweep_x, ...
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections import OrderedDict
+from typing import Dict, Iterable, List, Optional
+
+from registry import IMPL_ORDER, OURS
+
+SHORT = {"reducekit": "rk", "torch": "torch", "torch.compile": "compile", "seed-triton": "triton"}
+
+
+def shape_str(shape) -> str:
+    return "x".join(str(int(s)) for s in shape)
+
+
+def impls_in(records: Iterable[dict]) -> List[str]:
+    seen = {r["impl"] for r in records}
+    return [i for i in IMPL_ORDER if i in seen] + sorted(seen - set(IMPL_ORDER))
+
+
+def group_points(records: Iterable[dict]) -> "OrderedDict[tuple, Dict[str, dict]]":
+    """(op, dtype, shape) -> {impl: record}, in the order the points were run."""
+    points: "OrderedDict[tuple, Dict[str, dict]]" = OrderedDict()
+    for r in records:
+        points.setdefault((r["op"], r["dtype"], tuple(r["shape"])), {})[r["impl"]] = r
+    return points
+
+
+def _gbps_cell(r: Optional[dict]) -> str:
+    if r is None or r.get("gbps") is None:
+        return "n/a"
+    mark = "!" if r.get("status") == "wrong" else ""
+    return f"{r['gbps']:.0f}{mark}"
+
+
+def _us_cell(r: Optional[dict]) -> str:
+    if r is None or r.get("graph_ms") is None:
+        return "-"
+    return f"{r['graph_ms'] * 1e3:.1f}"
+
+
+def best_peer(point: Dict[str, dict]):
+    """(impl, gbps) of the fastest correct peer at one point, or (None, None)."""
+    peers = [(r["gbps"], i) for i, r in point.items()
+             if i != OURS and r.get("gbps") is not None and r.get("status") == "ok"]
+    if not peers:
+        return None, None
+    gbps, impl = max(peers)
+    return impl, gbps
+
+
+def format_table(records: List[dict]) -> str:
+    impls = impls_in(records)
+    peers = [i for i in impls if i != OURS]
+    has_ours = OURS in impls
+    cols = [("op", 12, "<"), ("dtype", 9, "<"), ("shape", 14, "<")]
+    cols += [(SHORT.get(i, i), 7, ">") for i in impls]
+    if has_ours:
+        cols += [("rk%copy", 7, ">")] + [("vs " + SHORT.get(p, p), 10, ">") for p in peers]
+    cols += [("us:" + SHORT.get(i, i), 10, ">") for i in impls]
+
+    def line(cells):
+        return " ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, cols)).rstrip()
+
+    out = [
+        "GB/s = (bytes read once + bytes written once) / median eager time, L2 flushed (triton do_bench);",
+        "'!' = output failed the correctness check; vs X = reducekit GB/s / X GB/s;",
+        "us:X = CUDA-graph replay time per call in microseconds (small shapes; L2 not flushed).",
+        line([c for c, _, _ in cols]),
+        line(["-" * w for _, w, _ in cols]),
+    ]
+    for (op, dtype, shape), point in group_points(records).items():
+        cells = [op, dtype, shape_str(shape)] + [_gbps_cell(point.get(i)) for i in impls]
+        if has_ours:
+            ours = point.get(OURS)
+            ours_gbps = ours.get("gbps") if ours else None
+            pct = ours.get("pct_of_copy") if ours else None
+            cells.append(f"{pct:.1f}" if pct is not None else "n/a")
+            for p in peers:
+                peer = point.get(p)
+                if ours_gbps is None or peer is None or not peer.get("gbps"):
+                    cells.append("n/a")
+                else:
+                    mark = "!" if "wrong" in (ours.get("status"), peer.get("status")) else ""
+                    cells.append(f"{ours_gbps / peer['gbps']:.2f}x{mark}")
+        cells += [_us_cell(point.get(i)) for i in impls]
+        out.append(line(cells))
+    return "\n".join(out)
+
+
+def format_notes(records: List[dict]) -> str:
+    """Why cells are n/a or marked: one line per distinct (op, impl, note)."""
+    lines, seen = [], set()
+    for r in records:
+        note = r.get("note")
+        if not note or r.get("status") == "ok":
+            continue
+        key = (r["op"], r["impl"], r["status"], note)
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append(f"NOTE {r['op']} {r['impl']} {r['dtype']} {shape_str(r['shape'])}: {r['status']}: {note}")
+    return "\n".join(lines)
+
+
+def summarize(records: List[dict]) -> List[str]:
+    """Per op and dtype: reducekit's min/median % of copy and where it loses to the best peer."""
+    lines = []
+    per_key: "OrderedDict[tuple, list]" = OrderedDict()
+    for (op, dtype, shape), point in group_points(records).items():
+        per_key.setdefault((op, dtype), []).append((shape, point))
+    for (op, dtype), points in per_key.items():
+        head = f"SUMMARY {op} {dtype}:"
+        ours = [(s, p[OURS]) for s, p in points if OURS in p and p[OURS].get("gbps") is not None]
+        if not ours:
+            reasons = {p[OURS].get("note") for _, p in points if OURS in p} - {None, ""}
+            lines.append(f"{head} reducekit not measured ({'; '.join(sorted(reasons)) or 'not run'})")
+            continue
+        pcts = [r["pct_of_copy"] for _, r in ours if r.get("pct_of_copy") is not None]
+        text = f"{head} reducekit % of copy min {min(pcts):.1f} median {statistics.median(pcts):.1f} over {len(pcts)} shapes"
+        wrong = [shape_str(s) for s, r in ours if r.get("status") != "ok"]
+        slower = []
+        for shape, point in points:
+            r = point.get(OURS)
+            peer, peer_gbps = best_peer(point)
+            if r is None or r.get("gbps") is None or peer is None:
+                continue
+            if r["gbps"] < peer_gbps:
+                slower.append(f"{shape_str(shape)} ({peer} {peer_gbps:.0f} > {r['gbps']:.0f} GB/s)")
+        text += f"; slower than the best peer at {len(slower)}/{len(ours)}"
+        if slower:
+            text += ": " + ", ".join(slower)
+        if wrong:
+            text += f"; WRONG OUTPUT at {len(wrong)}: " + ", ".join(wrong)
+        lines.append(text)
+    return lines
+
+
+def write_json(path: str, meta: dict, records: List[dict]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"meta": meta, "records": records}, f, indent=1)
+    os.replace(tmp, path)  # a run killed mid-write leaves the previous complete file
+
+
+def plot(records: List[dict], copy_gbps: Optional[float], out_dir: str, combined: bool = True,
+         separate: bool = False, sweep_labels: Optional[Dict[str, str]] = None) -> List[str]:
+    """GB/s against the sweep's x (log scale), one line per implementation, copy as a ceiling.
+    combined: one PNG with a grid of panels (rows = ops, columns = dtypes); separate: one per op and dtype."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep_labels = sweep_labels or {}
+    panels: "OrderedDict[tuple, list]" = OrderedDict()
+    for r in records:
+        if r.get("sweep_x") is not None:
+            panels.setdefault((r["op"], r["dtype"]), []).append(r)
+    if not panels:
+        return []
+    impls = impls_in(records)
+    colors = {i: f"C{k}" for k, i in enumerate(impls)}
+
+    def draw(ax, op, dtype, rows):
+        for impl in impls:
+            pts = sorted((r["sweep_x"], r["gbps"], r.get("status")) for r in rows
+                         if r["impl"] == impl and r.get("gbps") is not None)
+            if not pts:
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            style = dict(lw=2.4) if impl == OURS else dict(lw=1.4)
+            ax.plot(xs, ys, marker="o", ms=3.5, color=colors[impl], label=impl, **style)
+            bad = [(x, y) for x, y, s in pts if s != "ok"]
+            if bad:
+                ax.scatter([b[0] for b in bad], [b[1] for b in bad], marker="x", s=60, color="red", zorder=5,
+                           label=f"{impl}: wrong output")
+        if copy_gbps:
+            ax.axhline(copy_gbps, color="black", ls="--", lw=1, label=f"copy {copy_gbps:.0f} GB/s")
+        ax.set_xscale("log", base=2)
+        top = max([copy_gbps or 0] + [r["gbps"] for r in rows if r.get("gbps") is not None])
+        ax.set_ylim(0, top * 1.12)
+        ax.set_title(f"{op} {dtype}")
+        ax.set_xlabel(sweep_labels.get(op, "N"))
+        ax.set_ylabel("GB/s")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
+
+    written = []
+    if combined:
+        ops = list(OrderedDict.fromkeys(op for op, _ in panels))
+        dtypes = list(OrderedDict.fromkeys(dt for _, dt in panels))
+        fig, axes = plt.subplots(len(ops), len(dtypes), figsize=(5.2 * len(dtypes), 3.8 * len(ops)), squeeze=False)
+        for i, op in enumerate(ops):
+            for j, dtype in enumerate(dtypes):
+                if (op, dtype) in panels:
+                    draw(axes[i][j], op, dtype, panels[(op, dtype)])
+                else:
+                    axes[i][j].set_visible(False)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "bench.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    if separate:
+        for (op, dtype), rows in panels.items():
+            fig, ax = plt.subplots(figsize=(6.4, 4.4))
+            draw(ax, op, dtype, rows)
+            fig.tight_layout()
+            path = os.path.join(out_dir, f"{op}_{dtype}.png")
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
+    return written

@@ -1,0 +1,6 @@
+// One include for users of the reducekit C++ API.
+#pragma once
+
+#include "reducekit/softmax.hpp"
+#include "reducekit/status.hpp"
+#include "reducekit/tensor.hpp"

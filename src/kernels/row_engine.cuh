@@ -1,0 +1,259 @@
+// The row engine: one kernel family for every per-row op (softmax today, norms next).
+//
+// An op is a policy (see softmax_ops.cuh) that says how one thread folds its elements into a
+// statistic (Stat), how two statistics merge, and how each output element follows from its
+// inputs and the row's final statistic. The engine owns the data movement:
+//
+//   row_warp_kernel   LANES (4..32) threads per row, 128/LANES rows per CTA, row in registers.
+//   row_block_kernel  one CTA per row, or one cluster of CTAs per row (sm_90 distributed
+//                     shared memory combines their statistics); each thread streams `tiles`
+//                     register tiles; all but the last wait in shared memory (`stash_tiles` of
+//                     them) or are read again from global memory for the output pass.
+//
+// Thread-to-data layout: the row is a sequence of VEC-element vectors (16 bytes when aligned).
+// Thread g of a group of G threads owns vectors g, g + G, g + 2G, ... so every warp load is
+// one contiguous, coalesced 512-byte stretch:
+//
+//   vectors:  | t0 t1 ... tG-1 | t0 t1 ... tG-1 | ...      (slot 0, slot 1, ... of a tile)
+//
+// Reductions run in a fixed order (butterfly within warps, warp 0 over warp partials, cluster
+// ranks 0..C-1 in order), and the configuration depends only on the row length and dtype, so
+// results are bitwise deterministic and batch-invariant.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "kernels/numeric.cuh"
+
+namespace reducekit::kernels {
+
+namespace cg = cooperative_groups;
+
+constexpr int kWarpKernelThreads = 128;
+constexpr int kMaxBlockThreads = 1024;
+
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+template <typename Acc, int WORDS> struct StatVec {
+  Acc w[WORDS];
+};
+
+// Up to two inputs and one output, each [rows, cols] with its own row stride (in elements).
+template <typename T, int NIN> struct RowArgs {
+  const T* in[NIN];
+  int64_t in_stride[NIN];
+  T* out;
+  int64_t out_stride;
+  int64_t rows;
+  int cols;
+};
+
+// One thread's share of a row: VPT vectors of each input, still in the storage type.
+template <typename T, int NIN, int VEC, int VPT> struct RowTile {
+  using Acc = acc_t<T>;
+  using PackT = Pack<T, VEC>;
+  PackT pack[NIN][VPT];
+
+  // Slot k covers vector index first + k * step. Vectors past the row end stay unloaded;
+  // a vector cut by the row end is read element by element so nothing past it is touched.
+  __device__ __forceinline__ void load(const T* const (&row)[NIN], int cols, int first, int step) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (first + k * step) * VEC;
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) {
+        if (e0 + VEC <= cols) {
+          pack[i][k] = *reinterpret_cast<const PackT*>(row[i] + e0);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            if (e0 + e < cols) pack[i][k].v[e] = row[i][e0 + e];
+        }
+      }
+    }
+  }
+
+  // Calls f(values) with the NIN inputs of every element inside the row.
+  template <class F>
+  __device__ __forceinline__ void for_each(int cols, int first, int step, F&& f) const {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (first + k * step) * VEC;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if (e0 + e < cols) {
+          Acc v[NIN];
+#pragma unroll
+          for (int i = 0; i < NIN; ++i) v[i] = to_acc<Acc>(pack[i][k].v[e]);
+          f(v);
+        }
+      }
+    }
+  }
+
+  // Writes out[e] = f(values of element e) for every element inside the row.
+  template <class F>
+  __device__ __forceinline__ void store(T* out, int cols, int first, int step, F&& f) const {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (first + k * step) * VEC;
+      PackT o;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        Acc v[NIN];
+#pragma unroll
+        for (int i = 0; i < NIN; ++i) v[i] = to_acc<Acc>(pack[i][k].v[e]);
+        o.v[e] = from_acc<T>(f(v));
+      }
+      if (e0 + VEC <= cols) {
+        *reinterpret_cast<PackT*>(out + e0) = o;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          if (e0 + e < cols) out[e0 + e] = o.v[e];
+      }
+    }
+  }
+
+  // Shared-memory parking between the statistics pass and the output pass. Each thread owns
+  // its own slots (index `thread`, `threads` apart), so no barrier is needed around them.
+  __device__ __forceinline__ void stash(PackT* smem, int thread, int threads) const {
+#pragma unroll
+    for (int i = 0; i < NIN; ++i)
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) smem[(i * VPT + k) * threads + thread] = pack[i][k];
+  }
+  __device__ __forceinline__ void unstash(const PackT* smem, int thread, int threads) {
+#pragma unroll
+    for (int i = 0; i < NIN; ++i)
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) pack[i][k] = smem[(i * VPT + k) * threads + thread];
+  }
+};
+
+template <typename Acc, int WORDS>
+__device__ __forceinline__ StatVec<Acc, WORDS> shfl_xor(StatVec<Acc, WORDS> s, int offset, int width) {
+#pragma unroll
+  for (int w = 0; w < WORDS; ++w) s.w[w] = __shfl_xor_sync(0xffffffffu, s.w[w], offset, width);
+  return s;
+}
+
+// Butterfly over LANES consecutive lanes. Every lane ends with bitwise the same value because
+// each step merges the same two operands and Op::merge is commutative.
+template <class Op, int LANES>
+__device__ __forceinline__ typename Op::Stat group_reduce(typename Op::Stat s) {
+#pragma unroll
+  for (int offset = LANES / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor(s, offset, LANES));
+  return s;
+}
+
+// Whole-CTA reduction; `slots` holds 33 statistics in shared memory. All threads get the result.
+template <class Op>
+__device__ __forceinline__ typename Op::Stat block_reduce(typename Op::Stat s, typename Op::Stat* slots) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  s = group_reduce<Op, 32>(s);
+  if (blockDim.x == 32) return s;
+  if (lane == 0) slots[warp] = s;
+  __syncthreads();
+  if (warp == 0) {
+    typename Op::Stat t = lane < static_cast<int>(blockDim.x / 32) ? slots[lane] : Op::identity();
+    t = group_reduce<Op, 32>(t);
+    if (lane == 0) slots[32] = t;
+  }
+  __syncthreads();
+  return slots[32];
+}
+
+// Combines the per-CTA statistics of a cluster through distributed shared memory, in rank
+// order, identically in every CTA.
+template <class Op>
+__device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s, typename Op::Stat* slot) {
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) *slot = s;
+  cluster.sync();
+  typename Op::Stat r = *cluster.map_shared_rank(slot, 0);
+  for (unsigned q = 1; q < cluster.num_blocks(); ++q) r = Op::merge(r, *cluster.map_shared_rank(slot, q));
+  cluster.sync();  // no CTA may leave or reuse its slot while a peer still reads it
+  return r;
+}
+
+template <typename T, class Op, int VEC, int VPT, int LANES>
+__global__ void __launch_bounds__(kWarpKernelThreads)
+row_warp_kernel(RowArgs<T, Op::kInputs> args) {
+  constexpr int NIN = Op::kInputs;
+  constexpr int kRowsPerBlock = kWarpKernelThreads / LANES;
+  const int lane = threadIdx.x % LANES;
+  for (int64_t base = int64_t(blockIdx.x) * kRowsPerBlock; base < args.rows;
+       base += int64_t(gridDim.x) * kRowsPerBlock) {
+    // Groups past the last row still take part in the shuffles, with an empty row.
+    const int64_t row = base + threadIdx.x / LANES;
+    const bool live = row < args.rows;
+    const int cols = live ? args.cols : 0;
+    const int64_t r = live ? row : 0;
+    const T* in[NIN];
+#pragma unroll
+    for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + r * args.in_stride[i];
+
+    RowTile<T, NIN, VEC, VPT> tile;
+    tile.load(in, cols, lane, LANES);
+    typename Op::Stat stat = group_reduce<Op, LANES>(Op::thread_stat(tile, cols, lane, LANES));
+    const typename Op::Params p = Op::finalize(stat);
+    tile.store(args.out + r * args.out_stride, cols, lane, LANES,
+               [&](const auto& v) { return Op::output(v, p); });
+  }
+}
+
+template <typename T, class Op, int VEC, int VPT>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
+  constexpr int NIN = Op::kInputs;
+  using Tile = RowTile<T, NIN, VEC, VPT>;
+  extern __shared__ __align__(16) unsigned char stash_bytes[];
+  auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const int threads = blockDim.x;
+  const int step = threads * cluster_size;  // vectors between a thread's consecutive slots
+  const int me = static_cast<int>(cluster.block_rank()) * threads + threadIdx.x;
+  const int tile_vectors = VPT * step;
+  const int stash_stride = NIN * VPT * threads;  // packs per stashed tile
+
+  for (int64_t row = blockIdx.x / cluster_size; row < args.rows; row += gridDim.x / cluster_size) {
+    const T* in[NIN];
+#pragma unroll
+    for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+
+    Tile tile;
+    typename Op::Stat stat = Op::identity();
+    for (int t = 0; t < tiles; ++t) {
+      const int first = me + t * tile_vectors;
+      tile.load(in, args.cols, first, step);
+      stat = Op::merge(stat, Op::thread_stat(tile, args.cols, first, step));
+      if (t + 1 < tiles && t < stash_tiles) tile.stash(stash + t * stash_stride, threadIdx.x, threads);
+    }
+    stat = block_reduce<Op>(stat, slots);
+    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
+    const typename Op::Params p = Op::finalize(stat);
+
+    T* out = args.out + row * args.out_stride;
+    // Last tile first: it is still in registers.
+    for (int t = tiles - 1; t >= 0; --t) {
+      const int first = me + t * tile_vectors;
+      if (t + 1 < tiles) {
+        if (t < stash_tiles) tile.unstash(stash + t * stash_stride, threadIdx.x, threads);
+        else tile.load(in, args.cols, first, step);
+      }
+      tile.store(out, args.cols, first, step, [&](const auto& v) { return Op::output(v, p); });
+    }
+  }
+}
+
+}  // namespace reducekit::kernels

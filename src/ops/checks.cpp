@@ -1,0 +1,87 @@
+#include "ops/checks.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace reducekit {
+namespace {
+
+std::string shape_string(const TensorView& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
+  return s + "]";
+}
+
+// [first, last] byte addresses a view can touch; empty views touch nothing.
+bool byte_span(const TensorView& t, uintptr_t* first, uintptr_t* last) {
+  if (t.numel() == 0) return false;
+  int64_t lo = 0, hi = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    const int64_t reach = (t.sizes[d] - 1) * t.strides[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(t.data);
+  const auto size = static_cast<int64_t>(dtype_size(t.dtype));
+  *first = base + lo * size;
+  *last = base + hi * size + size - 1;
+  return true;
+}
+
+}  // namespace
+
+Status check_float_device_tensor(const TensorView& t, const char* name) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return Status::invalid_argument(std::string(name) + ": rank " + std::to_string(t.rank) +
+                                    " is outside 0.." + std::to_string(kMaxRank));
+  if (!is_floating(t.dtype))
+    return Status::invalid_argument(std::string(name) + ": expected float32, float16, bfloat16 or float64, got " +
+                                    dtype_name(t.dtype));
+  if (t.device == kHostDevice)
+    return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return Status::cuda_error(std::string(name) + ": no usable CUDA device");
+  }
+  if (t.device != current)
+    return Status::invalid_argument(std::string(name) + ": on CUDA device " + std::to_string(t.device) +
+                                    " but the current device is " + std::to_string(current));
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] < 0)
+      return Status::invalid_argument(std::string(name) + ": negative size in " + shape_string(t));
+  if (t.data == nullptr && t.numel() > 0)
+    return Status::invalid_argument(std::string(name) + ": null data pointer for a non-empty tensor");
+  return Status::ok();
+}
+
+Status check_matches(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) {
+  if (t.device != ref.device)
+    return Status::invalid_argument(std::string(name) + ": on device " + std::to_string(t.device) + " but " +
+                                    ref_name + " is on device " + std::to_string(ref.device));
+  if (t.dtype != ref.dtype)
+    return Status::invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " differs from " +
+                                    ref_name + "'s " + dtype_name(ref.dtype));
+  bool same = t.rank == ref.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.sizes[d] == ref.sizes[d];
+  if (!same)
+    return Status::invalid_argument(std::string(name) + ": shape " + shape_string(t) + " differs from " +
+                                    ref_name + "'s " + shape_string(ref));
+  return Status::ok();
+}
+
+Status check_no_partial_overlap(const TensorView& out, const char* out_name, const TensorView& in,
+                                const char* in_name) {
+  uintptr_t a0, a1, b0, b1;
+  if (!byte_span(out, &a0, &a1) || !byte_span(in, &b0, &b1)) return Status::ok();
+  if (a1 < b0 || b1 < a0) return Status::ok();
+  const bool identical = out.data == in.data && out.rank == in.rank && out.dtype == in.dtype &&
+                         std::equal(out.strides, out.strides + out.rank, in.strides);
+  if (identical) return Status::ok();
+  return Status::invalid_argument(std::string(out_name) + ": overlaps " + in_name +
+                                  " without being the same view (in-place use must pass the same tensor)");
+}
+
+}  // namespace reducekit

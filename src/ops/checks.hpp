@@ -1,0 +1,22 @@
+// Argument checks shared by every op. Each returns a Status whose message starts with the
+// argument's name, so a binding can pass it to the user unchanged.
+#pragma once
+
+#include <cstdint>
+
+#include "reducekit/status.hpp"
+#include "reducekit/tensor.hpp"
+
+namespace reducekit {
+
+// A floating-point tensor on the current CUDA device with a data pointer when non-empty.
+Status check_float_device_tensor(const TensorView& t, const char* name);
+
+// Same sizes, dtype and device as `ref`.
+Status check_matches(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name);
+
+// `out` may be `in` exactly (an in-place op) but must not otherwise share memory with it.
+Status check_no_partial_overlap(const TensorView& out, const char* out_name, const TensorView& in,
+                                const char* in_name);
+
+}  // namespace reducekit

@@ -1,0 +1,106 @@
+// Host side of the row engine: picks the kernel instantiation a RowKernelConfig names and
+// launches it. Every per-row op (softmax today, norms next) goes through launch_row_op.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/row_engine.cuh"
+#include "plan/row_kernel_plan.hpp"
+#include "reducekit/status.hpp"
+
+namespace reducekit {
+
+template <typename T, class Op> using RowArgsFor = kernels::RowArgs<T, Op::kInputs>;
+
+// Device limits the planner needs, read from the current device (cheap: cached by the driver).
+inline Status row_kernel_limits(RowKernelLimits* limits) {
+  int device = 0, smem_optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return Status::cuda_error(std::string("device query failed: ") + cudaGetErrorString(cudaGetLastError()));
+  // Keep 2 KB for the kernel's own reduction slots and the per-CTA reservation.
+  limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
+  limits->max_cluster = 8;
+  return Status::ok();
+}
+
+namespace detail {
+
+template <typename T, class Op, int VEC>
+auto pick_warp_kernel(int lanes, int vpt) {
+  if (vpt > 1) return kernels::row_warp_kernel<T, Op, VEC, 2, 32>;
+  switch (lanes) {
+    case 4: return kernels::row_warp_kernel<T, Op, VEC, 1, 4>;
+    case 8: return kernels::row_warp_kernel<T, Op, VEC, 1, 8>;
+    case 16: return kernels::row_warp_kernel<T, Op, VEC, 1, 16>;
+    default: return kernels::row_warp_kernel<T, Op, VEC, 1, 32>;
+  }
+}
+
+template <typename T, class Op, int VEC>
+auto pick_block_kernel(int vpt) {
+  switch (vpt) {
+    case 1: return kernels::row_block_kernel<T, Op, VEC, 1>;
+    case 2: return kernels::row_block_kernel<T, Op, VEC, 2>;
+    default: return kernels::row_block_kernel<T, Op, VEC, 4>;  // the planner's maximum
+  }
+}
+
+inline Status launch_status(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status::cuda_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
+}
+
+template <typename T, class Op, int VEC>
+Status launch_row_op_vec(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  if (c.kind == RowKernelKind::kWarp) {
+    const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
+    const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
+    pick_warp_kernel<T, Op, VEC>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0,
+                                                   stream>>>(args);
+    return launch_status("row_warp_kernel");
+  }
+  auto kernel = pick_block_kernel<T, Op, VEC>(c.vpt);
+  if (c.smem_bytes > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
+          cudaSuccess)
+    return launch_status("row_block_kernel shared-memory setup");
+  const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(c.threads);
+  config.dynamicSmemBytes = c.smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = c.cluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args, c.tiles, c.stash_tiles);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear it: the Status carries the error now
+    return Status::cuda_error(std::string("row_block_kernel launch failed: ") + cudaGetErrorString(err));
+  }
+  return launch_status("row_block_kernel");
+}
+
+}  // namespace detail
+
+// Launches Op over args.rows rows of args.cols elements. `vectorizable` must say whether every
+// row start of every array is 16-byte aligned (the caller checked); the config must come from
+// plan_row_kernel with the same flag.
+template <typename T, class Op>
+Status launch_row_op(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
+  if (args.rows == 0 || args.cols == 0) return Status::ok();
+  if (c.vec == 1) return detail::launch_row_op_vec<T, Op, 1>(args, c, stream);
+  return detail::launch_row_op_vec<T, Op, 16 / sizeof(T)>(args, c, stream);
+}
+
+}  // namespace reducekit

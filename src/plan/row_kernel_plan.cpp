@@ -1,0 +1,64 @@
+#include "plan/row_kernel_plan.hpp"
+
+#include <algorithm>
+
+namespace reducekit {
+namespace {
+
+constexpr int kWarpThreads = 128;
+constexpr int kMaxThreads = 1024;
+constexpr int kMinBlockThreads = 128;
+constexpr int kTargetVectorsPerThread = 4;  // 64 bytes in flight per thread per input
+constexpr int kMaxVectorBytesPerThread = 64;  // 4 x 16-byte vectors: more spills at 1024 threads
+constexpr int kMaxScalarVpt = 4;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int pow2_ceil(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, bool vectorizable, int inputs,
+                                const RowKernelLimits& limits) {
+  RowKernelConfig c;
+  c.vec = vectorizable ? std::max(1, 16 / elem_bytes) : 1;
+  const int vector_bytes = c.vec * elem_bytes;
+  // Unaligned rows move one element per access; they keep the slot count, not the bytes.
+  const int max_vpt = std::max(1, vectorizable ? kMaxVectorBytesPerThread / (vector_bytes * inputs) : kMaxScalarVpt / inputs);
+  const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));
+
+  // Short rows: a few lanes each, so a warp still issues full 512-byte loads.
+  if (vectors <= 32 * 2) {
+    c.kind = RowKernelKind::kWarp;
+    c.threads = kWarpThreads;
+    c.lanes = std::clamp(pow2_ceil(vectors), 4, 32);
+    c.vpt = vectors > 32 ? 2 : 1;
+    return c;
+  }
+
+  c.kind = RowKernelKind::kBlock;
+  const int target = std::min(kTargetVectorsPerThread, max_vpt);
+  c.threads = std::clamp(pow2_ceil(ceil_div(vectors, target)), kMinBlockThreads, kMaxThreads);
+  const int64_t per_thread = ceil_div(vectors, c.threads);
+  if (per_thread <= max_vpt) {
+    c.vpt = pow2_ceil(per_thread);
+    return c;
+  }
+
+  // Longer than one CTA's registers: spread the row over a cluster, then over tiles.
+  c.threads = kMaxThreads;
+  c.vpt = max_vpt;
+  const int64_t tile_vectors = int64_t(c.threads) * c.vpt;
+  c.cluster = static_cast<int>(std::min<int64_t>(ceil_div(vectors, tile_vectors), std::max(1, limits.max_cluster)));
+  c.tiles = static_cast<int>(ceil_div(vectors, tile_vectors * c.cluster));
+  const std::size_t tile_bytes = std::size_t(tile_vectors) * vector_bytes * inputs;
+  c.stash_tiles = static_cast<int>(std::min<std::size_t>(c.tiles - 1, limits.max_smem_per_block / tile_bytes));
+  c.smem_bytes = c.stash_tiles * tile_bytes;
+  return c;
+}
+
+}  // namespace reducekit

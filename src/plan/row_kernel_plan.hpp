@@ -1,0 +1,49 @@
+// Chooses how the row engine (src/kernels/row_engine.cuh) lays a row of length `cols` onto
+// threads. The choice depends only on the row length, the element size, whether 16-byte
+// vectors are usable and the device limits -- never on the number of rows -- so a row's
+// result does not change with the batch it sits in.
+//
+//   cols * bytes small   -> kWarp:  4..32 lanes per row, several rows per CTA
+//   fits one CTA         -> kBlock: one CTA per row, each thread holding vpt vectors
+//   longer               -> kBlock with a cluster of CTAs per row; past the cluster's
+//                           registers, extra tiles park in shared memory, then in L2
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace reducekit {
+
+enum class RowKernelKind { kWarp, kBlock };
+
+struct RowKernelLimits {
+  int max_cluster = 8;                       // CTAs per cluster (8 is portable on sm_90)
+  std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
+};
+
+struct RowKernelConfig {
+  RowKernelKind kind = RowKernelKind::kWarp;
+  int vec = 1;       // elements per vector access: 16 bytes' worth, or 1 for unaligned rows
+  int vpt = 1;       // vectors per thread per tile (a kernel template parameter)
+  int lanes = 32;    // kWarp: threads per row
+  int threads = 128; // threads per CTA
+  int cluster = 1;   // kBlock: CTAs per row
+  int tiles = 1;     // kBlock: register tiles each thread streams through
+  int stash_tiles = 0;  // kBlock: tiles parked in shared memory between the two passes
+  std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
+
+  // Elements one row's worth of threads covers: must be >= cols.
+  int64_t capacity() const {
+    const int64_t group = kind == RowKernelKind::kWarp ? lanes : int64_t(threads) * cluster;
+    return group * vpt * vec * tiles;
+  }
+};
+
+constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indices in int
+
+// `inputs`: arrays read per element (1 for forward ops, 2 for backward ops). Register tiles
+// shrink with it so a thread's registers hold the same number of bytes.
+RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, bool vectorizable, int inputs,
+                                const RowKernelLimits& limits);
+
+}  // namespace reducekit

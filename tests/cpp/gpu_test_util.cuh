@@ -1,0 +1,106 @@
+// Shared helpers for the GPU tests: device detection, device buffers, host-side dtype
+// conversion and the dtype-aware tolerance DESIGN.md sets.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reducekit/tensor.hpp"
+
+namespace reducekit::testing_util {
+
+inline bool gpu_available() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+#define REDUCEKIT_REQUIRE_GPU()                                                   \
+  do {                                                                            \
+    if (!::reducekit::testing_util::gpu_available())                              \
+      GTEST_SKIP() << "no CUDA device on this machine: GPU test skipped";         \
+  } while (0)
+
+#define REDUCEKIT_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
+
+// Owns a device allocation of `bytes` bytes.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&ptr_, bytes ? bytes : 1) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_;
+};
+
+template <typename T> DType dtype_of();
+template <> inline DType dtype_of<float>() { return DType::kFloat32; }
+template <> inline DType dtype_of<double>() { return DType::kFloat64; }
+template <> inline DType dtype_of<__half>() { return DType::kFloat16; }
+template <> inline DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
+
+template <typename T> T from_double(double v) { return static_cast<T>(v); }
+template <> inline __half from_double<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
+template <> inline __nv_bfloat16 from_double<__nv_bfloat16>(double v) {
+  return __float2bfloat16_rn(static_cast<float>(v));
+}
+template <typename T> double to_double(T v) { return static_cast<double>(v); }
+template <> inline double to_double<__half>(__half v) { return __half2float(v); }
+template <> inline double to_double<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Mantissa bits (without the implicit one) and smallest normal exponent of each type.
+template <typename T> struct FloatTraits;
+template <> struct FloatTraits<float> { static constexpr int kMantissa = 23, kMinExp = -126; };
+template <> struct FloatTraits<double> { static constexpr int kMantissa = 52, kMinExp = -1022; };
+template <> struct FloatTraits<__half> { static constexpr int kMantissa = 10, kMinExp = -14; };
+template <> struct FloatTraits<__nv_bfloat16> { static constexpr int kMantissa = 7, kMinExp = -126; };
+
+template <typename T> double ulp_at(double v) {
+  int e = 0;
+  std::frexp(std::fabs(v), &e);  // |v| in [2^(e-1), 2^e)
+  const int exponent = std::max(e - 1, FloatTraits<T>::kMinExp);
+  return std::ldexp(1.0, exponent - FloatTraits<T>::kMantissa);
+}
+
+// DESIGN.md's tolerances: 16-bit types within two ulps of the correctly rounded reference;
+// float32 and float64 relative to the row's scale (`scale`, the largest |reference| in the row).
+template <typename T> bool close_enough(double got, double want, double scale) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isnan(got)) return false;
+  if (std::isinf(want)) return got == want;
+  const double err = std::fabs(got - want);
+  if constexpr (sizeof(T) == 2) return err <= 2.0 * ulp_at<T>(want) + 1e-30;
+  const double rtol = sizeof(T) == 4 ? 1e-5 : 1e-12;
+  return err <= rtol * std::fabs(want) + rtol * 0.1 * scale;
+}
+
+// Fills `n` doubles from a named distribution, drawn with a fixed seed.
+inline std::vector<double> make_values(int64_t n, const std::string& kind, uint32_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (auto& x : v) {
+    x = normal(gen);
+    if (kind == "large") x *= 1e4;
+  }
+  return v;
+}
+
+}  // namespace reducekit::testing_util

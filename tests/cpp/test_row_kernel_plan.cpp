@@ -1,0 +1,82 @@
+// Host tests for plan_row_kernel: every row length gets a configuration that covers it with
+// instantiated kernel shapes and fits the device limits.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "plan/row_kernel_plan.hpp"
+
+namespace reducekit {
+namespace {
+
+std::vector<int64_t> row_lengths() {
+  std::vector<int64_t> n = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
+                            257, 511, 512, 513, 781, 1000, 1023, 1024, 1025, 2045, 2048, 4099, 8192, 12800,
+                            32767, 32768, 32769, 40009, 65536, 100003, 262144, 1 << 20, 3 << 20, 10000000};
+  return n;
+}
+
+TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
+  const RowKernelLimits limits;
+  for (int elem : {2, 4, 8}) {
+    for (bool vectorizable : {true, false}) {
+      for (int inputs : {1, 2}) {
+        for (int64_t n : row_lengths()) {
+          SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " vec=" << vectorizable
+                                          << " inputs=" << inputs);
+          const RowKernelConfig c = plan_row_kernel(n, elem, vectorizable, inputs, limits);
+          EXPECT_GE(c.capacity(), n);
+          EXPECT_EQ(c.vec, vectorizable ? 16 / elem : 1);
+          EXPECT_TRUE(c.vpt == 1 || c.vpt == 2 || c.vpt == 4) << c.vpt;
+          EXPECT_LE(c.vpt * c.vec * elem * inputs, 64) << "register tile over 64 bytes per thread";
+          if (c.kind == RowKernelKind::kWarp) {
+            EXPECT_EQ(c.threads, 128);
+            EXPECT_TRUE(c.lanes == 4 || c.lanes == 8 || c.lanes == 16 || c.lanes == 32);
+            EXPECT_TRUE(c.vpt == 1 || c.lanes == 32) << "two-slot warp kernel exists for 32 lanes only";
+            EXPECT_LE(c.vpt, 2);
+          } else {
+            EXPECT_GE(c.threads, 128);
+            EXPECT_LE(c.threads, 1024);
+            EXPECT_EQ(c.threads & (c.threads - 1), 0);
+            EXPECT_GE(c.cluster, 1);
+            EXPECT_LE(c.cluster, limits.max_cluster);
+            EXPECT_GE(c.tiles, 1);
+            EXPECT_LE(c.stash_tiles, c.tiles - 1);
+            EXPECT_LE(c.smem_bytes, limits.max_smem_per_block);
+            if (c.tiles > 1) {
+              EXPECT_EQ(c.cluster, limits.max_cluster) << "tiles only once the cluster is full";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RowKernelPlan, ShortRowsShareWarpsLongRowsUseClusters) {
+  const RowKernelLimits limits;
+  EXPECT_EQ(plan_row_kernel(128, 4, true, 1, limits).kind, RowKernelKind::kWarp);
+  EXPECT_EQ(plan_row_kernel(64, 4, true, 1, limits).lanes, 16);
+  const RowKernelConfig medium = plan_row_kernel(4096, 4, true, 1, limits);
+  EXPECT_EQ(medium.kind, RowKernelKind::kBlock);
+  EXPECT_EQ(medium.cluster, 1);
+  EXPECT_EQ(medium.tiles, 1);
+  const RowKernelConfig long_row = plan_row_kernel(262144, 4, true, 1, limits);
+  EXPECT_GT(long_row.cluster, 1);
+  EXPECT_EQ(long_row.stash_tiles, long_row.tiles - 1) << "a 1 MB row stays on chip";
+  const RowKernelConfig huge = plan_row_kernel(1 << 20, 4, true, 1, limits);
+  EXPECT_GT(huge.tiles, 1);
+  EXPECT_GT(huge.stash_tiles, 0);
+}
+
+TEST(RowKernelPlan, SmallSharedMemoryMeansNoStash) {
+  RowKernelLimits tight;
+  tight.max_smem_per_block = 1024;
+  const RowKernelConfig c = plan_row_kernel(1 << 22, 4, true, 1, tight);
+  EXPECT_GT(c.tiles, 1);
+  EXPECT_EQ(c.stash_tiles, 0);
+  EXPECT_EQ(c.smem_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace reducekit

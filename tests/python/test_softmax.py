@@ -1,0 +1,547 @@
+"""reducekit softmax / log_softmax against torch in float64 on the same data.
+
+The oracle is torch's softmax of x.double(). Tolerances (DESIGN.md, Tests):
+  float32  |y - ref| <= 1e-5 |ref| + 1e-6 * (largest |ref| of the row)
+  float64  the same with 1e-12
+  fp16/bf16  within 2 units in the last place of the float64 result rounded to the dtype
+and NaN / inf exactly where the oracle has them. conftest.py skips this module, with the
+reason, where torch, a GPU or a built reducekit is missing.
+"""
+import math
+
+import pytest
+import torch
+
+import reducekit
+
+DEV = "cuda"
+OPS = ["softmax", "log_softmax"]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+HALF = (torch.float16, torch.bfloat16)
+RK = {"softmax": reducekit.softmax, "log_softmax": reducekit.log_softmax}
+TORCH = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}
+RAW = {"softmax": "softmax", "log_softmax": "log_softmax"}
+
+# Row lengths: tiny, around a warp, odd, around vector widths (2045 vs 2048), primes
+# (no vector width divides them), and powers of two up to 2^20 (long rows, chunked path).
+LENGTHS = sorted({1, 2, 3, 31, 32, 33, 127, 781, 1000, 2045, 2048, 4099, 40009} | {2**k for k in range(21)})
+
+
+def dtype_id(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def rows_for(n, small=67, budget=2**21):
+    """Many rows for short rows (67: not a multiple of any rows-per-block), few for long ones."""
+    return small if n <= 4096 else max(2, budget // n)
+
+
+def reference(op, x, dim):
+    return TORCH[op](x.double(), dim)
+
+
+def _ordered_bits(t):
+    """16-bit floats as integers whose differences count units in the last place (sign-magnitude to two's complement)."""
+    bits = t.contiguous().view(torch.int16).to(torch.int32)
+    magnitude = bits & 0x7FFF
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+def _describe(out, ref, bad, extra=""):
+    idx = tuple(int(i) for i in bad.nonzero()[0])
+    return (f"{int(bad.sum())} of {bad.numel()} elements off; first at {idx}: got {out[idx].item()!r}, "
+            f"float64 reference {ref[idx].item()!r}{extra}")
+
+
+def assert_matches_reference(out, ref, dtype, dim):
+    """out (any float dtype) against the float64 oracle ref, with the dtype's tolerance."""
+    assert out.dtype == dtype, f"output dtype {out.dtype}, expected {dtype}"
+    assert out.shape == ref.shape, f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    assert out.device == ref.device
+    if ref.numel() == 0:
+        return
+    o = out.double()
+    nan_o, nan_r = o.isnan(), ref.isnan()
+    assert torch.equal(nan_o, nan_r), "NaN pattern differs: " + _describe(o, ref, nan_o != nan_r)
+    inf_r = ref.isinf()
+    bad = inf_r & (o != ref)
+    assert not bool(bad.any()), "infinities differ: " + _describe(o, ref, bad)
+    finite = ref.isfinite()
+    if dtype in HALF:
+        # compare with the correctly rounded result (float64 -> dtype; torch may round twice via
+        # float32, which can move a halfway case by one unit: the 2-unit allowance covers it)
+        rounded = ref.to(dtype)
+        ulps = (_ordered_bits(out) - _ordered_bits(rounded)).abs()
+        # bfloat16 shares float32's exponent range: a kernel that flushes float32 subnormals to zero
+        # may miss bfloat16 subnormals by many units, but by less than float32's smallest normal
+        flushed = (o - rounded.double()).abs() <= torch.finfo(torch.float32).tiny
+        bad = finite & (ulps > 2) & ~flushed
+        assert not bool(bad.any()), f"more than 2 ulp from the rounded reference ({dtype}): " + _describe(
+            o, ref, bad, f", rounded {rounded[tuple(int(i) for i in bad.nonzero()[0])].item()!r}")
+        return
+    rtol = 1e-5 if dtype == torch.float32 else 1e-12
+    magnitude = torch.where(finite, ref.abs(), torch.zeros_like(ref))
+    row_scale = magnitude if ref.dim() == 0 else magnitude.amax(dim=dim, keepdim=True)
+    tol = rtol * ref.abs() + (rtol / 10) * row_scale
+    bad = finite & ((o - ref).abs() > tol)
+    assert not bool(bad.any()), f"error above {rtol:g} relative ({dtype}): " + _describe(o, ref, bad)
+
+
+def check(op, x, dim):
+    """Runs reducekit's op on x and compares with the float64 oracle; returns the output."""
+    out = RK[op](x, dim=dim)
+    assert_matches_reference(out, reference(op, x, dim), x.dtype, dim)
+    return out
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(shape, device=DEV, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- row lengths and dtypes
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_row_lengths(op, dtype, n):
+    x = randn(rows_for(n), n, dtype=dtype)
+    before = x.clone()
+    out = check(op, x, -1)
+    assert torch.equal(x, before), "the input was modified"
+    assert out.data_ptr() != x.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_ten_million_long_row(op, dtype):
+    # DESIGN.md promises any length up to 10^7; a prime-ish length leaves a ragged last chunk
+    check(op, randn(2, 10**7 + 19, dtype=dtype), -1)
+
+
+# ----------------------------------------------------------------------------- special values
+
+VALUE_KINDS = ["randn", "large", "neg_inf", "pos_inf", "nan", "all_neg_inf", "constant", "mixed"]
+
+
+def make_values(kind, m, n, dtype):
+    """An (m, n) tensor of `kind`; special values land in chosen rows, including a row's first
+    and last element (vectorized bodies and scalar tails both see them)."""
+    g = torch.randn(m, n, device=DEV, dtype=torch.float64)
+    if kind == "large":
+        # exp(x - max) underflows for most elements; clamp so float16 inputs stay finite
+        g = (1e4 * g).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max)
+    elif kind == "constant":
+        g = (100 * torch.randn(m, 1, device=DEV, dtype=torch.float64)).expand(m, n)
+    x = g.to(dtype).contiguous()
+    inf, nan = float("inf"), float("nan")
+    last = n - 1
+    if kind == "neg_inf":
+        # -inf padding: every other row loses ~1/4 of its entries, its first and last among them
+        mask = torch.rand(m, n, device=DEV) < 0.25
+        mask[1::2] = False
+        mask[0::2, 0] = True
+        mask[0::2, last] = True
+        if n > 1:
+            mask[0::2, 1] = False  # keep one finite entry so the row stays defined
+        x[mask] = -inf
+    elif kind == "pos_inf":
+        x[0, last] = inf
+        x[1 % m, 0] = inf
+        x[2 % m, n // 2] = inf
+    elif kind == "nan":
+        x[0, last] = nan
+        x[1 % m, 0] = nan
+        x[2 % m, n // 3] = nan
+    elif kind == "all_neg_inf":
+        x[0] = -inf
+        x[m - 1] = -inf
+    elif kind == "mixed":
+        x[0, 0] = -inf
+        x[0, last] = -inf
+        x[1 % m] = -inf
+        x[2 % m, n // 2] = inf
+        x[2 % m, last] = -inf
+        x[3 % m, last] = nan
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 4099, 40009, 2**18])
+@pytest.mark.parametrize("kind", VALUE_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_special_values(op, dtype, kind, n):
+    m = max(5, min(33, 2**20 // n))
+    x = make_values(kind, m, n, dtype)
+    out = check(op, x, -1)
+    if kind == "all_neg_inf":
+        assert bool(out[0].isnan().all()), "an all -inf row gives NaN, like torch"
+    if kind == "constant":
+        # a constant row is exactly uniform up to rounding of 1/n
+        expect = torch.full((m, n), -math.log(n) if op == "log_softmax" else 1.0 / n, dtype=torch.float64, device=DEV)
+        assert_matches_reference(out, expect, dtype, -1)
+
+
+# ----------------------------------------------------------------------------- layouts, dims, ranks
+
+def _layout(case, n):
+    """(x, dim) for one layout case with reduced extent n."""
+    if case == "sliced_rows":  # row stride n + 5: not a multiple of any vector width
+        return randn(9, n + 5)[:, :n], -1
+    if case == "sliced_rows_offset":  # starts 3 elements into each row of a wider tensor
+        return randn(9, n + 64)[:, 3:3 + n], -1
+    if case == "offset_base":  # contiguous rows from an odd element offset: misaligned base pointer
+        return randn(9 * n + 1)[1:].view(9, n), -1
+    if case == "transposed":  # reduced dim has stride 9
+        return randn(n, 9).t(), -1
+    if case == "middle_dim":
+        return randn(5, n, 7), 1
+    if case == "dim0":
+        return randn(n, 6), 0
+    if case == "dim0_wide":  # column softmax with a long inner extent
+        return randn(n, 300), 0
+    if case == "neg_dim":
+        return randn(4, n, 3), -2
+    if case == "neg_dim_first":
+        return randn(n, 2, 3), -3
+    if case == "rank3_last":
+        return randn(3, 5, n), -1
+    if case == "rank4_last":
+        return randn(2, 3, 4, n), -1
+    if case == "rank4_dim1":
+        return randn(2, n, 3, 5), 1
+    if case == "permuted":  # channels-last-like: reduced dim has stride 1 but others are permuted
+        return randn(2, 4, 3, n).permute(0, 3, 1, 2), 1
+    if case == "expanded":  # stride-0 rows
+        return randn(1, n).expand(6, n), -1
+    if case == "expanded_reduced":  # stride-0 along the reduced dim
+        return randn(5, 1).expand(5, n), -1
+    if case == "rank1":
+        return randn(n), 0
+    raise ValueError(case)
+
+
+LAYOUTS = ["sliced_rows", "sliced_rows_offset", "offset_base", "transposed", "middle_dim", "dim0", "dim0_wide",
+           "neg_dim", "neg_dim_first", "rank3_last", "rank4_last", "rank4_dim1", "permuted", "expanded",
+           "expanded_reduced", "rank1"]
+
+
+@pytest.mark.parametrize("n", [33, 1000, 4099, 2**17])
+@pytest.mark.parametrize("case", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_layouts(op, dtype, case, n):
+    x, dim = _layout(case, n)
+    check(op, x.to(dtype), dim)
+
+
+@pytest.mark.parametrize("shape,dim", [((0, 7), -1), ((5, 0), -1), ((0, 7), 0), ((5, 0), 0), ((3, 0, 4), 1),
+                                       ((3, 0, 4), -1), ((0,), 0), ((2, 3, 0), 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_zero_size(op, dtype, shape, dim):
+    x = randn(*shape, dtype=dtype)
+    out = RK[op](x, dim=dim)
+    assert out.shape == x.shape and out.dtype == dtype and out.device == x.device
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("op", OPS)
+def test_zero_dim_tensor(op, dim):
+    x = torch.tensor(3.5, device=DEV)
+    check(op, x, dim)
+
+
+# ----------------------------------------------------------------------------- properties
+
+@pytest.mark.parametrize("n", [1, 33, 1000, 4099, 40009, 2**20])
+@pytest.mark.parametrize("kind", ["randn", "large"])
+def test_rows_sum_to_one(kind, n):
+    x = make_values(kind, max(2, min(64, 2**21 // n)), n, torch.float32)
+    sums = reducekit.softmax(x, dim=-1).double().sum(-1)
+    assert torch.allclose(sums, torch.ones_like(sums), rtol=0, atol=1e-5), f"row sums off by {(sums - 1).abs().max()}"
+
+
+@pytest.mark.parametrize("n", [33, 1000, 4099, 2**18])
+@pytest.mark.parametrize("op", OPS)
+def test_shift_invariance(op, n):
+    # x on a 2^-10 grid in (-8, 8): x + 64 is exact in float32, so both calls see the same differences
+    x = (torch.rand(9, n, device=DEV) * 16 - 8).mul(1024).round().div(1024)
+    a, b = RK[op](x, dim=-1), RK[op](x + 64, dim=-1)
+    assert_matches_reference(b, a.double(), torch.float32, -1)
+
+
+@pytest.mark.parametrize("n", [7, 1000, 4099, 40009, 2**20])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_deterministic(op, dtype, n):
+    x = randn(max(2, min(512, 2**22 // n)), n, dtype=dtype)
+    first = RK[op](x, dim=-1)
+    RK[op](randn(3, 2 * n + 1, dtype=dtype), dim=-1)  # other work in between must not matter
+    second = RK[op](x, dim=-1)
+    assert torch.equal(first, second), "two runs on the same input differ"
+
+
+@pytest.mark.parametrize("m,n", [(4096, 33), (4096, 1000), (4096, 4096), (64, 40009), (8, 262144)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_batch_invariance(op, dtype, m, n):
+    # the strategy depends on (N, dtype) only, so a row's result cannot depend on its neighbours
+    x = randn(m, n, dtype=dtype)
+    batch = RK[op](x, dim=-1)
+    for i in sorted({0, 1, m // 2, m - 1}):
+        alone = RK[op](x[i:i + 1].clone(), dim=-1)
+        assert torch.equal(alone, batch[i:i + 1]), f"row {i} alone differs from row {i} in a batch of {m}"
+        assert torch.equal(RK[op](x[i].clone(), dim=-1), batch[i]), f"row {i} as a 1-d tensor differs"
+    pair = RK[op](x[m - 2:].clone(), dim=-1)
+    assert torch.equal(pair, batch[m - 2:]), "the last two rows as a batch of 2 differ"
+
+
+# ----------------------------------------------------------------------------- gradients
+
+def grad_formula(op, y, g, dim):
+    """dL/dx in float64 from the forward output y (probabilities or log-probabilities) and dL/dy."""
+    y, g = y.double(), g.double()
+    if op == "softmax":
+        return y * (g - (g * y).sum(dim, keepdim=True))
+    return g - y.exp() * g.sum(dim, keepdim=True)
+
+
+def assert_grad_close(op, dx, ref, y64, g, dim, rtol):
+    """Relative to each element's condition: the formulas subtract row sums, so errors scale with them."""
+    g = g.double()
+    if op == "softmax":
+        scale = ref.abs() + y64 * (g.abs() + (g * y64).abs().sum(dim, keepdim=True))
+    else:
+        scale = ref.abs() + g.abs() + y64.exp() * g.abs().sum(dim, keepdim=True)
+    err = (dx.double() - ref).abs()
+    bad = err > rtol * scale + 1e-30
+    assert not bool(bad.any()), "gradient off: " + _describe(dx.double(), ref, bad)
+
+
+GRAD_CASES = [((67, 33), -1), ((9, 4099), -1), ((3, 2**17), -1), ((5, 1000, 3), 1), ((1000, 6), 0), ((4, 1), -1)]
+
+
+@pytest.mark.parametrize("shape,dim", GRAD_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_backward(op, dtype, shape, dim):
+    x = randn(*shape, dtype=dtype).requires_grad_()
+    g = randn(*shape, dtype=dtype)
+    y = RK[op](x, dim=dim)
+    y.backward(g)
+    assert x.grad is not None and x.grad.dtype == dtype and x.grad.shape == x.shape
+    if dtype in HALF:
+        # the backward starts from the saved 16-bit y (as torch's does); exp of a rounded log-probability
+        # is off by |y| units, so the oracle starts from that same y
+        y64, rtol = y.detach().double(), 2.0**-7
+    else:
+        y64, rtol = reference(op, x.detach(), dim), (1e-5 if dtype == torch.float32 else 1e-12)
+    assert_grad_close(op, x.grad, grad_formula(op, y64, g, dim), y64, g, dim, rtol)
+
+
+@pytest.mark.parametrize("shape,dim", GRAD_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_backward_op_direct(op, dtype, shape, dim):
+    # the raw backward op from a given y (reducekit's forward output): no forward error involved
+    x = randn(*shape, dtype=dtype)
+    y = RK[op](x, dim=dim)
+    dy = randn(*shape, dtype=dtype)
+    dx = getattr(torch.ops.reducekit, RAW[op] + "_backward")(y, dy, dim)
+    assert dx.dtype == dtype and dx.shape == y.shape
+    y64 = y.double()
+    assert_grad_close(op, dx, grad_formula(op, y64, dy, dim), y64, dy, dim, 1e-5 if dtype == torch.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("shape,dim", [((3, 7), -1), ((4, 5, 3), 1), ((6,), 0), ((2, 1), -1), ((5, 3), 0)])
+@pytest.mark.parametrize("op", OPS)
+def test_gradcheck(op, shape, dim):
+    x = randn(*shape, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: RK[op](t, dim=dim), (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- PyTorch integration
+
+@pytest.mark.parametrize("shape,dim", [((8, 33), -1), ((4, 5, 6), 1), ((3, 4099), -1)])
+@pytest.mark.parametrize("op", OPS)
+def test_opcheck_forward(op, shape, dim):
+    x = randn(*shape).requires_grad_()
+    torch.library.opcheck(getattr(torch.ops.reducekit, RAW[op]).default, (x, dim))
+
+
+@pytest.mark.parametrize("shape,dim", [((8, 33), -1), ((4, 5, 6), 1)])
+@pytest.mark.parametrize("op", OPS)
+def test_opcheck_backward(op, shape, dim):
+    y = RK[op](randn(*shape), dim=dim)
+    dy = randn(*shape)
+    torch.library.opcheck(getattr(torch.ops.reducekit, RAW[op] + "_backward").default, (y, dy, dim))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_compile_fullgraph(op):
+    def f(x):
+        return RK[op](x * 2, dim=1) + 1
+
+    compiled = torch.compile(f, fullgraph=True)
+    x = randn(6, 1000, 3)
+    assert torch.equal(compiled(x), f(x))
+
+
+def test_compile_dynamic_shapes():
+    # the fake kernels must produce the right sizes for symbolic shapes too
+    def f(x):
+        return reducekit.softmax(x, dim=-1) * reducekit.log_softmax(x, dim=0)
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=True)
+    for shape in [(8, 100), (16, 333), (5, 4099)]:
+        x = randn(*shape)
+        assert torch.equal(compiled(x), f(x)), f"compiled result differs at {shape}"
+
+
+def test_compile_backward():
+    def loss(x, w):
+        return (reducekit.softmax(x, dim=-1) * w).sum() + reducekit.log_softmax(x, dim=0).mean()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    x0, w = randn(32, 513), randn(32, 513)
+    xa, xb = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    loss(xa, w).backward()
+    compiled(xb, w).backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("m,n", [(4096, 1000), (64, 40009), (4, 2**20)])
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_graph(op, m, n):
+    # no host sync or allocation outside torch's allocator in the hot path: capture and replay must work
+    x, dy = randn(m, n), randn(m, n)
+    backward = getattr(torch.ops.reducekit, RAW[op] + "_backward")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the capture, as torch.cuda.graph's docs ask
+        backward(RK[op](x, dim=-1), dy, -1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = RK[op](x, dim=-1)
+        dx = backward(y, dy, -1)
+    x.copy_(randn(m, n))  # new data in the captured input
+    graph.replay()
+    torch.cuda.synchronize()
+    y_eager = RK[op](x, dim=-1)
+    assert torch.equal(y, y_eager), "graph replay differs from an eager call"
+    assert torch.equal(dx, backward(y_eager, dy, -1))
+
+
+@pytest.mark.parametrize("op,module,torch_module", [("softmax", "Softmax", torch.nn.Softmax),
+                                                    ("log_softmax", "LogSoftmax", torch.nn.LogSoftmax)])
+def test_nn_modules(op, module, torch_module):
+    cls = getattr(reducekit.nn, module)
+    x = randn(4, 7, 5)
+    m = cls(dim=1)
+    assert isinstance(m, torch.nn.Module)
+    assert torch.equal(m(x), RK[op](x, dim=1))
+    torch.testing.assert_close(m(x), torch_module(dim=1)(x), rtol=1e-5, atol=1e-6)
+    assert torch.equal(cls()(x), RK[op](x, dim=-1)), "the default dim is -1"
+    m.load_state_dict(torch_module(dim=1).state_dict())  # drop-in: torch's (empty) state dict loads
+    xg = x.clone().requires_grad_()
+    m(xg).sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+# ----------------------------------------------------------------------------- bad input
+
+ERRORS = (RuntimeError, ValueError, TypeError, IndexError)
+
+
+def _callers(op):
+    """The Python wrapper, the module and the raw op must all reject bad input."""
+    raw = getattr(torch.ops.reducekit, RAW[op])
+    mod = {"softmax": reducekit.nn.Softmax, "log_softmax": reducekit.nn.LogSoftmax}[op]
+    return [lambda x, dim: RK[op](x, dim=dim), lambda x, dim: raw(x, dim), lambda x, dim: mod(dim=dim)(x)]
+
+
+@pytest.mark.parametrize("caller", range(3))
+@pytest.mark.parametrize("op", OPS)
+def test_rejects_integer_tensor(op, caller):
+    x = torch.arange(12, device=DEV).view(3, 4)
+    with pytest.raises(ERRORS, match=r"\bx\b"):
+        _callers(op)[caller](x, -1)
+
+
+@pytest.mark.parametrize("caller", range(3))
+@pytest.mark.parametrize("op", OPS)
+def test_rejects_cpu_tensor(op, caller):
+    with pytest.raises(ERRORS, match=r"(?i)\bx\b|cuda|\bcpu\b|device"):
+        _callers(op)[caller](torch.randn(3, 4), -1)
+
+
+@pytest.mark.parametrize("shape,dim", [((3, 4), 2), ((3, 4), -3), ((5,), 1), ((), 1), ((2, 3, 4), 3)])
+@pytest.mark.parametrize("caller", range(3))
+@pytest.mark.parametrize("op", OPS)
+def test_rejects_dim_out_of_range(op, caller, shape, dim):
+    with pytest.raises(ERRORS, match=r"(?i)dim"):
+        _callers(op)[caller](randn(*shape), dim)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_backward_rejects_mismatch(op):
+    backward = getattr(torch.ops.reducekit, RAW[op] + "_backward")
+    y = RK[op](randn(3, 4), dim=-1)
+    with pytest.raises(ERRORS, match=r"(?i)\bdy\b|\by\b|shape|size"):
+        backward(y, randn(3, 5), -1)
+    with pytest.raises(ERRORS, match=r"(?i)\bdy\b|\by\b|dtype|type"):
+        backward(y, randn(3, 4, dtype=torch.float64), -1)
+    with pytest.raises(ERRORS, match=r"(?i)\bdy\b|\by\b|cuda|\bcpu\b|device"):
+        backward(y, torch.randn(3, 4), -1)
+    with pytest.raises(ERRORS, match=r"(?i)dim"):
+        backward(y, randn(3, 4), 2)
+
+
+# ----------------------------------------------------------------------------- over 2^31 elements
+
+@pytest.mark.large
+def test_more_than_2_31_elements():
+    rows, n = 2**31 // 1024 + 1, 1024  # the last row starts at element 2^31
+    need = 3 * rows * n * 2  # x, y and headroom, in bfloat16
+    if torch.cuda.mem_get_info()[0] < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free GPU memory")
+    x = torch.randn(rows, n, device=DEV, dtype=torch.bfloat16)
+    for op in OPS:
+        y = RK[op](x, dim=-1)
+        picked = torch.tensor([0, 1, rows // 2, rows - 2, rows - 1], device=DEV)
+        assert_matches_reference(y[picked], reference(op, x[picked], -1), torch.bfloat16, -1)
+        del y
+    # the same tensor reduced over its 2M-long leading dim: 64-bit offsets in the column path
+    y = reducekit.softmax(x, dim=0)
+    cols = torch.tensor([0, 511, 1023], device=DEV)
+    assert_matches_reference(y[:, cols], reference("softmax", x[:, cols], 0), torch.bfloat16, 0)
+
+
+# ----------------------------------------------------------------------------- random shapes (optional)
+
+try:
+    from hypothesis import HealthCheck, given, settings, strategies as st
+except ImportError:  # hypothesis is optional: the cases above cover the plan
+    st = None
+
+if st is not None:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.data())
+    def test_random_shapes(data):
+        rank = data.draw(st.integers(1, 4), label="rank")
+        sizes = [data.draw(st.sampled_from([0, 1, 2, 3, 5, 8, 17, 33, 130]), label="size") for _ in range(rank)]
+        dim = data.draw(st.integers(-rank, rank - 1), label="dim")
+        sizes[dim] = data.draw(st.sampled_from([1, 2, 31, 32, 33, 127, 1000, 2045, 4099]), label="n")
+        while math.prod(sizes) > 2**20:  # keep every example small: halve the largest other extent
+            k = max((i for i in range(rank) if i != dim % rank), key=lambda i: sizes[i])
+            sizes[k] //= 2
+        perm = data.draw(st.permutations(range(rank)), label="perm")
+        dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+        op = data.draw(st.sampled_from(OPS), label="op")
+        seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
+        gen = torch.Generator(device=DEV).manual_seed(seed)
+        base = torch.randn(*[sizes[p] for p in perm], device=DEV, generator=gen).to(dtype)
+        x = base.permute(*[list(perm).index(i) for i in range(rank)])  # a non-contiguous view of shape `sizes`
+        assert list(x.shape) == sizes
+        check(op, x, dim)
