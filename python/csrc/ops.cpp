@@ -1,0 +1,131 @@
+// torch.ops.reducekit.*: thin adapters from at::Tensor to the C++ API. They allocate outputs,
+// pick the current stream and device, and turn a failed Status into a Python exception; all
+// checking and planning lives in the core.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <initializer_list>
+
+#include "reducekit/reducekit.hpp"
+
+namespace {
+
+reducekit::DType to_dtype(at::ScalarType t, const char* name) {
+  switch (t) {
+    case at::kFloat: return reducekit::DType::kFloat32;
+    case at::kHalf: return reducekit::DType::kFloat16;
+    case at::kBFloat16: return reducekit::DType::kBFloat16;
+    case at::kDouble: return reducekit::DType::kFloat64;
+    case at::kLong: return reducekit::DType::kInt64;
+    default: TORCH_CHECK(false, name, ": expected float32, float16, bfloat16 or float64, got ", t);
+  }
+}
+
+reducekit::TensorView to_view(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.dim() <= reducekit::kMaxRank, name, ": rank ", t.dim(), " exceeds ", reducekit::kMaxRank);
+  reducekit::TensorView v;
+  v.data = t.data_ptr();
+  v.dtype = to_dtype(t.scalar_type(), name);
+  v.rank = static_cast<int>(t.dim());
+  for (int d = 0; d < v.rank; ++d) {
+    v.sizes[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  v.device = t.is_cuda() ? t.get_device() : reducekit::kHostDevice;
+  return v;
+}
+
+void throw_if_failed(const reducekit::Status& s) { TORCH_CHECK(s.is_ok(), s.message()); }
+
+void check_cuda(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), name, ": expected a CUDA tensor, got one on ", t.device());
+}
+
+// Runs a rowwise op over `dim`. Layouts the kernels cannot address directly (dim not innermost,
+// rows that do not merge) go through a contiguous copy with dim moved last.
+template <class Run>
+at::Tensor rowwise(std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs, int64_t dim, Run run) {
+  const at::Tensor& first = *inputs.begin()->first;
+  for (const auto& [t, name] : inputs) check_cuda(*t, name);
+  const c10::cuda::CUDAGuard guard(first.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(first.get_device()).stream();
+  std::vector<reducekit::TensorView> views;
+  for (const auto& [t, name] : inputs) views.push_back(to_view(*t, name));
+  at::Tensor out = at::empty(first.sizes(), first.options());
+  reducekit::Status s = run(views, to_view(out, "out"), dim, stream);
+  if (s.code() != reducekit::StatusCode::kUnsupported || first.dim() == 0) {
+    throw_if_failed(s);
+    return out;
+  }
+  const int64_t d = at::maybe_wrap_dim(dim, first.dim());
+  std::vector<at::Tensor> moved;
+  views.clear();
+  for (const auto& [t, name] : inputs) {
+    moved.push_back(t->movedim(d, -1).contiguous());
+    views.push_back(to_view(moved.back(), name));
+  }
+  at::Tensor moved_out = at::empty_like(moved.front());
+  throw_if_failed(run(views, to_view(moved_out, "out"), -1, stream));
+  out.copy_(moved_out.movedim(-1, d));
+  return out;
+}
+
+at::Tensor softmax_cuda(const at::Tensor& x, int64_t dim) {
+  return rowwise({{&x, "x"}}, dim, [](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+    return reducekit::softmax(in[0], out, d, s);
+  });
+}
+
+at::Tensor log_softmax_cuda(const at::Tensor& x, int64_t dim) {
+  return rowwise({{&x, "x"}}, dim, [](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+    return reducekit::log_softmax(in[0], out, d, s);
+  });
+}
+
+at::Tensor softmax_backward_cuda(const at::Tensor& y, const at::Tensor& dy, int64_t dim) {
+  return rowwise({{&y, "y"}, {&dy, "dy"}}, dim, [](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+    return reducekit::softmax_backward(in[0], in[1], out, d, s);
+  });
+}
+
+at::Tensor log_softmax_backward_cuda(const at::Tensor& y, const at::Tensor& dy, int64_t dim) {
+  return rowwise({{&y, "y"}, {&dy, "dy"}}, dim, [](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+    return reducekit::log_softmax_backward(in[0], in[1], out, d, s);
+  });
+}
+
+// CPU tensors get the same clear message as the core gives, not a dispatcher error.
+at::Tensor reject_cpu_unary(const at::Tensor& x, int64_t) {
+  check_cuda(x, "x");
+  return x;
+}
+at::Tensor reject_cpu_binary(const at::Tensor& y, const at::Tensor& dy, int64_t) {
+  check_cuda(y, "y");
+  check_cuda(dy, "dy");
+  return y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(reducekit, m) {
+  m.def("softmax(Tensor x, int dim) -> Tensor");
+  m.def("log_softmax(Tensor x, int dim) -> Tensor");
+  m.def("softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor");
+  m.def("log_softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
+  m.impl("softmax", &softmax_cuda);
+  m.impl("log_softmax", &log_softmax_cuda);
+  m.impl("softmax_backward", &softmax_backward_cuda);
+  m.impl("log_softmax_backward", &log_softmax_backward_cuda);
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
+  m.impl("softmax", &reject_cpu_unary);
+  m.impl("log_softmax", &reject_cpu_unary);
+  m.impl("softmax_backward", &reject_cpu_binary);
+  m.impl("log_softmax_backward", &reject_cpu_binary);
+}

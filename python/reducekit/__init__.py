@@ -1,0 +1,34 @@
+"""reducekit: memory-bound reductions and normalizations for NVIDIA GPUs, as PyTorch operators.
+
+    import reducekit
+    y = reducekit.softmax(x, dim=-1)          # torch.ops.reducekit.softmax underneath
+    m = reducekit.nn.LogSoftmax(dim=-1)
+
+The operators live in a compiled library (libreducekit_torch.so, built by CMake into this
+folder); REDUCEKIT_TORCH_LIBRARY may point at another copy.
+"""
+import os as _os
+
+import torch as _torch
+
+
+def _library_path():
+    explicit = _os.environ.get("REDUCEKIT_TORCH_LIBRARY")
+    if explicit:
+        return explicit
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "libreducekit_torch.so")
+
+
+_path = _library_path()
+if not _os.path.exists(_path):
+    raise ImportError(
+        f"reducekit: compiled operator library not found at {_path}; build it with "
+        "`cmake -S . -B build && cmake --build build` (needs torch importable at configure time)"
+    )
+_torch.ops.load_library(_path)
+
+from . import _registrations  # noqa: E402,F401  fake kernels and autograd formulas
+from ._functional import log_softmax, softmax  # noqa: E402
+from . import nn  # noqa: E402
+
+__all__ = ["softmax", "log_softmax", "nn"]

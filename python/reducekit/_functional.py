@@ -1,0 +1,18 @@
+"""Functional API mirroring torch's signatures."""
+import torch
+
+_ops = torch.ops.reducekit
+
+
+def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
+    """torch.softmax(x, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
+    if dtype is not None:
+        x = x.to(dtype)
+    return _ops.softmax(x, dim)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
+    """torch.log_softmax(x, dim, dtype) on reducekit's kernels."""
+    if dtype is not None:
+        x = x.to(dtype)
+    return _ops.log_softmax(x, dim)

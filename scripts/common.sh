@@ -1,0 +1,37 @@
+# Sourced by the scripts here: makes sure the build tools exist, then configures and builds.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${REDUCEKIT_BUILD_DIR:-$REPO/build}"
+JOBS="${REDUCEKIT_JOBS:-$(nproc)}"
+
+# Debian packages the build needs; installed only where missing and where apt can run.
+ensure_tools() {
+  local missing=()
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v g++ >/dev/null || missing+=(g++)
+  [ -e /usr/include/gtest/gtest.h ] || [ -e /usr/local/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      echo "== installing ${missing[*]}"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+      echo "missing build tools: ${missing[*]} (install them, then run again)" >&2
+      exit 1
+    fi
+  fi
+  command -v nvcc >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+  command -v nvcc >/dev/null || { echo "nvcc not found: install the CUDA toolkit (12.8 or newer)" >&2; exit 1; }
+}
+
+configure_and_build() {
+  ensure_tools
+  local python
+  python="$(command -v python3 || true)"
+  cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${python:+-DPython3_EXECUTABLE="$python"} \
+    ${REDUCEKIT_CMAKE_ARGS:-} >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
+  grep -E "reducekit:" "$BUILD.configure.log" || true
+  cmake --build "$BUILD" -j "$JOBS"
+}
+
+# True when python3 can import torch (the Python tests and the benchmark need it).
+have_torch() { python3 -c "import torch" >/dev/null 2>&1; }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The main job: build, check every implemented op against torch, then benchmark against the
+# peers (torch eager, torch.compile, the seed Triton kernels), writing a table to stdout and
+# JSON plus PNG plots to ${1:-bench/results/latest}. Needs a CUDA GPU with torch and triton.
+source "$(dirname "$0")/common.sh"
+OUT_DIR="${1:-$REPO/bench/results/latest}"
+mkdir -p "$OUT_DIR"
+configure_and_build
+have_torch || { echo "python3 cannot import torch: the main job needs torch on a CUDA machine" >&2; exit 1; }
+
+echo "== checking every op against torch"
+python3 -m pytest -q "$REPO/tests/python" -x
+echo "== benchmark"
+python3 "$REPO/bench/bench.py" --out "$OUT_DIR" "${@:2}"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every test: configures and builds (installing missing build tools where it can), runs the
+# C++ tests (host planning, the CPU oracle, and GPU tests, which skip with a message where no
+# GPU is present), then the Python tests where torch is importable.
+source "$(dirname "$0")/common.sh"
+configure_and_build
+
+echo "== C++ tests"
+"$BUILD/reducekit_tests" --gtest_brief=1
+
+if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then
+  echo "== Python tests"
+  python3 -m pytest -q "$REPO/tests/python" -rs "$@"
+else
+  echo "== Python tests skipped: python3 cannot import torch and pytest here (they need a CUDA machine with torch)"
+fi
