@@ -23,7 +23,7 @@ if stage cpp; then
 fi
 if stage py; then
   echo "== Python tests"
-  python3 -m pytest -q "$REPO/tests/python" -rs -x >"$OUT_DIR/py_tests.log" 2>&1 || status=1
+  python3 -m pytest -q "$REPO/tests/python" -rs --maxfail=20 --tb=line >"$OUT_DIR/py_tests.log" 2>&1 || status=1
   tail -25 "$OUT_DIR/py_tests.log"
 fi
 if stage san; then

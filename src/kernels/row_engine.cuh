@@ -38,6 +38,25 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
 };
 
+// The integer type of a Pack's size. Copying a Pack of __half or __nv_bfloat16 member by
+// member compiles to 2-byte accesses; moving it as one integer gives single 16-byte LDG/STG.
+template <int BYTES> struct RawBits;
+template <> struct RawBits<2> { using type = unsigned short; };
+template <> struct RawBits<4> { using type = unsigned int; };
+template <> struct RawBits<8> { using type = uint2; };
+template <> struct RawBits<16> { using type = uint4; };
+
+template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
+  using Raw = typename RawBits<sizeof(P)>::type;
+  P p;
+  *reinterpret_cast<Raw*>(&p) = *reinterpret_cast<const Raw*>(src);
+  return p;
+}
+template <typename P> __device__ __forceinline__ void store_pack(void* dst, const P& p) {
+  using Raw = typename RawBits<sizeof(P)>::type;
+  *reinterpret_cast<Raw*>(dst) = *reinterpret_cast<const Raw*>(&p);
+}
+
 template <typename Acc, int WORDS> struct StatVec {
   Acc w[WORDS];
 };
@@ -67,7 +86,7 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
 #pragma unroll
       for (int i = 0; i < NIN; ++i) {
         if (e0 + VEC <= cols) {
-          pack[i][k] = *reinterpret_cast<const PackT*>(row[i] + e0);
+          pack[i][k] = load_pack<PackT>(row[i] + e0);
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
@@ -110,7 +129,7 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
         o.v[e] = from_acc<T>(f(v));
       }
       if (e0 + VEC <= cols) {
-        *reinterpret_cast<PackT*>(out + e0) = o;
+        store_pack(out + e0, o);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
@@ -125,13 +144,13 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
 #pragma unroll
     for (int i = 0; i < NIN; ++i)
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) smem[(i * VPT + k) * threads + thread] = pack[i][k];
+      for (int k = 0; k < VPT; ++k) store_pack(&smem[(i * VPT + k) * threads + thread], pack[i][k]);
   }
   __device__ __forceinline__ void unstash(const PackT* smem, int thread, int threads) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i)
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) pack[i][k] = smem[(i * VPT + k) * threads + thread];
+      for (int k = 0; k < VPT; ++k) pack[i][k] = load_pack<PackT>(&smem[(i * VPT + k) * threads + thread]);
   }
 };
 

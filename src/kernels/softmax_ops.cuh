@@ -2,8 +2,9 @@
 //
 // Forward statistic: (max, sum of exp(x - max)), merged online:
 //   (m, s) + (m', s') = (M, s * e^(m - M) + s' * e^(m' - M)),  M = max(m, m').
-// NaN inputs reach the sum through exp(NaN - m), so a row holding NaN (or +inf, where
-// inf - inf is NaN) gives NaN everywhere, as torch does; an all -inf row keeps
+// NaN inputs reach the sum through exp(NaN - m) (a thread's max is NaN-propagating, and the
+// merge keeps a NaN sum), so a row holding NaN (or +inf, where inf - inf is NaN) gives NaN
+// everywhere, as torch does; an all -inf row keeps
 // (m, s) = (-inf, 0) and its outputs become exp(-inf - -inf) = NaN, also as torch.
 #pragma once
 
@@ -26,14 +27,15 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   // Commutative, so every lane of a butterfly sees the same bits.
   __device__ static Stat merge(const Stat& a, const Stat& b) {
     const Acc m = fmax(a.w[0], b.w[0]);
-    if (m == negative_infinity<Acc>()) return identity();
+    if (m == negative_infinity<Acc>()) return {{m, a.w[1] + b.w[1]}};  // 0, or NaN carried on
     return {{m, a.w[1] * fast_exp(a.w[0] - m) + b.w[1] * fast_exp(b.w[0] - m)}};
   }
 
   template <class Tile>
   __device__ static Stat thread_stat(const Tile& tile, int cols, int first, int step) {
     Acc m = negative_infinity<Acc>();
-    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { m = fmax(m, v[0]); });
+    // NaN-propagating max: a thread holding only NaN and -inf must still report NaN.
+    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { m = (m > v[0] || m != m) ? m : v[0]; });
     Acc s = 0;
     if (m != negative_infinity<Acc>())
       tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { s += fast_exp(v[0] - m); });

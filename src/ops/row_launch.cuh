@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/row_engine.cuh"
@@ -24,6 +25,10 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   // Keep 2 KB for the kernel's own reduction slots and the per-CTA reservation.
   limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
   limits->max_cluster = 8;
+  limits->max_block_threads = 1024;
+  // Tuning knobs for benchmark sweeps only; the defaults above are what ships.
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_CLUSTER")) limits->max_cluster = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS")) limits->max_block_threads = std::atoi(v);
   return Status::ok();
 }
 
@@ -31,7 +36,8 @@ namespace detail {
 
 template <typename T, class Op, int VEC>
 auto pick_warp_kernel(int lanes, int vpt) {
-  if (vpt > 1) return kernels::row_warp_kernel<T, Op, VEC, 2, 32>;
+  if (vpt == 2) return kernels::row_warp_kernel<T, Op, VEC, 2, 32>;
+  if (vpt > 2) return kernels::row_warp_kernel<T, Op, VEC, 4, 32>;
   switch (lanes) {
     case 4: return kernels::row_warp_kernel<T, Op, VEC, 1, 4>;
     case 8: return kernels::row_warp_kernel<T, Op, VEC, 1, 8>;
@@ -66,11 +72,22 @@ Status launch_row_op_vec(const RowArgsFor<T, Op>& args, const RowKernelConfig& c
     return launch_status("row_warp_kernel");
   }
   auto kernel = pick_block_kernel<T, Op, VEC>(c.vpt);
+  const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
+  if (c.cluster == 1) {
+    // A plain launch: cluster launches schedule CTAs more slowly, which short rows feel.
+    if (c.smem_bytes > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
+            cudaSuccess)
+      return launch_status("row_block_kernel shared-memory setup");
+    kernel<<<static_cast<unsigned>(grid), c.threads, c.smem_bytes, stream>>>(args, c.tiles, c.stash_tiles);
+    return launch_status("row_block_kernel");
+  }
+  if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+    return launch_status("row_block_kernel cluster setup");
   if (c.smem_bytes > 48 * 1024 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
           cudaSuccess)
     return launch_status("row_block_kernel shared-memory setup");
-  const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(c.threads);

@@ -6,7 +6,6 @@ namespace reducekit {
 namespace {
 
 constexpr int kWarpThreads = 128;
-constexpr int kMaxThreads = 1024;
 constexpr int kMinBlockThreads = 128;
 constexpr int kTargetVectorsPerThread = 4;  // 64 bytes in flight per thread per input
 constexpr int kMaxVectorBytesPerThread = 64;  // 4 x 16-byte vectors: more spills at 1024 threads
@@ -31,18 +30,19 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, bool vectorizable,
   const int max_vpt = std::max(1, vectorizable ? kMaxVectorBytesPerThread / (vector_bytes * inputs) : kMaxScalarVpt / inputs);
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));
 
-  // Short rows: a few lanes each, so a warp still issues full 512-byte loads.
-  if (vectors <= 32 * 2) {
+  // Short rows: at most one warp each, several rows per CTA, no block barrier.
+  if (vectors <= 32 * max_vpt) {
     c.kind = RowKernelKind::kWarp;
     c.threads = kWarpThreads;
     c.lanes = std::clamp(pow2_ceil(vectors), 4, 32);
-    c.vpt = vectors > 32 ? 2 : 1;
+    c.vpt = static_cast<int>(pow2_ceil(ceil_div(vectors, 32)));
     return c;
   }
 
   c.kind = RowKernelKind::kBlock;
   const int target = std::min(kTargetVectorsPerThread, max_vpt);
-  c.threads = std::clamp(pow2_ceil(ceil_div(vectors, target)), kMinBlockThreads, kMaxThreads);
+  const int max_threads = std::max(kMinBlockThreads, limits.max_block_threads);
+  c.threads = std::clamp(pow2_ceil(ceil_div(vectors, target)), kMinBlockThreads, max_threads);
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= max_vpt) {
     c.vpt = pow2_ceil(per_thread);
@@ -50,7 +50,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, bool vectorizable,
   }
 
   // Longer than one CTA's registers: spread the row over a cluster, then over tiles.
-  c.threads = kMaxThreads;
+  c.threads = max_threads;
   c.vpt = max_vpt;
   const int64_t tile_vectors = int64_t(c.threads) * c.vpt;
   c.cluster = static_cast<int>(std::min<int64_t>(ceil_div(vectors, tile_vectors), std::max(1, limits.max_cluster)));

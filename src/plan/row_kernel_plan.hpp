@@ -17,7 +17,8 @@ namespace reducekit {
 enum class RowKernelKind { kWarp, kBlock };
 
 struct RowKernelLimits {
-  int max_cluster = 8;                       // CTAs per cluster (8 is portable on sm_90)
+  int max_cluster = 8;                          // CTAs per cluster (8 is portable on sm_90)
+  int max_block_threads = 1024;                 // CTA size cap for kBlock rows (a power of two >= 128)
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
 };
 

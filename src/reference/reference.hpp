@@ -127,6 +127,7 @@ bool std_backward(const double* x, const double* y, const double* dy, const Shap
 
 // ---- layer_norm / rms_norm over the trailing `cols` of [rows, cols] ---------------------------
 // weight, bias (each [cols]) may be nullptr; so may the mean/rstd outputs ([rows] each).
+// cols == 0 gives NaN mean/rstd (0 / 0).
 // A fused residual variant is the caller's s = x + residual followed by these.
 // y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var_biased + eps).
 void layer_norm_forward(const double* x, const double* weight, const double* bias, double* y,
@@ -136,7 +137,8 @@ void layer_norm_forward(const double* x, const double* weight, const double* bia
 void layer_norm_backward(const double* x, const double* dy, const double* mean, const double* rstd,
                          const double* weight, double* dx, double* dweight, double* dbias,
                          int64_t rows, int64_t cols);
-// y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+// y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps). eps is explicit (torch's eps=None
+// means torch.finfo(dtype).eps).
 void rms_norm_forward(const double* x, const double* weight, double* y, double* rstd, int64_t rows,
                       int64_t cols, double eps);
 void rms_norm_backward(const double* x, const double* dy, const double* rstd, const double* weight,
@@ -145,7 +147,8 @@ void rms_norm_backward(const double* x, const double* dy, const double* rstd, co
 // ---- batch_norm over [n, c, hw]: statistics per channel over n * hw elements ------------------
 // weight/bias [c] may be nullptr. Training: save_mean/save_invstd [c] (may be nullptr),
 // invstd = 1 / sqrt(biased var + eps); running_mean/running_var [c] (may be nullptr) are updated
-// in place, r = (1 - momentum) * r + momentum * stat, with the unbiased variance.
+// in place, r = (1 - momentum) * r + momentum * stat, with the unbiased variance (torch's
+// momentum=None is momentum = 1 / num_batches_tracked, which the caller can pass).
 // Returns false when n * hw == 1 (torch raises); with n * hw == 0 the output is empty, the running
 // stats are left alone and save_mean/save_invstd are NaN.
 bool batch_norm_train_forward(const double* x, const double* weight, const double* bias, double* y,
@@ -165,6 +168,7 @@ void channels_last_to_first(const double* x, double* y, int64_t n, int64_t c, in
 void channels_first_to_last(const double* x, double* y, int64_t n, int64_t c, int64_t hw);
 
 // ---- cross_entropy: logits [rows, classes], integer targets [rows] ---------------------------
+// Class-index targets without class weights (no probability targets).
 enum class LossReduction { kNone, kMean, kSum };
 
 struct CrossEntropyOptions {

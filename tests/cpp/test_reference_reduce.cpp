@@ -185,6 +185,9 @@ TEST(ReferenceReduce, EmptyReducedSets) {
   ASSERT_TRUE(ref::var_mean(none.data(), shape, {1}, 0.0, y.data(), y2.data()));
   EXPECT_TRUE(std::isnan(y[1]));
   EXPECT_TRUE(std::isnan(y2[1]));
+  // torch fills var of an empty input with NaN whatever the correction (M2 / (0 - (-1)) would be 0).
+  ASSERT_TRUE(ref::var(none.data(), shape, {1}, -1.0, y.data()));
+  EXPECT_TRUE(std::isnan(y[0]));
   // Undefined on an empty set: refused, and nothing written.
   y.assign(3, 42.0);
   EXPECT_FALSE(ref::amax(none.data(), shape, {1}, y.data()));
@@ -433,6 +436,17 @@ TEST(ReferenceReduceBackward, StdOfConstantSetHasZeroGradient) {
   EXPECT_DOUBLE_EQ(dx[3], -0.5);
   EXPECT_EQ(dx[4], 0.0);
   EXPECT_DOUBLE_EQ(dx[5], 0.5);
+}
+
+TEST(ReferenceReduceBackward, VarWithNoDegreesOfFreedom) {
+  // n - correction == 0: 2 / 0 * dy * (x - mean), i.e. +-inf, and NaN where x == mean.
+  const std::vector<double> x = {1, 2, 3};
+  const std::vector<double> dy = {1};
+  std::vector<double> dx(3);
+  ASSERT_TRUE(ref::var_backward(x.data(), dy.data(), {3}, {0}, 3.0, dx.data()));
+  EXPECT_EQ(dx[0], -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(dx[1]));
+  EXPECT_EQ(dx[2], std::numeric_limits<double>::infinity());
 }
 
 }  // namespace

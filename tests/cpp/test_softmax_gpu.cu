@@ -87,6 +87,25 @@ template <typename T> Status run(Op op, const TensorView& a, const TensorView& b
   }
 }
 
+// The magnitude of the terms behind one row's outputs (see close_enough): the largest finite
+// |output| for forward ops; for backward ops the largest |y| (|dy| + sum |y dy|) (softmax) or
+// |dy| + exp(y) sum |dy| (log_softmax), since dx is a difference of such terms.
+double term_scale(Op op, const double* a, const double* b, const double* want, int64_t cols) {
+  double scale = 0, sum_abs = 0;
+  if (op == Op::kSoftmax || op == Op::kLogSoftmax) {
+    for (int64_t c = 0; c < cols; ++c)
+      if (std::isfinite(want[c])) scale = std::max(scale, std::fabs(want[c]));
+    return scale;
+  }
+  for (int64_t c = 0; c < cols; ++c) sum_abs += op == Op::kSoftmaxBackward ? std::fabs(a[c] * b[c]) : std::fabs(b[c]);
+  for (int64_t c = 0; c < cols; ++c) {
+    const double t = op == Op::kSoftmaxBackward ? std::fabs(a[c]) * (std::fabs(b[c]) + sum_abs)
+                                                : std::fabs(b[c]) + std::exp(a[c]) * sum_abs;
+    if (std::isfinite(t)) scale = std::max(scale, t);
+  }
+  return scale;
+}
+
 // Runs `op` on the GPU for one layout and value kind and compares with the oracle.
 template <typename T> void check_against_oracle(Op op, const Layout& l, const std::string& kind, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << l.rows
@@ -137,9 +156,8 @@ template <typename T> void check_against_oracle(Op op, const Layout& l, const st
       ++failures;
     }
   for (int64_t r = 0; r < l.rows && failures < 5; ++r) {
-    double scale = 0;
-    for (int64_t c = 0; c < l.cols; ++c)
-      if (std::isfinite(want[r * l.cols + c])) scale = std::max(scale, std::fabs(want[r * l.cols + c]));
+    const double scale = term_scale(op, &a[r * l.cols], is_backward(op) ? &b[r * l.cols] : nullptr,
+                                    &want[r * l.cols], l.cols);
     for (int64_t c = 0; c < l.cols && failures < 5; ++c) {
       const double w = want[r * l.cols + c];
       const double g = to_double(got[l.offset + r * l.stride + c]);
