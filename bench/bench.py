@@ -283,6 +283,10 @@ def main(argv=None):
     sys.stderr = Tee(sys.__stderr__, log)
     started = time.perf_counter()
 
+    import warnings
+    # inductor's note on split reductions, once per long-row shape; (?s): the message starts with a newline
+    warnings.filterwarnings("ignore", message=r"(?s)\s*Online softmax is disabled")
+
     import torch
     import triton
     from triton.testing import do_bench, do_bench_cudagraph

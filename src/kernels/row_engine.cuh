@@ -6,9 +6,10 @@
 //
 //   row_warp_kernel   LANES (4..32) threads per row, 128/LANES rows per CTA, row in registers.
 //   row_block_kernel  one CTA per row, or one cluster of CTAs per row (sm_90 distributed
-//                     shared memory combines their statistics); each thread streams `tiles`
-//                     register tiles; all but the last wait in shared memory (`stash_tiles` of
-//                     them) or are read again from global memory for the output pass.
+//                     shared memory combines their statistics); each thread covers `tiles`
+//                     tiles: the first `stash_tiles` are copied asynchronously into shared
+//                     memory, the others stream through registers (the last stays there; any
+//                     between are read again from global memory for the output pass).
 //
 // Thread-to-data layout: the row is a sequence of VEC-element vectors (16 bytes when aligned).
 // Thread g of a group of G threads owns vectors g, g + G, g + 2G, ... so every warp load is
@@ -22,6 +23,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cuda_pipeline.h>
 
 #include <cstdint>
 
@@ -72,7 +74,10 @@ template <typename T, int NIN> struct RowArgs {
 };
 
 // One thread's share of a row: VPT vectors of each input, still in the storage type.
-template <typename T, int NIN, int VEC, int VPT> struct RowTile {
+// kAligned: every row start is 16-byte aligned, so whole vectors move as single accesses.
+// Unaligned rows keep the same element-to-thread layout and move element by element, so the
+// arithmetic, and therefore every result bit, is the same for both (batch invariance).
+template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using Acc = acc_t<T>;
   using PackT = Pack<T, VEC>;
   PackT pack[NIN][VPT];
@@ -85,7 +90,7 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
       const int e0 = (first + k * step) * VEC;
 #pragma unroll
       for (int i = 0; i < NIN; ++i) {
-        if (e0 + VEC <= cols) {
+        if (kAligned && e0 + VEC <= cols) {
           pack[i][k] = load_pack<PackT>(row[i] + e0);
         } else {
 #pragma unroll
@@ -96,15 +101,17 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
     }
   }
 
-  // Calls f(values) with the NIN inputs of every element inside the row.
+  // Calls f(values) with the NIN inputs of every element inside the row. Whole vectors skip
+  // the per-element bounds test.
   template <class F>
   __device__ __forceinline__ void for_each(int cols, int first, int step, F&& f) const {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
+      const bool whole = e0 + VEC <= cols;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        if (e0 + e < cols) {
+        if (whole || e0 + e < cols) {
           Acc v[NIN];
 #pragma unroll
           for (int i = 0; i < NIN; ++i) v[i] = to_acc<Acc>(pack[i][k].v[e]);
@@ -120,6 +127,7 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
+      if (e0 >= cols) continue;
       PackT o;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -128,7 +136,7 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
         for (int i = 0; i < NIN; ++i) v[i] = to_acc<Acc>(pack[i][k].v[e]);
         o.v[e] = from_acc<T>(f(v));
       }
-      if (e0 + VEC <= cols) {
+      if (kAligned && e0 + VEC <= cols) {
         store_pack(out + e0, o);
       } else {
 #pragma unroll
@@ -136,6 +144,27 @@ template <typename T, int NIN, int VEC, int VPT> struct RowTile {
           if (e0 + e < cols) out[e0 + e] = o.v[e];
       }
     }
+  }
+
+  // Starts asynchronous copies of this thread's slots straight into its shared-memory slots
+  // (layout as in stash), so a CTA can have every parked tile of a long row in flight at
+  // once. Completion: __pipeline_commit() then __pipeline_wait_prior(0) in the same thread.
+  __device__ __forceinline__ void prefetch(const T* const (&row)[NIN], int cols, int first, int step, PackT* smem,
+                                           int thread, int threads) const {
+#pragma unroll
+    for (int i = 0; i < NIN; ++i)
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int e0 = (first + k * step) * VEC;
+        PackT* slot = &smem[(i * VPT + k) * threads + thread];
+        if (kAligned && e0 + VEC <= cols) {
+          __pipeline_memcpy_async(slot, row[i] + e0, sizeof(PackT));
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            if (e0 + e < cols) slot->v[e] = row[i][e0 + e];
+        }
+      }
   }
 
   // Shared-memory parking between the statistics pass and the output pass. Each thread owns
@@ -201,7 +230,7 @@ __device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s,
   return r;
 }
 
-template <typename T, class Op, int VEC, int VPT, int LANES>
+template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
 __global__ void __launch_bounds__(kWarpKernelThreads)
 row_warp_kernel(RowArgs<T, Op::kInputs> args) {
   constexpr int NIN = Op::kInputs;
@@ -218,7 +247,7 @@ row_warp_kernel(RowArgs<T, Op::kInputs> args) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + r * args.in_stride[i];
 
-    RowTile<T, NIN, VEC, VPT> tile;
+    RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.load(in, cols, lane, LANES);
     typename Op::Stat stat = group_reduce<Op, LANES>(Op::thread_stat(tile, cols, lane, LANES));
     const typename Op::Params p = Op::finalize(stat);
@@ -227,11 +256,11 @@ row_warp_kernel(RowArgs<T, Op::kInputs> args) {
   }
 }
 
-template <typename T, class Op, int VEC, int VPT>
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads)
 row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
   constexpr int NIN = Op::kInputs;
-  using Tile = RowTile<T, NIN, VEC, VPT>;
+  using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
   extern __shared__ __align__(16) unsigned char stash_bytes[];
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
   __shared__ typename Op::Stat slots[33];
@@ -250,20 +279,31 @@ row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
 
+    // Tiles 0 .. stash_tiles-1 go to shared memory asynchronously, all in flight together;
+    // the rest stream through registers, and the last stays there for the output pass.
     Tile tile;
+    for (int t = 0; t < stash_tiles; ++t)
+      tile.prefetch(in, args.cols, me + t * tile_vectors, step, stash + t * stash_stride, threadIdx.x, threads);
+    __pipeline_commit();
     typename Op::Stat stat = Op::identity();
-    for (int t = 0; t < tiles; ++t) {
+    for (int t = stash_tiles; t < tiles; ++t) {
       const int first = me + t * tile_vectors;
       tile.load(in, args.cols, first, step);
       stat = Op::merge(stat, Op::thread_stat(tile, args.cols, first, step));
-      if (t + 1 < tiles && t < stash_tiles) tile.stash(stash + t * stash_stride, threadIdx.x, threads);
+    }
+    __pipeline_wait_prior(0);
+    for (int t = 0; t < stash_tiles; ++t) {
+      Tile parked;
+      parked.unstash(stash + t * stash_stride, threadIdx.x, threads);
+      stat = Op::merge(stat, Op::thread_stat(parked, args.cols, me + t * tile_vectors, step));
     }
     stat = block_reduce<Op>(stat, slots);
     if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
     const typename Op::Params p = Op::finalize(stat);
 
     T* out = args.out + row * args.out_stride;
-    // Last tile first: it is still in registers.
+    // Last tile first: it is still in registers. Tiles between the parked ones and the last
+    // are read again (from L2 when the row's traffic allows).
     for (int t = tiles - 1; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if (t + 1 < tiles) {

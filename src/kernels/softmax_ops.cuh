@@ -2,8 +2,7 @@
 //
 // Forward statistic: (max, sum of exp(x - max)), merged online:
 //   (m, s) + (m', s') = (M, s * e^(m - M) + s' * e^(m' - M)),  M = max(m, m').
-// NaN inputs reach the sum through exp(NaN - m) (a thread's max is NaN-propagating, and the
-// merge keeps a NaN sum), so a row holding NaN (or +inf, where inf - inf is NaN) gives NaN
+// NaN inputs reach the sum through exp(NaN - m) (and the merge keeps a NaN sum), so a row holding NaN (or +inf, where inf - inf is NaN) gives NaN
 // everywhere, as torch does; an all -inf row keeps
 // (m, s) = (-inf, 0) and its outputs become exp(-inf - -inf) = NaN, also as torch.
 #pragma once
@@ -34,11 +33,12 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   template <class Tile>
   __device__ static Stat thread_stat(const Tile& tile, int cols, int first, int step) {
     Acc m = negative_infinity<Acc>();
-    // NaN-propagating max: a thread holding only NaN and -inf must still report NaN.
-    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { m = (m > v[0] || m != m) ? m : v[0]; });
+    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { m = fmax(m, v[0]); });
+    // fmax skips NaN; the sum catches it. With m = -inf (only -inf and NaN seen) subtract 0
+    // instead, so exp gives 0 for -inf and NaN for NaN rather than exp(-inf + inf) = NaN.
+    const Acc base = m == negative_infinity<Acc>() ? Acc(0) : m;
     Acc s = 0;
-    if (m != negative_infinity<Acc>())
-      tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { s += fast_exp(v[0] - m); });
+    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { s += fast_exp(v[0] - base); });
     return {{m, s}};
   }
 

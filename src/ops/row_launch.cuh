@@ -24,8 +24,6 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
     return Status::cuda_error(std::string("device query failed: ") + cudaGetErrorString(cudaGetLastError()));
   // Keep 2 KB for the kernel's own reduction slots and the per-CTA reservation.
   limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
-  limits->max_cluster = 8;
-  limits->max_block_threads = 1024;
   // Tuning knobs for benchmark sweeps only; the defaults above are what ships.
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_CLUSTER")) limits->max_cluster = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS")) limits->max_block_threads = std::atoi(v);
@@ -34,24 +32,27 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
 
 namespace detail {
 
-template <typename T, class Op, int VEC>
+// Elements per 16-byte vector: the planner's and the kernels' unit of work.
+template <typename T> constexpr int kVec = 16 / sizeof(T);
+
+template <typename T, class Op, int VEC, bool kAligned>
 auto pick_warp_kernel(int lanes, int vpt) {
-  if (vpt == 2) return kernels::row_warp_kernel<T, Op, VEC, 2, 32>;
-  if (vpt > 2) return kernels::row_warp_kernel<T, Op, VEC, 4, 32>;
+  if (vpt == 2) return kernels::row_warp_kernel<T, Op, VEC, 2, 32, kAligned>;
+  if (vpt > 2) return kernels::row_warp_kernel<T, Op, VEC, 4, 32, kAligned>;
   switch (lanes) {
-    case 4: return kernels::row_warp_kernel<T, Op, VEC, 1, 4>;
-    case 8: return kernels::row_warp_kernel<T, Op, VEC, 1, 8>;
-    case 16: return kernels::row_warp_kernel<T, Op, VEC, 1, 16>;
-    default: return kernels::row_warp_kernel<T, Op, VEC, 1, 32>;
+    case 4: return kernels::row_warp_kernel<T, Op, VEC, 1, 4, kAligned>;
+    case 8: return kernels::row_warp_kernel<T, Op, VEC, 1, 8, kAligned>;
+    case 16: return kernels::row_warp_kernel<T, Op, VEC, 1, 16, kAligned>;
+    default: return kernels::row_warp_kernel<T, Op, VEC, 1, 32, kAligned>;
   }
 }
 
-template <typename T, class Op, int VEC>
+template <typename T, class Op, int VEC, bool kAligned>
 auto pick_block_kernel(int vpt) {
   switch (vpt) {
-    case 1: return kernels::row_block_kernel<T, Op, VEC, 1>;
-    case 2: return kernels::row_block_kernel<T, Op, VEC, 2>;
-    default: return kernels::row_block_kernel<T, Op, VEC, 4>;  // the planner's maximum
+    case 1: return kernels::row_block_kernel<T, Op, VEC, 1, kAligned>;
+    case 2: return kernels::row_block_kernel<T, Op, VEC, 2, kAligned>;
+    default: return kernels::row_block_kernel<T, Op, VEC, 4, kAligned>;  // the planner's maximum
   }
 }
 
@@ -61,17 +62,17 @@ inline Status launch_status(const char* what) {
   return Status::cuda_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
 }
 
-template <typename T, class Op, int VEC>
-Status launch_row_op_vec(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
+template <typename T, class Op, bool kAligned>
+Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
   constexpr int64_t kMaxGrid = 0x7fffffff;
   if (c.kind == RowKernelKind::kWarp) {
     const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
     const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
-    pick_warp_kernel<T, Op, VEC>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0,
+    pick_warp_kernel<T, Op, kVec<T>, kAligned>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0,
                                                    stream>>>(args);
     return launch_status("row_warp_kernel");
   }
-  auto kernel = pick_block_kernel<T, Op, VEC>(c.vpt);
+  auto kernel = pick_block_kernel<T, Op, kVec<T>, kAligned>(c.vpt);
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
   if (c.cluster == 1) {
     // A plain launch: cluster launches schedule CTAs more slowly, which short rows feel.
@@ -110,14 +111,14 @@ Status launch_row_op_vec(const RowArgsFor<T, Op>& args, const RowKernelConfig& c
 
 }  // namespace detail
 
-// Launches Op over args.rows rows of args.cols elements. `vectorizable` must say whether every
-// row start of every array is 16-byte aligned (the caller checked); the config must come from
-// plan_row_kernel with the same flag.
+// Launches Op over args.rows rows of args.cols elements with the configuration plan_row_kernel
+// gave for cols. `aligned` says whether every row start of every array is 16-byte aligned;
+// it changes how elements move, never which thread combines them.
 template <typename T, class Op>
-Status launch_row_op(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
+Status launch_row_op(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, bool aligned, cudaStream_t stream) {
   if (args.rows == 0 || args.cols == 0) return Status::ok();
-  if (c.vec == 1) return detail::launch_row_op_vec<T, Op, 1>(args, c, stream);
-  return detail::launch_row_op_vec<T, Op, 16 / sizeof(T)>(args, c, stream);
+  if (aligned) return detail::launch_row_op_aligned<T, Op, true>(args, c, stream);
+  return detail::launch_row_op_aligned<T, Op, false>(args, c, stream);
 }
 
 }  // namespace reducekit

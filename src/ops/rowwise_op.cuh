@@ -26,7 +26,7 @@ namespace detail {
 
 template <typename T, template <typename> class OpFor, int NIN>
 Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)[NIN + 1],
-                        const RowKernelConfig& config, cudaStream_t stream) {
+                        const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
   kernels::RowArgs<T, NIN> args;
   for (int i = 0; i < NIN; ++i) {
     args.in[i] = static_cast<const T*>(t.in[i].data);
@@ -36,7 +36,7 @@ Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)
   args.out_stride = plans[NIN].row_stride;
   args.rows = plans[0].rows;
   args.cols = static_cast<int>(plans[0].cols);
-  return launch_row_op<T, OpFor<T>>(args, config, stream);
+  return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
 }
 
 }  // namespace detail
@@ -69,25 +69,25 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
     return Status::unsupported(std::string(t.in_name[0]) + ": rows longer than " + std::to_string(kMaxRowLength) +
                                " elements are not supported");
 
-  // 16-byte vectors need every row start of every array aligned.
+  // 16-byte accesses need every row start of every array aligned. The plan does not depend
+  // on it (results stay batch-invariant); only how the kernel moves bytes does.
   const int elem_bytes = static_cast<int>(dtype_size(t.in[0].dtype));
   const int vec = 16 / elem_bytes;
-  bool vectorizable = true;
+  bool aligned = true;
   for (int i = 0; i <= NIN; ++i) {
     const TensorView& v = i < NIN ? t.in[i] : t.out;
-    vectorizable = vectorizable && reinterpret_cast<uintptr_t>(v.data) % 16 == 0 &&
-                   (rows == 1 || plans[i].row_stride % vec == 0);
+    aligned = aligned && reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (rows == 1 || plans[i].row_stride % vec == 0);
   }
   RowKernelLimits limits;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
-  const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, vectorizable, NIN, limits);
+  const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, NIN, limits);
 
   switch (t.in[0].dtype) {
-    case DType::kFloat32: return detail::dispatch_rowwise<float, OpFor>(t, plans, config, stream);
-    case DType::kFloat16: return detail::dispatch_rowwise<__half, OpFor>(t, plans, config, stream);
+    case DType::kFloat32: return detail::dispatch_rowwise<float, OpFor>(t, plans, config, aligned, stream);
+    case DType::kFloat16: return detail::dispatch_rowwise<__half, OpFor>(t, plans, config, aligned, stream);
     case DType::kBFloat16:
-      return detail::dispatch_rowwise<__nv_bfloat16, OpFor>(t, plans, config, stream);
-    case DType::kFloat64: return detail::dispatch_rowwise<double, OpFor>(t, plans, config, stream);
+      return detail::dispatch_rowwise<__nv_bfloat16, OpFor>(t, plans, config, aligned, stream);
+    case DType::kFloat64: return detail::dispatch_rowwise<double, OpFor>(t, plans, config, aligned, stream);
     default: return Status::invalid_argument(std::string(t.in_name[0]) + ": unsupported dtype");
   }
 }

@@ -1,12 +1,13 @@
 // Chooses how the row engine (src/kernels/row_engine.cuh) lays a row of length `cols` onto
-// threads. The choice depends only on the row length, the element size, whether 16-byte
-// vectors are usable and the device limits -- never on the number of rows -- so a row's
-// result does not change with the batch it sits in.
+// threads. The choice depends only on the row length, the element size and the device
+// limits -- never on the number of rows or the alignment of the tensor -- so a row's result
+// does not change with the batch it sits in.
 //
 //   cols * bytes small   -> kWarp:  4..32 lanes per row, several rows per CTA
 //   fits one CTA         -> kBlock: one CTA per row, each thread holding vpt vectors
 //   longer               -> kBlock with a cluster of CTAs per row; past the cluster's
-//                           registers, extra tiles park in shared memory, then in L2
+//                           registers, extra tiles park in shared memory (16-CTA clusters
+//                           where that keeps the row on chip), then are re-read via L2
 #pragma once
 
 #include <cstddef>
@@ -17,14 +18,15 @@ namespace reducekit {
 enum class RowKernelKind { kWarp, kBlock };
 
 struct RowKernelLimits {
-  int max_cluster = 8;                          // CTAs per cluster (8 is portable on sm_90)
-  int max_block_threads = 1024;                 // CTA size cap for kBlock rows (a power of two >= 128)
+  int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
+  int max_block_threads = 512;                  // CTA size cap for kBlock rows: two CTAs per SM let
+                                                // one load while the other reduces
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
 };
 
 struct RowKernelConfig {
   RowKernelKind kind = RowKernelKind::kWarp;
-  int vec = 1;       // elements per vector access: 16 bytes' worth, or 1 for unaligned rows
+  int vec = 1;       // elements per 16-byte vector, the unit each thread owns
   int vpt = 1;       // vectors per thread per tile (a kernel template parameter)
   int lanes = 32;    // kWarp: threads per row
   int threads = 128; // threads per CTA
@@ -44,7 +46,6 @@ constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indi
 
 // `inputs`: arrays read per element (1 for forward ops, 2 for backward ops). Register tiles
 // shrink with it so a thread's registers hold the same number of bytes.
-RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, bool vectorizable, int inputs,
-                                const RowKernelLimits& limits);
+RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits);
 
 }  // namespace reducekit

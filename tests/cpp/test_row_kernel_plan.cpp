@@ -19,14 +19,13 @@ std::vector<int64_t> row_lengths() {
 TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
   const RowKernelLimits limits;
   for (int elem : {2, 4, 8}) {
-    for (bool vectorizable : {true, false}) {
+    {
       for (int inputs : {1, 2}) {
         for (int64_t n : row_lengths()) {
-          SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " vec=" << vectorizable
-                                          << " inputs=" << inputs);
-          const RowKernelConfig c = plan_row_kernel(n, elem, vectorizable, inputs, limits);
+          SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
+          const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
           EXPECT_GE(c.capacity(), n);
-          EXPECT_EQ(c.vec, vectorizable ? 16 / elem : 1);
+          EXPECT_EQ(c.vec, 16 / elem);
           EXPECT_TRUE(c.vpt == 1 || c.vpt == 2 || c.vpt == 4) << c.vpt;
           EXPECT_LE(c.vpt * c.vec * elem * inputs, 64) << "register tile over 64 bytes per thread";
           if (c.kind == RowKernelKind::kWarp) {
@@ -43,7 +42,7 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
             EXPECT_LE(c.stash_tiles, c.tiles - 1);
             EXPECT_LE(c.smem_bytes, limits.max_smem_per_block);
             if (c.tiles > 1) {
-              EXPECT_EQ(c.cluster, limits.max_cluster) << "tiles only once the cluster is full";
+              EXPECT_GE(c.cluster, 8) << "tiles only once a portable cluster is full";
             }
           }
         }
@@ -54,24 +53,34 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
 
 TEST(RowKernelPlan, ShortRowsShareWarpsLongRowsUseClusters) {
   const RowKernelLimits limits;
-  EXPECT_EQ(plan_row_kernel(128, 4, true, 1, limits).kind, RowKernelKind::kWarp);
-  EXPECT_EQ(plan_row_kernel(64, 4, true, 1, limits).lanes, 16);
-  const RowKernelConfig medium = plan_row_kernel(4096, 4, true, 1, limits);
+  EXPECT_EQ(plan_row_kernel(128, 4, 1, limits).kind, RowKernelKind::kWarp);
+  EXPECT_EQ(plan_row_kernel(64, 4, 1, limits).lanes, 16);
+  const RowKernelConfig medium = plan_row_kernel(4096, 4, 1, limits);
   EXPECT_EQ(medium.kind, RowKernelKind::kBlock);
   EXPECT_EQ(medium.cluster, 1);
   EXPECT_EQ(medium.tiles, 1);
-  const RowKernelConfig long_row = plan_row_kernel(262144, 4, true, 1, limits);
+  const RowKernelConfig long_row = plan_row_kernel(262144, 4, 1, limits);
   EXPECT_GT(long_row.cluster, 1);
   EXPECT_EQ(long_row.stash_tiles, long_row.tiles - 1) << "a 1 MB row stays on chip";
-  const RowKernelConfig huge = plan_row_kernel(1 << 20, 4, true, 1, limits);
+  const RowKernelConfig huge = plan_row_kernel(1 << 20, 4, 1, limits);
   EXPECT_GT(huge.tiles, 1);
   EXPECT_GT(huge.stash_tiles, 0);
+}
+
+TEST(RowKernelPlan, SixteenCtaClustersOnlyWhereTheyKeepTheRowOnChip) {
+  RowKernelLimits limits;
+  limits.max_cluster = 16;
+  limits.max_block_threads = 512;
+  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).cluster, 8) << "8 CTAs hold a 1 MB row on chip";
+  const RowKernelConfig bf16_mega = plan_row_kernel(1 << 20, 2, 1, limits);
+  EXPECT_EQ(bf16_mega.cluster, 16);
+  EXPECT_EQ(bf16_mega.stash_tiles, bf16_mega.tiles - 1);
 }
 
 TEST(RowKernelPlan, SmallSharedMemoryMeansNoStash) {
   RowKernelLimits tight;
   tight.max_smem_per_block = 1024;
-  const RowKernelConfig c = plan_row_kernel(1 << 22, 4, true, 1, tight);
+  const RowKernelConfig c = plan_row_kernel(1 << 22, 4, 1, tight);
   EXPECT_GT(c.tiles, 1);
   EXPECT_EQ(c.stash_tiles, 0);
   EXPECT_EQ(c.smem_bytes, 0u);
