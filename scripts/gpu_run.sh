@@ -24,20 +24,21 @@ fi
 if stage py; then
   echo "== Python tests"
   python3 -m pytest -q "$REPO/tests/python" -rs --maxfail=20 --tb=line >"$OUT_DIR/py_tests.log" 2>&1 || status=1
-  tail -25 "$OUT_DIR/py_tests.log"
+  tail -3 "$OUT_DIR/py_tests.log"
+fi
+if stage bench; then
+  echo "== benchmark"
+  # bench.py writes bench.log, results.json and bench.png into OUT_DIR itself.
+  python3 "$REPO/bench/bench.py" --out "$OUT_DIR" ${REDUCEKIT_BENCH_ARGS:-} 2>&1 | tail -100
 fi
 if stage san; then
   echo "== compute-sanitizer (memcheck, racecheck) on a reduced suite"
-  filter="SoftmaxGpu.SoftmaxFloat32:SoftmaxGpu.LogSoftmaxBFloat16:SoftmaxGpu.SoftmaxBackwardFloat32:SoftmaxGpu.InPlace"
+  filter="${REDUCEKIT_SAN_FILTER:-SoftmaxGpu.SoftmaxFloat32:SoftmaxGpu.LogSoftmaxBFloat16:SoftmaxGpu.SoftmaxBackwardFloat32:SoftmaxGpu.InPlace}"
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/reducekit_tests" --gtest_filter="$filter" \
       --gtest_brief=1 >"$OUT_DIR/sanitizer_$tool.tmp" 2>&1
     echo "$tool: exit $? ($(grep -cE '^========= (Invalid|Race|Error)' "$OUT_DIR/sanitizer_$tool.tmp") reports)"
     cat "$OUT_DIR/sanitizer_$tool.tmp" >>"$OUT_DIR/sanitizer.log" && rm "$OUT_DIR/sanitizer_$tool.tmp"
   done
-fi
-if stage bench; then
-  echo "== benchmark"
-  python3 "$REPO/bench/bench.py" --out "$OUT_DIR" ${REDUCEKIT_BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" | tail -80
 fi
 exit $status

@@ -50,13 +50,25 @@ template <> struct RawBits<16> { using type = uint4; };
 
 template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
   using Raw = typename RawBits<sizeof(P)>::type;
+  const Raw r = *reinterpret_cast<const Raw*>(src);
   P p;
-  *reinterpret_cast<Raw*>(&p) = *reinterpret_cast<const Raw*>(src);
+  memcpy(&p, &r, sizeof(P));
   return p;
+}
+// One 16-byte global store, spelled out: left to itself the compiler splits the block
+// kernel's output stores into 4- and 2-byte pieces (seen in its PTX).
+template <typename P> __device__ __forceinline__ void store_pack_global(void* dst, const P& p) {
+  static_assert(sizeof(P) == 16, "row packs are 16 bytes");
+  uint32_t w[4];
+  memcpy(w, &p, sizeof(P));
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
 }
 template <typename P> __device__ __forceinline__ void store_pack(void* dst, const P& p) {
   using Raw = typename RawBits<sizeof(P)>::type;
-  *reinterpret_cast<Raw*>(dst) = *reinterpret_cast<const Raw*>(&p);
+  Raw r;
+  memcpy(&r, &p, sizeof(P));  // register moves; keeps the store one 16-byte access
+  *reinterpret_cast<Raw*>(dst) = r;
 }
 
 template <typename Acc, int WORDS> struct StatVec {
@@ -137,7 +149,7 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
         o.v[e] = from_acc<T>(f(v));
       }
       if (kAligned && e0 + VEC <= cols) {
-        store_pack(out + e0, o);
+        store_pack_global(out + e0, o);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
