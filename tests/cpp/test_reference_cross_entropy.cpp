@@ -8,21 +8,18 @@
 #include <vector>
 
 #include "reference/reference.hpp"
+#include "reference_test_util.hpp"
 
 namespace ref = reducekit::reference;
 
 namespace {
 
+using reducekit::reference_test::randn;
+using reducekit::reference_test::numeric_gradient;
+using reducekit::reference_test::expect_all_near;
+
 using ref::CrossEntropyOptions;
 using ref::LossReduction;
-
-std::vector<double> randn(size_t n, unsigned seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
 
 CrossEntropyOptions options(LossReduction reduction, double ls = 0.0, int64_t ignore = -100) {
   CrossEntropyOptions o;

@@ -9,40 +9,15 @@
 #include <vector>
 
 #include "reference/reference.hpp"
+#include "reference_test_util.hpp"
 
 namespace ref = reducekit::reference;
 
 namespace {
 
-std::vector<double> randn(size_t n, unsigned seed, double scale = 1.0, double shift = 0.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(shift, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
-
-// d/dp of sum(w * f(p)) by central differences.
-std::vector<double> numeric_gradient(const std::function<std::vector<double>(std::vector<double>)>& f,
-                                     const std::vector<double>& p, const std::vector<double>& w) {
-  std::vector<double> grad(p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double h = 1e-6 * std::max(1.0, std::fabs(p[i]));
-    std::vector<double> pp(p), pm(p);
-    pp[i] += h;
-    pm[i] -= h;
-    const std::vector<double> yp = f(pp), ym = f(pm);
-    double d = 0;
-    for (size_t j = 0; j < w.size(); ++j) d += w[j] * (yp[j] - ym[j]);
-    grad[i] = d / (2 * h);
-  }
-  return grad;
-}
-
-void expect_all_near(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << i;
-}
+using reducekit::reference_test::randn;
+using reducekit::reference_test::numeric_gradient;
+using reducekit::reference_test::expect_all_near;
 
 TEST(ReferenceLayerNorm, ClosedForm) {
   const std::vector<double> x = {1, 2, 3, 4};  // mean 2.5, biased var 1.25

@@ -9,38 +9,18 @@
 #include <vector>
 
 #include "reference/reference.hpp"
+#include "reference_test_util.hpp"
 
 namespace ref = reducekit::reference;
 
 namespace {
 
+using reducekit::reference_test::randn;
+using reducekit::reference_test::numeric_gradient;
+using reducekit::reference_test::expect_all_near;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::vector<double> randn(size_t n, unsigned seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
-
-// d/dx of sum(w * f(x)) by central differences, f mapping x to a vector of w.size() values.
-std::vector<double> numeric_gradient(const std::function<std::vector<double>(std::vector<double>)>& f,
-                                     const std::vector<double>& x, const std::vector<double>& w) {
-  std::vector<double> grad(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double h = 1e-6 * std::max(1.0, std::fabs(x[i]));
-    std::vector<double> xp(x), xm(x);
-    xp[i] += h;
-    xm[i] -= h;
-    const std::vector<double> yp = f(xp), ym = f(xm);
-    double d = 0;
-    for (size_t j = 0; j < w.size(); ++j) d += w[j] * (yp[j] - ym[j]);
-    grad[i] = d / (2 * h);
-  }
-  return grad;
-}
 
 TEST(ReferenceSum, CompensatedSumRecoversLostBits) {
   ref::CompensatedSum s;

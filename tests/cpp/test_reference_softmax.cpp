@@ -8,20 +8,17 @@
 #include <vector>
 
 #include "reference/reference.hpp"
+#include "reference_test_util.hpp"
 
 namespace ref = reducekit::reference;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using reducekit::reference_test::randn;
+using reducekit::reference_test::numeric_gradient;
+using reducekit::reference_test::expect_all_near;
 
-std::vector<double> randn(size_t n, unsigned seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TEST(ReferenceSoftmax, ClosedFormTwoValues) {
   const std::vector<double> x = {0.0, std::log(2.0)};
