@@ -40,17 +40,11 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
 };
 
-// The integer type of a Pack's size. Copying a Pack of __half or __nv_bfloat16 member by
-// member compiles to 2-byte accesses; moving it as one integer gives single 16-byte LDG/STG.
-template <int BYTES> struct RawBits;
-template <> struct RawBits<2> { using type = unsigned short; };
-template <> struct RawBits<4> { using type = unsigned int; };
-template <> struct RawBits<8> { using type = uint2; };
-template <> struct RawBits<16> { using type = uint4; };
-
+// Packs move as one uint4: copied member by member, a Pack of __half or __nv_bfloat16
+// compiles to 2-byte accesses.
 template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
-  using Raw = typename RawBits<sizeof(P)>::type;
-  const Raw r = *reinterpret_cast<const Raw*>(src);
+  static_assert(sizeof(P) == 16, "row packs are 16 bytes");
+  const uint4 r = *reinterpret_cast<const uint4*>(src);
   P p;
   memcpy(&p, &r, sizeof(P));
   return p;
@@ -63,12 +57,6 @@ template <typename P> __device__ __forceinline__ void store_pack_global(void* ds
   memcpy(w, &p, sizeof(P));
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                : "memory");
-}
-template <typename P> __device__ __forceinline__ void store_pack(void* dst, const P& p) {
-  using Raw = typename RawBits<sizeof(P)>::type;
-  Raw r;
-  memcpy(&r, &p, sizeof(P));  // register moves; keeps the store one 16-byte access
-  *reinterpret_cast<Raw*>(dst) = r;
 }
 
 template <typename Acc, int WORDS> struct StatVec {
@@ -179,14 +167,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       }
   }
 
-  // Shared-memory parking between the statistics pass and the output pass. Each thread owns
-  // its own slots (index `thread`, `threads` apart), so no barrier is needed around them.
-  __device__ __forceinline__ void stash(PackT* smem, int thread, int threads) const {
-#pragma unroll
-    for (int i = 0; i < NIN; ++i)
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) store_pack(&smem[(i * VPT + k) * threads + thread], pack[i][k]);
-  }
+  // Reads back the slots prefetch() parked in shared memory. Each thread owns its own slots
+  // (index `thread`, `threads` apart), so no barrier is needed around them.
   __device__ __forceinline__ void unstash(const PackT* smem, int thread, int threads) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i)
