@@ -54,8 +54,8 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   }
 };
 
-// dx = y * (dy - sum(y * dy)), inputs (y, dy), y the softmax output.
-template <typename T> struct SoftmaxBackwardOp {
+// The backward ops need one per-row sum over (y, dy); Term(y, dy) says of what.
+template <typename T, class Term> struct RowSumOverYdy {
   using Acc = acc_t<T>;
   static constexpr int kInputs = 2;
   using Stat = StatVec<Acc, 1>;
@@ -66,30 +66,29 @@ template <typename T> struct SoftmaxBackwardOp {
   template <class Tile>
   __device__ static Stat thread_stat(const Tile& tile, int cols, int first, int step) {
     Acc s = 0;
-    tile.for_each(cols, first, step, [&](const Acc (&v)[2]) { s += v[0] * v[1]; });
+    tile.for_each(cols, first, step, [&](const Acc (&v)[2]) { s += Term::of(v[0], v[1]); });
     return {{s}};
   }
   __device__ static Params finalize(const Stat& s) { return s.w[0]; }
-  __device__ static Acc output(const Acc (&v)[2], const Params& dot) { return v[0] * (v[1] - dot); }
+};
+
+struct YTimesDy {
+  template <typename Acc> __device__ static Acc of(Acc y, Acc dy) { return y * dy; }
+};
+struct DyAlone {
+  template <typename Acc> __device__ static Acc of(Acc, Acc dy) { return dy; }
+};
+
+// dx = y * (dy - sum(y * dy)), inputs (y, dy), y the softmax output.
+template <typename T> struct SoftmaxBackwardOp : RowSumOverYdy<T, YTimesDy> {
+  using Acc = acc_t<T>;
+  __device__ static Acc output(const Acc (&v)[2], const Acc& dot) { return v[0] * (v[1] - dot); }
 };
 
 // dx = dy - exp(y) * sum(dy), inputs (y, dy), y the log_softmax output.
-template <typename T> struct LogSoftmaxBackwardOp {
+template <typename T> struct LogSoftmaxBackwardOp : RowSumOverYdy<T, DyAlone> {
   using Acc = acc_t<T>;
-  static constexpr int kInputs = 2;
-  using Stat = StatVec<Acc, 1>;
-  using Params = Acc;
-
-  __device__ static Stat identity() { return {{Acc(0)}}; }
-  __device__ static Stat merge(const Stat& a, const Stat& b) { return {{a.w[0] + b.w[0]}}; }
-  template <class Tile>
-  __device__ static Stat thread_stat(const Tile& tile, int cols, int first, int step) {
-    Acc s = 0;
-    tile.for_each(cols, first, step, [&](const Acc (&v)[2]) { s += v[1]; });
-    return {{s}};
-  }
-  __device__ static Params finalize(const Stat& s) { return s.w[0]; }
-  __device__ static Acc output(const Acc (&v)[2], const Params& sum) { return v[1] - fast_exp(v[0]) * sum; }
+  __device__ static Acc output(const Acc (&v)[2], const Acc& sum) { return v[1] - fast_exp(v[0]) * sum; }
 };
 
 }  // namespace reducekit::kernels
