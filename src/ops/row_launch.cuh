@@ -74,21 +74,17 @@ Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfi
   }
   auto kernel = pick_block_kernel<T, Op, kVec<T>, kAligned>(c.vpt);
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
+  if (c.smem_bytes > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
+          cudaSuccess)
+    return launch_status("row_block_kernel shared-memory setup");
   if (c.cluster == 1) {
     // A plain launch: cluster launches schedule CTAs more slowly, which short rows feel.
-    if (c.smem_bytes > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
-            cudaSuccess)
-      return launch_status("row_block_kernel shared-memory setup");
     kernel<<<static_cast<unsigned>(grid), c.threads, c.smem_bytes, stream>>>(args, c.tiles, c.stash_tiles);
     return launch_status("row_block_kernel");
   }
   if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
     return launch_status("row_block_kernel cluster setup");
-  if (c.smem_bytes > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
-          cudaSuccess)
-    return launch_status("row_block_kernel shared-memory setup");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(c.threads);

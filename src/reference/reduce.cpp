@@ -283,12 +283,11 @@ bool var_mean(const double* x, const Shape& shape, const Dims& dims, double corr
 
 bool std_mean(const double* x, const Shape& shape, const Dims& dims, double correction,
               double* std_out, double* mean_out) {
-  int64_t o = 0;
-  return reduce_sets(x, shape, dims, std_out, [&](const std::vector<double>& v) {
-    const Moments m = moments_of(v, correction);
-    mean_out[o++] = m.mean;
-    return std::sqrt(m.var);
-  });
+  Shape out;
+  if (!var_mean(x, shape, dims, correction, std_out, mean_out) || !reduced_shape(shape, dims, false, &out))
+    return false;
+  for (int64_t i = 0; i < numel(out); ++i) std_out[i] = std::sqrt(std_out[i]);
+  return true;
 }
 
 bool sum_backward(const double* dy, const Shape& shape, const Dims& dims, double* dx) {

@@ -7,10 +7,14 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
 namespace reducekit::reference_test {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 inline std::vector<double> randn(std::size_t n, unsigned seed, double scale = 1.0, double shift = 0.0) {
   std::mt19937 gen(seed);

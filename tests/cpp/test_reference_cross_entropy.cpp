@@ -14,9 +14,7 @@ namespace ref = reducekit::reference;
 
 namespace {
 
-using reducekit::reference_test::randn;
-using reducekit::reference_test::numeric_gradient;
-using reducekit::reference_test::expect_all_near;
+using namespace reducekit::reference_test;
 
 using ref::CrossEntropyOptions;
 using ref::LossReduction;

@@ -15,9 +15,7 @@ namespace ref = reducekit::reference;
 
 namespace {
 
-using reducekit::reference_test::randn;
-using reducekit::reference_test::numeric_gradient;
-using reducekit::reference_test::expect_all_near;
+using namespace reducekit::reference_test;
 
 TEST(ReferenceLayerNorm, ClosedForm) {
   const std::vector<double> x = {1, 2, 3, 4};  // mean 2.5, biased var 1.25

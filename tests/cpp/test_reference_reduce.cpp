@@ -15,12 +15,7 @@ namespace ref = reducekit::reference;
 
 namespace {
 
-using reducekit::reference_test::randn;
-using reducekit::reference_test::numeric_gradient;
-using reducekit::reference_test::expect_all_near;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using namespace reducekit::reference_test;
 
 TEST(ReferenceSum, CompensatedSumRecoversLostBits) {
   ref::CompensatedSum s;

@@ -14,11 +14,7 @@ namespace ref = reducekit::reference;
 
 namespace {
 
-using reducekit::reference_test::randn;
-using reducekit::reference_test::numeric_gradient;
-using reducekit::reference_test::expect_all_near;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using namespace reducekit::reference_test;
 
 TEST(ReferenceSoftmax, ClosedFormTwoValues) {
   const std::vector<double> x = {0.0, std::log(2.0)};
