@@ -1,0 +1,64 @@
+// What a reduction kernel is given, and the fixed shapes it is compiled for: the canonical problem (plan/reduction_plan.hpp), where its
+// outputs go, and its workspace. Plain structs, shared by host launch code and device code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "reducekit/tensor.hpp"
+
+namespace reducekit::kernels {
+
+namespace shape {
+// Shapes the kernels are compiled for; ops/reduce_config.cpp plans launches with the same values.
+constexpr int kReduceThreads = 256;      // every reduction CTA
+constexpr int kReduceUnroll = 4;         // row/all paths: 16-byte vectors in flight per thread
+constexpr int kRowWarpMaxVectors = 512;  // rows up to this many vectors: a warp or less per row
+constexpr int64_t kRowChunk = 32768;     // longer rows are cut into chunks of this many elements
+constexpr int kColumnLanes = 4;          // column path: lanes across the inner extent per warp
+constexpr int kColumnRowLanes = 8;       // ... and lanes down the reduced extent
+constexpr int kColumnUnroll = 8;         // ... rows each lane loads per step
+constexpr int64_t kColumnMaxSegments = 64;
+constexpr int64_t kColumnSplitBelowVectors = 4096;  // fewer column vectors: one CTA per segment
+constexpr int64_t kAllMaxCtas = 512;  // all path: fits one wave at 4 CTAs per SM on 132 SMs
+constexpr int64_t kMaxGrid = int64_t(1) << 30;  // kernels loop over work items beyond this
+// Workspace: one slot per partial statistic (the largest is float64 Welford, 24 bytes), and
+// completion tickets (uint32) in a zeroed prefix rounded to this many bytes.
+constexpr std::size_t kPartialSlotBytes = 32;
+constexpr std::size_t kWorkspaceAlign = 256;
+
+}  // namespace shape
+using namespace shape;
+
+// Which finished value a policy writes (the policies that serve several ops read it).
+enum class ReduceMode : int8_t { kSum, kMean, kVar, kStd, kVarMean, kStdMean, kOther };
+
+struct ReduceOutputs {
+  void* out = nullptr;       // dense, one element per output
+  void* mean_out = nullptr;  // var_mean / std_mean only
+  DType out_type = DType::kFloat32;
+  DType mean_type = DType::kFloat32;
+  ReduceMode mode = ReduceMode::kOther;
+  double correction = 0.0;  // moments only
+};
+
+struct ReduceArgs {
+  const void* x = nullptr;
+  // The canonical problem; element offsets (see reduction_plan.hpp).
+  int64_t outer = 0;
+  int64_t reduced = 0;
+  int64_t inner = 1;
+  int64_t outer_stride = 0;
+  int64_t reduced_stride = 1;
+  bool aligned = false;  // 16-byte vector loads are safe; changes how bytes move, never a result
+  ReduceOutputs outs;
+  // From ReduceConfig (ops/reduce_config.hpp).
+  int64_t chunk = 0;
+  int64_t chunks = 1;
+  int64_t tiles = 0;
+  bool split = false;
+  unsigned* tickets = nullptr;  // zero on entry, zero again on exit
+  void* partials = nullptr;
+};
+
+}  // namespace reducekit::kernels

@@ -1,0 +1,379 @@
+// The reduction engine: data movement and fixed-order combines for the statistics of
+// reduce_stats.cuh over the three canonical problems (plan/reduction_plan.hpp).
+//
+// Row and all paths: a contiguous run is a sequence of 16-byte vectors. Lane g of G lanes owns
+// vectors g, g + G, g + 2G, ... and loads kReduceUnroll of them before folding them as one chunk,
+// so every warp load is a coalesced stretch and several loads are in flight per thread:
+//
+//   vectors: | l0 l1 .. lG-1 | l0 l1 .. lG-1 | l0 .. | l0 .. |   (one unrolled step = U groups)
+//   then whole vectors left over one at a time, then the < VEC tail elements by one lane.
+//
+//   reduce_row_warp_kernel   G = 1..32 lanes per row, 256 / G rows per CTA step.
+//   reduce_row_block_kernel  one CTA per (row, chunk of kRowChunk elements); with several chunks
+//                            each CTA leaves its partial in the workspace and the last CTA of
+//                            the row (integer ticket) merges the row's partials in order.
+//   reduce_all_kernel        CTA b folds steps b, b + grid, ... of 256 * U vectors; the last
+//                            CTA merges the per-CTA partials in order.
+//
+// Column path [outer, K, inner], reduce K: a warp is 4 lanes across the inner extent (one
+// vector of columns each) by 8 lanes down K; each lane loads kColumnUnroll rows per step:
+//
+//   rows of a step:  lanes (ky = 0, cx = 0..3) rows 0..7, (ky = 1) rows 8..15, ... (ky = 7) ..63
+//
+// K is cut into segments (length from K only); a segment's statistic is the fixed butterfly over
+// the 8 ky lanes of their running statistics, and an output is the in-order merge of its segment
+// statistics, either inside one CTA or, when there are few columns (split), through the workspace
+// with one CTA per segment and the last CTA of a tile merging them: the same arithmetic both ways.
+//
+// Aligned and unaligned inputs differ only in how elements are loaded (one 16-byte access or VEC
+// scalar ones), never in which lane folds which element, so both give the same bits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/reduce_args.hpp"
+#include "kernels/reduce_stats.cuh"
+
+namespace reducekit::kernels {
+
+template <typename T> constexpr int kVecOf = 16 / sizeof(T);
+
+// ---- loads ---------------------------------------------------------------------------------------
+template <typename T, int VEC> __device__ __forceinline__ void load_vector(const T* p, bool aligned, T (&out)[VEC]) {
+  static_assert(sizeof(T) * VEC == 16, "vectors are 16 bytes");
+  if (aligned) {
+    const uint4 r = __ldg(reinterpret_cast<const uint4*>(p));
+    memcpy(out, &r, 16);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = p[e];
+  }
+}
+
+// Shift by the set's pivot (kShift policies only).
+template <class P, typename T> __device__ __forceinline__ typename P::Accum value_of(T raw, typename P::Accum pivot) {
+  const auto v = to_accum<typename P::Accum>(raw);
+  if constexpr (P::kShift) return v - pivot;
+  return v;
+}
+
+template <class P, typename T> __device__ __forceinline__ typename P::Accum pivot_at(const T* p) {
+  using Acc = typename P::Accum;
+  if constexpr (!P::kShift) return Acc(0);
+  const Acc v = to_accum<Acc>(*p);
+  return isfinite(v) ? v : Acc(0);
+}
+
+// N values of one set: the policy's chunk fold, or element by element with their indices.
+template <class P, int N, class Index>
+__device__ __forceinline__ void fold_values(typename P::Stat& s, const typename P::Accum (&v)[N], Index index) {
+  if constexpr (P::kChunked) {
+    P::fold_chunk(s, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) P::fold(s, v[i], index(i));
+  }
+}
+
+// ---- combines ------------------------------------------------------------------------------------
+template <typename S> __device__ __forceinline__ S shfl_down_stat(const S& s, int offset, int width) {
+  static_assert(sizeof(S) % 4 == 0, "statistics move as 32-bit words");
+  constexpr int kWords = sizeof(S) / 4;
+  uint32_t w[kWords];
+  memcpy(w, &s, sizeof(S));
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], offset, width);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
+}
+
+// Tree over WIDTH consecutive lanes, lower lanes first; the first lane of each group gets the result.
+template <class P, int WIDTH> __device__ __forceinline__ typename P::Stat group_reduce(typename P::Stat s) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) s = P::merge(s, shfl_down_stat(s, offset, WIDTH));
+  return s;
+}
+
+// Whole CTA; thread 0 gets the result. `slots` holds 32 statistics; the caller syncs before reuse.
+template <class P> __device__ __forceinline__ typename P::Stat block_reduce(typename P::Stat s, typename P::Stat* slots) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  s = group_reduce<P, 32>(s);
+  if (lane == 0) slots[warp] = s;
+  __syncthreads();
+  if (warp == 0) {
+    s = lane < static_cast<int>(blockDim.x / 32) ? slots[lane] : P::identity();
+    s = group_reduce<P, 32>(s);
+  }
+  return s;
+}
+
+// Partials written by other CTAs are read from L2 (.cg): L1 is not coherent across SMs.
+template <typename S> __device__ __forceinline__ S load_partial(const S* p) {
+  uint32_t w[sizeof(S) / 4];
+  const auto* src = reinterpret_cast<const unsigned int*>(p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __ldcg(src + i);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
+}
+
+// Every thread of the CTA calls this once its partial (in thread 0) is final. Thread 0 stores
+// it at parts[index] and takes a ticket; the CTA that takes the last of `count` tickets merges
+// parts[0 .. count) in a fixed order (thread t folds t, t + blockDim, ..., then the block tree),
+// returns true with the result in thread 0, and zeroes the ticket for the next call.
+template <class P>
+__device__ bool publish_and_combine(typename P::Stat& s, typename P::Stat* parts, int64_t index, int64_t count,
+                                    unsigned* ticket, typename P::Stat* slots) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    parts[index] = s;
+    __threadfence();  // the partial is visible device-wide before the ticket says so
+    last = atomicAdd(ticket, 1u) == static_cast<unsigned>(count - 1);
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  typename P::Stat t = P::identity();
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) t = P::merge(t, load_partial(parts + j));
+  __syncthreads();  // slots may still be read by warp 0 of the block_reduce before
+  t = block_reduce<P>(t, slots);
+  if (threadIdx.x == 0) {
+    *ticket = 0;
+    s = t;
+  }
+  return true;
+}
+
+// ---- row and all paths: one lane's share of a contiguous run -------------------------------------
+// Folds the vectors of run[0, len) that lane `lane` of `lanes` owns (see the diagram on top);
+// element e of the run has index index_base + e.
+template <class P, typename T>
+__device__ __forceinline__ void fold_run(typename P::Stat& s, const T* run, int64_t len, int64_t index_base, int lane,
+                                         int lanes, bool aligned, typename P::Accum pivot) {
+  using Acc = typename P::Accum;
+  constexpr int VEC = kVecOf<T>, U = kReduceUnroll;
+  const int64_t vectors = len / VEC;
+  int64_t v = lane;
+  for (; v + int64_t(U - 1) * lanes < vectors; v += int64_t(U) * lanes) {
+    T raw[U][VEC];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_vector<T, VEC>(run + (v + int64_t(u) * lanes) * VEC, aligned, raw[u]);
+    Acc vals[U * VEC];
+#pragma unroll
+    for (int i = 0; i < U * VEC; ++i) vals[i] = value_of<P>(raw[i / VEC][i % VEC], pivot);
+    fold_values<P>(s, vals, [&](int i) { return index_base + (v + int64_t(i / VEC) * lanes) * VEC + i % VEC; });
+  }
+  for (; v < vectors; v += lanes) {
+    T raw[VEC];
+    load_vector<T, VEC>(run + v * VEC, aligned, raw);
+    Acc vals[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) vals[i] = value_of<P>(raw[i], pivot);
+    fold_values<P>(s, vals, [&](int i) { return index_base + v * VEC + i; });
+  }
+  if (lane == vectors % lanes)
+    for (int64_t e = vectors * VEC; e < len; ++e) P::fold(s, value_of<P>(run[e], pivot), index_base + e);
+}
+
+template <class P, typename T, int LANES>
+__global__ void __launch_bounds__(kReduceThreads) reduce_row_warp_kernel(ReduceArgs a) {
+  using Acc = typename P::Accum;
+  constexpr int kRowsPerStep = kReduceThreads / LANES;
+  const T* x = static_cast<const T*>(a.x);
+  const int lane = threadIdx.x % LANES;
+  for (int64_t first = int64_t(blockIdx.x) * kRowsPerStep; first < a.outer; first += int64_t(gridDim.x) * kRowsPerStep) {
+    // Groups past the last row still join the shuffles, with nothing folded.
+    const int64_t row = first + threadIdx.x / LANES;
+    const bool live = row < a.outer;
+    typename P::Stat s = P::identity();
+    Acc pivot = 0;
+    if (live) {
+      const T* run = x + row * a.outer_stride;
+      pivot = pivot_at<P>(run);
+      fold_run<P>(s, run, a.reduced, 0, lane, LANES, a.aligned, pivot);
+    }
+    s = group_reduce<P, LANES>(s);
+    if (live && lane == 0) P::finalize(s, pivot, a.reduced, a.outs, row);
+  }
+}
+
+template <class P, typename T>
+__global__ void __launch_bounds__(kReduceThreads) reduce_row_block_kernel(ReduceArgs a) {
+  using Acc = typename P::Accum;
+  using Stat = typename P::Stat;
+  __shared__ Stat slots[32];
+  const T* x = static_cast<const T*>(a.x);
+  auto* parts = static_cast<Stat*>(a.partials);
+  for (int64_t item = blockIdx.x; item < a.outer * a.chunks; item += gridDim.x) {
+    const int64_t row = item / a.chunks, chunk = item % a.chunks;
+    const T* run = x + row * a.outer_stride;
+    const Acc pivot = pivot_at<P>(run);
+    const int64_t begin = chunk * a.chunk;
+    const int64_t len = a.reduced - begin < a.chunk ? a.reduced - begin : a.chunk;
+    Stat s = P::identity();
+    fold_run<P>(s, run + begin, len, begin, threadIdx.x, blockDim.x, a.aligned, pivot);
+    s = block_reduce<P>(s, slots);
+    const bool done = a.chunks == 1 ||
+                      publish_and_combine<P>(s, parts + row * a.chunks, chunk, a.chunks, a.tickets + row, slots);
+    if (done && threadIdx.x == 0) P::finalize(s, pivot, a.reduced, a.outs, row);
+    __syncthreads();  // slots and the ticket flag are reused by the next item
+  }
+}
+
+template <class P, typename T>
+__global__ void __launch_bounds__(kReduceThreads) reduce_all_kernel(ReduceArgs a) {
+  using Acc = typename P::Accum;
+  using Stat = typename P::Stat;
+  __shared__ Stat slots[32];
+  const T* x = static_cast<const T*>(a.x);
+  const Acc pivot = pivot_at<P>(x);
+  Stat s = P::identity();
+  // a.chunks == gridDim.x: the step-to-CTA assignment depends on the element count only.
+  for (int64_t begin = int64_t(blockIdx.x) * a.chunk; begin < a.reduced; begin += a.chunks * a.chunk) {
+    const int64_t len = a.reduced - begin < a.chunk ? a.reduced - begin : a.chunk;
+    fold_run<P>(s, x + begin, len, begin, threadIdx.x, blockDim.x, a.aligned, pivot);
+  }
+  s = block_reduce<P>(s, slots);
+  const bool done = a.chunks == 1 ||
+                    publish_and_combine<P>(s, static_cast<Stat*>(a.partials), blockIdx.x, a.chunks, a.tickets, slots);
+  if (done && threadIdx.x == 0) P::finalize(s, pivot, a.reduced, a.outs, 0);
+}
+
+// ---- column path ---------------------------------------------------------------------------------
+template <class P, typename T> struct ColumnLane {
+  using Acc = typename P::Accum;
+  using Stat = typename P::Stat;
+  static constexpr int VEC = kVecOf<T>, U = kColumnUnroll;
+
+  const T* slab;  // x at (outer index, k = 0, first column of this lane)
+  int64_t stride;  // between rows k
+  int columns;     // columns of this lane inside the inner extent (0..VEC)
+  bool vector;     // the lane's VEC columns load as one 16-byte access
+
+  __device__ void load_row(int64_t k, T (&out)[VEC]) const {
+    const T* p = slab + k * stride;
+    if (vector) {
+      load_vector<T, VEC>(p, true, out);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out[j] = j < columns ? p[j] : T(0);
+    }
+  }
+
+  // Folds rows [k, k + U) when they all lie before `end`, else rows [k, end).
+  __device__ void fold_rows(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
+    if (columns == 0) return;
+    if (k + U <= end) {
+      T raw[U][VEC];
+#pragma unroll
+      for (int u = 0; u < U; ++u) load_row(k + u, raw[u]);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        Acc vals[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) vals[u] = value_of<P>(raw[u][j], pivot[j]);
+        fold_values<P>(s[j], vals, [&](int u) { return k + u; });
+      }
+    } else {
+      for (int64_t r = k; r < end; ++r) {
+        T raw[VEC];
+        load_row(r, raw);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) P::fold(s[j], value_of<P>(raw[j], pivot[j]), r);
+      }
+    }
+  }
+};
+
+// At least 2 CTAs per SM: the 16-bit Welford instantiation would otherwise take 165 registers
+// and run one CTA (8 warps) per SM, too few loads in flight.
+template <class P, typename T>
+__global__ void __launch_bounds__(kReduceThreads, 2) reduce_column_kernel(ReduceArgs a) {
+  using Acc = typename P::Accum;
+  using Stat = typename P::Stat;
+  constexpr int VEC = kVecOf<T>, U = kColumnUnroll;
+  constexpr int kRowsPerStep = kColumnRowLanes * U;
+  constexpr int kLanesPerCta = kReduceThreads / kColumnRowLanes;  // lanes across columns per CTA
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cx = lane % kColumnLanes, ky = lane / kColumnLanes;
+  const int64_t segments = a.chunks, items_per_slice = a.split ? segments : 1;
+  auto* parts = static_cast<Stat*>(a.partials);
+
+  for (int64_t item = blockIdx.x; item < a.outer * a.tiles * items_per_slice; item += gridDim.x) {
+    const int64_t slice = item / items_per_slice;  // (outer index, tile)
+    const int64_t o = slice / a.tiles, tile = slice % a.tiles;
+    const int64_t col = (tile * kLanesPerCta + warp * kColumnLanes + cx) * VEC;
+    const int64_t left = a.inner - col;
+    ColumnLane<P, T> cl;
+    cl.slab = static_cast<const T*>(a.x) + o * a.outer_stride + col;
+    cl.stride = a.reduced_stride;
+    cl.columns = left <= 0 ? 0 : (left < VEC ? static_cast<int>(left) : VEC);
+    cl.vector = a.aligned && cl.columns == VEC;
+    Acc pivot[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) pivot[j] = j < cl.columns ? pivot_at<P>(cl.slab + j) : Acc(0);
+
+    Stat result[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) result[j] = P::identity();
+    const int64_t first = a.split ? item % segments : 0, last = a.split ? first + 1 : segments;
+    for (int64_t seg = first; seg < last; ++seg) {
+      const int64_t begin = seg * a.chunk;
+      const int64_t end = a.reduced - begin < a.chunk ? a.reduced : begin + a.chunk;
+      Stat s[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s[j] = P::identity();
+      for (int64_t k = begin + ky * U; k < end; k += kRowsPerStep) cl.fold_rows(s, k, end, pivot);
+      // ky lanes 0..7 sit kColumnLanes apart: merge 4 apart, then 2, then 1 (in ky), lane ky = 0 keeps it.
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+        for (int step = kColumnRowLanes / 2; step > 0; step /= 2)
+          s[j] = P::merge(s[j], shfl_down_stat(s[j], step * kColumnLanes, 32));
+        if (a.split) {
+          if (ky == 0 && j < cl.columns) parts[seg * a.outer * a.inner + o * a.inner + col + j] = s[j];
+        } else {
+          result[j] = P::merge(result[j], s[j]);
+        }
+      }
+    }
+
+    bool finish = !a.split;
+    if (a.split) {
+      __shared__ bool last_cta;
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0)
+        last_cta = atomicAdd(a.tickets + slice, 1u) == static_cast<unsigned>(segments - 1);
+      __syncthreads();
+      finish = last_cta;
+      if (finish) {
+        __threadfence();
+        if (ky == 0)
+          for (int64_t seg = 0; seg < segments; ++seg)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j)
+              if (j < cl.columns)
+                result[j] = P::merge(result[j], load_partial(parts + seg * a.outer * a.inner + o * a.inner + col + j));
+        if (threadIdx.x == 0) a.tickets[slice] = 0;
+      }
+      __syncthreads();  // last_cta is rewritten by the next item
+    }
+    if (finish && ky == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        if (j < cl.columns) P::finalize(result[j], pivot[j], a.reduced, a.outs, o * a.inner + col + j);
+  }
+}
+
+// ---- empty reduced sets: every output is finalize(identity) ---------------------------------------
+template <class P> __global__ void __launch_bounds__(kReduceThreads) reduce_fill_kernel(ReduceArgs a, int64_t count) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    P::finalize(P::identity(), typename P::Accum(0), 0, a.outs, i);
+}
+
+}  // namespace reducekit::kernels

@@ -1,0 +1,228 @@
+// The statistics every reduction is built from, as small policies for reduce_engine.cuh:
+//
+//   Stat                       what one thread, warp, CTA or chunk knows about its elements
+//   identity()                 the statistic of no elements; merge(identity(), s) == s bit for bit
+//   fold(s, v, index)          one more element; within a thread, indices only increase
+//   fold_chunk(s, v[N])        (kChunked policies) N more elements at once, indices irrelevant
+//   merge(a, b)                two disjoint sets, a's elements before b's where order matters
+//   finalize(s, pivot, n, o, i)  writes output i (n: the size of each reduced set)
+//
+// kShift policies see every value minus the set's pivot (its first element, or 0 when that is
+// not finite) and get the pivot back in finalize: moments of 1e4 + randn are then computed on
+// numbers near 1, where float32 keeps every digit that matters.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/numeric.cuh"
+#include "kernels/reduce_args.hpp"
+
+namespace reducekit::kernels {
+
+// Values arrive in Acc; half types go through float (exact), so float64 accumulation of
+// float16 input (sum(dtype=float64)) needs no conversion of its own.
+template <typename Acc, typename T> __device__ __forceinline__ Acc to_accum(T v) {
+  return static_cast<Acc>(to_acc<acc_t<T>>(v));
+}
+
+template <typename Acc> __device__ __forceinline__ void store_as(void* base, DType type, int64_t i, Acc v) {
+  switch (type) {
+    case DType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DType::kFloat64: static_cast<double*>(base)[i] = static_cast<double>(v); break;
+    case DType::kFloat16:
+      // From double directly: going through float could round twice.
+      if constexpr (sizeof(Acc) == 8) static_cast<__half*>(base)[i] = __double2half(v);
+      else static_cast<__half*>(base)[i] = __float2half_rn(v);
+      break;
+    case DType::kBFloat16:
+      if constexpr (sizeof(Acc) == 8) static_cast<__nv_bfloat16*>(base)[i] = __double2bfloat16(v);
+      else static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
+      break;
+    case DType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+template <typename Acc> __device__ __forceinline__ Acc infinity() { return static_cast<Acc>(INFINITY); }
+
+// ---- sum and mean ------------------------------------------------------------------------------
+template <typename Acc> struct SumPolicy {
+  using Accum = Acc;
+  struct Stat { Acc s; };
+  static constexpr bool kChunked = true;
+  static constexpr bool kShift = false;
+
+  __device__ static Stat identity() { return {Acc(0)}; }
+  __device__ static void fold(Stat& st, Acc v, int64_t) { st.s += v; }
+  // Pairwise within the chunk: shorter dependency chains and a smaller rounding error.
+  template <int N> __device__ static void fold_chunk(Stat& st, const Acc (&v)[N]) {
+    Acc t[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) t[i] = v[i];
+#pragma unroll
+    for (int w = N / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    st.s += t[0];
+  }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return {a.s + b.s}; }
+  __device__ static void finalize(const Stat& st, Acc, int64_t n, const ReduceOutputs& o, int64_t i) {
+    // mean of an empty set: 0 / 0 = NaN, as torch
+    store_as<Acc>(o.out, o.out_type, i, o.mode == ReduceMode::kMean ? st.s / static_cast<Acc>(n) : st.s);
+  }
+};
+
+// ---- prod --------------------------------------------------------------------------------------
+template <typename Acc> struct ProdPolicy {
+  using Accum = Acc;
+  struct Stat { Acc p; };
+  static constexpr bool kChunked = false;
+  static constexpr bool kShift = false;
+
+  __device__ static Stat identity() { return {Acc(1)}; }
+  __device__ static void fold(Stat& st, Acc v, int64_t) { st.p *= v; }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return {a.p * b.p}; }
+  __device__ static void finalize(const Stat& st, Acc, int64_t, const ReduceOutputs& o, int64_t i) {
+    store_as<Acc>(o.out, o.out_type, i, st.p);
+  }
+};
+
+// ---- amax / amin: a NaN, once seen, stays -------------------------------------------------------
+template <typename Acc, bool kMax> struct ExtremumPolicy {
+  using Accum = Acc;
+  struct Stat { Acc m; };
+  static constexpr bool kChunked = false;
+  static constexpr bool kShift = false;
+
+  __device__ static bool beats(Acc v, Acc m) { return isnan(v) || (kMax ? v > m : v < m); }
+  __device__ static Stat identity() { return {kMax ? -infinity<Acc>() : infinity<Acc>()}; }
+  // With m NaN every comparison is false, so m keeps its NaN.
+  __device__ static void fold(Stat& st, Acc v, int64_t) {
+    if (beats(v, st.m)) st.m = v;
+  }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return beats(b.m, a.m) ? b : a; }
+  __device__ static void finalize(const Stat& st, Acc, int64_t, const ReduceOutputs& o, int64_t i) {
+    store_as<Acc>(o.out, o.out_type, i, st.m);
+  }
+};
+
+// ---- argmax / argmin: (value, index); the first NaN wins, then the extreme value, ties to the
+// lowest index. merge compares indices, so it needs no order between its operands.
+template <typename Acc, bool kMax> struct ArgExtremumPolicy {
+  using Accum = Acc;
+  struct Stat {
+    Acc v;
+    int64_t i;  // -1: no element yet
+  };
+  static constexpr bool kChunked = false;
+  static constexpr bool kShift = false;
+
+  __device__ static Stat identity() { return {Acc(0), -1}; }
+  __device__ static void fold(Stat& st, Acc v, int64_t index) {
+    // indices only increase within a thread: a tie or a later NaN never replaces what is held
+    const bool take = st.i < 0 || (!isnan(st.v) && (isnan(v) || (kMax ? v > st.v : v < st.v)));
+    if (take) st = {v, index};
+  }
+  __device__ static Stat merge(const Stat& a, const Stat& b) {
+    if (a.i < 0) return b;
+    if (b.i < 0) return a;
+    const bool an = isnan(a.v), bn = isnan(b.v);
+    if (an != bn) return an ? a : b;
+    if (an || a.v == b.v) return a.i < b.i ? a : b;
+    return (kMax ? a.v > b.v : a.v < b.v) ? a : b;
+  }
+  __device__ static void finalize(const Stat& st, Acc, int64_t, const ReduceOutputs& o, int64_t i) {
+    static_cast<int64_t*>(o.out)[i] = st.i;
+  }
+};
+
+// ---- logsumexp: online (max, sum of exp(x - max)) ------------------------------------------------
+// m never holds NaN (a NaN fails v > m); NaN reaches s through exp(NaN - m) and stays there.
+// Equal values add 1 directly, so -inf == -inf and +inf == +inf never form inf - inf.
+template <typename Acc> struct LogSumExpPolicy {
+  using Accum = Acc;
+  struct Stat { Acc m, s; };
+  static constexpr bool kChunked = false;
+  static constexpr bool kShift = false;
+
+  __device__ static Stat identity() { return {-infinity<Acc>(), Acc(0)}; }
+  __device__ static void fold(Stat& st, Acc v, int64_t) {
+    if (v > st.m) {
+      st.s = st.s * fast_exp(st.m - v) + Acc(1);
+      st.m = v;
+    } else {
+      st.s += v == st.m ? Acc(1) : fast_exp(v - st.m);
+    }
+  }
+  __device__ static Acc rescaled(const Stat& x, Acc m) { return x.m == m ? x.s : x.s * fast_exp(x.m - m); }
+  __device__ static Stat merge(const Stat& a, const Stat& b) {
+    const Acc m = fmax(a.m, b.m);
+    return {m, rescaled(a, m) + rescaled(b, m)};
+  }
+  // torch: log(sum(exp(x - m))) + m with m replaced by 0 when infinite, so all -inf gives -inf
+  // and any +inf gives +inf (without NaN).
+  __device__ static void finalize(const Stat& st, Acc, int64_t, const ReduceOutputs& o, int64_t i) {
+    Acc r = st.m;
+    if (isnan(st.s)) r = st.s;
+    else if (!isinf(st.m)) r = st.m + precise_log(st.s);
+    store_as<Acc>(o.out, o.out_type, i, r);
+  }
+};
+
+// ---- var, std, var_mean, std_mean: Welford statistics with Chan's merge ------------------------
+// (n, mean, biased variance M2 / n) rather than (n, mean, M2): every update is a weighted mean of
+// non-negative terms, so nothing overflows unless the variance itself does.
+template <typename Acc> struct MomentsPolicy {
+  using Accum = Acc;
+  struct Stat {
+    int64_t n;
+    Acc mean;
+    Acc var;  // biased: M2 / n
+  };
+  static constexpr bool kChunked = true;
+  static constexpr bool kShift = true;
+
+  __device__ static Stat identity() { return {0, Acc(0), Acc(0)}; }
+  __device__ static void fold(Stat& st, Acc v, int64_t) { st = merge(st, Stat{1, v, Acc(0)}); }
+  // The chunk sits in registers: its exact two-pass moments, then one Chan merge.
+  template <int N> __device__ static void fold_chunk(Stat& st, const Acc (&v)[N]) {
+    constexpr Acc kInvN = Acc(1) / Acc(N);
+    Acc sum = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) sum += v[i];
+    const Acc mean = sum * kInvN;
+    Acc var = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const Acc d = v[i] - mean;
+      var += (d * kInvN) * d;
+    }
+    st = merge(st, Stat{N, mean, var});
+  }
+  __device__ static Stat merge(const Stat& a, const Stat& b) {
+    if (b.n == 0) return a;
+    if (a.n == 0) return b;
+    const int64_t n = a.n + b.n;
+    const Acc wa = static_cast<Acc>(a.n) / static_cast<Acc>(n);
+    const Acc wb = static_cast<Acc>(b.n) / static_cast<Acc>(n);
+    const Acc delta = b.mean - a.mean;
+    // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf.
+    const Acc mean = isfinite(delta) ? a.mean + delta * wb : a.mean * wa + b.mean * wb;
+    return {n, mean, a.var * wa + b.var * wb + (delta * wa) * (delta * wb)};
+  }
+  __device__ static void finalize(const Stat& st, Acc pivot, int64_t, const ReduceOutputs& o, int64_t i) {
+    const Acc nan = static_cast<Acc>(NAN);
+    const Acc n = static_cast<Acc>(st.n);
+    // torch: M2 / max(0, n - correction), so a non-positive divisor gives inf (or NaN for M2 = 0)
+    const Acc divisor = fmax(Acc(0), n - static_cast<Acc>(o.correction));
+    const Acc var = st.n == 0 ? nan : st.var * (n / divisor);
+    const bool std_dev = o.mode == ReduceMode::kStd || o.mode == ReduceMode::kStdMean;
+    store_as<Acc>(o.out, o.out_type, i, std_dev ? sqrt(var) : var);
+    if (o.mode == ReduceMode::kVarMean || o.mode == ReduceMode::kStdMean)
+      store_as<Acc>(o.mean_out, o.mean_type, i, st.n == 0 ? nan : st.mean + pivot);
+  }
+};
+
+}  // namespace reducekit::kernels

@@ -1,0 +1,101 @@
+// Host planning of a reduction launch (see reduce_config.hpp).
+#include "ops/reduce_config.hpp"
+
+#include <algorithm>
+
+namespace reducekit {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+void plan_row(const ReductionPlan& p, ReduceConfig* c) {
+  const int64_t vectors = ceil_div(p.reduced, c->vec);
+  if (vectors <= kRowWarpMaxVectors) {
+    // Enough lanes that each loads at most a few unrolled steps; short rows share a warp.
+    c->kernel = ReduceKernel::kRowWarp;
+    c->lanes = std::min(32, pow2_at_least(ceil_div(vectors, kReduceUnroll)));
+    c->grid = ceil_div(p.outer, kReduceThreads / c->lanes);
+    return;
+  }
+  c->kernel = ReduceKernel::kRowBlock;
+  c->chunk = kRowChunk;
+  c->chunks = ceil_div(p.reduced, kRowChunk);
+  c->grid = p.outer * c->chunks;
+  if (c->chunks > 1) {
+    c->tickets = p.outer;
+    c->partials = p.outer * c->chunks;
+  }
+}
+
+void plan_column(const ReductionPlan& p, ReduceConfig* c) {
+  constexpr int64_t kRowsPerStep = int64_t(kColumnRowLanes) * kColumnUnroll;
+  c->kernel = ReduceKernel::kColumn;
+  // Segments of whole steps, at most kColumnMaxSegments of them: long enough that their partials
+  // stay a few percent of the input, short enough to spread small problems over many CTAs.
+  c->chunk = std::max(kRowsPerStep, round_up(ceil_div(p.reduced, kColumnMaxSegments), kRowsPerStep));
+  c->chunks = ceil_div(p.reduced, c->chunk);
+  const int64_t columns_per_cta = int64_t(kReduceThreads / (kColumnLanes * kColumnRowLanes)) *
+                                  kColumnLanes * c->vec;
+  c->tiles = ceil_div(p.inner, columns_per_cta);
+  const int64_t column_vectors = p.outer * ceil_div(p.inner, c->vec);
+  c->split = c->chunks > 1 && column_vectors < kColumnSplitBelowVectors;
+  c->grid = p.outer * c->tiles * (c->split ? c->chunks : 1);
+  if (c->split) {
+    c->tickets = p.outer * c->tiles;
+    c->partials = c->chunks * p.outer * p.inner;
+  }
+}
+
+void plan_all(const ReductionPlan& p, ReduceConfig* c) {
+  c->kernel = ReduceKernel::kAll;
+  c->chunk = int64_t(kReduceThreads) * kReduceUnroll * c->vec;
+  c->chunks = std::min(ceil_div(p.reduced, c->chunk), kAllMaxCtas);
+  c->grid = c->chunks;
+  if (c->chunks > 1) {
+    c->tickets = 1;
+    c->partials = c->chunks;
+  }
+}
+
+}  // namespace
+
+const char* reduce_kernel_name(ReduceKernel k) {
+  switch (k) {
+    case ReduceKernel::kNothing: return "nothing";
+    case ReduceKernel::kFill: return "fill";
+    case ReduceKernel::kRowWarp: return "row_warp";
+    case ReduceKernel::kRowBlock: return "row_block";
+    case ReduceKernel::kColumn: return "column";
+    case ReduceKernel::kAll: return "all";
+  }
+  return "unknown";
+}
+
+ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes) {
+  ReduceConfig c;
+  c.vec = 16 / elem_bytes;
+  if (plan.out_numel == 0 || plan.outer == 0) return c;  // kNothing
+  if (plan.reduced == 0) {
+    c.kernel = ReduceKernel::kFill;
+    c.grid = ceil_div(plan.out_numel, kReduceThreads);
+  } else if (plan.kind == ReductionKind::kRow) {
+    plan_row(plan, &c);
+  } else if (plan.kind == ReductionKind::kColumn) {
+    plan_column(plan, &c);
+  } else {
+    plan_all(plan, &c);
+  }
+  c.grid = std::min(c.grid, kMaxGrid);
+  if (c.tickets > 0) c.zeroed_bytes = static_cast<std::size_t>(round_up(c.tickets * 4, kWorkspaceAlign));
+  c.workspace_bytes = c.zeroed_bytes + static_cast<std::size_t>(c.partials) * kPartialSlotBytes;
+  return c;
+}
+
+}  // namespace reducekit

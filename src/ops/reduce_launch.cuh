@@ -1,0 +1,87 @@
+// Host side of the reduction engine: launches the kernel a ReduceConfig names for one policy and
+// element type, and dispatches on the element type. Included by the per-statistic .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/reduce_engine.cuh"
+#include "ops/reduce_dispatch.hpp"
+
+namespace reducekit {
+namespace detail {
+
+inline Status reduce_launch_status(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status::cuda_error(std::string(kernel) + " launch failed: " + cudaGetErrorString(err));
+}
+
+template <class P, typename T>
+Status launch_row_warp(const kernels::ReduceArgs& a, int lanes, unsigned grid, cudaStream_t stream) {
+  using namespace kernels;
+  switch (lanes) {
+    case 1: reduce_row_warp_kernel<P, T, 1><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 2: reduce_row_warp_kernel<P, T, 2><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 4: reduce_row_warp_kernel<P, T, 4><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 8: reduce_row_warp_kernel<P, T, 8><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 16: reduce_row_warp_kernel<P, T, 16><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    default: reduce_row_warp_kernel<P, T, 32><<<grid, kReduceThreads, 0, stream>>>(a); break;
+  }
+  return reduce_launch_status("reduce_row_warp_kernel");
+}
+
+template <class P, typename T> Status launch_policy(const ReduceLaunch& l, cudaStream_t stream) {
+  using namespace kernels;
+  const ReduceConfig& c = l.config;
+  const unsigned grid = static_cast<unsigned>(c.grid);
+  switch (c.kernel) {
+    case ReduceKernel::kNothing:
+      return Status::ok();
+    case ReduceKernel::kFill:
+      reduce_fill_kernel<P><<<grid, kReduceThreads, 0, stream>>>(l.args, l.out_numel);
+      return reduce_launch_status("reduce_fill_kernel");
+    case ReduceKernel::kRowWarp:
+      return launch_row_warp<P, T>(l.args, c.lanes, grid, stream);
+    case ReduceKernel::kRowBlock:
+      reduce_row_block_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      return reduce_launch_status("reduce_row_block_kernel");
+    case ReduceKernel::kColumn:
+      reduce_column_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      return reduce_launch_status("reduce_column_kernel");
+    case ReduceKernel::kAll:
+      reduce_all_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      return reduce_launch_status("reduce_all_kernel");
+  }
+  return Status::unsupported("x: no reduction kernel for this problem");
+}
+
+}  // namespace detail
+
+// PolicyFor<Acc> for each element type of x; float64 accumulation of narrower inputs only where
+// kDoubleAccumulate allows it (sum and mean), so the other statistics are not compiled for it.
+template <template <typename> class PolicyFor, bool kDoubleAccumulate = false>
+Status launch_for_dtype(const ReduceLaunch& l, cudaStream_t stream) {
+  using detail::launch_policy;
+  const bool wide = kDoubleAccumulate && l.double_accumulate;
+  switch (l.x_type) {
+    case DType::kFloat32:
+      if constexpr (kDoubleAccumulate) if (wide) return launch_policy<PolicyFor<double>, float>(l, stream);
+      return launch_policy<PolicyFor<float>, float>(l, stream);
+    case DType::kFloat16:
+      if constexpr (kDoubleAccumulate) if (wide) return launch_policy<PolicyFor<double>, __half>(l, stream);
+      return launch_policy<PolicyFor<float>, __half>(l, stream);
+    case DType::kBFloat16:
+      if constexpr (kDoubleAccumulate) if (wide) return launch_policy<PolicyFor<double>, __nv_bfloat16>(l, stream);
+      return launch_policy<PolicyFor<float>, __nv_bfloat16>(l, stream);
+    case DType::kFloat64:
+      return launch_policy<PolicyFor<double>, double>(l, stream);
+    default:
+      return Status::invalid_argument("x: expected float32, float16, bfloat16 or float64");
+  }
+}
+
+}  // namespace reducekit
