@@ -25,10 +25,39 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, flo
   return __float2bfloat16_rn(v);
 }
 
-// exp of a value <= 0 relative to the row max: the hardware ex2 path is accurate to a few ulp
-// there, and keeps the special-function unit, not the FMA pipe, busy (two exps per element).
-__device__ __forceinline__ float fast_exp(float v) { return __expf(v); }
+// exp of a value <= 0 relative to a max: ex2.approx is accurate to 2 ulp there and runs on
+// the special-function unit, leaving the FMA pipe to the rest. Flushing results below 2^-126
+// to zero is harmless for probabilities. The subtraction happens before the scaling (by the
+// caller), so large inputs (1e4) lose nothing to rounding of x * log2(e).
+__device__ __forceinline__ float fast_exp(float v) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
+  return r;
+}
 __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
+
+// Folds f(0) .. f(N-1) with `op` in four interleaved chains, then pairwise: independent
+// chains keep the pipes busy where one chain would wait on every step. The order is fixed by
+// N alone, so results stay deterministic.
+template <int N, class Op, class F> __device__ __forceinline__ auto fold_chains(Op op, F f) {
+  constexpr int P = N < 4 ? N : 4;
+  decltype(f(0)) part[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) part[p] = f(p);
+#pragma unroll
+  for (int j = P; j < N; ++j) part[j % P] = op(part[j % P], f(j));
+#pragma unroll
+  for (int w = 1; w < P; w *= 2)
+#pragma unroll
+    for (int p = 0; p + w < P; p += 2 * w) part[p] = op(part[p], part[p + w]);
+  return part[0];
+}
+struct Plus {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct Max {  // fmax: a NaN operand is skipped (callers that need NaN carry it elsewhere)
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return fmax(a, b); }
+};
 
 // Once per row: the precise log costs nothing and keeps log_softmax within an ulp or two.
 __device__ __forceinline__ float precise_log(float v) { return logf(v); }

@@ -1,15 +1,25 @@
 // The row engine: one kernel family for every per-row op (softmax today, norms next).
 //
-// An op is a policy (see softmax_ops.cuh) that says how one thread folds its elements into a
-// statistic (Stat), how two statistics merge, and how each output element follows from its
-// inputs and the row's final statistic. The engine owns the data movement:
+// An op is a policy (see softmax_ops.cuh) that says
+//   - pad(i):            the value of input i that leaves the statistic unchanged, so threads
+//                        can fold whole tiles without testing which elements lie in the row;
+//   - fold(values):      a thread's statistic (Stat) over its tile; it may rewrite the values
+//                        in place (softmax keeps exp(x - thread max), so each element costs one exp);
+//   - merge, identity:   how statistics combine (commutative);
+//   - finalize(row):     per-row parameters (Params) from the row's statistic;
+//   - local(p, mine):    per-tile factors from the row parameters and that tile's own fold;
+//   - output(values, l): one output element from the (folded) inputs and the tile's factors.
+// The engine owns the data movement:
 //
 //   row_warp_kernel   LANES (4..32) threads per row, 128/LANES rows per CTA, row in registers.
 //   row_block_kernel  one CTA per row, or one cluster of CTAs per row (sm_90 distributed
-//                     shared memory combines their statistics); each thread covers `tiles`
-//                     tiles: the first `stash_tiles` are copied asynchronously into shared
-//                     memory, the others stream through registers (the last stays there; any
-//                     between are read again from global memory for the output pass).
+//                     shared memory combines their statistics). Each thread covers `tiles`
+//                     tiles; with one tile (the common case) the row is read once into
+//                     registers and written from there. Longer rows stream their tiles: the
+//                     first `stash_tiles` are copied asynchronously into shared memory, the
+//                     last stays in registers, any between are read again from global memory
+//                     (L2) for the output pass, where every tile but the last is folded again.
+//                     Tiles hold up to kRowTileWords accumulation words per thread.
 //
 // Thread-to-data layout: the row is a sequence of VEC-element vectors (16 bytes when aligned).
 // Thread g of a group of G threads owns vectors g, g + G, g + 2G, ... so every warp load is
@@ -28,13 +38,14 @@
 #include <cstdint>
 
 #include "kernels/numeric.cuh"
+#include "plan/row_kernel_plan.hpp"
 
 namespace reducekit::kernels {
 
 namespace cg = cooperative_groups;
 
 constexpr int kWarpKernelThreads = 128;
-constexpr int kMaxBlockThreads = 1024;
+constexpr int kMaxBlockThreads = 512;
 
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
@@ -73,17 +84,25 @@ template <typename T, int NIN> struct RowArgs {
   int cols;
 };
 
-// One thread's share of a row: VPT vectors of each input, still in the storage type.
+// One thread's share of a row: VPT vectors of each input, converted to the accumulation type
+// once, with elements outside the row set to the op's pad values. Element e of slot k is
+// values[i][k * VEC + e]; slot k covers vector index first + k * step.
 // kAligned: every row start is 16-byte aligned, so whole vectors move as single accesses.
 // Unaligned rows keep the same element-to-thread layout and move element by element, so the
 // arithmetic, and therefore every result bit, is the same for both (batch invariance).
 template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using Acc = acc_t<T>;
   using PackT = Pack<T, VEC>;
-  PackT pack[NIN][VPT];
+  static constexpr int kElems = VEC * VPT;
+  Acc values[NIN][kElems];
 
-  // Slot k covers vector index first + k * step. Vectors past the row end stay unloaded;
-  // a vector cut by the row end is read element by element so nothing past it is touched.
+  __device__ __forceinline__ void unpack(int i, int k, const PackT& p) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) values[i][k * VEC + e] = to_acc<Acc>(p.v[e]);
+  }
+
+  // A vector cut by the row end is read element by element so nothing past it is touched.
+  template <class Op>
   __device__ __forceinline__ void load(const T* const (&row)[NIN], int cols, int first, int step) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -91,39 +110,19 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
 #pragma unroll
       for (int i = 0; i < NIN; ++i) {
         if (kAligned && e0 + VEC <= cols) {
-          pack[i][k] = load_pack<PackT>(row[i] + e0);
+          unpack(i, k, load_pack<PackT>(row[i] + e0));
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
-            if (e0 + e < cols) pack[i][k].v[e] = row[i][e0 + e];
+            values[i][k * VEC + e] = e0 + e < cols ? to_acc<Acc>(row[i][e0 + e]) : Op::pad(i);
         }
       }
     }
   }
 
-  // Calls f(values) with the NIN inputs of every element inside the row. Whole vectors skip
-  // the per-element bounds test.
-  template <class F>
-  __device__ __forceinline__ void for_each(int cols, int first, int step, F&& f) const {
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int e0 = (first + k * step) * VEC;
-      const bool whole = e0 + VEC <= cols;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        if (whole || e0 + e < cols) {
-          Acc v[NIN];
-#pragma unroll
-          for (int i = 0; i < NIN; ++i) v[i] = to_acc<Acc>(pack[i][k].v[e]);
-          f(v);
-        }
-      }
-    }
-  }
-
-  // Writes out[e] = f(values of element e) for every element inside the row.
-  template <class F>
-  __device__ __forceinline__ void store(T* out, int cols, int first, int step, F&& f) const {
+  // Writes out[e] = Op::output(values of element e, l) for every element inside the row.
+  template <class Op, class Local>
+  __device__ __forceinline__ void store(T* out, int cols, int first, int step, const Local& l) const {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
@@ -133,8 +132,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       for (int e = 0; e < VEC; ++e) {
         Acc v[NIN];
 #pragma unroll
-        for (int i = 0; i < NIN; ++i) v[i] = to_acc<Acc>(pack[i][k].v[e]);
-        o.v[e] = from_acc<T>(f(v));
+        for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
+        o.v[e] = from_acc<T>(Op::output(v, l));
       }
       if (kAligned && e0 + VEC <= cols) {
         store_pack_global(out + e0, o);
@@ -146,11 +145,12 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
     }
   }
 
-  // Starts asynchronous copies of this thread's slots straight into its shared-memory slots
-  // (layout as in stash), so a CTA can have every parked tile of a long row in flight at
+  // Starts asynchronous copies of this thread's slots, still in the storage type, into its
+  // shared-memory slots, so a CTA can have every parked tile of a long row in flight at
   // once. Completion: __pipeline_commit() then __pipeline_wait_prior(0) in the same thread.
-  __device__ __forceinline__ void prefetch(const T* const (&row)[NIN], int cols, int first, int step, PackT* smem,
-                                           int thread, int threads) const {
+  // Cut vectors are copied element by element; elements past the row end are not read.
+  __device__ __forceinline__ static void prefetch(const T* const (&row)[NIN], int cols, int first, int step,
+                                                  PackT* smem, int thread, int threads) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i)
 #pragma unroll
@@ -169,11 +169,22 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
 
   // Reads back the slots prefetch() parked in shared memory. Each thread owns its own slots
   // (index `thread`, `threads` apart), so no barrier is needed around them.
-  __device__ __forceinline__ void unstash(const PackT* smem, int thread, int threads) {
+  template <class Op>
+  __device__ __forceinline__ void unstash(const PackT* smem, int cols, int first, int step, int thread,
+                                          int threads) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i)
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) pack[i][k] = load_pack<PackT>(&smem[(i * VPT + k) * threads + thread]);
+      for (int k = 0; k < VPT; ++k) {
+        const int e0 = (first + k * step) * VEC;
+        const PackT p = load_pack<PackT>(&smem[(i * VPT + k) * threads + thread]);
+        if (e0 + VEC <= cols) {
+          unpack(i, k, p);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) values[i][k * VEC + e] = e0 + e < cols ? to_acc<Acc>(p.v[e]) : Op::pad(i);
+        }
+      }
   }
 };
 
@@ -242,11 +253,10 @@ row_warp_kernel(RowArgs<T, Op::kInputs> args) {
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + r * args.in_stride[i];
 
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
-    tile.load(in, cols, lane, LANES);
-    typename Op::Stat stat = group_reduce<Op, LANES>(Op::thread_stat(tile, cols, lane, LANES));
-    const typename Op::Params p = Op::finalize(stat);
-    tile.store(args.out + r * args.out_stride, cols, lane, LANES,
-               [&](const auto& v) { return Op::output(v, p); });
+    tile.template load<Op>(in, cols, lane, LANES);
+    const typename Op::Stat mine = Op::fold(tile.values);
+    const typename Op::Params p = Op::finalize(group_reduce<Op, LANES>(mine));
+    tile.template store<Op>(args.out + r * args.out_stride, cols, lane, LANES, Op::local(p, mine));
   }
 }
 
@@ -267,44 +277,47 @@ row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
   const int me = static_cast<int>(cluster.block_rank()) * threads + threadIdx.x;
   const int tile_vectors = VPT * step;
   const int stash_stride = NIN * VPT * threads;  // packs per stashed tile
+  const int cols = args.cols;
 
   for (int64_t row = blockIdx.x / cluster_size; row < args.rows; row += gridDim.x / cluster_size) {
     const T* in[NIN];
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
 
-    // Tiles 0 .. stash_tiles-1 go to shared memory asynchronously, all in flight together;
-    // the rest stream through registers, and the last stays there for the output pass.
+    // Tiles 0 .. stash_tiles-1 go to shared memory asynchronously, all in flight together,
+    // and are folded first; the rest stream through registers, and the last stays there for
+    // the output pass. One tile is live at a time, so tiles can use all the registers.
+    typename Op::Stat stat = Op::identity(), last = Op::identity();
     Tile tile;
-    for (int t = 0; t < stash_tiles; ++t)
-      tile.prefetch(in, args.cols, me + t * tile_vectors, step, stash + t * stash_stride, threadIdx.x, threads);
-    __pipeline_commit();
-    typename Op::Stat stat = Op::identity();
-    for (int t = stash_tiles; t < tiles; ++t) {
-      const int first = me + t * tile_vectors;
-      tile.load(in, args.cols, first, step);
-      stat = Op::merge(stat, Op::thread_stat(tile, args.cols, first, step));
+    if (stash_tiles > 0) {
+      for (int t = 0; t < stash_tiles; ++t)
+        Tile::prefetch(in, cols, me + t * tile_vectors, step, stash + t * stash_stride, threadIdx.x, threads);
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+      for (int t = 0; t < stash_tiles; ++t) {
+        tile.template unstash<Op>(stash + t * stash_stride, cols, me + t * tile_vectors, step, threadIdx.x, threads);
+        stat = Op::merge(stat, Op::fold(tile.values));
+      }
     }
-    __pipeline_wait_prior(0);
-    for (int t = 0; t < stash_tiles; ++t) {
-      Tile parked;
-      parked.unstash(stash + t * stash_stride, threadIdx.x, threads);
-      stat = Op::merge(stat, Op::thread_stat(parked, args.cols, me + t * tile_vectors, step));
+    for (int t = stash_tiles; t < tiles; ++t) {
+      tile.template load<Op>(in, cols, me + t * tile_vectors, step);
+      last = Op::fold(tile.values);
+      stat = Op::merge(stat, last);
     }
     stat = block_reduce<Op>(stat, slots);
     if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
     const typename Op::Params p = Op::finalize(stat);
 
     T* out = args.out + row * args.out_stride;
-    // Last tile first: it is still in registers. Tiles between the parked ones and the last
-    // are read again (from L2 when the row's traffic allows).
-    for (int t = tiles - 1; t >= 0; --t) {
+    // Last tile first: it is still in registers, folded. The others are fetched and folded
+    // again (same inputs, same bits): from shared memory if parked, else from global memory.
+    tile.template store<Op>(out, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last));
+    for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
-      if (t + 1 < tiles) {
-        if (t < stash_tiles) tile.unstash(stash + t * stash_stride, threadIdx.x, threads);
-        else tile.load(in, args.cols, first, step);
-      }
-      tile.store(out, args.cols, first, step, [&](const auto& v) { return Op::output(v, p); });
+      if (t < stash_tiles) tile.template unstash<Op>(stash + t * stash_stride, cols, first, step, threadIdx.x, threads);
+      else tile.template load<Op>(in, cols, first, step);
+      const typename Op::Stat again = Op::fold(tile.values);
+      tile.template store<Op>(out, cols, first, step, Op::local(p, again));
     }
   }
 }

@@ -2,10 +2,13 @@
 //
 // Forward statistic: (max, sum of exp(x - max)), merged online:
 //   (m, s) + (m', s') = (M, s * e^(m - M) + s' * e^(m' - M)),  M = max(m, m').
-// NaN inputs reach the sum through exp(NaN - m) (and the merge keeps a NaN sum), so a row holding NaN (or +inf, where inf - inf is NaN) gives NaN
-// everywhere, as torch does; an all -inf row keeps
-// (m, s) = (-inf, 0) and its outputs become exp(-inf - -inf) = NaN, also as torch.
+// softmax computes each exp once: a tile keeps e = exp(x - m_tile) and is written as
+// e * exp(m_tile - M) / sum. NaN inputs reach the sum through exp(NaN - m) (the merge keeps a
+// NaN sum), so a row holding NaN, or +inf (inf - inf is NaN), gives NaN everywhere, as torch
+// does; an all -inf row keeps (m, s) = (-inf, 0) and its outputs become NaN, also as torch.
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/numeric.cuh"
 #include "kernels/row_engine.cuh"
@@ -20,7 +23,11 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
     Acc max;
     Acc scale;  // softmax: 1 / sum; log_softmax: log(sum)
   };
+  // softmax: the tile holds exp(x - its own max), so one factor per tile rescales it;
+  // log_softmax: the tile holds x, and the row's parameters are all it needs.
+  using Local = typename std::conditional<kLog, Params, Acc>::type;
 
+  __device__ static Acc pad(int) { return negative_infinity<Acc>(); }
   __device__ static Stat identity() { return {{negative_infinity<Acc>(), Acc(0)}}; }
 
   // Commutative, so every lane of a butterfly sees the same bits.
@@ -30,15 +37,16 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
     return {{m, a.w[1] * fast_exp(a.w[0] - m) + b.w[1] * fast_exp(b.w[0] - m)}};
   }
 
-  template <class Tile>
-  __device__ static Stat thread_stat(const Tile& tile, int cols, int first, int step) {
-    Acc m = negative_infinity<Acc>();
-    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { m = fmax(m, v[0]); });
+  template <int N> __device__ static Stat fold(Acc (&v)[1][N]) {
+    const Acc m = fold_chains<N>(Max{}, [&](int j) { return v[0][j]; });
     // fmax skips NaN; the sum catches it. With m = -inf (only -inf and NaN seen) subtract 0
     // instead, so exp gives 0 for -inf and NaN for NaN rather than exp(-inf + inf) = NaN.
     const Acc base = m == negative_infinity<Acc>() ? Acc(0) : m;
-    Acc s = 0;
-    tile.for_each(cols, first, step, [&](const Acc (&v)[1]) { s += fast_exp(v[0] - base); });
+    const Acc s = fold_chains<N>(Plus{}, [&](int j) {
+      const Acc e = fast_exp(v[0][j] - base);
+      if (!kLog) v[0][j] = e;
+      return e;
+    });
     return {{m, s}};
   }
 
@@ -46,11 +54,24 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
     return {s.w[0], kLog ? precise_log(s.w[1]) : Acc(1) / s.w[1]};
   }
 
+  // A tile whose max is -inf holds exp(-inf - 0) = 0 for its -inf entries: the factor
+  // exp(-inf - max) = 0 keeps them 0. An all -inf row (max -inf) gets exp(NaN) = NaN, as torch.
+  __device__ static Local local(const Params& p, const Stat& mine) {
+    if constexpr (kLog) {
+      return p;
+    } else {
+      return fast_exp(mine.w[0] - p.max) * p.scale;
+    }
+  }
+
   // log_softmax subtracts in two steps: x - max is exact for nearby values, while
   // x - (max + log(sum)) would round at the magnitude of x.
-  __device__ static Acc output(const Acc (&v)[1], const Params& p) {
-    const Acc shifted = v[0] - p.max;
-    return kLog ? shifted - p.scale : fast_exp(shifted) * p.scale;
+  __device__ static Acc output(const Acc (&v)[1], const Local& l) {
+    if constexpr (kLog) {
+      return (v[0] - l.max) - l.scale;
+    } else {
+      return v[0] * l;
+    }
   }
 };
 
@@ -60,16 +81,16 @@ template <typename T, class Term> struct RowSumOverYdy {
   static constexpr int kInputs = 2;
   using Stat = StatVec<Acc, 1>;
   using Params = Acc;
+  using Local = Acc;
 
+  __device__ static Acc pad(int) { return Acc(0); }  // Term(0, 0) = 0 for both terms
   __device__ static Stat identity() { return {{Acc(0)}}; }
   __device__ static Stat merge(const Stat& a, const Stat& b) { return {{a.w[0] + b.w[0]}}; }
-  template <class Tile>
-  __device__ static Stat thread_stat(const Tile& tile, int cols, int first, int step) {
-    Acc s = 0;
-    tile.for_each(cols, first, step, [&](const Acc (&v)[2]) { s += Term::of(v[0], v[1]); });
-    return {{s}};
+  template <int N> __device__ static Stat fold(Acc (&v)[2][N]) {
+    return {{fold_chains<N>(Plus{}, [&](int j) { return Term::of(v[0][j], v[1][j]); })}};
   }
   __device__ static Params finalize(const Stat& s) { return s.w[0]; }
+  __device__ static Local local(const Params& p, const Stat&) { return p; }
 };
 
 struct YTimesDy {

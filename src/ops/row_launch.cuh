@@ -26,7 +26,8 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
   // Tuning knobs for benchmark sweeps only; the defaults above are what ships.
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_CLUSTER")) limits->max_cluster = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS")) limits->max_block_threads = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS"))
+    limits->max_block_threads = std::min(std::atoi(v), kernels::kMaxBlockThreads);
   return Status::ok();
 }
 
@@ -47,12 +48,19 @@ auto pick_warp_kernel(int lanes, int vpt) {
   }
 }
 
-template <typename T, class Op, int VEC, bool kAligned>
+// The largest instantiated tile with at most `vpt` vectors a thread, up to the planner's cap
+// for this dtype and input count (larger tiles would spill).
+template <typename T, class Op, int VEC, bool kAligned, int VPT = 16>
 auto pick_block_kernel(int vpt) {
-  switch (vpt) {
-    case 1: return kernels::row_block_kernel<T, Op, VEC, 1, kAligned>;
-    case 2: return kernels::row_block_kernel<T, Op, VEC, 2, kAligned>;
-    default: return kernels::row_block_kernel<T, Op, VEC, 4, kAligned>;  // the planner's maximum
+  constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
+  constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
+  if constexpr (VPT == 1) {
+    return kernels::row_block_kernel<T, Op, VEC, 1, kAligned>;
+  } else if constexpr (VPT > kMaxVpt) {
+    return pick_block_kernel<T, Op, VEC, kAligned, VPT / 2>(vpt);
+  } else {
+    if (vpt >= VPT) return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned>;
+    return pick_block_kernel<T, Op, VEC, kAligned, VPT / 2>(vpt);
   }
 }
 

@@ -3,11 +3,13 @@
 // limits -- never on the number of rows or the alignment of the tensor -- so a row's result
 // does not change with the batch it sits in.
 //
-//   cols * bytes small   -> kWarp:  4..32 lanes per row, several rows per CTA
-//   fits one CTA         -> kBlock: one CTA per row, each thread holding vpt vectors
-//   longer               -> kBlock with a cluster of CTAs per row; past the cluster's
-//                           registers, extra tiles park in shared memory (16-CTA clusters
-//                           where that keeps the row on chip), then are re-read via L2
+//   rows up to 16 elements a lane -> kWarp:  4..32 lanes per row, several rows per CTA
+//   fits one CTA's registers       -> kBlock: one CTA per row, each thread holding vpt vectors
+//   longer                         -> kBlock with a cluster of up to 8 CTAs per row, still
+//                                     read once into registers; past that, several tiles per
+//                                     thread, extra tiles parked in shared memory (16-CTA
+//                                     clusters where that keeps the row on chip), then re-read
+//                                     via L2
 #pragma once
 
 #include <cstddef>
@@ -19,8 +21,7 @@ enum class RowKernelKind { kWarp, kBlock };
 
 struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
-  int max_block_threads = 512;                  // CTA size cap for kBlock rows: two CTAs per SM let
-                                                // one load while the other reduces
+  int max_block_threads = 512;                  // CTA size cap for kBlock rows (the kernels' bound)
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
 };
 
@@ -42,10 +43,14 @@ struct RowKernelConfig {
   }
 };
 
+// Registers per thread for a tile's values in the accumulation type (float64 takes two per
+// value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
+constexpr int kRowTileWords = 64;
+
 constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indices in int
 
 // `inputs`: arrays read per element (1 for forward ops, 2 for backward ops). Register tiles
-// shrink with it so a thread's registers hold the same number of bytes.
+// shrink with it so a thread's registers hold the same number of values.
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits);
 
 }  // namespace reducekit

@@ -26,15 +26,18 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
           const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
           EXPECT_GE(c.capacity(), n);
           EXPECT_EQ(c.vec, 16 / elem);
-          EXPECT_TRUE(c.vpt == 1 || c.vpt == 2 || c.vpt == 4) << c.vpt;
-          EXPECT_LE(c.vpt * c.vec * elem * inputs, 64) << "register tile over 64 bytes per thread";
+          EXPECT_TRUE(c.vpt == 1 || c.vpt == 2 || c.vpt == 4 || c.vpt == 8 || c.vpt == 16) << c.vpt;
+          const int acc_words = elem == 8 ? 2 : 1;
+          EXPECT_LE(c.vpt * c.vec * acc_words * inputs, 64) << "register tile over 64 words per thread";
           if (c.kind == RowKernelKind::kWarp) {
             EXPECT_EQ(c.threads, 128);
             EXPECT_TRUE(c.lanes == 4 || c.lanes == 8 || c.lanes == 16 || c.lanes == 32);
+            EXPECT_LE(c.vpt, 4);
+            EXPECT_LE(c.vpt * c.vec * inputs, 16) << "warp rows hold at most 16 elements a lane";
             EXPECT_TRUE(c.vpt == 1 || c.lanes == 32) << "multi-slot warp kernels exist for 32 lanes only";
           } else {
             EXPECT_GE(c.threads, 128);
-            EXPECT_LE(c.threads, 1024);
+            EXPECT_LE(c.threads, 512);
             EXPECT_EQ(c.threads & (c.threads - 1), 0);
             EXPECT_GE(c.cluster, 1);
             EXPECT_LE(c.cluster, limits.max_cluster);
@@ -43,6 +46,8 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
             EXPECT_LE(c.smem_bytes, limits.max_smem_per_block);
             if (c.tiles > 1) {
               EXPECT_GE(c.cluster, 8) << "tiles only once a portable cluster is full";
+            } else {
+              EXPECT_EQ(c.stash_tiles, 0);
             }
           }
         }
@@ -61,10 +66,24 @@ TEST(RowKernelPlan, ShortRowsShareWarpsLongRowsUseClusters) {
   EXPECT_EQ(medium.tiles, 1);
   const RowKernelConfig long_row = plan_row_kernel(262144, 4, 1, limits);
   EXPECT_GT(long_row.cluster, 1);
-  EXPECT_EQ(long_row.stash_tiles, long_row.tiles - 1) << "a 1 MB row stays on chip";
+  EXPECT_EQ(long_row.tiles, 1) << "a 1 MB row is read once into the cluster's registers";
   const RowKernelConfig huge = plan_row_kernel(1 << 20, 4, 1, limits);
   EXPECT_GT(huge.tiles, 1);
   EXPECT_GT(huge.stash_tiles, 0);
+}
+
+TEST(RowKernelPlan, MediumRowsSpreadEightElementsAThreadUpTo512Threads) {
+  const RowKernelLimits limits;
+  const RowKernelConfig bf16_4k = plan_row_kernel(4096, 2, 1, limits);
+  EXPECT_EQ(bf16_4k.threads, 512);
+  EXPECT_EQ(bf16_4k.vpt, 1);
+  const RowKernelConfig fp32_1k = plan_row_kernel(1024, 4, 1, limits);
+  EXPECT_EQ(fp32_1k.threads, 128);
+  EXPECT_EQ(fp32_1k.vpt, 2);
+  const RowKernelConfig fp32_32k = plan_row_kernel(32768, 4, 1, limits);
+  EXPECT_EQ(fp32_32k.threads, 512);
+  EXPECT_EQ(fp32_32k.vpt, 16) << "64 floats a thread: one CTA holds the row";
+  EXPECT_EQ(fp32_32k.cluster, 1);
 }
 
 TEST(RowKernelPlan, SixteenCtaClustersOnlyWhereTheyKeepTheRowOnChip) {
