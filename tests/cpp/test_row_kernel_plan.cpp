@@ -92,8 +92,11 @@ TEST(RowKernelPlan, SixteenCtaClustersOnlyWhereTheyKeepTheRowOnChip) {
   limits.max_block_threads = 512;
   EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).cluster, 8) << "8 CTAs hold a 1 MB row on chip";
   const RowKernelConfig bf16_mega = plan_row_kernel(1 << 20, 2, 1, limits);
-  EXPECT_EQ(bf16_mega.cluster, 16);
+  EXPECT_EQ(bf16_mega.cluster, 8) << "8 CTAs hold a 2 MB row: 64 KB of registers + 192 KB parked each";
   EXPECT_EQ(bf16_mega.stash_tiles, bf16_mega.tiles - 1);
+  const RowKernelConfig fp32_mega = plan_row_kernel(1 << 20, 4, 1, limits);
+  EXPECT_EQ(fp32_mega.cluster, 16) << "a 4 MB row needs 16 CTAs to stay on chip";
+  EXPECT_EQ(fp32_mega.stash_tiles, fp32_mega.tiles - 1);
 }
 
 TEST(RowKernelPlan, SmallSharedMemoryMeansNoStash) {
