@@ -9,39 +9,13 @@
 #include <initializer_list>
 
 #include "reducekit/reducekit.hpp"
+#include "torch_util.hpp"
 
 namespace {
 
-reducekit::DType to_dtype(at::ScalarType t, const char* name) {
-  switch (t) {
-    case at::kFloat: return reducekit::DType::kFloat32;
-    case at::kHalf: return reducekit::DType::kFloat16;
-    case at::kBFloat16: return reducekit::DType::kBFloat16;
-    case at::kDouble: return reducekit::DType::kFloat64;
-    case at::kLong: return reducekit::DType::kInt64;
-    default: TORCH_CHECK(false, name, ": expected float32, float16, bfloat16 or float64, got ", t);
-  }
-}
-
-reducekit::TensorView to_view(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.dim() <= reducekit::kMaxRank, name, ": rank ", t.dim(), " exceeds ", reducekit::kMaxRank);
-  reducekit::TensorView v;
-  v.data = t.data_ptr();
-  v.dtype = to_dtype(t.scalar_type(), name);
-  v.rank = static_cast<int>(t.dim());
-  for (int d = 0; d < v.rank; ++d) {
-    v.sizes[d] = t.size(d);
-    v.strides[d] = t.stride(d);
-  }
-  v.device = t.is_cuda() ? t.get_device() : reducekit::kHostDevice;
-  return v;
-}
-
-void throw_if_failed(const reducekit::Status& s) { TORCH_CHECK(s.is_ok(), s.message()); }
-
-void check_cuda(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), name, ": expected a CUDA tensor, got one on ", t.device());
-}
+using reducekit_torch::check_cuda;
+using reducekit_torch::throw_if_failed;
+using reducekit_torch::to_view;
 
 // Runs a rowwise op over `dim`. Layouts the kernels cannot address directly (dim not innermost,
 // rows that do not merge) go through a contiguous copy with dim moved last.
