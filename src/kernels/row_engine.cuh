@@ -12,6 +12,9 @@
 // The engine owns the data movement:
 //
 //   row_warp_kernel   LANES (4..32) threads per row, 128/LANES rows per CTA, row in registers.
+//   row_ring_kernel   one CTA (or cluster) per row, looping over rows, each thread holding its
+//                     share in one register tile; the next rows stream into shared memory
+//                     meanwhile (see below).
 //   row_block_kernel  one CTA per row, or one cluster of CTAs per row (sm_90 distributed
 //                     shared memory combines their statistics). Each thread covers `tiles`
 //                     tiles; with one tile (the common case) the row is read once into
@@ -257,6 +260,58 @@ row_warp_kernel(RowArgs<T, Op::kInputs> args) {
     const typename Op::Stat mine = Op::fold(tile.values);
     const typename Op::Params p = Op::finalize(group_reduce<Op, LANES>(mine));
     tile.template store<Op>(args.out + r * args.out_stride, cols, lane, LANES, Op::local(p, mine));
+  }
+}
+
+// Rows whose share fits one register tile a thread, as a loop: CTA (or cluster) b takes rows
+// b, b + G, b + 2G, ... with the next kRing rows already streaming into a ring of shared-
+// memory slots (cp.async), so memory stays busy while a row is reduced and written. Each
+// thread reads back only the slots it filled itself, and its cp.async groups complete in
+// order, so the ring needs no barrier.
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_ring_kernel(RowArgs<T, Op::kInputs> args) {
+  constexpr int NIN = Op::kInputs;
+  constexpr int kRing = kRowRing;  // a constant: cp.async.wait_group takes an immediate
+  using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
+  extern __shared__ __align__(16) unsigned char ring_bytes[];
+  auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const int threads = blockDim.x;
+  const int step = threads * cluster_size;
+  const int me = static_cast<int>(cluster.block_rank()) * threads + threadIdx.x;
+  const int slot_stride = NIN * VPT * threads;
+  const int cols = args.cols;
+  const int64_t row_step = gridDim.x / cluster_size;
+
+  auto fetch = [&](int64_t row, int slot) {
+    if (row < args.rows) {
+      const T* in[NIN];
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+      Tile::prefetch(in, cols, me, step, ring + slot * slot_stride, threadIdx.x, threads);
+    }
+    __pipeline_commit();  // one group per row, empty past the end, so the counting holds
+  };
+  int64_t row = blockIdx.x / cluster_size;
+#pragma unroll
+  for (int k = 0; k < kRing; ++k) fetch(row + k * row_step, k);
+
+  for (int slot = 0; row < args.rows; row += row_step, slot = (slot + 1) % kRing) {
+    __pipeline_wait_prior(kRing - 1);  // this row's group is in
+    Tile tile;
+    tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
+    fetch(row + kRing * row_step, slot);
+
+    const typename Op::Stat mine = Op::fold(tile.values);
+    typename Op::Stat stat = block_reduce<Op>(mine, slots);
+    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
+    const typename Op::Params p = Op::finalize(stat);
+    tile.template store<Op>(args.out + row * args.out_stride, cols, me, step, Op::local(p, mine));
   }
 }
 

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "kernels/row_engine.cuh"
 #include "plan/row_kernel_plan.hpp"
@@ -48,19 +51,24 @@ auto pick_warp_kernel(int lanes, int vpt) {
   }
 }
 
-// The largest instantiated tile with at most `vpt` vectors a thread, up to the planner's cap
-// for this dtype and input count (larger tiles would spill).
-template <typename T, class Op, int VEC, bool kAligned, int VPT = 16>
-auto pick_block_kernel(int vpt) {
-  constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
-  constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
+// Kernel families with a VPT (vectors per thread) parameter, for pick_tile.
+template <typename T, class Op, int VEC, bool kAligned> struct BlockKernels {
+  template <int VPT> static auto get() { return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned>; }
+};
+template <typename T, class Op, int VEC, bool kAligned> struct RingKernels {
+  template <int VPT> static auto get() { return kernels::row_ring_kernel<T, Op, VEC, VPT, kAligned>; }
+};
+
+// The largest instantiated tile with at most `vpt` vectors a thread, up to kMaxVpt (the
+// planner's cap for the dtype and input count; larger tiles would spill).
+template <class Kernels, int kMaxVpt, int VPT = 16> auto pick_tile(int vpt) {
   if constexpr (VPT == 1) {
-    return kernels::row_block_kernel<T, Op, VEC, 1, kAligned>;
+    return Kernels::template get<1>();
   } else if constexpr (VPT > kMaxVpt) {
-    return pick_block_kernel<T, Op, VEC, kAligned, VPT / 2>(vpt);
+    return pick_tile<Kernels, kMaxVpt, VPT / 2>(vpt);
   } else {
-    if (vpt >= VPT) return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned>;
-    return pick_block_kernel<T, Op, VEC, kAligned, VPT / 2>(vpt);
+    if (vpt >= VPT) return Kernels::template get<VPT>();
+    return pick_tile<Kernels, kMaxVpt, VPT / 2>(vpt);
   }
 }
 
@@ -70,29 +78,46 @@ inline Status launch_status(const char* what) {
   return Status::cuda_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
 }
 
-template <typename T, class Op, bool kAligned>
-Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
-  constexpr int64_t kMaxGrid = 0x7fffffff;
-  if (c.kind == RowKernelKind::kWarp) {
-    const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
-    const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
-    pick_warp_kernel<T, Op, kVec<T>, kAligned>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0,
-                                                   stream>>>(args);
-    return launch_status("row_warp_kernel");
+// CTAs of `kernel` one SM holds at once, per (kernel, CTA size, shared memory), cached: the
+// query is host work repeated on every call otherwise.
+inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
+  const auto key = std::make_tuple(kernel, threads, smem, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *ctas = it->second;
+    return Status::ok();
   }
-  auto kernel = pick_block_kernel<T, Op, kVec<T>, kAligned>(c.vpt);
-  const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
-  if (c.smem_bytes > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes)) !=
-          cudaSuccess)
-    return launch_status("row_block_kernel shared-memory setup");
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
+    return launch_status("occupancy query");
+  *ctas = cache[key] = std::max(1, per_sm) * sms;
+  return Status::ok();
+}
+
+// Kernels need an opt-in for more than 48 KB of dynamic shared memory.
+template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, const char* name) {
+  if (bytes <= 48 * 1024 ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) == cudaSuccess)
+    return Status::ok();
+  return launch_status(name);
+}
+
+// One launch of a block-family kernel: `grid` CTAs in clusters of c.cluster.
+template <class... KernelArgs, class... Args>
+Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKernelConfig& c, cudaStream_t stream,
+                     const char* name, Args... args) {
+  REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, name));
   if (c.cluster == 1) {
     // A plain launch: cluster launches schedule CTAs more slowly, which short rows feel.
-    kernel<<<static_cast<unsigned>(grid), c.threads, c.smem_bytes, stream>>>(args, c.tiles, c.stash_tiles);
-    return launch_status("row_block_kernel");
+    kernel<<<static_cast<unsigned>(grid), c.threads, c.smem_bytes, stream>>>(args...);
+    return launch_status(name);
   }
   if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-    return launch_status("row_block_kernel cluster setup");
+    return launch_status(name);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(c.threads);
@@ -105,12 +130,40 @@ Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfi
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args, c.tiles, c.stash_tiles);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the Status carries the error now
-    return Status::cuda_error(std::string("row_block_kernel launch failed: ") + cudaGetErrorString(err));
+    return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
   }
-  return launch_status("row_block_kernel");
+  return launch_status(name);
+}
+
+template <typename T, class Op, bool kAligned>
+Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  constexpr int VEC = kVec<T>;
+  if (c.kind == RowKernelKind::kWarp) {
+    const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
+    const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
+    pick_warp_kernel<T, Op, VEC, kAligned>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0,
+                                                   stream>>>(args);
+    return launch_status("row_warp_kernel");
+  }
+  constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
+  constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
+  static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
+  if (c.ring > 0) {
+    // As many CTAs as stay resident; each loops over its rows.
+    auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
+    REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_ring_kernel"));
+    int resident = 0;
+    REDUCEKIT_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
+    const int64_t grid = std::min(args.rows, std::max<int64_t>(1, resident / c.cluster)) * c.cluster;
+    return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args);
+  }
+  auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
+  const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
+  return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, c.tiles, c.stash_tiles);
 }
 
 }  // namespace detail

@@ -22,6 +22,20 @@ int pow2_ceil(int64_t v) {
   return p;
 }
 
+// A CTA that holds its row share in one register tile walks rows in a loop with the next
+// kRowRing rows already streaming into shared memory, so loads stay in flight through each
+// row's reduction and stores (16-bit rows, half the bytes per register, need this most).
+// Tiles too large to double-buffer load straight into registers instead.
+RowKernelConfig with_ring(RowKernelConfig c, int inputs, const RowKernelLimits& limits) {
+  const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
+  const std::size_t ring_bytes = kRowRing * tile_bytes;
+  if (ring_bytes <= std::min(limits.max_smem_per_block, kMaxStashBytes)) {
+    c.ring = kRowRing;
+    c.smem_bytes = ring_bytes;
+  }
+  return c;
+}
+
 }  // namespace
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
@@ -50,7 +64,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= max_vpt) {
     c.vpt = pow2_ceil(per_thread);
-    return c;
+    return with_ring(c, inputs, limits);
   }
 
   // Longer: a cluster of such CTAs, the row still read once into registers ...
@@ -59,7 +73,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const int64_t register_tiles = ceil_div(vectors, int64_t(c.threads) * c.vpt);
   if (register_tiles <= portable) {
     c.cluster = static_cast<int>(register_tiles);
-    return c;
+    return with_ring(c, inputs, limits);
   }
   // ... then several tiles per thread, the extra ones parked in shared memory. Past the
   // portable cluster size, 16-CTA clusters are used only where they keep the whole row on

@@ -4,7 +4,9 @@
 // does not change with the batch it sits in.
 //
 //   rows up to 16 elements a lane -> kWarp:  4..32 lanes per row, several rows per CTA
-//   fits one CTA's registers       -> kBlock: one CTA per row, each thread holding vpt vectors
+//   fits one CTA's registers       -> kBlock: one CTA per row, each thread holding vpt vectors;
+//                                     CTAs loop over rows with the next rows streaming
+//                                     into shared memory (ring)
 //   longer                         -> kBlock with a cluster of up to 8 CTAs per row, still
 //                                     read once into registers; past that, several tiles per
 //                                     thread, extra tiles parked in shared memory (16-CTA
@@ -34,6 +36,8 @@ struct RowKernelConfig {
   int cluster = 1;   // kBlock: CTAs per row
   int tiles = 1;     // kBlock: register tiles each thread streams through
   int stash_tiles = 0;  // kBlock: tiles parked in shared memory between the two passes
+  int ring = 0;      // kBlock, one tile: rows streaming into shared memory ahead of the one
+                     // being reduced (0: tiles load straight into registers)
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
 
   // Elements one row's worth of threads covers: must be >= cols.
@@ -46,6 +50,9 @@ struct RowKernelConfig {
 // Registers per thread for a tile's values in the accumulation type (float64 takes two per
 // value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
 constexpr int kRowTileWords = 64;
+
+// Rows a looping CTA has streaming into shared memory ahead of the one it reduces.
+constexpr int kRowRing = 2;
 
 constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indices in int
 
