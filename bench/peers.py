@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
-from registry import NotApplicable
+from registry import Impl, NotApplicable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,6 +46,20 @@ def load_seed_triton(path: Optional[Path]):
     except Exception as exc:  # a broken peer must not stop the benchmark
         return None, f"seed-triton: skipped, loading {path} failed: {short_error(exc)}"
     return module, f"seed-triton: {path}"
+
+
+def seed_function(ctx, name: str) -> Callable:
+    """seed_triton.<name> from the loaded seed module, or NotApplicable saying why it is missing."""
+    fn = getattr(ctx.seed, name, None) if ctx.seed is not None else None
+    if fn is None:
+        raise NotApplicable("seed_triton.py not loaded" if ctx.seed is None else f"no seed_triton.{name}")
+    return fn
+
+
+def build_seed_sum_all(ctx, inputs) -> Impl:
+    """The seed's block reduce + float32 atomic add over every element: a peer for sum over all
+    dims (its result is float32 whatever the input dtype, and not deterministic)."""
+    return Impl(seed_function(ctx, "sum_all"))
 
 
 def load_reducekit() -> Tuple[object, str]:
