@@ -78,16 +78,25 @@ __device__ __forceinline__ void fold_values(typename P::Stat& s, const typename 
 }
 
 // ---- combines ------------------------------------------------------------------------------------
-template <typename S> __device__ __forceinline__ S shfl_down_stat(const S& s, int offset, int width) {
+// Statistics cross lanes as 32-bit words; `move` is one warp shuffle of one word.
+template <typename S, class Move> __device__ __forceinline__ S shuffle_stat(const S& s, Move move) {
   static_assert(sizeof(S) % 4 == 0, "statistics move as 32-bit words");
   constexpr int kWords = sizeof(S) / 4;
   uint32_t w[kWords];
   memcpy(w, &s, sizeof(S));
 #pragma unroll
-  for (int i = 0; i < kWords; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], offset, width);
+  for (int i = 0; i < kWords; ++i) w[i] = move(w[i]);
   S r;
   memcpy(&r, w, sizeof(S));
   return r;
+}
+
+template <typename S> __device__ __forceinline__ S shfl_down_stat(const S& s, int offset, int width) {
+  return shuffle_stat(s, [&](uint32_t w) { return __shfl_down_sync(0xffffffffu, w, offset, width); });
+}
+
+template <typename S> __device__ __forceinline__ S shfl_stat(const S& s, int src_lane) {
+  return shuffle_stat(s, [&](uint32_t w) { return __shfl_sync(0xffffffffu, w, src_lane); });
 }
 
 // Tree over WIDTH consecutive lanes, lower lanes first; the first lane of each group gets the result.
@@ -146,6 +155,18 @@ __device__ bool publish_and_combine(typename P::Stat& s, typename P::Stat* parts
     s = t;
   }
   return true;
+}
+
+// Every thread's statistic of one CTA's part (`index` of `count`) of output `out_index` is in `s`:
+// the CTA combines it, and either writes the output (one part) or publishes the part, the last
+// CTA to finish merging all parts and writing the output.
+template <class P>
+__device__ __forceinline__ void finish_cta_part(typename P::Stat s, typename P::Stat* slots, typename P::Stat* parts,
+                                                int64_t index, int64_t count, unsigned* ticket, const ReduceArgs& a,
+                                                typename P::Accum pivot, int64_t out_index) {
+  s = block_reduce<P>(s, slots);
+  const bool done = count == 1 || publish_and_combine<P>(s, parts, index, count, ticket, slots);
+  if (done && threadIdx.x == 0) P::finalize(s, pivot, a.reduced, a.outs, out_index);
 }
 
 // ---- row and all paths: one lane's share of a contiguous run -------------------------------------
@@ -216,10 +237,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_row_block_kernel(Reduce
     const int64_t len = a.reduced - begin < a.chunk ? a.reduced - begin : a.chunk;
     Stat s = P::identity();
     fold_run<P>(s, run + begin, len, begin, threadIdx.x, blockDim.x, a.aligned, pivot);
-    s = block_reduce<P>(s, slots);
-    const bool done = a.chunks == 1 ||
-                      publish_and_combine<P>(s, parts + row * a.chunks, chunk, a.chunks, a.tickets + row, slots);
-    if (done && threadIdx.x == 0) P::finalize(s, pivot, a.reduced, a.outs, row);
+    finish_cta_part<P>(s, slots, parts + row * a.chunks, chunk, a.chunks, a.tickets + row, a, pivot, row);
     __syncthreads();  // slots and the ticket flag are reused by the next item
   }
 }
@@ -237,10 +255,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_all_kernel(ReduceArgs a
     const int64_t len = a.reduced - begin < a.chunk ? a.reduced - begin : a.chunk;
     fold_run<P>(s, x + begin, len, begin, threadIdx.x, blockDim.x, a.aligned, pivot);
   }
-  s = block_reduce<P>(s, slots);
-  const bool done = a.chunks == 1 ||
-                    publish_and_combine<P>(s, static_cast<Stat*>(a.partials), blockIdx.x, a.chunks, a.tickets, slots);
-  if (done && threadIdx.x == 0) P::finalize(s, pivot, a.reduced, a.outs, 0);
+  finish_cta_part<P>(s, slots, static_cast<Stat*>(a.partials), blockIdx.x, a.chunks, a.tickets, a, pivot, 0);
 }
 
 // ---- column path ---------------------------------------------------------------------------------
@@ -288,6 +303,35 @@ template <class P, typename T> struct ColumnLane {
     }
   }
 };
+
+// The last CTA of a split column tile: result = left fold of the segments' partials in segment
+// order, exactly as the unsplit route merges them. The 8 ky lanes of a column load 8 segments at
+// once (and the next 8 ahead), and lane ky = 0 takes them over by shuffles, so the fold waits on
+// one L2 round trip per 8 segments rather than one per segment.
+template <class P, typename T>
+__device__ __forceinline__ void merge_segment_partials(typename P::Stat (&result)[kVecOf<T>],
+                                                       const typename P::Stat* column_parts, int64_t segment_stride,
+                                                       int64_t segments, int columns, int ky, int cx) {
+  using Stat = typename P::Stat;
+  constexpr int VEC = kVecOf<T>, G = kColumnRowLanes;
+  auto load_group = [&](int64_t first, Stat (&out)[VEC]) {
+    const int64_t seg = first + ky;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      out[j] = seg < segments && j < columns ? load_partial(column_parts + seg * segment_stride + j) : P::identity();
+  };
+  Stat next[VEC];
+  load_group(0, next);
+  for (int64_t first = 0; first < segments; first += G) {
+    Stat mine[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) mine[j] = next[j];
+    if (first + G < segments) load_group(first + G, next);
+    for (int r = 0; r < G && first + r < segments; ++r)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) result[j] = P::merge(result[j], shfl_stat(mine[j], r * kColumnLanes + cx));
+  }
+}
 
 // At least 2 CTAs per SM: the 16-bit Welford instantiation would otherwise take 165 registers
 // and run one CTA (8 warps) per SM, too few loads in flight.
@@ -353,12 +397,7 @@ __global__ void __launch_bounds__(kReduceThreads, 2) reduce_column_kernel(Reduce
       finish = last_cta;
       if (finish) {
         __threadfence();
-        if (ky == 0)
-          for (int64_t seg = 0; seg < segments; ++seg)
-#pragma unroll
-            for (int j = 0; j < VEC; ++j)
-              if (j < cl.columns)
-                result[j] = P::merge(result[j], load_partial(parts + seg * a.outer * a.inner + o * a.inner + col + j));
+        merge_segment_partials<P, T>(result, parts + o * a.inner + col, a.outer * a.inner, segments, cl.columns, ky, cx);
         if (threadIdx.x == 0) a.tickets[slice] = 0;
       }
       __syncthreads();  // last_cta is rewritten by the next item

@@ -1,12 +1,13 @@
-// argmax and argmin: instantiations.
+// argmax and argmin: instantiations (a file of their own so they compile in parallel with amax/amin).
 #include "ops/reduce_launch.cuh"
 
 namespace reducekit {
-namespace {
-template <typename Acc> using ArgMaxPolicy = kernels::ArgExtremumPolicy<Acc, true>;
-template <typename Acc> using ArgMinPolicy = kernels::ArgExtremumPolicy<Acc, false>;
-}  // namespace
+using kernels::ArgExtremumPolicy;
 
-Status launch_argmax(const ReduceLaunch& l, cudaStream_t stream) { return launch_for_dtype<ArgMaxPolicy>(l, stream); }
-Status launch_argmin(const ReduceLaunch& l, cudaStream_t stream) { return launch_for_dtype<ArgMinPolicy>(l, stream); }
+Status launch_argmax(const ReduceLaunch& l, cudaStream_t s) {
+  return launch_for_dtype<WithFlag<ArgExtremumPolicy, true>::Policy>(l, s);
+}
+Status launch_argmin(const ReduceLaunch& l, cudaStream_t s) {
+  return launch_for_dtype<WithFlag<ArgExtremumPolicy, false>::Policy>(l, s);
+}
 }  // namespace reducekit

@@ -2,11 +2,12 @@
 #include "ops/reduce_launch.cuh"
 
 namespace reducekit {
-namespace {
-template <typename Acc> using MaxPolicy = kernels::ExtremumPolicy<Acc, true>;
-template <typename Acc> using MinPolicy = kernels::ExtremumPolicy<Acc, false>;
-}  // namespace
+using kernels::ExtremumPolicy;
 
-Status launch_amax(const ReduceLaunch& l, cudaStream_t stream) { return launch_for_dtype<MaxPolicy>(l, stream); }
-Status launch_amin(const ReduceLaunch& l, cudaStream_t stream) { return launch_for_dtype<MinPolicy>(l, stream); }
+Status launch_amax(const ReduceLaunch& l, cudaStream_t s) {
+  return launch_for_dtype<WithFlag<ExtremumPolicy, true>::Policy>(l, s);
+}
+Status launch_amin(const ReduceLaunch& l, cudaStream_t s) {
+  return launch_for_dtype<WithFlag<ExtremumPolicy, false>::Policy>(l, s);
+}
 }  // namespace reducekit

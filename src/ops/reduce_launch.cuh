@@ -61,6 +61,11 @@ template <class P, typename T> Status launch_policy(const ReduceLaunch& l, cudaS
 
 }  // namespace detail
 
+// Binds the flag of a policy template (max or min), for launch_for_dtype.
+template <template <typename, bool> class PolicyFor, bool kFlag> struct WithFlag {
+  template <typename Acc> using Policy = PolicyFor<Acc, kFlag>;
+};
+
 // PolicyFor<Acc> for each element type of x; float64 accumulation of narrower inputs only where
 // kDoubleAccumulate allows it (sum and mean), so the other statistics are not compiled for it.
 template <template <typename> class PolicyFor, bool kDoubleAccumulate = false>
