@@ -152,14 +152,17 @@ Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfi
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
-  if (c.ring > 0) {
-    // As many CTAs as stay resident; each loops over its rows.
-    auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
-    REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_ring_kernel"));
-    int resident = 0;
-    REDUCEKIT_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
-    const int64_t grid = std::min(args.rows, std::max<int64_t>(1, resident / c.cluster)) * c.cluster;
-    return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args);
+  if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
+    if (c.ring > 0) {
+      // As many CTAs as stay resident; each loops over its rows.
+      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
+      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_ring_kernel"));
+      int resident = 0;
+      REDUCEKIT_RETURN_IF_ERROR(
+          resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
+      const int64_t grid = std::min(args.rows, std::max<int64_t>(1, resident / c.cluster)) * c.cluster;
+      return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args);
+    }
   }
   auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;

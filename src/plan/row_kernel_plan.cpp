@@ -22,11 +22,13 @@ int pow2_ceil(int64_t v) {
   return p;
 }
 
-// A CTA that holds its row share in one register tile walks rows in a loop with the next
-// kRowRing rows already streaming into shared memory, so loads stay in flight through each
-// row's reduction and stores (16-bit rows, half the bytes per register, need this most).
-// Tiles too large to double-buffer load straight into registers instead.
-RowKernelConfig with_ring(RowKernelConfig c, int inputs, const RowKernelLimits& limits) {
+// 16-bit rows widen to float32 in registers, so a tile loaded straight into registers keeps
+// half as many bytes in flight per register as a float32 row does: too few to cover memory
+// latency. Their CTAs (one per row share, no cluster) loop over rows instead, with the next
+// kRowRing rows already streaming into shared memory. float32/float64 rows and clusters keep
+// the direct loads: the ring measured slower there (bench/results/LOG.md, run 7).
+RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  if (elem_bytes >= 4 || c.cluster > 1) return c;
   const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
   const std::size_t ring_bytes = kRowRing * tile_bytes;
   if (ring_bytes <= std::min(limits.max_smem_per_block, kMaxStashBytes)) {
@@ -64,7 +66,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= max_vpt) {
     c.vpt = pow2_ceil(per_thread);
-    return with_ring(c, inputs, limits);
+    return with_ring(c, elem_bytes, inputs, limits);
   }
 
   // Longer: a cluster of such CTAs, the row still read once into registers ...
@@ -73,7 +75,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const int64_t register_tiles = ceil_div(vectors, int64_t(c.threads) * c.vpt);
   if (register_tiles <= portable) {
     c.cluster = static_cast<int>(register_tiles);
-    return with_ring(c, inputs, limits);
+    return with_ring(c, elem_bytes, inputs, limits);
   }
   // ... then several tiles per thread, the extra ones parked in shared memory. Past the
   // portable cluster size, 16-CTA clusters are used only where they keep the whole row on

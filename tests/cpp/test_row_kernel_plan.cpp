@@ -86,16 +86,18 @@ TEST(RowKernelPlan, MediumRowsSpreadEightElementsAThreadUpTo512Threads) {
   EXPECT_EQ(fp32_32k.cluster, 1);
 }
 
-TEST(RowKernelPlan, OneTileRowsStreamThroughARingUnlessTooLargeToDoubleBuffer) {
+TEST(RowKernelPlan, SixteenBitOneCtaRowsStreamThroughARing) {
   const RowKernelLimits limits;
   const RowKernelConfig bf16_4k = plan_row_kernel(4096, 2, 1, limits);
   EXPECT_EQ(bf16_4k.ring, kRowRing);
   EXPECT_EQ(bf16_4k.smem_bytes, std::size_t(kRowRing) * 4096 * 2);
   const RowKernelConfig backward = plan_row_kernel(4096, 2, 2, limits);
   EXPECT_EQ(backward.smem_bytes, std::size_t(kRowRing) * 4096 * 2 * 2) << "both inputs stream";
-  EXPECT_EQ(plan_row_kernel(32768, 4, 1, limits).ring, 0) << "128 KB tiles load straight into registers";
-  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).ring, 0) << "multi-tile rows park, they do not stream";
-  EXPECT_EQ(plan_row_kernel(256, 4, 1, limits).ring, 0) << "warp rows";
+  EXPECT_EQ(plan_row_kernel(32768, 2, 1, limits).ring, kRowRing) << "64 KB tiles still double-buffer";
+  EXPECT_EQ(plan_row_kernel(4096, 4, 1, limits).ring, 0) << "float32 rows load straight into registers";
+  EXPECT_EQ(plan_row_kernel(262144, 2, 1, limits).ring, 0) << "cluster rows load straight into registers";
+  EXPECT_EQ(plan_row_kernel(1 << 20, 2, 1, limits).ring, 0) << "multi-tile rows park, they do not stream";
+  EXPECT_EQ(plan_row_kernel(256, 2, 1, limits).ring, 0) << "warp rows";
 }
 
 TEST(RowKernelPlan, SixteenCtaClustersOnlyWhereTheyKeepTheRowOnChip) {
