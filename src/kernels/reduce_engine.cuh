@@ -306,7 +306,7 @@ template <class P, typename T> struct ColumnLane {
 
 // The last CTA of a split column tile: result = left fold of the segments' partials in segment
 // order, exactly as the unsplit route merges them. The 8 ky lanes of a column load 8 segments at
-// once (and the next 8 ahead), and lane ky = 0 takes them over by shuffles, so the fold waits on
+// once (and, for 4 columns a lane, the next 8 ahead), and lane ky = 0 takes them over by shuffles, so the fold waits on
 // one L2 round trip per 8 segments rather than one per segment.
 template <class P, typename T>
 __device__ __forceinline__ void merge_segment_partials(typename P::Stat (&result)[kVecOf<T>],
@@ -320,16 +320,24 @@ __device__ __forceinline__ void merge_segment_partials(typename P::Stat (&result
     for (int j = 0; j < VEC; ++j)
       out[j] = seg < segments && j < columns ? load_partial(column_parts + seg * segment_stride + j) : P::identity();
   };
-  Stat next[VEC];
-  load_group(0, next);
+  // Loading the next group during the merges takes another VEC statistics per lane: worth it
+  // for 4 columns a lane, a spill for 8 (16-bit types).
+  constexpr bool kPrefetch = VEC <= 4;
+  Stat group[VEC];
+  load_group(0, group);
   for (int64_t first = 0; first < segments; first += G) {
-    Stat mine[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) mine[j] = next[j];
-    if (first + G < segments) load_group(first + G, next);
+    const bool more = first + G < segments;
+    Stat next[VEC];
+    if constexpr (kPrefetch) if (more) load_group(first + G, next);
     for (int r = 0; r < G && first + r < segments; ++r)
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) result[j] = P::merge(result[j], shfl_stat(mine[j], r * kColumnLanes + cx));
+      for (int j = 0; j < VEC; ++j) result[j] = P::merge(result[j], shfl_stat(group[j], r * kColumnLanes + cx));
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) group[j] = next[j];
+    } else if (more) {
+      load_group(first + G, group);
+    }
   }
 }
 

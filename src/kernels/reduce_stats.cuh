@@ -47,6 +47,9 @@ template <typename Acc> __device__ __forceinline__ void store_as(void* base, DTy
 
 template <typename Acc> __device__ __forceinline__ Acc infinity() { return static_cast<Acc>(INFINITY); }
 
+__device__ __forceinline__ float reciprocal(float v) { return __frcp_rn(v); }
+__device__ __forceinline__ double reciprocal(double v) { return 1.0 / v; }
+
 // ---- sum and mean ------------------------------------------------------------------------------
 template <typename Acc> struct SumPolicy {
   using Accum = Acc;
@@ -205,8 +208,11 @@ template <typename Acc> struct MomentsPolicy {
     if (b.n == 0) return a;
     if (a.n == 0) return b;
     const int64_t n = a.n + b.n;
-    const Acc wa = static_cast<Acc>(a.n) / static_cast<Acc>(n);
-    const Acc wb = static_cast<Acc>(b.n) / static_cast<Acc>(n);
+    // One reciprocal for both weights: the column path merges several times per loaded row step,
+    // and the weights need only relative accuracy.
+    const Acc inv_n = reciprocal(static_cast<Acc>(n));
+    const Acc wa = static_cast<Acc>(a.n) * inv_n;
+    const Acc wb = static_cast<Acc>(b.n) * inv_n;
     const Acc delta = b.mean - a.mean;
     // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf.
     const Acc mean = isfinite(delta) ? a.mean + delta * wb : a.mean * wa + b.mean * wb;
