@@ -11,9 +11,10 @@
 //   reduce_row_warp_kernel   G = 1..32 lanes per row, 256 / G rows per CTA step.
 //   reduce_row_block_kernel  one CTA per (row, chunk of kRowChunk elements); with several chunks
 //                            each CTA leaves its partial in the workspace and the last CTA of
-//                            the row (integer ticket) merges the row's partials in order.
-//   reduce_all_kernel        CTA b folds steps b, b + grid, ... of 256 * U vectors; the last
-//                            CTA merges the per-CTA partials in order.
+//                            the row (integer ticket) merges the row's partials in a fixed order.
+//   reduce_all_kernel        CTA b folds steps b, b + grid, ... of 256 * U vectors (the grid
+//                            depends on the element count only); the last CTA merges the
+//                            per-CTA partials in a fixed order.
 //
 // Column path [outer, K, inner], reduce K: a warp is 4 lanes across the inner extent (one
 // vector of columns each) by 8 lanes down K; each lane loads kColumnUnroll rows per step:

@@ -61,6 +61,7 @@ template <typename Acc> struct SumPolicy {
   __device__ static void fold(Stat& st, Acc v, int64_t) { st.s += v; }
   // Pairwise within the chunk: shorter dependency chains and a smaller rounding error.
   template <int N> __device__ static void fold_chunk(Stat& st, const Acc (&v)[N]) {
+    static_assert((N & (N - 1)) == 0, "chunks are a power of two long");
     Acc t[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) t[i] = v[i];
