@@ -98,6 +98,19 @@ Status prepare(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, Pre
     p.outer = 1;
     p.outer_stride = p.reduced;
   }
+  // Likewise one strided column (x[:, j:j+1] reduced over dim 0) is the column problem with an
+  // inner extent of 1 rather than a copy: it matches x.sum(0)[j] bit for bit.
+  int only_long_dim = -1, long_dims = 0;
+  for (int d = 0; d < x.rank; ++d)
+    if (x.sizes[d] > 1) ++long_dims, only_long_dim = d;
+  if (p.needs_copy && long_dims == 1 && p.reduced_mask[only_long_dim] && !reduces_every_dim(x, p)) {
+    p.needs_copy = false;
+    p.kind = ReductionKind::kColumn;
+    p.outer = 1;
+    p.inner = 1;
+    p.reduced_stride = x.strides[only_long_dim];
+    p.outer_stride = p.reduced * p.reduced_stride;
+  }
   if (!p.needs_copy) prep->config = plan_reduce_kernel(p, static_cast<int>(dtype_size(x.dtype)));
   return Status::ok();
 }

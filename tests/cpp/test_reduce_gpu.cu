@@ -597,7 +597,7 @@ TEST_F(ReduceGpu, RowsAreDeterministicAndBatchInvariant) {
 
 TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
   // 20000 columns run without a split; a 64-column slice (aligned or not) splits its segments over
-  // CTAs and must still give the same bits.
+  // CTAs, and a single column is a column problem of inner extent 1: all must give the same bits.
   const int64_t k = 1500, n = 20000;
   const std::vector<double> logical = make_logical<float>(k * n, "randn", 4);
   const Layout l{{k, n}};
@@ -610,12 +610,14 @@ TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
     const TensorView x = device_view(buf.get(), DType::kFloat32, l);
     const auto full = output_bits<float>(op, x, DimList::of(&dim, 1));
     EXPECT_EQ(full, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
-    for (int64_t first : {int64_t(0), int64_t(4096), int64_t(7777)}) {
-      TensorView part = x;
-      part.sizes[1] = 64;
-      part.data = static_cast<float*>(buf.get()) + first;
-      EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)), slice_bits(full, first, 64, n, has_mean(op)))
-          << "columns " << first << "..+64 alone differ from the same columns among " << n;
+    for (int64_t width : {int64_t(64), int64_t(1)}) {
+      for (int64_t first : {int64_t(0), int64_t(4096), int64_t(7777)}) {
+        TensorView part = x;
+        part.sizes[1] = width;
+        part.data = static_cast<float*>(buf.get()) + first;
+        EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)), slice_bits(full, first, width, n, has_mean(op)))
+            << "columns " << first << "..+" << width << " alone differ from the same columns among " << n;
+      }
     }
   }
 }
