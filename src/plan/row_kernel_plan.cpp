@@ -66,6 +66,9 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= max_vpt) {
     c.vpt = pow2_ceil(per_thread);
+    // Tiles come in powers of two; trim whole warps that would hold only padding
+    // (N = 12800 in float32: 416 threads x 8 vectors, not 512).
+    c.threads = static_cast<int>(std::min<int64_t>(c.threads, 32 * ceil_div(ceil_div(vectors, c.vpt), 32)));
     return with_ring(c, elem_bytes, inputs, limits);
   }
 

@@ -36,9 +36,12 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
             EXPECT_LE(c.vpt * c.vec * inputs, 16) << "warp rows hold at most 16 elements a lane";
             EXPECT_TRUE(c.vpt == 1 || c.lanes == 32) << "multi-slot warp kernels exist for 32 lanes only";
           } else {
-            EXPECT_GE(c.threads, 128);
+            EXPECT_GE(c.threads, 32);
             EXPECT_LE(c.threads, 512);
-            EXPECT_EQ(c.threads & (c.threads - 1), 0);
+            EXPECT_EQ(c.threads % 32, 0);
+            if (c.cluster == 1) {
+              EXPECT_LT(int64_t(c.threads - 32) * c.vpt * c.vec, n) << "a whole warp would hold only padding";
+            }
             EXPECT_GE(c.cluster, 1);
             EXPECT_LE(c.cluster, limits.max_cluster);
             EXPECT_GE(c.tiles, 1);
@@ -84,6 +87,9 @@ TEST(RowKernelPlan, MediumRowsSpreadEightElementsAThreadUpTo512Threads) {
   EXPECT_EQ(fp32_32k.threads, 512);
   EXPECT_EQ(fp32_32k.vpt, 16) << "64 floats a thread: one CTA holds the row";
   EXPECT_EQ(fp32_32k.cluster, 1);
+  const RowKernelConfig fp32_12800 = plan_row_kernel(12800, 4, 1, limits);
+  EXPECT_EQ(fp32_12800.vpt, 8);
+  EXPECT_EQ(fp32_12800.threads, 416) << "3200 vectors: 400 threads' worth, rounded to whole warps";
 }
 
 TEST(RowKernelPlan, SixteenBitOneCtaRowsStreamThroughARing) {
