@@ -215,9 +215,11 @@ template <typename Acc> struct MomentsPolicy {
     const Acc wa = static_cast<Acc>(a.n) * inv_n;
     const Acc wb = static_cast<Acc>(b.n) * inv_n;
     const Acc delta = b.mean - a.mean;
-    // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf.
-    const Acc mean = isfinite(delta) ? a.mean + delta * wb : a.mean * wa + b.mean * wb;
-    return {n, mean, a.var * wa + b.var * wb + (delta * wa) * (delta * wb)};
+    // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf. Such a set's
+    // variance is NaN, as torch's (x - mean is inf - inf for the infinite x); the product of the
+    // deltas would give inf instead.
+    if (!isfinite(delta)) return {n, a.mean * wa + b.mean * wb, static_cast<Acc>(NAN)};
+    return {n, a.mean + delta * wb, a.var * wa + b.var * wb + (delta * wa) * (delta * wb)};
   }
   __device__ static void finalize(const Stat& st, Acc pivot, int64_t, const ReduceOutputs& o, int64_t i) {
     const Acc nan = static_cast<Acc>(NAN);
