@@ -33,7 +33,7 @@ if stage bench; then
 fi
 if stage san; then
   echo "== compute-sanitizer (memcheck, racecheck) on a reduced suite"
-  filter="${REDUCEKIT_SAN_FILTER:-SoftmaxGpu.SoftmaxFloat32:SoftmaxGpu.LogSoftmaxBFloat16:SoftmaxGpu.SoftmaxBackwardFloat32:SoftmaxGpu.InPlace}"
+  filter="${REDUCEKIT_SAN_FILTER:-SoftmaxGpu.RingKernelLoopsOverManyRows:SoftmaxGpu.InPlace:SoftmaxErrors.*}"
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/reducekit_tests" --gtest_filter="$filter" \
       --gtest_brief=1 >"$OUT_DIR/sanitizer_$tool.tmp" 2>&1

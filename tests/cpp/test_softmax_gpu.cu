@@ -202,6 +202,15 @@ REDUCEKIT_SWEEP_TEST(LogSoftmax, Op::kLogSoftmax)
 REDUCEKIT_SWEEP_TEST(SoftmaxBackward, Op::kSoftmaxBackward)
 REDUCEKIT_SWEEP_TEST(LogSoftmaxBackward, Op::kLogSoftmaxBackward)
 
+// 16-bit rows that fit one CTA run on looping CTAs with the next rows streaming into shared
+// memory; the sweep's few rows give each CTA one row, so here rows outnumber resident CTAs.
+TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
+  check_against_oracle<__nv_bfloat16>(Op::kSoftmax, {6000, 1000, 1000, 0}, "randn", 21);
+  check_against_oracle<__half>(Op::kLogSoftmax, {6000, 1000, 1001, 1}, "special", 22);  // unaligned rows
+  check_against_oracle<__nv_bfloat16>(Op::kSoftmaxBackward, {3000, 4096, 4096, 0}, "randn", 23);
+  check_against_oracle<__half>(Op::kLogSoftmaxBackward, {3000, 2045, 2048, 0}, "randn", 24);
+}
+
 // Runs softmax over `rows` rows of a device buffer of random floats and returns the output bits.
 std::vector<float> softmax_bits(const DeviceBuffer& x, int64_t rows, int64_t cols, int64_t first_row) {
   DeviceBuffer y(rows * cols * sizeof(float));
