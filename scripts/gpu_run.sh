@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build, C++ and Python GPU tests, a sanitizer pass, the benchmark.
-# Logs, JSON and the plot go to $1 (default $OUT). Stages: REDUCEKIT_STAGES="build cpp py san bench".
+# One call on the GPU machine: build, C++ and Python GPU tests, the benchmark, a sanitizer pass.
+# Logs, JSON and the plot go to $1 (default $OUT). Stages: REDUCEKIT_STAGES="build cpp py bench san".
+# The benchmark runs once with REDUCEKIT_BENCH_ARGS into $1, or, with REDUCEKIT_BENCH_GROUPS set
+# ("name: args; name: args"), once per group into $1/name. The build log stays beside the build
+# and the sanitizer log is kept only when it reports something (remote runs bring back few files).
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-${OUT:-$REPO/bench/results/latest}}"
-STAGES="${REDUCEKIT_STAGES:-build cpp py san bench}"
+STAGES="${REDUCEKIT_STAGES:-build cpp py bench san}"
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 set +e
@@ -13,7 +16,7 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if stage build; then
   echo "== build"; start=$SECONDS
-  configure_and_build >"$OUT_DIR/build.log" 2>&1 || { tail -50 "$OUT_DIR/build.log"; exit 1; }
+  configure_and_build >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log"; exit 1; }
   echo "build: $((SECONDS - start)) s"
 fi
 if stage cpp; then
@@ -23,22 +26,43 @@ if stage cpp; then
 fi
 if stage py; then
   echo "== Python tests"
-  python3 -m pytest -q "$REPO/tests/python" -rs --maxfail=20 --tb=line >"$OUT_DIR/py_tests.log" 2>&1 || status=1
-  tail -3 "$OUT_DIR/py_tests.log"
+  # One pytest per file, so a family that fails a lot stops early without hiding the others.
+  : >"$OUT_DIR/py_tests.log"
+  for f in "$REPO"/tests/python/test_*.py; do
+    python3 -m pytest -q "$f" -rs --maxfail=20 --tb=line >"$BUILD.pytest.tmp" 2>&1 || status=1
+    echo "$(basename "$f"): $(tail -1 "$BUILD.pytest.tmp")"
+    cat "$BUILD.pytest.tmp" >>"$OUT_DIR/py_tests.log"
+  done
+  rm -f "$BUILD.pytest.tmp"
 fi
 if stage bench; then
   echo "== benchmark"
-  # bench.py writes bench.log, results.json and bench.png into OUT_DIR itself.
-  python3 "$REPO/bench/bench.py" --out "$OUT_DIR" ${REDUCEKIT_BENCH_ARGS:-} 2>&1 | tail -100
+  # bench.py writes bench.log, results.json and bench.png into its --out folder itself.
+  if [ -n "${REDUCEKIT_BENCH_GROUPS:-}" ]; then
+    IFS=';' read -ra groups <<<"$REDUCEKIT_BENCH_GROUPS"
+    for group in "${groups[@]}"; do
+      name="$(echo "${group%%:*}" | xargs)"
+      echo "-- $name"
+      python3 "$REPO/bench/bench.py" --out "$OUT_DIR/$name" ${group#*:} 2>&1 | grep -E "^(SUMMARY|copy ceiling|results)"
+    done
+  else
+    python3 "$REPO/bench/bench.py" --out "$OUT_DIR" ${REDUCEKIT_BENCH_ARGS:-} 2>&1 | tail -100
+  fi
 fi
 if stage san; then
   echo "== compute-sanitizer (memcheck, racecheck) on a reduced suite"
   filter="${REDUCEKIT_SAN_FILTER:-SoftmaxGpu.RingKernelLoopsOverManyRows:SoftmaxGpu.InPlace:SoftmaxErrors.*}"
+  san_log="$OUT_DIR/sanitizer.log"
+  reports=0
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/reducekit_tests" --gtest_filter="$filter" \
-      --gtest_brief=1 >"$OUT_DIR/sanitizer_$tool.tmp" 2>&1
-    echo "$tool: exit $? ($(grep -cE '^========= (Invalid|Race|Error)' "$OUT_DIR/sanitizer_$tool.tmp") reports)"
-    cat "$OUT_DIR/sanitizer_$tool.tmp" >>"$OUT_DIR/sanitizer.log" && rm "$OUT_DIR/sanitizer_$tool.tmp"
+      --gtest_brief=1 >"$BUILD.sanitizer.tmp" 2>&1
+    rc=$?
+    n=$(grep -cE '^========= (Invalid|Race|Error)' "$BUILD.sanitizer.tmp")
+    echo "$tool: exit $rc ($n reports)"
+    reports=$((reports + n + (rc != 0)))
+    cat "$BUILD.sanitizer.tmp" >>"$BUILD.sanitizer.log" && rm "$BUILD.sanitizer.tmp"
   done
+  if [ "$reports" -gt 0 ]; then cp "$BUILD.sanitizer.log" "$san_log"; status=1; fi
 fi
 exit $status
