@@ -1,6 +1,7 @@
 // One include for users of the reducekit C++ API.
 #pragma once
 
+#include "reducekit/norm.hpp"
 #include "reducekit/reduce.hpp"
 #include "reducekit/softmax.hpp"
 #include "reducekit/status.hpp"

@@ -9,6 +9,16 @@
 //   - finalize(row):     per-row parameters (Params) from the row's statistic;
 //   - local(p, mine):    per-tile factors from the row parameters and that tile's own fold;
 //   - output(values, l): one output element from the (folded) inputs and the tile's factors.
+// Ops that need more than that (norms: per-column weight/bias, per-row mean/rstd, a second
+// output) declare `using Extra = ...` (extra kernel arguments) and the extended hooks, which all
+// receive the Extra and the RowSpan of the tile (row index, thread's first vector, step, cols):
+//   - fold(extra, span, values), finalize(extra, span, row stat), row_done(extra, span, params)
+//     (one thread per row, after finalize: writes per-row statistics);
+//   - Column, columns<VEC, kAligned>(extra, e0, cols, Column (&)[VEC]): per-column parameters of
+//     the VEC elements from e0, read at output time; output(values, local, column);
+//   - kOutputs (1 or 2); with 2, second(values) is written to second_row(extra, row).
+// Plain ops (softmax) go through PlainRowOp, which forwards the extended hooks to the plain ones,
+// so both kinds share one body per kernel.
 // The engine owns the data movement:
 //
 //   row_warp_kernel   LANES (4..32) threads per row, 128/LANES rows per CTA, row in registers.
@@ -87,6 +97,67 @@ template <typename T, int NIN> struct RowArgs {
   int cols;
 };
 
+// Where a thread's tile lies: row index, the thread's first vector, the vectors between its
+// slots, the row length, and whether whole vectors may move as 16-byte accesses (the kernel's
+// kAligned, a constant once inlined). Elements of a tile inside the row form a prefix of its slot order
+// (vector indices grow with the slot), so valid_elems() says which values are real, not pads.
+struct RowSpan {
+  int64_t row;
+  int first, step, cols;
+  bool aligned;
+  template <int VEC, int VPT> __device__ __forceinline__ int valid_elems() const {
+    int n = 0;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) n += min(max(cols - (first + k * step) * VEC, 0), VEC);
+    return n;
+  }
+};
+
+// Reads VEC per-column parameters of type P from e0 (as Acc), `fill` past the row end or
+// when p is null. Aligned whole vectors move as 16-byte loads (VEC * sizeof(P) is 16 or 32).
+template <typename P, int VEC, bool kAligned, typename Acc>
+__device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc fill, Acc (&dst)[VEC]) {
+  if (p == nullptr) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dst[e] = fill;
+  } else if (kAligned && e0 + VEC <= cols) {
+    constexpr int kPer = 16 / sizeof(P);
+    static_assert(VEC % kPer == 0, "column vectors are whole 16-byte packs");
+#pragma unroll
+    for (int q = 0; q < VEC / kPer; ++q) {
+      const auto pack = load_pack<Pack<P, kPer>>(p + e0 + q * kPer);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) dst[q * kPer + e] = to_acc<Acc>(pack.v[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dst[e] = e0 + e < cols ? to_acc<Acc>(p[e0 + e]) : fill;
+  }
+}
+
+struct NoRowExtra {};
+
+// The extended hooks of a plain op: same arithmetic, no extra arguments, no per-row writes.
+template <class Op> struct PlainRowOp : Op {
+  using typename Op::Stat;
+  using typename Op::Params;
+  using Extra = NoRowExtra;
+  struct Column {};
+  static constexpr int kOutputs = 1;
+  template <int N> __device__ __forceinline__ static Stat fold(const Extra&, const RowSpan&, typename Op::Acc (&v)[Op::kInputs][N]) {
+    return Op::fold(v);
+  }
+  __device__ __forceinline__ static Params finalize(const Extra&, const RowSpan&, const Stat& s) { return Op::finalize(s); }
+  __device__ __forceinline__ static void row_done(const Extra&, const RowSpan&, const Params&) {}
+  template <int VEC, bool kAligned>
+  __device__ __forceinline__ static void columns(const Extra&, int, int, Column (&)[VEC]) {}
+  template <class Local>
+  __device__ __forceinline__ static typename Op::Acc output(const typename Op::Acc (&v)[Op::kInputs], const Local& l,
+                                                            const Column&) {
+    return Op::output(v, l);
+  }
+};
+
 // One thread's share of a row: VPT vectors of each input, converted to the accumulation type
 // once, with elements outside the row set to the op's pad values. Element e of slot k is
 // values[i][k * VEC + e]; slot k covers vector index first + k * step.
@@ -123,28 +194,38 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
     }
   }
 
-  // Writes out[e] = Op::output(values of element e, l) for every element inside the row.
+  // Writes out[e] = Op::output(values of element e, l, column parameters of e) for every
+  // element inside the row (and out2[e] = Op::second(values) for two-output ops).
   template <class Op, class Local>
-  __device__ __forceinline__ void store(T* out, int cols, int first, int step, const Local& l) const {
+  __device__ __forceinline__ void store(T* out, T* out2, int cols, int first, int step, const Local& l,
+                                        const typename Op::Extra& extra) const {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
       if (e0 >= cols) continue;
-      PackT o;
+      typename Op::Column c[VEC];
+      Op::template columns<VEC, kAligned>(extra, e0, cols, c);
+      PackT o, o2;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         Acc v[NIN];
 #pragma unroll
         for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
-        o.v[e] = from_acc<T>(Op::output(v, l));
+        o.v[e] = from_acc<T>(Op::output(v, l, c[e]));
+        if constexpr (Op::kOutputs == 2) o2.v[e] = from_acc<T>(Op::second(v));
       }
-      if (kAligned && e0 + VEC <= cols) {
-        store_pack_global(out + e0, o);
-      } else {
+      write(out, e0, cols, o);
+      if constexpr (Op::kOutputs == 2) write(out2, e0, cols, o2);
+    }
+  }
+
+  __device__ __forceinline__ static void write(T* out, int e0, int cols, const PackT& o) {
+    if (kAligned && e0 + VEC <= cols) {
+      store_pack_global(out + e0, o);
+    } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          if (e0 + e < cols) out[e0 + e] = o.v[e];
-      }
+      for (int e = 0; e < VEC; ++e)
+        if (e0 + e < cols) out[e0 + e] = o.v[e];
     }
   }
 
@@ -238,9 +319,9 @@ __device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s,
   return r;
 }
 
+// Kernel bodies take the extended interface (plain ops arrive wrapped in PlainRowOp).
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
-__global__ void __launch_bounds__(kWarpKernelThreads)
-row_warp_kernel(RowArgs<T, Op::kInputs> args) {
+__device__ __forceinline__ void row_warp_body(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra) {
   constexpr int NIN = Op::kInputs;
   constexpr int kRowsPerBlock = kWarpKernelThreads / LANES;
   const int lane = threadIdx.x % LANES;
@@ -255,12 +336,28 @@ row_warp_kernel(RowArgs<T, Op::kInputs> args) {
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + r * args.in_stride[i];
 
+    const RowSpan span{r, lane, LANES, cols, kAligned};
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, cols, lane, LANES);
-    const typename Op::Stat mine = Op::fold(tile.values);
-    const typename Op::Params p = Op::finalize(group_reduce<Op, LANES>(mine));
-    tile.template store<Op>(args.out + r * args.out_stride, cols, lane, LANES, Op::local(p, mine));
+    const typename Op::Stat mine = Op::fold(extra, span, tile.values);
+    const typename Op::Params p = Op::finalize(extra, span, group_reduce<Op, LANES>(mine));
+    if (live && lane == 0) Op::row_done(extra, span, p);
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, r);
+    tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, LANES, Op::local(p, mine), extra);
   }
+}
+
+template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
+__global__ void __launch_bounds__(kWarpKernelThreads)
+row_warp_kernel(RowArgs<T, Op::kInputs> args) {
+  row_warp_body<T, PlainRowOp<Op>, VEC, VPT, LANES, kAligned>(args, NoRowExtra{});
+}
+
+template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
+__global__ void __launch_bounds__(kWarpKernelThreads)
+row_warp_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  row_warp_body<T, Op, VEC, VPT, LANES, kAligned>(args, extra);
 }
 
 // Rows whose share fits one register tile a thread, as a loop: CTA (or cluster) b takes rows
@@ -269,15 +366,13 @@ row_warp_kernel(RowArgs<T, Op::kInputs> args) {
 // thread reads back only the slots it filled itself, and its cp.async groups complete in
 // order, so the ring needs no barrier.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads)
-row_ring_kernel(RowArgs<T, Op::kInputs> args) {
+__device__ __forceinline__ void row_ring_body(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra,
+                                              typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
   constexpr int NIN = Op::kInputs;
   constexpr int kRing = kRowRing;  // a constant: cp.async.wait_group takes an immediate
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
   extern __shared__ __align__(16) unsigned char ring_bytes[];
   auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
 
   cg::cluster_group cluster = cg::this_cluster();
   const int cluster_size = static_cast<int>(cluster.num_blocks());
@@ -307,23 +402,42 @@ row_ring_kernel(RowArgs<T, Op::kInputs> args) {
     tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
     fetch(row + kRing * row_step, slot);
 
-    const typename Op::Stat mine = Op::fold(tile.values);
+    const RowSpan span{row, me, step, cols, kAligned};
+    const typename Op::Stat mine = Op::fold(extra, span, tile.values);
     typename Op::Stat stat = block_reduce<Op>(mine, slots);
-    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
-    const typename Op::Params p = Op::finalize(stat);
-    tile.template store<Op>(args.out + row * args.out_stride, cols, me, step, Op::local(p, mine));
+    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+    const typename Op::Params p = Op::finalize(extra, span, stat);
+    if (me == 0) Op::row_done(extra, span, p);
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
+    tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, Op::local(p, mine), extra);
   }
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads)
-row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
+row_ring_kernel(RowArgs<T, Op::kInputs> args) {
+  __shared__ typename Op::Stat slots[33];  // the reduction slots (block_reduce, cluster_reduce)
+  __shared__ typename Op::Stat cluster_slot;
+  row_ring_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_ring_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__device__ __forceinline__ void row_block_body(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra,
+                                               typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
+                                               int stash_tiles) {
   constexpr int NIN = Op::kInputs;
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
   extern __shared__ __align__(16) unsigned char stash_bytes[];
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
 
   cg::cluster_group cluster = cg::this_cluster();
   const int cluster_size = static_cast<int>(cluster.num_blocks());
@@ -351,30 +465,50 @@ row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
       __pipeline_wait_prior(0);
       for (int t = 0; t < stash_tiles; ++t) {
         tile.template unstash<Op>(stash + t * stash_stride, cols, me + t * tile_vectors, step, threadIdx.x, threads);
-        stat = Op::merge(stat, Op::fold(tile.values));
+        stat = Op::merge(stat, Op::fold(extra, RowSpan{row, me + t * tile_vectors, step, cols, kAligned}, tile.values));
       }
     }
     for (int t = stash_tiles; t < tiles; ++t) {
       tile.template load<Op>(in, cols, me + t * tile_vectors, step);
-      last = Op::fold(tile.values);
+      last = Op::fold(extra, RowSpan{row, me + t * tile_vectors, step, cols, kAligned}, tile.values);
       stat = Op::merge(stat, last);
     }
     stat = block_reduce<Op>(stat, slots);
-    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
-    const typename Op::Params p = Op::finalize(stat);
+    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+    const RowSpan last_span{row, me + (tiles - 1) * tile_vectors, step, cols, kAligned};
+    const typename Op::Params p = Op::finalize(extra, last_span, stat);
+    if (me == 0) Op::row_done(extra, last_span, p);
 
     T* out = args.out + row * args.out_stride;
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     // Last tile first: it is still in registers, folded. The others are fetched and folded
     // again (same inputs, same bits): from shared memory if parked, else from global memory.
-    tile.template store<Op>(out, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last));
+    tile.template store<Op>(out, out2, cols, last_span.first, step, Op::local(p, last), extra);
     for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if (t < stash_tiles) tile.template unstash<Op>(stash + t * stash_stride, cols, first, step, threadIdx.x, threads);
       else tile.template load<Op>(in, cols, first, step);
-      const typename Op::Stat again = Op::fold(tile.values);
-      tile.template store<Op>(out, cols, first, step, Op::local(p, again));
+      const typename Op::Stat again = Op::fold(extra, RowSpan{row, first, step, cols, kAligned}, tile.values);
+      tile.template store<Op>(out, out2, cols, first, step, Op::local(p, again), extra);
     }
   }
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot, tiles, stash_tiles);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_block_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot, tiles, stash_tiles);
 }
 
 }  // namespace reducekit::kernels

@@ -39,24 +39,36 @@ namespace detail {
 // Elements per 16-byte vector: the planner's and the kernels' unit of work.
 template <typename T> constexpr int kVec = 16 / sizeof(T);
 
-template <typename T, class Op, int VEC, bool kAligned>
+// Kernels of the plain interface (no Extra) or of the extended one (one Extra argument).
+template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned, class... Extra> auto warp_kernel() {
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_warp_kernel<T, Op, VEC, VPT, LANES, kAligned>;
+  else return kernels::row_warp_kernel_ext<T, Op, VEC, VPT, LANES, kAligned>;
+}
+
+template <typename T, class Op, int VEC, bool kAligned, class... Extra>
 auto pick_warp_kernel(int lanes, int vpt) {
-  if (vpt == 2) return kernels::row_warp_kernel<T, Op, VEC, 2, 32, kAligned>;
-  if (vpt > 2) return kernels::row_warp_kernel<T, Op, VEC, 4, 32, kAligned>;
+  if (vpt == 2) return warp_kernel<T, Op, VEC, 2, 32, kAligned, Extra...>();
+  if (vpt > 2) return warp_kernel<T, Op, VEC, 4, 32, kAligned, Extra...>();
   switch (lanes) {
-    case 4: return kernels::row_warp_kernel<T, Op, VEC, 1, 4, kAligned>;
-    case 8: return kernels::row_warp_kernel<T, Op, VEC, 1, 8, kAligned>;
-    case 16: return kernels::row_warp_kernel<T, Op, VEC, 1, 16, kAligned>;
-    default: return kernels::row_warp_kernel<T, Op, VEC, 1, 32, kAligned>;
+    case 4: return warp_kernel<T, Op, VEC, 1, 4, kAligned, Extra...>();
+    case 8: return warp_kernel<T, Op, VEC, 1, 8, kAligned, Extra...>();
+    case 16: return warp_kernel<T, Op, VEC, 1, 16, kAligned, Extra...>();
+    default: return warp_kernel<T, Op, VEC, 1, 32, kAligned, Extra...>();
   }
 }
 
 // Kernel families with a VPT (vectors per thread) parameter, for pick_tile.
-template <typename T, class Op, int VEC, bool kAligned> struct BlockKernels {
-  template <int VPT> static auto get() { return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned>; }
+template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct BlockKernels {
+  template <int VPT> static auto get() {
+    if constexpr (sizeof...(Extra) == 0) return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned>;
+    else return kernels::row_block_kernel_ext<T, Op, VEC, VPT, kAligned>;
+  }
 };
-template <typename T, class Op, int VEC, bool kAligned> struct RingKernels {
-  template <int VPT> static auto get() { return kernels::row_ring_kernel<T, Op, VEC, VPT, kAligned>; }
+template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
+  template <int VPT> static auto get() {
+    if constexpr (sizeof...(Extra) == 0) return kernels::row_ring_kernel<T, Op, VEC, VPT, kAligned>;
+    else return kernels::row_ring_kernel_ext<T, Op, VEC, VPT, kAligned>;
+  }
 };
 
 // The largest instantiated tile with at most `vpt` vectors a thread, up to kMaxVpt (the
@@ -138,15 +150,16 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
   return launch_status(name);
 }
 
-template <typename T, class Op, bool kAligned>
-Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream) {
+template <typename T, class Op, bool kAligned, class... Extra>
+Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream,
+                             const Extra&... extra) {
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   if (c.kind == RowKernelKind::kWarp) {
     const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
     const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
-    pick_warp_kernel<T, Op, VEC, kAligned>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0,
-                                                   stream>>>(args);
+    pick_warp_kernel<T, Op, VEC, kAligned, Extra...>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid),
+                                                                     kernels::kWarpKernelThreads, 0, stream>>>(args, extra...);
     return launch_status("row_warp_kernel");
   }
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
@@ -155,18 +168,18 @@ Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfi
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {
       // As many CTAs as stay resident; each loops over its rows.
-      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
+      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
       REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_ring_kernel"));
       int resident = 0;
       REDUCEKIT_RETURN_IF_ERROR(
           resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
       const int64_t grid = std::min(args.rows, std::max<int64_t>(1, resident / c.cluster)) * c.cluster;
-      return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args);
+      return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args, extra...);
     }
   }
-  auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned>, kMaxVpt>(c.vpt);
+  auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
-  return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, c.tiles, c.stash_tiles);
+  return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra..., c.tiles, c.stash_tiles);
 }
 
 }  // namespace detail
@@ -179,6 +192,16 @@ Status launch_row_op(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, bo
   if (args.rows == 0 || args.cols == 0) return Status::ok();
   if (aligned) return detail::launch_row_op_aligned<T, Op, true>(args, c, stream);
   return detail::launch_row_op_aligned<T, Op, false>(args, c, stream);
+}
+
+// The same for an op of the extended interface (Op::Extra, see row_engine.cuh), whose kernels
+// take `extra` as a second argument. `aligned` covers the arrays the Extra points at as well.
+template <typename T, class Op>
+Status launch_row_op(const RowArgsFor<T, Op>& args, const typename Op::Extra& extra, const RowKernelConfig& c,
+                     bool aligned, cudaStream_t stream) {
+  if (args.rows == 0 || args.cols == 0) return Status::ok();
+  if (aligned) return detail::launch_row_op_aligned<T, Op, true>(args, c, stream, extra);
+  return detail::launch_row_op_aligned<T, Op, false>(args, c, stream, extra);
 }
 
 }  // namespace reducekit

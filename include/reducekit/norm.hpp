@@ -1,0 +1,94 @@
+// layer_norm and rms_norm over the trailing dims of x: forward, fused residual add, backward.
+// Tensors live on the current CUDA device; work is queued on `stream` with no host
+// synchronization and no allocation, so calls are graph-capturable.
+//
+// Semantics follow torch.nn.functional.layer_norm / rms_norm:
+//   layer_norm: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(biased var + eps)
+//   rms_norm:   y = x * rstd * weight,                 rstd = 1 / sqrt(mean(x^2) + eps)
+// over the last normalized_shape.rank dims of x (which must equal normalized_shape).
+// The fused residual variants read x and residual once and write y = norm(s) and s = x + residual
+// (s rounded to x's dtype first, so y equals norm(x + residual) computed unfused).
+//
+// Dtypes: x (residual, y, s, dy, dx) float32, float16, bfloat16 or float64, all alike; weight and
+// bias have x's dtype, or float32 when x is 16-bit (mixed-precision training); dweight/dbias have
+// the weight's dtype. mean/rstd are float32 (float64 for float64 x), one per row, contiguous.
+// Arithmetic is float32 (float64 for float64).
+//
+// Layout: the normalized dims of every x-shaped tensor must be dense (stride 1 innermost) and
+// the leading dims must merge into one row index (contiguous tensors, or rows sliced out of a
+// wider buffer); otherwise kUnsupported (make it contiguous first, as the PyTorch layer does).
+// weight and bias must be contiguous. Optional tensors are passed as nullptr.
+//
+// Determinism: the kernel configuration depends only on the row length and dtype, so forward
+// results are batch-invariant; dweight/dbias are summed in a fixed order with no atomics, so
+// they are identical bit for bit from run to run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "reducekit/reduce.hpp"  // Workspace
+#include "reducekit/status.hpp"
+#include "reducekit/tensor.hpp"
+
+namespace reducekit {
+
+// torch's normalized_shape: the sizes of x's trailing dims to normalize over.
+struct NormShape {
+  int rank = 0;
+  int64_t sizes[kMaxRank] = {};
+
+  // More than kMaxRank sizes cannot be stored; rank keeps the true count so validation reports it.
+  static NormShape of(std::initializer_list<int64_t> list) {
+    NormShape s;
+    s.rank = static_cast<int>(list.size());
+    int d = 0;
+    for (int64_t v : list)
+      if (d < kMaxRank) s.sizes[d++] = v;
+    return s;
+  }
+};
+
+// ---- forward ---------------------------------------------------------------------------------
+// mean and rstd (may be nullptr) receive one value per row, for backward.
+Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
+                  const TensorView* bias, double eps, const TensorView& y, const TensorView* mean,
+                  const TensorView* rstd, cudaStream_t stream);
+
+// eps is explicit; torch's eps=None is the dtype's epsilon (torch.finfo(x.dtype).eps).
+Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
+                const TensorView& y, const TensorView* rstd, cudaStream_t stream);
+
+// y = layer_norm(s), s = x + residual. `sum` receives s.
+Status add_layer_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                      const TensorView* weight, const TensorView* bias, double eps, const TensorView& y,
+                      const TensorView& sum, const TensorView* mean, const TensorView* rstd, cudaStream_t stream);
+
+// y = rms_norm(s), s = x + residual. `sum` receives s.
+Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                    const TensorView* weight, double eps, const TensorView& y, const TensorView& sum,
+                    const TensorView* rstd, cudaStream_t stream);
+
+// ---- backward --------------------------------------------------------------------------------
+// Device scratch (CUB's convention) that a backward call computing dweight or dbias needs for
+// x's shape, row count and dtype: pass at least that many bytes (16-byte aligned). Calls without
+// dweight/dbias need none.
+Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& normalized_shape,
+                                     std::size_t* bytes);
+
+// dx (may be nullptr) in one pass over x and dy with the forward's mean/rstd; dweight and dbias
+// (may be nullptr; dweight needs weight's shape, dbias too) as fixed-order column sums over rows.
+// weight may be nullptr (treated as ones). The workspace may be empty when neither is wanted.
+Status layer_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
+                           const TensorView& mean, const TensorView& rstd, const TensorView* weight,
+                           const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
+                           Workspace workspace, cudaStream_t stream);
+
+Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
+                         const TensorView& rstd, const TensorView* weight, const TensorView* dx,
+                         const TensorView* dweight, Workspace workspace, cudaStream_t stream);
+
+}  // namespace reducekit

@@ -1,0 +1,238 @@
+// Validation, row planning and dtype dispatch shared by the layer_norm / rms_norm entry points
+// (norm_forward.cu, norm_residual.cu, norm_backward.cu). Math lives in kernels/norm_ops.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/norm_ops.cuh"
+#include "ops/checks.hpp"
+#include "ops/row_launch.cuh"
+#include "plan/reduction_plan.hpp"
+#include "plan/row_kernel_plan.hpp"
+#include "reducekit/norm.hpp"
+
+namespace reducekit::norm_detail {
+
+inline std::string sizes_string(const int64_t* sizes, int rank) {
+  std::string s = "[";
+  for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(sizes[d]);
+  return s + "]";
+}
+
+inline bool is_16bit(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+inline DType stat_dtype(DType x) { return x == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
+// normalized_shape must name 1 .. rank(x) trailing dims of x exactly.
+inline Status check_normalized_shape(const TensorView& x, const NormShape& s) {
+  if (s.rank < 1 || s.rank > x.rank)
+    return Status::invalid_argument("normalized_shape: expected 1 to " + std::to_string(x.rank) +
+                                    " dims (x has rank " + std::to_string(x.rank) + "), got " +
+                                    std::to_string(s.rank));
+  for (int i = 0; i < s.rank; ++i)
+    if (s.sizes[i] != x.sizes[x.rank - s.rank + i])
+      return Status::invalid_argument("normalized_shape: " + sizes_string(s.sizes, s.rank) +
+                                      " does not match the trailing dims of x, whose shape is " +
+                                      sizes_string(x.sizes, x.rank));
+  return Status::ok();
+}
+
+// weight, bias, dweight, dbias: normalized_shape, contiguous, x's device, x's dtype or float32
+// for 16-bit x.
+inline Status check_column_tensor(const TensorView& t, const char* name, const TensorView& x, const NormShape& s) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(t, name));
+  if (t.device != x.device)
+    return Status::invalid_argument(std::string(name) + ": on device " + std::to_string(t.device) +
+                                    " but x is on device " + std::to_string(x.device));
+  if (t.dtype != x.dtype && !(is_16bit(x.dtype) && t.dtype == DType::kFloat32))
+    return Status::invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " must be x's (" +
+                                    dtype_name(x.dtype) + ")" + (is_16bit(x.dtype) ? " or float32" : ""));
+  bool same = t.rank == s.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.sizes[d] == s.sizes[d];
+  if (!same)
+    return Status::invalid_argument(std::string(name) + ": shape " + sizes_string(t.sizes, t.rank) +
+                                    " does not match normalized_shape " + sizes_string(s.sizes, s.rank));
+  if (!t.is_contiguous()) return Status::unsupported(std::string(name) + ": must be contiguous");
+  return Status::ok();
+}
+
+// mean / rstd: one value per row, contiguous, float32 (float64 for float64 x).
+inline Status check_stat_tensor(const TensorView& t, const char* name, const TensorView& x, int64_t rows) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(t, name));
+  if (t.device != x.device)
+    return Status::invalid_argument(std::string(name) + ": on device " + std::to_string(t.device) +
+                                    " but x is on device " + std::to_string(x.device));
+  if (t.dtype != stat_dtype(x.dtype))
+    return Status::invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " must be " +
+                                    dtype_name(stat_dtype(x.dtype)) + " for " + dtype_name(x.dtype) + " x");
+  if (t.numel() != rows)
+    return Status::invalid_argument(std::string(name) + ": has " + std::to_string(t.numel()) + " elements, expected " +
+                                    std::to_string(rows) + " (one per row)");
+  if (!t.is_contiguous()) return Status::unsupported(std::string(name) + ": must be contiguous");
+  return Status::ok();
+}
+
+// Rows of an x-shaped tensor: its normalized (last k) dims must be dense, and the leading
+// dims must merge into one row index.
+inline Status plan_norm_rows(const TensorView& t, const char* name, int k, RowwisePlan* plan) {
+  TensorView v = t;
+  int64_t expected = 1, cols = 1;
+  for (int d = t.rank - 1; d >= t.rank - k; --d) {
+    if (t.sizes[d] != 1 && t.strides[d] != expected)
+      return Status::unsupported(std::string(name) +
+                                 ": the normalized dims must be dense (stride 1 innermost); make the tensor "
+                                 "contiguous first");
+    expected *= t.sizes[d];
+    cols *= t.sizes[d];
+  }
+  v.rank = t.rank - k + 1;
+  v.sizes[v.rank - 1] = cols;
+  v.strides[v.rank - 1] = 1;
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(v, v.rank - 1, plan));
+  if (!plan->row_major)
+    return Status::unsupported(std::string(name) +
+                               ": the leading dims must merge into one row index; make the tensor contiguous first");
+  return Status::ok();
+}
+
+inline bool aligned_rows(const void* data, const RowwisePlan& p, int vec) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (p.rows <= 1 || p.row_stride % vec == 0);
+}
+inline bool aligned_ptr(const TensorView* t) {
+  return t == nullptr || reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+}
+
+template <typename Acc> Status fill_stat(const TensorView* t, int64_t n, Acc value, cudaStream_t stream) {
+  if (t == nullptr || n == 0) return Status::ok();
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 1024);
+  kernels::fill_kernel<Acc><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<Acc*>(t->data), n, value);
+  return detail::launch_status("fill_kernel");
+}
+
+// Everything a forward call names; residual and sum are null without the fused add.
+struct ForwardCall {
+  const TensorView* x;
+  const TensorView* residual;
+  NormShape shape;
+  const TensorView* weight;
+  const TensorView* bias;
+  double eps;
+  const TensorView* y;
+  const TensorView* sum;
+  const TensorView* mean;
+  const TensorView* rstd;
+};
+
+template <typename T, class Op>
+Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool params_f32,
+                      const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
+  constexpr int NIN = Op::kInputs;
+  kernels::RowArgs<T, NIN> args;
+  args.in[0] = static_cast<const T*>(c.x->data);
+  args.in_stride[0] = plans[0].row_stride;
+  if constexpr (NIN == 2) {
+    args.in[1] = static_cast<const T*>(c.residual->data);
+    args.in_stride[1] = plans[1].row_stride;
+  }
+  args.out = static_cast<T*>(c.y->data);
+  args.out_stride = plans[2].row_stride;
+  args.rows = plans[0].rows;
+  args.cols = static_cast<int>(plans[0].cols);
+  kernels::NormExtra<T> extra;
+  using Acc = kernels::acc_t<T>;
+  extra.weight = c.weight != nullptr ? c.weight->data : nullptr;
+  extra.bias = c.bias != nullptr ? c.bias->data : nullptr;
+  extra.params_f32 = params_f32;
+  extra.eps = static_cast<Acc>(c.eps);
+  extra.mean = c.mean != nullptr ? static_cast<Acc*>(c.mean->data) : nullptr;
+  extra.rstd = c.rstd != nullptr ? static_cast<Acc*>(c.rstd->data) : nullptr;
+  if (c.sum != nullptr) {
+    extra.sum = static_cast<T*>(c.sum->data);
+    extra.sum_stride = plans[3].row_stride;
+  }
+  return launch_row_op<T, Op>(args, extra, config, aligned, stream);
+}
+
+// OpFor<T, kResidual>: LayerNormForwardOp or RmsNormForwardOp.
+template <template <typename, bool> class OpFor, bool kResidual>
+Status run_forward(const ForwardCall& c, cudaStream_t stream) {
+  const TensorView& x = *c.x;
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_normalized_shape(x, c.shape));
+  if (!(c.eps >= 0)) return Status::invalid_argument("eps: must be >= 0, got " + std::to_string(c.eps));
+  if (kResidual) {
+    REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(*c.residual, "residual"));
+    REDUCEKIT_RETURN_IF_ERROR(check_matches(*c.residual, "residual", x, "x"));
+    REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(*c.sum, "sum"));
+    REDUCEKIT_RETURN_IF_ERROR(check_matches(*c.sum, "sum", x, "x"));
+  }
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(*c.y, "y"));
+  REDUCEKIT_RETURN_IF_ERROR(check_matches(*c.y, "y", x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*c.y, "y", x, "x"));
+  if (kResidual) {
+    REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*c.y, "y", *c.residual, "residual"));
+    REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*c.sum, "sum", x, "x"));
+    REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*c.sum, "sum", *c.residual, "residual"));
+    if (c.y->numel() > 0 && c.y->data == c.sum->data) return Status::invalid_argument("sum: must not be y");
+    REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*c.sum, "sum", *c.y, "y"));
+  }
+  bool params_f32 = false;
+  if (c.weight != nullptr) {
+    REDUCEKIT_RETURN_IF_ERROR(check_column_tensor(*c.weight, "weight", x, c.shape));
+    params_f32 = c.weight->dtype != x.dtype;
+  }
+  if (c.bias != nullptr) {
+    REDUCEKIT_RETURN_IF_ERROR(check_column_tensor(*c.bias, "bias", x, c.shape));
+    if (c.weight != nullptr && c.bias->dtype != c.weight->dtype)
+      return Status::invalid_argument(std::string("bias: dtype ") + dtype_name(c.bias->dtype) +
+                                      " differs from weight's " + dtype_name(c.weight->dtype));
+    params_f32 = c.bias->dtype != x.dtype;
+  }
+
+  RowwisePlan plans[4];
+  const TensorView* views[4] = {c.x, kResidual ? c.residual : c.x, c.y, kResidual ? c.sum : c.y};
+  const char* names[4] = {"x", "residual", "y", "sum"};
+  for (int i = 0; i < 4; ++i) REDUCEKIT_RETURN_IF_ERROR(plan_norm_rows(*views[i], names[i], c.shape.rank, &plans[i]));
+  const int64_t rows = plans[0].rows, cols = plans[0].cols;
+  if (c.mean != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.mean, "mean", x, rows));
+  if (c.rstd != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.rstd, "rstd", x, rows));
+  if (rows == 0) return Status::ok();
+  if (cols == 0) {  // statistics of an empty set: 0 / 0, as the oracle and torch
+    if (x.dtype == DType::kFloat64) {
+      REDUCEKIT_RETURN_IF_ERROR(fill_stat<double>(c.mean, rows, NAN, stream));
+      return fill_stat<double>(c.rstd, rows, NAN, stream);
+    }
+    REDUCEKIT_RETURN_IF_ERROR(fill_stat<float>(c.mean, rows, NAN, stream));
+    return fill_stat<float>(c.rstd, rows, NAN, stream);
+  }
+  if (cols > kMaxRowLength)
+    return Status::unsupported("x: rows longer than " + std::to_string(kMaxRowLength) + " elements are not supported");
+
+  // How bytes move depends on alignment; which thread combines what does not (batch invariance).
+  const int elem_bytes = static_cast<int>(dtype_size(x.dtype));
+  const int vec = 16 / elem_bytes;
+  bool aligned = aligned_ptr(c.weight) && aligned_ptr(c.bias);
+  for (int i = 0; i < 4; ++i) aligned = aligned && aligned_rows(views[i]->data, plans[i], vec);
+  RowKernelLimits limits;
+  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
+  constexpr int kInputs = kResidual ? 2 : 1;
+  const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, kInputs, limits);
+
+  switch (x.dtype) {
+    case DType::kFloat32:
+      return launch_forward<float, OpFor<float, kResidual>>(c, plans, params_f32, config, aligned, stream);
+    case DType::kFloat16:
+      return launch_forward<__half, OpFor<__half, kResidual>>(c, plans, params_f32, config, aligned, stream);
+    case DType::kBFloat16:
+      return launch_forward<__nv_bfloat16, OpFor<__nv_bfloat16, kResidual>>(c, plans, params_f32, config, aligned,
+                                                                             stream);
+    case DType::kFloat64:
+      return launch_forward<double, OpFor<double, kResidual>>(c, plans, params_f32, config, aligned, stream);
+    default: return Status::invalid_argument("x: unsupported dtype");
+  }
+}
+
+}  // namespace reducekit::norm_detail

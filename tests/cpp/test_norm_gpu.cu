@@ -1,0 +1,465 @@
+// GPU tests of layer_norm / rms_norm (forward, fused residual add, backward) against the float64
+// CPU oracle. Outputs are poisoned with NaN before each run; the gaps between strided rows and a
+// guard past the end must still hold the poison after it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gpu_test_util.cuh"
+#include "reducekit/norm.hpp"
+#include "reference/reference.hpp"
+
+namespace reducekit {
+namespace {
+
+using namespace testing_util;
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// rows x cols, row r at element offset + r * stride of its buffer.
+struct Layout {
+  int64_t rows, cols, stride, offset;
+  int64_t span() const { return offset + (rows - 1) * stride + cols; }
+};
+
+TensorView row_view(void* base, DType dtype, const Layout& l) {
+  TensorView v;
+  v.data = static_cast<char*>(base) + l.offset * static_cast<int64_t>(dtype_size(dtype));
+  v.dtype = dtype;
+  v.rank = 2;
+  v.sizes[0] = l.rows;
+  v.sizes[1] = l.cols;
+  v.strides[0] = l.stride;
+  v.strides[1] = 1;
+  v.device = 0;
+  return v;
+}
+
+TensorView dense_view(void* data, DType dtype, std::initializer_list<int64_t> sizes) {
+  return make_contiguous_view(data, dtype, sizes, 0);
+}
+
+template <typename T> std::vector<double> rounded(std::vector<double> v) {
+  for (double& x : v) x = to_double(from_double<T>(x));
+  return v;
+}
+
+// A device buffer holding `dense` ([rows, cols]) at the layout's places, the rest `filler`;
+// 64 guard elements follow the span.
+template <typename T> struct Strided {
+  Strided(const std::vector<double>& dense, const Layout& l, double filler)
+      : layout(l), buffer((l.span() + 64) * sizeof(T)) {
+    std::vector<T> image(static_cast<std::size_t>(l.span() + 64), from_double<T>(filler));
+    for (int64_t r = 0; r < l.rows; ++r)
+      for (int64_t c = 0; c < l.cols; ++c) image[l.offset + r * l.stride + c] = from_double<T>(dense[r * l.cols + c]);
+    EXPECT_EQ(cudaMemcpy(buffer.get(), image.data(), image.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  TensorView view() const { return row_view(buffer.get(), dtype_of<T>(), layout); }
+  std::vector<T> image() const {
+    std::vector<T> out(buffer.bytes() / sizeof(T));
+    EXPECT_EQ(cudaMemcpy(out.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  // Element (r, c), and whether every element outside the rows still holds the poison.
+  double at(const std::vector<T>& image, int64_t r, int64_t c) const {
+    return to_double(image[layout.offset + r * layout.stride + c]);
+  }
+  bool outside_untouched(const std::vector<T>& image) const {
+    std::vector<char> inside(image.size(), 0);
+    for (int64_t r = 0; r < layout.rows; ++r) std::fill_n(inside.begin() + layout.offset + r * layout.stride, layout.cols, 1);
+    for (std::size_t i = 0; i < image.size(); ++i)
+      if (!inside[i] && !std::isnan(to_double(image[i]))) return false;
+    return true;
+  }
+  Layout layout;
+  DeviceBuffer buffer;
+};
+
+template <typename A> std::vector<A> download(const DeviceBuffer& b, std::size_t n) {
+  std::vector<A> out(n);
+  EXPECT_EQ(cudaMemcpy(out.data(), b.get(), n * sizeof(A), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+template <typename A> void upload(const DeviceBuffer& b, const std::vector<A>& v) {
+  EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(A), cudaMemcpyHostToDevice), cudaSuccess);
+}
+template <typename A> std::vector<A> cast_to(const std::vector<double>& v) {
+  std::vector<A> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_double<A>(v[i]);
+  return out;
+}
+
+enum class Kind { kLayer, kRms };
+
+struct Case {
+  Kind kind;
+  bool residual = false;
+  bool weight = true;
+  bool bias = true;          // layer_norm only
+  std::string values = "randn";  // "randn", "large_mean" (1e3 + randn), "constant" rows mixed in
+};
+
+// x values by kind; every third row constant (variance 0) for "constant".
+std::vector<double> make_x(int64_t rows, int64_t cols, const std::string& kind, uint32_t seed) {
+  std::vector<double> v = make_values(rows * cols, "randn", seed);
+  if (kind == "large_mean")
+    for (double& x : v) x += 1e3;
+  if (kind == "constant")
+    for (int64_t r = 0; r < rows; r += 3) std::fill_n(v.begin() + r * cols, cols, 0.375 * (r + 1));
+  return v;
+}
+
+// Forward of `c` for T (x) and P (weight/bias) over layout l against the oracle.
+template <typename T, typename P> void check_forward(const Case& c, const Layout& l, uint32_t seed) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const bool layer = c.kind == Kind::kLayer;
+  SCOPED_TRACE(testing::Message() << (layer ? "layer_norm" : "rms_norm") << (c.residual ? " +residual" : "") << " x "
+                                  << dtype_name(dtype_of<T>()) << " params " << dtype_name(dtype_of<P>())
+                                  << " rows=" << l.rows << " cols=" << l.cols << " stride=" << l.stride
+                                  << " offset=" << l.offset << " weight=" << c.weight << " bias=" << c.bias
+                                  << " values=" << c.values);
+  const int64_t rows = l.rows, cols = l.cols, n = rows * cols;
+  const double eps = layer ? 1e-5 : 1e-6;
+  std::vector<double> x = rounded<T>(make_x(rows, cols, c.values, seed));
+  std::vector<double> res = rounded<T>(make_values(n, "randn", seed + 1));
+  std::vector<double> s = x;
+  if (c.residual)
+    for (int64_t i = 0; i < n; ++i) s[i] = to_double(from_double<T>(x[i] + res[i]));
+  std::vector<double> w = make_values(cols, "randn", seed + 2), b = make_values(cols, "randn", seed + 3);
+  for (double& v : w) v = 1.0 + 0.5 * v;
+  w = rounded<P>(w);
+  b = rounded<P>(b);
+  const bool use_bias = layer && c.bias;
+
+  std::vector<double> want(n), mean(rows), rstd(rows);
+  if (layer)
+    reference::layer_norm_forward(s.data(), c.weight ? w.data() : nullptr, use_bias ? b.data() : nullptr, want.data(),
+                                  mean.data(), rstd.data(), rows, cols, eps);
+  else
+    reference::rms_norm_forward(s.data(), c.weight ? w.data() : nullptr, want.data(), rstd.data(), rows, cols, eps);
+
+  Strided<T> dx(x, l, 0.0), dres(res, l, 0.0), dy(std::vector<double>(n, kNaN), l, kNaN),
+      dsum(std::vector<double>(n, kNaN), l, kNaN);
+  DeviceBuffer dw(cols * sizeof(P)), dbias(cols * sizeof(P)), dmean((rows + 16) * sizeof(Acc)),
+      drstd((rows + 16) * sizeof(Acc));
+  upload(dw, cast_to<P>(w));
+  upload(dbias, cast_to<P>(b));
+  upload(dmean, std::vector<Acc>(rows + 16, Acc(kNaN)));
+  upload(drstd, std::vector<Acc>(rows + 16, Acc(kNaN)));
+  const DType pt = dtype_of<P>(), st = dtype_of<Acc>();
+  const TensorView wv = dense_view(dw.get(), pt, {cols}), bv = dense_view(dbias.get(), pt, {cols});
+  const TensorView mv = dense_view(dmean.get(), st, {rows}), rv = dense_view(drstd.get(), st, {rows});
+  const NormShape shape = NormShape::of({cols});
+  const TensorView* wp = c.weight ? &wv : nullptr;
+  const TensorView* bp = use_bias ? &bv : nullptr;
+
+  Status status;
+  if (layer && !c.residual) status = layer_norm(dx.view(), shape, wp, bp, eps, dy.view(), &mv, &rv, nullptr);
+  if (layer && c.residual)
+    status = add_layer_norm(dx.view(), dres.view(), shape, wp, bp, eps, dy.view(), dsum.view(), &mv, &rv, nullptr);
+  if (!layer && !c.residual) status = rms_norm(dx.view(), shape, wp, eps, dy.view(), &rv, nullptr);
+  if (!layer && c.residual)
+    status = add_rms_norm(dx.view(), dres.view(), shape, wp, eps, dy.view(), dsum.view(), &rv, nullptr);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+
+  const std::vector<T> y_img = dy.image(), s_img = dsum.image();
+  const std::vector<Acc> got_mean = download<Acc>(dmean, rows + 16), got_rstd = download<Acc>(drstd, rows + 16);
+  EXPECT_TRUE(dy.outside_untouched(y_img)) << "y was written outside its rows";
+  if (c.residual) EXPECT_TRUE(dsum.outside_untouched(s_img)) << "sum was written outside its rows";
+  else EXPECT_TRUE(dsum.outside_untouched(s_img)) << "sum was written without a residual";
+  for (int64_t r = rows; r < rows + 16; ++r) {
+    EXPECT_TRUE(std::isnan(double(got_rstd[r]))) << "rstd written past the rows";
+    EXPECT_TRUE(std::isnan(double(got_mean[r]))) << "mean written past the rows";
+  }
+  int failures = 0;
+  for (int64_t r = 0; r < rows && failures < 5; ++r) {
+    // The magnitude of the terms behind y: |s| * rstd * |w| + |b| (x - mean rounds at |s|).
+    double scale = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      scale = std::max(scale, std::fabs(s[r * cols + j]) * rstd[r] * (c.weight ? std::fabs(w[j]) : 1.0) +
+                                  (use_bias ? std::fabs(b[j]) : 0.0));
+    // The variance of a row with a large mean is conditioned by |mean| / std: a relative
+    // rounding of the mean moves it by that factor (torch's float32 Welford does the same).
+    const double rstd_scale = rstd[r] * (1.0 + (layer ? std::fabs(mean[r]) * rstd[r] : 0.0));
+    if (!close_enough<Acc>(got_rstd[r], rstd[r], rstd_scale)) {
+      ADD_FAILURE() << "rstd of row " << r << ": got " << got_rstd[r] << ", want " << rstd[r];
+      ++failures;
+    }
+    if (layer && !close_enough<Acc>(got_mean[r], mean[r], scale / rstd[r])) {
+      ADD_FAILURE() << "mean of row " << r << ": got " << got_mean[r] << ", want " << mean[r];
+      ++failures;
+    }
+    if (!layer && !std::isnan(double(got_mean[r]))) {
+      ADD_FAILURE() << "rms_norm wrote mean";
+      ++failures;
+    }
+    for (int64_t j = 0; j < cols && failures < 5; ++j) {
+      const double got = dy.at(y_img, r, j), want_y = want[r * cols + j];
+      if (!close_enough<T>(got, want_y, scale)) {
+        ADD_FAILURE() << "y row " << r << " col " << j << ": got " << got << ", want " << want_y;
+        ++failures;
+      }
+      if (c.residual && dsum.at(s_img, r, j) != s[r * cols + j]) {
+        ADD_FAILURE() << "sum row " << r << " col " << j << ": got " << dsum.at(s_img, r, j) << ", want "
+                      << s[r * cols + j];
+        ++failures;
+      }
+    }
+  }
+}
+
+// Backward of `kind` for T / P against the oracle, with the forward's statistics (rounded to
+// the device's statistic type) fed to both. Also runs twice and demands identical bits.
+template <typename T, typename P> void check_backward(Kind kind, bool with_weight, const Layout& l, uint32_t seed) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const bool layer = kind == Kind::kLayer;
+  SCOPED_TRACE(testing::Message() << (layer ? "layer_norm" : "rms_norm") << " backward x " << dtype_name(dtype_of<T>())
+                                  << " params " << dtype_name(dtype_of<P>()) << " rows=" << l.rows << " cols=" << l.cols
+                                  << " stride=" << l.stride << " offset=" << l.offset << " weight=" << with_weight);
+  const int64_t rows = l.rows, cols = l.cols, n = rows * cols;
+  std::vector<double> x = rounded<T>(make_x(rows, cols, "constant", seed));
+  std::vector<double> dy = rounded<T>(make_values(n, "randn", seed + 1));
+  std::vector<double> w = make_values(cols, "randn", seed + 2);
+  for (double& v : w) v = 1.0 + 0.5 * v;
+  w = rounded<P>(w);
+  const double* wp_host = with_weight ? w.data() : nullptr;
+  std::vector<double> y(n), mean(rows), rstd(rows);
+  if (layer) reference::layer_norm_forward(x.data(), wp_host, nullptr, y.data(), mean.data(), rstd.data(), rows, cols, 1e-5);
+  else reference::rms_norm_forward(x.data(), wp_host, y.data(), rstd.data(), rows, cols, 1e-5);
+  for (int64_t r = 0; r < rows; ++r) {
+    mean[r] = static_cast<Acc>(mean[r]);
+    rstd[r] = static_cast<Acc>(rstd[r]);
+  }
+  std::vector<double> want_dx(n), want_dw(cols), want_db(cols);
+  if (layer)
+    reference::layer_norm_backward(x.data(), dy.data(), mean.data(), rstd.data(), wp_host, want_dx.data(),
+                                   want_dw.data(), want_db.data(), rows, cols);
+  else
+    reference::rms_norm_backward(x.data(), dy.data(), rstd.data(), wp_host, want_dx.data(), want_dw.data(), rows, cols);
+
+  Strided<T> dxs(x, l, 0.0), dys(dy, l, 0.0), dout(std::vector<double>(n, kNaN), l, kNaN);
+  DeviceBuffer dw_in(cols * sizeof(P)), dmean(rows * sizeof(Acc)), drstd(rows * sizeof(Acc)),
+      dgw((cols + 16) * sizeof(P)), dgb((cols + 16) * sizeof(P));
+  upload(dw_in, cast_to<P>(w));
+  upload(dmean, cast_to<Acc>(mean));
+  upload(drstd, cast_to<Acc>(rstd));
+  const DType pt = dtype_of<P>(), st = dtype_of<Acc>();
+  const TensorView wv = dense_view(dw_in.get(), pt, {cols}), mv = dense_view(dmean.get(), st, {rows}),
+                   rv = dense_view(drstd.get(), st, {rows}), gwv = dense_view(dgw.get(), pt, {cols}),
+                   gbv = dense_view(dgb.get(), pt, {cols});
+  const NormShape shape = NormShape::of({cols});
+  std::size_t ws_bytes = 0;
+  ASSERT_TRUE(norm_backward_workspace_bytes(dxs.view(), shape, &ws_bytes).is_ok());
+  DeviceBuffer ws(ws_bytes);
+  const TensorView dx_view = dout.view();
+
+  auto run_once = [&]() {
+    upload(dgw, std::vector<P>(cols + 16, from_double<P>(kNaN)));
+    upload(dgb, std::vector<P>(cols + 16, from_double<P>(kNaN)));
+    const Status s = layer ? layer_norm_backward(dys.view(), dxs.view(), shape, mv, rv, with_weight ? &wv : nullptr,
+                                                 &dx_view, &gwv, &gbv, {ws.get(), ws_bytes}, nullptr)
+                           : rms_norm_backward(dys.view(), dxs.view(), shape, rv, with_weight ? &wv : nullptr,
+                                               &dx_view, &gwv, {ws.get(), ws_bytes}, nullptr);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  run_once();
+  const std::vector<T> dx_img = dout.image();
+  const std::vector<P> gw = download<P>(dgw, cols + 16), gb = download<P>(dgb, cols + 16);
+  EXPECT_TRUE(dout.outside_untouched(dx_img)) << "dx was written outside its rows";
+  for (int64_t j = cols; j < cols + 16; ++j) EXPECT_TRUE(std::isnan(to_double(gw[j]))) << "dweight written past cols";
+
+  int failures = 0;
+  for (int64_t r = 0; r < rows && failures < 5; ++r) {
+    // dx = rstd (g - mean g - xhat mean(g xhat)): the scale of those terms.
+    double g_max = 0, g_abs = 0, gx_abs = 0, xhat_max = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double g = dy[r * cols + j] * (with_weight ? w[j] : 1.0);
+      const double xhat = (x[r * cols + j] - (layer ? mean[r] : 0.0)) * rstd[r];
+      g_max = std::max(g_max, std::fabs(g));
+      g_abs += std::fabs(g);
+      gx_abs += std::fabs(g * xhat);
+      xhat_max = std::max(xhat_max, std::fabs(x[r * cols + j]) * rstd[r]);
+    }
+    const double scale = rstd[r] * (g_max + g_abs / cols + xhat_max * (1.0 + gx_abs / cols));
+    for (int64_t j = 0; j < cols && failures < 5; ++j) {
+      const double got = dout.at(dx_img, r, j), want = want_dx[r * cols + j];
+      if (!close_enough<T>(got, want, scale)) {
+        ADD_FAILURE() << "dx row " << r << " col " << j << ": got " << got << ", want " << want;
+        ++failures;
+      }
+    }
+  }
+  for (int64_t j = 0; j < cols && failures < 5; ++j) {
+    double w_scale = 0, b_scale = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      w_scale += std::fabs(dy[r * cols + j] * std::fabs(x[r * cols + j]) * rstd[r]);
+      b_scale += std::fabs(dy[r * cols + j]);
+    }
+    if (!close_enough<P>(to_double(gw[j]), want_dw[j], w_scale)) {
+      ADD_FAILURE() << "dweight col " << j << ": got " << to_double(gw[j]) << ", want " << want_dw[j];
+      ++failures;
+    }
+    if (layer && !close_enough<P>(to_double(gb[j]), want_db[j], b_scale)) {
+      ADD_FAILURE() << "dbias col " << j << ": got " << to_double(gb[j]) << ", want " << want_db[j];
+      ++failures;
+    }
+    if (!layer && !std::isnan(to_double(gb[j]))) {
+      ADD_FAILURE() << "rms_norm wrote dbias";
+      ++failures;
+    }
+  }
+  // Bitwise determinism of all outputs.
+  run_once();
+  const std::vector<T> dx_again = dout.image();
+  const std::vector<P> gw_again = download<P>(dgw, cols + 16), gb_again = download<P>(dgb, cols + 16);
+  EXPECT_EQ(0, std::memcmp(dx_again.data(), dx_img.data(), dx_img.size() * sizeof(T))) << "dx differs between runs";
+  EXPECT_EQ(0, std::memcmp(gw_again.data(), gw.data(), gw.size() * sizeof(P))) << "dweight differs between runs";
+  EXPECT_EQ(0, std::memcmp(gb_again.data(), gb.data(), gb.size() * sizeof(P))) << "dbias differs between runs";
+}
+
+// Row lengths: tiny, odd, primes, powers of two, and the long rows of the benchmark grid.
+const std::vector<int64_t> kRowLengths = {1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 40009, 65537, 262144};
+
+int64_t rows_for(int64_t cols) { return std::clamp<int64_t>((1 << 20) / cols, 5, 67); }
+
+template <typename T, typename P> void forward_sweep(Kind kind, bool residual) {
+  uint32_t seed = 1;
+  for (int64_t cols : kRowLengths) {
+    const int64_t rows = rows_for(cols);
+    const int64_t wide = (cols + 63) / 64 * 64 + 64;
+    check_forward<T, P>({kind, residual, true, true, "randn"}, {rows, cols, cols, 0}, seed++);
+    check_forward<T, P>({kind, residual, true, false, "constant"}, {rows, cols, wide, 0}, seed++);
+    check_forward<T, P>({kind, residual, false, false, "large_mean"}, {rows, cols, cols + 1, 1}, seed++);
+    if (::testing::Test::HasFailure()) return;  // one bad length is enough
+  }
+}
+
+template <typename T, typename P> void backward_sweep(Kind kind) {
+  uint32_t seed = 100;
+  for (int64_t cols : kRowLengths) {
+    const int64_t rows = cols >= 65536 ? 9 : std::clamp<int64_t>((1 << 19) / cols, 5, 600);
+    check_backward<T, P>(kind, true, {rows, cols, cols, 0}, seed++);
+    check_backward<T, P>(kind, false, {rows, cols, cols + 3, 1}, seed++);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+class NormGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { REDUCEKIT_REQUIRE_GPU(); }
+};
+
+#define REDUCEKIT_NORM_TESTS(NAME, T, P)                                                            \
+  TEST_F(NormGpu, LayerNorm##NAME) { forward_sweep<T, P>(Kind::kLayer, false); }                    \
+  TEST_F(NormGpu, RmsNorm##NAME) { forward_sweep<T, P>(Kind::kRms, false); }                        \
+  TEST_F(NormGpu, AddLayerNorm##NAME) { forward_sweep<T, P>(Kind::kLayer, true); }                  \
+  TEST_F(NormGpu, AddRmsNorm##NAME) { forward_sweep<T, P>(Kind::kRms, true); }                      \
+  TEST_F(NormGpu, LayerNormBackward##NAME) { backward_sweep<T, P>(Kind::kLayer); }                  \
+  TEST_F(NormGpu, RmsNormBackward##NAME) { backward_sweep<T, P>(Kind::kRms); }
+
+REDUCEKIT_NORM_TESTS(Float32, float, float)
+REDUCEKIT_NORM_TESTS(Float64, double, double)
+REDUCEKIT_NORM_TESTS(Float16, __half, __half)
+REDUCEKIT_NORM_TESTS(BFloat16, __nv_bfloat16, __nv_bfloat16)
+REDUCEKIT_NORM_TESTS(Float16ParamsFloat32, __half, float)
+REDUCEKIT_NORM_TESTS(BFloat16ParamsFloat32, __nv_bfloat16, float)
+
+// normalized_shape over two dims of a rank-3 tensor gives the rows of its flattening.
+TEST_F(NormGpu, MultiDimNormalizedShape) {
+  const int64_t a = 7, b = 13, c = 29, cols = b * c;
+  std::vector<double> x = rounded<float>(make_values(a * cols, "randn", 5)), w = make_values(cols, "randn", 6);
+  std::vector<double> want(a * cols), mean(a), rstd(a);
+  reference::layer_norm_forward(x.data(), w.data(), nullptr, want.data(), mean.data(), rstd.data(), a, cols, 1e-5);
+  DeviceBuffer dx(x.size() * 4), dy(x.size() * 4), dw(cols * 4);
+  upload(dx, cast_to<float>(x));
+  upload(dw, cast_to<float>(w));
+  const TensorView xv = dense_view(dx.get(), DType::kFloat32, {a, b, c}),
+                   yv = dense_view(dy.get(), DType::kFloat32, {a, b, c}),
+                   wv = dense_view(dw.get(), DType::kFloat32, {b, c});
+  const Status s = layer_norm(xv, NormShape::of({b, c}), &wv, nullptr, 1e-5, yv, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  const std::vector<float> got = download<float>(dy, x.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(close_enough<float>(got[i], want[i], 8.0)) << i;
+}
+
+// Forward results are bitwise the same for a row alone and inside a batch, and across runs.
+TEST_F(NormGpu, DeterministicAndBatchInvariant) {
+  for (int64_t cols : {1000, 4096, 262144}) {
+    SCOPED_TRACE(testing::Message() << "cols=" << cols);
+    const int64_t rows = cols >= 262144 ? 24 : 2048;
+    const std::vector<double> values = make_values(rows * cols, "randn", 9);
+    DeviceBuffer x(rows * cols * 2), y(rows * cols * 2), w(cols * 4), b(cols * 4);
+    upload(x, cast_to<__nv_bfloat16>(values));
+    upload(w, cast_to<float>(make_values(cols, "randn", 10)));
+    upload(b, cast_to<float>(make_values(cols, "randn", 11)));
+    const TensorView wv = dense_view(w.get(), DType::kFloat32, {cols}), bv = dense_view(b.get(), DType::kFloat32, {cols});
+    auto run_rows = [&](int64_t first, int64_t count) {
+      const TensorView xv = dense_view(static_cast<__nv_bfloat16*>(x.get()) + first * cols, DType::kBFloat16, {count, cols});
+      const TensorView yv = dense_view(y.get(), DType::kBFloat16, {count, cols});
+      EXPECT_TRUE(layer_norm(xv, NormShape::of({cols}), &wv, &bv, 1e-5, yv, nullptr, nullptr, nullptr).is_ok());
+      std::vector<uint16_t> out(count * cols);
+      EXPECT_EQ(cudaMemcpy(out.data(), y.get(), out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      return out;
+    };
+    const std::vector<uint16_t> batch = run_rows(0, rows);
+    EXPECT_EQ(batch, run_rows(0, rows)) << "two runs differ";
+    for (int64_t r : {int64_t(0), rows / 2 + 1, rows - 1}) {
+      const std::vector<uint16_t> alone = run_rows(r, 1);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + r * cols))
+          << "row " << r << " alone differs from the same row in the batch";
+    }
+  }
+}
+
+// Bad input: a Status naming the argument, nothing written.
+TEST_F(NormGpu, Errors) {
+  const int64_t rows = 4, cols = 8;
+  DeviceBuffer x(rows * cols * 4), y(rows * cols * 4), w(cols * 8), stats(rows * 8), ws(1 << 16);
+  upload(y, std::vector<float>(rows * cols, float(kNaN)));
+  const TensorView xv = dense_view(x.get(), DType::kFloat32, {rows, cols}), yv = dense_view(y.get(), DType::kFloat32, {rows, cols});
+  const TensorView w_ok = dense_view(w.get(), DType::kFloat32, {cols});
+  const TensorView w_short = dense_view(w.get(), DType::kFloat32, {cols - 1});
+  const TensorView w_f64 = dense_view(w.get(), DType::kFloat64, {cols});
+  const TensorView rstd_f64 = dense_view(stats.get(), DType::kFloat64, {rows});
+  const TensorView rstd_short = dense_view(stats.get(), DType::kFloat32, {rows - 1});
+  auto expect_error = [&](const Status& s, const std::string& prefix) {
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_EQ(s.message().rfind(prefix, 0), 0u) << s.message();
+  };
+  expect_error(layer_norm(xv, NormShape::of({cols + 1}), nullptr, nullptr, 1e-5, yv, nullptr, nullptr, nullptr),
+               "normalized_shape:");
+  expect_error(layer_norm(xv, NormShape::of({2, rows, cols}), nullptr, nullptr, 1e-5, yv, nullptr, nullptr, nullptr),
+               "normalized_shape:");
+  expect_error(layer_norm(xv, NormShape::of({}), nullptr, nullptr, 1e-5, yv, nullptr, nullptr, nullptr),
+               "normalized_shape:");
+  expect_error(layer_norm(xv, NormShape::of({cols}), &w_short, nullptr, 1e-5, yv, nullptr, nullptr, nullptr), "weight:");
+  expect_error(rms_norm(xv, NormShape::of({cols}), &w_f64, 1e-5, yv, nullptr, nullptr), "weight:");
+  expect_error(layer_norm(xv, NormShape::of({cols}), &w_ok, &w_short, 1e-5, yv, nullptr, nullptr, nullptr), "bias:");
+  expect_error(rms_norm(xv, NormShape::of({cols}), nullptr, 1e-5, yv, &rstd_f64, nullptr), "rstd:");
+  expect_error(rms_norm(xv, NormShape::of({cols}), nullptr, 1e-5, yv, &rstd_short, nullptr), "rstd:");
+  expect_error(rms_norm(xv, NormShape::of({cols}), nullptr, -1.0, yv, nullptr, nullptr), "eps:");
+  const TensorView y_wrong = dense_view(y.get(), DType::kFloat32, {rows, cols - 1});
+  expect_error(rms_norm(xv, NormShape::of({cols}), nullptr, 1e-5, y_wrong, nullptr, nullptr), "y:");
+  TensorView host = xv;
+  host.device = kHostDevice;
+  expect_error(rms_norm(host, NormShape::of({cols}), nullptr, 1e-5, yv, nullptr, nullptr), "x:");
+  const TensorView rstd_ok = dense_view(stats.get(), DType::kFloat32, {rows});
+  const TensorView dw = dense_view(w.get(), DType::kFloat32, {cols});
+  expect_error(rms_norm_backward(yv, xv, NormShape::of({cols}), rstd_ok, nullptr, nullptr, &dw, {nullptr, 0}, nullptr),
+               "workspace:");
+  expect_error(layer_norm_backward(yv, xv, NormShape::of({cols}), rstd_ok, rstd_ok, &w_short, nullptr, nullptr,
+                                   nullptr, {ws.get(), ws.bytes()}, nullptr),
+               "weight:");
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (float v : download<float>(y, rows * cols)) ASSERT_TRUE(std::isnan(v)) << "a failed call wrote y";
+}
+
+}  // namespace
+}  // namespace reducekit
