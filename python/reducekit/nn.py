@@ -2,6 +2,7 @@
 import torch
 
 from ._functional import log_softmax, softmax
+from ._norm import layer_norm, rms_norm
 
 
 class Softmax(torch.nn.Module):
@@ -19,3 +20,17 @@ class Softmax(torch.nn.Module):
 class LogSoftmax(Softmax):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return log_softmax(x, self.dim)
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """torch.nn.LayerNorm (same parameters, same state dict) running reducekit.layer_norm."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps)

@@ -1,0 +1,267 @@
+// torch.ops.reducekit norms: layer_norm, rms_norm, their fused residual forms and backward ops.
+// Thin: outputs and the workspace come from torch's caching allocator, layouts the core cannot
+// read in place (kUnsupported) are retried on contiguous copies, and every check lives in the core.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "reducekit/reducekit.hpp"
+#include "torch_util.hpp"
+
+namespace {
+
+using reducekit_torch::check_cuda;
+using reducekit_torch::throw_if_failed;
+using reducekit_torch::to_view;
+
+reducekit::NormShape norm_shape(at::IntArrayRef s) {
+  reducekit::NormShape n;
+  n.rank = static_cast<int>(s.size());
+  for (int d = 0; d < n.rank && d < reducekit::kMaxRank; ++d) n.sizes[d] = s[d];
+  return n;
+}
+
+// One value per row: x's leading dims (those before the normalized ones).
+std::vector<int64_t> stat_shape(const at::Tensor& x, at::IntArrayRef normalized_shape) {
+  const int64_t lead = std::max<int64_t>(0, x.dim() - static_cast<int64_t>(normalized_shape.size()));
+  return std::vector<int64_t>(x.sizes().begin(), x.sizes().begin() + lead);
+}
+
+at::ScalarType stat_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
+
+// Optional per-column parameters, contiguous (the core requires it; a no-op when already so).
+struct OptionalParam {
+  at::Tensor tensor;
+  reducekit::TensorView view;
+  OptionalParam(const std::optional<at::Tensor>& t, const char* name) {
+    if (t.has_value() && t->defined()) {
+      check_cuda(*t, name);
+      tensor = t->contiguous();
+      view = to_view(tensor, name);
+    }
+  }
+  const reducekit::TensorView* get() const { return tensor.defined() ? &view : nullptr; }
+};
+
+// Calls run(x, residual) on the tensors as given; where the core cannot address a layout, again
+// on contiguous copies.
+template <class Run> void with_layout_fallback(const at::Tensor& x, const at::Tensor& residual, Run run) {
+  const reducekit::Status s = run(x, residual);
+  if (s.code() != reducekit::StatusCode::kUnsupported) return throw_if_failed(s);
+  throw_if_failed(run(x.contiguous(), residual.defined() ? residual.contiguous() : residual));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
+                                                               const std::optional<at::Tensor>& weight,
+                                                               const std::optional<at::Tensor>& bias, double eps) {
+  check_cuda(x, "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const OptionalParam w(weight, "weight"), b(bias, "bias");
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor mean = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  at::Tensor rstd = at::empty_like(mean);
+  const auto yv = to_view(y, "y"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
+  with_layout_fallback(x, at::Tensor(), [&](const at::Tensor& xi, const at::Tensor&) {
+    return reducekit::layer_norm(to_view(xi, "x"), norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &mv, &rv,
+                                 stream_of(x));
+  });
+  return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
+                                                 const std::optional<at::Tensor>& weight, double eps) {
+  check_cuda(x, "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const OptionalParam w(weight, "weight");
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  const auto yv = to_view(y, "y"), rv = to_view(rstd, "rstd");
+  with_layout_fallback(x, at::Tensor(), [&](const at::Tensor& xi, const at::Tensor&) {
+    return reducekit::rms_norm(to_view(xi, "x"), norm_shape(normalized_shape), w.get(), eps, yv, &rv, stream_of(x));
+  });
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
+    const at::Tensor& x, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  check_cuda(x, "x");
+  check_cuda(residual, "residual");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const OptionalParam w(weight, "weight"), b(bias, "bias");
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor sum = at::empty(x.sizes(), x.options());
+  at::Tensor mean = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  at::Tensor rstd = at::empty_like(mean);
+  const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
+  with_layout_fallback(x, residual, [&](const at::Tensor& xi, const at::Tensor& ri) {
+    return reducekit::add_layer_norm(to_view(xi, "x"), to_view(ri, "residual"), norm_shape(normalized_shape), w.get(),
+                                     b.get(), eps, yv, sv, &mv, &rv, stream_of(x));
+  });
+  return {y, sum, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tensor& x, const at::Tensor& residual,
+                                                                 at::IntArrayRef normalized_shape,
+                                                                 const std::optional<at::Tensor>& weight, double eps) {
+  check_cuda(x, "x");
+  check_cuda(residual, "residual");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const OptionalParam w(weight, "weight");
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor sum = at::empty(x.sizes(), x.options());
+  at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), rv = to_view(rstd, "rstd");
+  with_layout_fallback(x, residual, [&](const at::Tensor& xi, const at::Tensor& ri) {
+    return reducekit::add_rms_norm(to_view(xi, "x"), to_view(ri, "residual"), norm_shape(normalized_shape), w.get(),
+                                   eps, yv, sv, &rv, stream_of(x));
+  });
+  return {y, sum, rstd};
+}
+
+// dweight/dbias (normalized_shape, param_dtype) when param_grads, else empty [0] tensors.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const at::Tensor& dy, const at::Tensor& x,
+                                                             at::IntArrayRef normalized_shape,
+                                                             const std::optional<at::Tensor>& mean,
+                                                             const at::Tensor& rstd,
+                                                             const std::optional<at::Tensor>& weight, bool param_grads,
+                                                             at::ScalarType param_dtype) {
+  check_cuda(dy, "dy");
+  check_cuda(x, "x");
+  check_cuda(rstd, "rstd");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const OptionalParam w(weight, "weight");
+  const at::Tensor mean_c = layer ? mean.value().contiguous() : at::Tensor();
+  const at::Tensor rstd_c = rstd.contiguous();
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  const auto param_options = x.options().dtype(param_dtype);
+  at::Tensor dweight = param_grads ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  at::Tensor dbias = param_grads && layer ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  const auto dxv = to_view(dx, "dx"), dwv = to_view(dweight, "dweight"), dbv = to_view(dbias, "dbias");
+  const auto rv = to_view(rstd_c, "rstd");
+  const reducekit::NormShape shape = norm_shape(normalized_shape);
+  auto run = [&](const at::Tensor& xi, const at::Tensor& dyi) {
+    const auto xv = to_view(xi, "x");
+    reducekit::Workspace ws;
+    at::Tensor ws_tensor;
+    if (param_grads) {
+      std::size_t bytes = 0;
+      const reducekit::Status s = reducekit::norm_backward_workspace_bytes(xv, shape, &bytes);
+      if (!s.is_ok()) return s;
+      ws_tensor = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
+      ws = {ws_tensor.data_ptr(), bytes};
+    }
+    if (layer) {
+      const auto mv = to_view(mean_c, "mean");
+      return reducekit::layer_norm_backward(to_view(dyi, "dy"), xv, shape, mv, rv, w.get(), &dxv,
+                                            param_grads ? &dwv : nullptr, param_grads ? &dbv : nullptr, ws,
+                                            stream_of(x));
+    }
+    return reducekit::rms_norm_backward(to_view(dyi, "dy"), xv, shape, rv, w.get(), &dxv,
+                                        param_grads ? &dwv : nullptr, ws, stream_of(x));
+  };
+  // dy plays the residual's part in the fallback: both become contiguous together.
+  with_layout_fallback(x, dy, run);
+  return {dx, dweight, dbias};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
+    const at::Tensor& dy, const at::Tensor& x, at::IntArrayRef normalized_shape, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, bool param_grads, at::ScalarType param_dtype) {
+  return norm_backward(true, dy, x, normalized_shape, mean, rstd, weight, param_grads, param_dtype);
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x,
+                                                          at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+                                                          const std::optional<at::Tensor>& weight, bool param_grads,
+                                                          at::ScalarType param_dtype) {
+  auto [dx, dweight, dbias] =
+      norm_backward(false, dy, x, normalized_shape, std::nullopt, rstd, weight, param_grads, param_dtype);
+  return {dx, dweight};
+}
+
+// CPU tensors get the same clear message as the core gives, not a dispatcher error.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cpu(const at::Tensor& x, at::IntArrayRef,
+                                                              const std::optional<at::Tensor>&,
+                                                              const std::optional<at::Tensor>&, double) {
+  check_cuda(x, "x");
+  return {x, x, x};
+}
+std::tuple<at::Tensor, at::Tensor> rms_norm_cpu(const at::Tensor& x, at::IntArrayRef, const std::optional<at::Tensor>&,
+                                                double) {
+  check_cuda(x, "x");
+  return {x, x};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cpu(
+    const at::Tensor& x, const at::Tensor& residual, at::IntArrayRef, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, double) {
+  check_cuda(x, "x");
+  check_cuda(residual, "residual");
+  return {x, x, x, x};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
+                                                                at::IntArrayRef, const std::optional<at::Tensor>&,
+                                                                double) {
+  check_cuda(x, "x");
+  check_cuda(residual, "residual");
+  return {x, x, x};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x,
+                                                                       at::IntArrayRef, const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       const std::optional<at::Tensor>&, bool,
+                                                                       at::ScalarType) {
+  check_cuda(dy, "dy");
+  check_cuda(x, "x");
+  return {x, x, x};
+}
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, at::IntArrayRef,
+                                                         const at::Tensor&, const std::optional<at::Tensor>&, bool,
+                                                         at::ScalarType) {
+  check_cuda(dy, "dy");
+  check_cuda(x, "x");
+  return {x, x};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(reducekit, m) {
+  m.def("layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
+        " -> (Tensor, Tensor, Tensor)");
+  m.def("rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float eps=1e-06) -> (Tensor, Tensor)");
+  m.def("add_layer_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
+        " float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("add_rms_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, float eps=1e-06)"
+        " -> (Tensor, Tensor, Tensor)");
+  m.def("layer_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight,"
+        " bool param_grads, ScalarType param_dtype) -> (Tensor, Tensor, Tensor)");
+  m.def("rms_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor rstd, Tensor? weight,"
+        " bool param_grads, ScalarType param_dtype) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
+  m.impl("layer_norm", &layer_norm_cuda);
+  m.impl("rms_norm", &rms_norm_cuda);
+  m.impl("add_layer_norm", &add_layer_norm_cuda);
+  m.impl("add_rms_norm", &add_rms_norm_cuda);
+  m.impl("layer_norm_backward", &layer_norm_backward_cuda);
+  m.impl("rms_norm_backward", &rms_norm_backward_cuda);
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
+  m.impl("layer_norm", &layer_norm_cpu);
+  m.impl("rms_norm", &rms_norm_cpu);
+  m.impl("add_layer_norm", &add_layer_norm_cpu);
+  m.impl("add_rms_norm", &add_rms_norm_cpu);
+  m.impl("layer_norm_backward", &layer_norm_backward_cpu);
+  m.impl("rms_norm_backward", &rms_norm_backward_cpu);
+}

@@ -1,0 +1,336 @@
+"""reducekit layer_norm / rms_norm (plain and fused residual) against torch in float64.
+
+The oracle is torch's layer_norm / rms_norm of the inputs cast to float64 (weight and bias too);
+gradients likewise through torch.autograd in float64. Tolerance: the error allowed on an output
+is 4 ulp of its dtype at its own magnitude plus an absolute term, 1e-5 (float32 math; 1e-12 for
+float64) times the magnitude of the terms behind it (|x| * rstd * |w| + |b| for y, which is what
+x - mean rounds at). conftest.py skips this module, with the reason, where torch, a GPU or a
+built reducekit is missing.
+"""
+import pytest
+import torch
+
+import reducekit
+
+DEV = "cuda"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+HALF = (torch.float16, torch.bfloat16)
+LENGTHS = [1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 40009, 65537, 2**18]
+
+
+def dtype_id(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def rows_for(n):
+    return 37 if n <= 4096 else max(3, 2**20 // n)
+
+
+def ulp(t, dtype):
+    return torch.finfo(dtype).eps * t.abs().clamp_min(torch.finfo(dtype).tiny)
+
+
+def math_eps(dtype):
+    return 1e-12 if dtype == torch.float64 else 1e-5
+
+
+def assert_close(out, ref, dtype, scale, what):
+    """out against the float64 ref: 4 ulp of dtype at |ref| plus math_eps(dtype) * scale."""
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    o = out.double()
+    assert torch.equal(o.isnan(), ref.isnan()), f"{what}: NaN pattern differs"
+    err = (o - ref).abs()
+    allowed = 4 * ulp(ref, dtype) + math_eps(dtype) * scale
+    bad = ref.isfinite() & (err > allowed)
+    if bool(bad.any()):
+        i = tuple(int(v) for v in bad.nonzero()[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} off; first at {i}: got {o[i].item()!r}, "
+                             f"want {ref[i].item()!r}, allowed {allowed[i].item()!r}")
+
+
+def make_params(shape, param_dtype, weight=True, bias=True):
+    w = (1 + 0.5 * torch.randn(shape, device=DEV)).to(param_dtype) if weight else None
+    b = torch.randn(shape, device=DEV).to(param_dtype) if bias else None
+    return w, b
+
+
+def torch_norm(kind, x, shape, w, b, eps):
+    x, w = x.double(), (w.double() if w is not None else None)
+    if kind == "layer_norm":
+        return torch.nn.functional.layer_norm(x, shape, w, b.double() if b is not None else None, eps)
+    return torch.nn.functional.rms_norm(x, shape, w, eps)
+
+
+def y_scale(x, shape, w, b):
+    """|x| * rstd * |w| + |b| per element, the magnitude the output's rounding follows."""
+    dims = tuple(range(x.dim() - len(shape), x.dim()))
+    xd = x.double()
+    rstd = 1 / (xd.var(dims, unbiased=False, keepdim=True) + 1e-5).sqrt() if xd.shape[-1] > 0 else 1.0
+    s = xd.abs() * rstd * (w.double().abs() if w is not None else 1)
+    return s + (b.double().abs() if b is not None else 0)
+
+
+def param_dtypes(dtype):
+    return [dtype, torch.float32] if dtype in HALF else [dtype]
+
+
+# ----------------------------------------------------------------------------- forward
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("n", LENGTHS)
+def test_forward(kind, dtype, n):
+    for pdt in param_dtypes(dtype):
+        x = torch.randn(rows_for(n), n, device=DEV).to(dtype)
+        w, b = make_params([n], pdt, bias=kind == "layer_norm")
+        eps = 1e-5
+        if kind == "layer_norm":
+            out = reducekit.layer_norm(x, [n], w, b, eps)
+        else:
+            out = reducekit.rms_norm(x, [n], w, eps)
+        assert_close(out, torch_norm(kind, x, [n], w, b, eps), dtype, y_scale(x, [n], w, b), f"{kind} params {pdt}")
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_forward_cases(kind, dtype):
+    """Multi-dim normalized_shape, no weight/bias, constant rows, large means, sliced inputs."""
+    fn = reducekit.layer_norm if kind == "layer_norm" else reducekit.rms_norm
+    x = torch.randn(5, 6, 7, 33, device=DEV).to(dtype)
+    for shape in ([33], [7, 33], [6, 7, 33]):
+        ref = torch_norm(kind, x, shape, None, None, 1e-5)
+        assert_close(fn(x, shape, None, eps=1e-5), ref, dtype, y_scale(x, shape, None, None), f"shape {shape}")
+    c = torch.full((9, 1000), 3.25, device=DEV).to(dtype)
+    c[::2] = torch.randn(5, 1000, device=DEV).to(dtype)
+    assert_close(fn(c, [1000], None, eps=1e-5), torch_norm(kind, c, [1000], None, None, 1e-5), dtype,
+                 y_scale(c, [1000], None, None), "constant rows")
+    big = (1e3 + torch.randn(9, 4099, device=DEV)).to(dtype)
+    assert_close(fn(big, [4099], None, eps=1e-5), torch_norm(kind, big, [4099], None, None, 1e-5), dtype,
+                 y_scale(big, [4099], None, None), "large mean")
+    wide = torch.randn(11, 3000, device=DEV).to(dtype)
+    sliced = wide[:, 7:2052]  # rows of a wider buffer, base offset by 7 elements
+    w, _ = make_params([2045], dtype, bias=False)
+    assert_close(fn(sliced, [2045], w, eps=1e-5), torch_norm(kind, sliced, [2045], w, None, 1e-5), dtype,
+                 y_scale(sliced, [2045], w, None), "sliced")
+    transposed = torch.randn(64, 40, device=DEV).to(dtype).t()  # normalized dim not innermost: copied
+    assert_close(fn(transposed, [64], None, eps=1e-5), torch_norm(kind, transposed, [64], None, None, 1e-5), dtype,
+                 y_scale(transposed, [64], None, None), "transposed")
+
+
+def test_rms_norm_default_eps():
+    x = torch.randn(4, 64, device=DEV, dtype=torch.bfloat16) * 1e-3
+    ref = torch.nn.functional.rms_norm(x.double(), [64], None, torch.finfo(torch.bfloat16).eps)
+    assert_close(reducekit.rms_norm(x, [64]), ref, torch.bfloat16, y_scale(x, [64], None, None), "eps=None")
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("n", [1, 33, 4099, 2**18])
+def test_fused_residual(kind, dtype, n):
+    for pdt in param_dtypes(dtype):
+        x = torch.randn(rows_for(n), n, device=DEV).to(dtype)
+        r = torch.randn_like(x)
+        w, b = make_params([n], pdt, bias=kind == "layer_norm")
+        if kind == "layer_norm":
+            y, s = reducekit.add_layer_norm(x, r, [n], w, b, 1e-5)
+        else:
+            y, s = reducekit.add_rms_norm(x, r, [n], w, 1e-5)
+        assert torch.equal(s, x + r), "s must be x + residual in x's dtype"
+        assert_close(y, torch_norm(kind, x + r, [n], w, b, 1e-5), dtype, y_scale(x + r, [n], w, b), "y")
+
+
+def test_deterministic_and_batch_invariant():
+    for n in (1000, 4096, 2**18):
+        rows = 24 if n == 2**18 else 2048
+        x = torch.randn(rows, n, device=DEV, dtype=torch.bfloat16)
+        w, b = make_params([n], torch.float32)
+        y = reducekit.layer_norm(x, [n], w, b)
+        assert torch.equal(y, reducekit.layer_norm(x, [n], w, b)), "two runs differ"
+        for r in (0, rows // 2 + 1, rows - 1):
+            assert torch.equal(reducekit.layer_norm(x[r:r + 1], [n], w, b), y[r:r + 1]), f"row {r} alone differs"
+
+
+# ----------------------------------------------------------------------------- backward
+
+def grads(fn, inputs, dy):
+    leaves = [t.detach().clone().requires_grad_(True) if t is not None else None for t in inputs]
+    out = fn(*leaves)
+    out = out[0] if isinstance(out, tuple) else out
+    out.backward(dy)
+    return [t.grad if t is not None else None for t in leaves]
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("n", [1, 3, 33, 781, 4099, 12800, 65537, 2**18])
+def test_backward(kind, dtype, n):
+    for pdt in param_dtypes(dtype):
+        rows = 300 if n <= 4099 else max(3, 2**20 // n)
+        x = torch.randn(rows, n, device=DEV).to(dtype)
+        x[::5] = 0.75  # constant rows
+        dy = torch.randn_like(x)
+        w, b = make_params([n], pdt, bias=kind == "layer_norm")
+        if kind == "layer_norm":
+            got = grads(lambda x, w, b: reducekit.layer_norm(x, [n], w, b), [x, w, b], dy)
+            ref = grads(lambda x, w, b: torch_norm(kind, x, [n], w, b, 1e-5), [x.double(), w.double(), b.double()],
+                        dy.double())
+        else:
+            got = grads(lambda x, w: reducekit.rms_norm(x, [n], w, 1e-5), [x, w], dy)
+            ref = grads(lambda x, w: torch_norm(kind, x, [n], w, None, 1e-5), [x.double(), w.double()], dy.double())
+        xd = x.double()
+        rstd = 1 / ((xd - (xd.mean(-1, keepdim=True) if kind == "layer_norm" else 0)).pow(2).mean(-1, keepdim=True)
+                    + 1e-5).sqrt()
+        g = dy.double().abs() * w.double().abs()
+        dx_scale = rstd * (g.amax(-1, keepdim=True) + (xd.abs() * rstd).amax(-1, keepdim=True) * (1 + g.mean(-1, True)))
+        assert_close(got[0], ref[0], dtype, dx_scale, "dx")
+        col_scale = (dy.double().abs() * (xd.abs() * rstd)).sum(0)
+        assert_close(got[1], ref[1], pdt, col_scale, "dweight")
+        if kind == "layer_norm":
+            assert_close(got[2], ref[2], pdt, dy.double().abs().sum(0), "dbias")
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_param_grads_bitwise_deterministic(kind):
+    x = torch.randn(8192, 1024, device=DEV, dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    w, b = make_params([1024], torch.float32, bias=kind == "layer_norm")
+    if kind == "layer_norm":
+        fn, inputs = (lambda x, w, b: reducekit.layer_norm(x, [1024], w, b)), [x, w, b]
+    else:
+        fn, inputs = (lambda x, w: reducekit.rms_norm(x, [1024], w)), [x, w]
+    first = grads(fn, inputs, dy)
+    for _ in range(3):
+        again = grads(fn, inputs, dy)
+        for a, b_ in zip(first, again):
+            assert torch.equal(a, b_), "gradients differ between runs"
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_fused_residual_backward(kind):
+    n = 1000
+    x = torch.randn(17, n, device=DEV, dtype=torch.float64)
+    r = torch.randn_like(x)
+    dy, ds = torch.randn_like(x), torch.randn_like(x)
+    w, b = make_params([n], torch.float64, bias=kind == "layer_norm")
+
+    def run(fused, x, r, w, b):
+        if fused:
+            y, s = (reducekit.add_layer_norm(x, r, [n], w, b) if kind == "layer_norm"
+                    else reducekit.add_rms_norm(x, r, [n], w, 1e-5))
+        else:
+            s = x + r
+            y = torch_norm(kind, s, [n], w, b, 1e-5)
+        return y, s
+
+    leaves = [[t.clone().requires_grad_(True) if t is not None else None for t in (x, r, w, b)] for _ in range(2)]
+    for fused, ls in zip((True, False), leaves):
+        y, s = run(fused, *ls)
+        torch.autograd.backward([y, s], [dy, ds])
+    for got, ref, name in zip(leaves[0], leaves[1], ("x", "residual", "weight", "bias")):
+        if got is not None:
+            torch.testing.assert_close(got.grad, ref.grad, rtol=1e-10, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_gradcheck(kind):
+    x = torch.randn(3, 4, 5, device=DEV, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 5, device=DEV, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, 5, device=DEV, dtype=torch.float64, requires_grad=True)
+    r = torch.randn(3, 4, 5, device=DEV, dtype=torch.float64, requires_grad=True)
+    if kind == "layer_norm":
+        assert torch.autograd.gradcheck(lambda x, w, b: reducekit.layer_norm(x, [4, 5], w, b), (x, w, b))
+        assert torch.autograd.gradcheck(lambda x, r, w, b: reducekit.add_layer_norm(x, r, [4, 5], w, b), (x, r, w, b))
+    else:
+        assert torch.autograd.gradcheck(lambda x, w: reducekit.rms_norm(x, [4, 5], w, 1e-5), (x, w))
+        assert torch.autograd.gradcheck(lambda x, r, w: reducekit.add_rms_norm(x, r, [4, 5], w, 1e-5), (x, r, w))
+
+
+# ----------------------------------------------------------------------------- torch integration
+
+def test_opcheck():
+    x = torch.randn(6, 40, device=DEV, requires_grad=True)
+    r = torch.randn(6, 40, device=DEV, requires_grad=True)
+    w = torch.randn(40, device=DEV, requires_grad=True)
+    b = torch.randn(40, device=DEV, requires_grad=True)
+    ops = torch.ops.reducekit
+    torch.library.opcheck(ops.layer_norm, (x, [40], w, b, 1e-5))
+    torch.library.opcheck(ops.layer_norm, (x, [40], None, None, 1e-5))
+    torch.library.opcheck(ops.rms_norm, (x, [40], w, 1e-6))
+    torch.library.opcheck(ops.add_layer_norm, (x, r, [40], w, b, 1e-5))
+    torch.library.opcheck(ops.add_rms_norm, (x, r, [40], w, 1e-6))
+    _, mean, rstd = ops.layer_norm(x.detach(), [40], w.detach(), b.detach(), 1e-5)
+    dy = torch.randn(6, 40, device=DEV)
+    torch.library.opcheck(ops.layer_norm_backward, (dy, x.detach(), [40], mean, rstd, w.detach(), True, torch.float32))
+    torch.library.opcheck(ops.rms_norm_backward, (dy, x.detach(), [40], rstd, w.detach(), False, torch.float32))
+
+
+def test_compile_fullgraph_and_cuda_graph():
+    ln = reducekit.nn.LayerNorm(256).to(DEV)
+    rms = reducekit.nn.RMSNorm(256).to(DEV)
+
+    def f(x, r):
+        y, s = reducekit.add_rms_norm(x, r, [256], rms.weight)
+        return ln(y) + rms(s)
+
+    x = torch.randn(64, 256, device=DEV)
+    r = torch.randn_like(x)
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(x, r), f(x, r))
+    # forward and backward under torch.compile
+    xg = x.clone().requires_grad_(True)
+    compiled(xg, r).sum().backward()
+    xe = x.clone().requires_grad_(True)
+    f(xe, r).sum().backward()
+    torch.testing.assert_close(xg.grad, xe.grad)
+
+    static_x = x.clone()
+    with torch.no_grad():
+        f(static_x, r)  # warm-up outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = f(static_x, r)
+        static_x.copy_(x * 2)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, f(x * 2, r))
+
+
+@pytest.mark.parametrize("cls,ref_cls", [("LayerNorm", torch.nn.LayerNorm), ("RMSNorm", torch.nn.RMSNorm)])
+def test_nn_modules_load_torch_state_dicts(cls, ref_cls):
+    ref = ref_cls([4, 32]).to(DEV)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn_like(p))
+    mod = getattr(reducekit.nn, cls)([4, 32]).to(DEV)
+    mod.load_state_dict(ref.state_dict())
+    x = torch.randn(8, 4, 32, device=DEV)
+    torch.testing.assert_close(mod(x), ref(x), rtol=1e-5, atol=1e-5)
+    if cls == "LayerNorm":
+        plain = reducekit.nn.LayerNorm(32, elementwise_affine=False).to(DEV)
+        torch.testing.assert_close(plain(x), torch.nn.functional.layer_norm(x, [32]), rtol=1e-5, atol=1e-5)
+    # mixed precision: bfloat16 activations, float32 parameters
+    xb = x.to(torch.bfloat16)
+    want = torch_norm(cls == "LayerNorm" and "layer_norm" or "rms_norm", xb, [4, 32], mod.weight,
+                      getattr(mod, "bias", None), mod.eps if mod.eps is not None else torch.finfo(torch.bfloat16).eps)
+    assert mod(xb).dtype == torch.bfloat16
+    torch.testing.assert_close(mod(xb).double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_errors():
+    x = torch.randn(4, 8, device=DEV)
+    with pytest.raises(RuntimeError, match="normalized_shape:"):
+        reducekit.layer_norm(x, [9])
+    with pytest.raises(RuntimeError, match="normalized_shape:"):
+        reducekit.rms_norm(x, [2, 4, 8])
+    with pytest.raises(RuntimeError, match="weight:"):
+        reducekit.layer_norm(x, [8], torch.ones(7, device=DEV))
+    with pytest.raises(RuntimeError, match="weight:"):
+        reducekit.rms_norm(x, [8], torch.ones(8, device=DEV, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="bias:"):
+        reducekit.layer_norm(x, [8], None, torch.ones(4, 2, device=DEV))
+    with pytest.raises(RuntimeError, match="residual:"):
+        reducekit.add_layer_norm(x, torch.randn(4, 7, device=DEV), [8])
+    with pytest.raises(RuntimeError, match="x:"):
+        reducekit.layer_norm(x.cpu(), [8])
