@@ -73,9 +73,13 @@ Status launch_backward(const BackwardCall& c, const RowwisePlan (&plans)[3], boo
   // dweight/dbias first: they read x and dy, which dx may overwrite (in-place dx).
   if (c.dweight != nullptr || c.dbias != nullptr) {
     const TensorView* p = c.dweight != nullptr ? c.dweight : c.dbias;
-    Status s = p->dtype == DType::kFloat32 && sizeof(T) == 2
-                   ? launch_param_grads<T, float>(c, plans[0], plans[1], aligned, stream)
-                   : launch_param_grads<T, T>(c, plans[0], plans[1], aligned, stream);
+    Status s;
+    if constexpr (sizeof(T) == 2) {  // only 16-bit x may have float32 parameters
+      s = p->dtype == DType::kFloat32 ? launch_param_grads<T, float>(c, plans[0], plans[1], aligned, stream)
+                                      : launch_param_grads<T, T>(c, plans[0], plans[1], aligned, stream);
+    } else {
+      s = launch_param_grads<T, T>(c, plans[0], plans[1], aligned, stream);
+    }
     REDUCEKIT_RETURN_IF_ERROR(s);
   }
   if (c.dx == nullptr) return Status::ok();
