@@ -4,7 +4,7 @@
 # The benchmark runs once with REDUCEKIT_BENCH_ARGS into $1, or, with REDUCEKIT_BENCH_GROUPS set
 # ("name: args; name: args"), once per group into $1/name. The build log stays beside the build
 # and the sanitizer log is kept only when it reports something (remote runs bring back few files).
-# REDUCEKIT_PYTEST_ARGS adds pytest arguments (e.g. -m "not large" to skip the multi-GB tests).
+# pytest reads extra arguments from PYTEST_ADDOPTS (e.g. '-m "not large"' skips the multi-GB tests).
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-${OUT:-$REPO/bench/results/latest}}"
 STAGES="${REDUCEKIT_STAGES:-build cpp py bench san}"
@@ -30,7 +30,7 @@ if stage py; then
   # One pytest per file, so a family that fails a lot stops early without hiding the others.
   : >"$OUT_DIR/py_tests.log"
   for f in "$REPO"/tests/python/test_*.py; do
-    python3 -m pytest -q "$f" -rs --maxfail=20 --tb=line ${REDUCEKIT_PYTEST_ARGS:-} >"$BUILD.pytest.tmp" 2>&1 || status=1
+    python3 -m pytest -q "$f" -rs --maxfail=20 --tb=line >"$BUILD.pytest.tmp" 2>&1 || status=1
     echo "$(basename "$f"): $(tail -1 "$BUILD.pytest.tmp")"
     cat "$BUILD.pytest.tmp" >>"$OUT_DIR/py_tests.log"
   done
