@@ -36,6 +36,12 @@ __device__ __forceinline__ float fast_exp(float v) {
 }
 __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
 
+// Products the compiler may not contract into an FMA with a following add: fma(a, x, b * y)
+// and fma(b, y, a * x) differ in the last bit, so a merge written a * x + b * y would not be
+// bitwise commutative, and the lanes of a butterfly would end with different statistics.
+__device__ __forceinline__ float product_unfused(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double product_unfused(double a, double b) { return __dmul_rn(a, b); }
+
 // Folds f(0) .. f(N-1) with `op` in four interleaved chains, then pairwise: independent
 // chains keep the pipes busy where one chain would wait on every step. The order is fixed by
 // N alone, so results stay deterministic.

@@ -34,7 +34,7 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   __device__ static Stat merge(const Stat& a, const Stat& b) {
     const Acc m = fmax(a.w[0], b.w[0]);
     if (m == negative_infinity<Acc>()) return {{m, a.w[1] + b.w[1]}};  // 0, or NaN carried on
-    return {{m, a.w[1] * fast_exp(a.w[0] - m) + b.w[1] * fast_exp(b.w[0] - m)}};
+    return {{m, product_unfused(a.w[1], fast_exp(a.w[0] - m)) + product_unfused(b.w[1], fast_exp(b.w[0] - m))}};
   }
 
   template <int N> __device__ static Stat fold(Acc (&v)[1][N]) {
