@@ -17,8 +17,9 @@
 //   - Column, columns<VEC, kAligned>(extra, e0, cols, Column (&)[VEC]): per-column parameters of
 //     the VEC elements from e0, read at output time; output(values, local, column);
 //   - kOutputs (1 or 2); with 2, second(values) is written to second_row(extra, row).
-// Plain ops (softmax) go through PlainRowOp, which forwards the extended hooks to the plain ones,
-// so both kinds share one body per kernel.
+// Plain ops (softmax) go through PlainRowOp, which maps the extended hooks onto the plain ones,
+// so both kinds share one body per kernel (row_*_kernel for plain ops, row_*_kernel_ext with the
+// Extra as a second argument); the plain kernels' PTX is the same as before the extension.
 // The engine owns the data movement:
 //
 //   row_warp_kernel   LANES (4..32) threads per row, 128/LANES rows per CTA, row in registers.
@@ -137,18 +138,17 @@ __device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc f
 
 struct NoRowExtra {};
 
-// The extended hooks of a plain op: same arithmetic, no extra arguments, no per-row writes.
+template <class Op> struct PlainRowOp;
+template <class Op> struct IsPlainRowOp { static constexpr bool value = false; };
+template <class Op> struct IsPlainRowOp<PlainRowOp<Op>> { static constexpr bool value = true; };
+
+// The extended hooks of a plain op that the engine calls directly: no extra arguments, no
+// per-column parameters, one output. fold and finalize go to Plain's (see fold_tile).
 template <class Op> struct PlainRowOp : Op {
-  using typename Op::Stat;
-  using typename Op::Params;
+  using Plain = Op;
   using Extra = NoRowExtra;
   struct Column {};
   static constexpr int kOutputs = 1;
-  template <int N> __device__ __forceinline__ static Stat fold(const Extra&, const RowSpan&, typename Op::Acc (&v)[Op::kInputs][N]) {
-    return Op::fold(v);
-  }
-  __device__ __forceinline__ static Params finalize(const Extra&, const RowSpan&, const Stat& s) { return Op::finalize(s); }
-  __device__ __forceinline__ static void row_done(const Extra&, const RowSpan&, const Params&) {}
   template <int VEC, bool kAligned>
   __device__ __forceinline__ static void columns(const Extra&, int, int, Column (&)[VEC]) {}
   template <class Local>
@@ -157,6 +157,28 @@ template <class Op> struct PlainRowOp : Op {
     return Op::output(v, l);
   }
 };
+
+// fold / finalize / row_done of a tile at (row, first, step, cols). Plain ops get no RowSpan at
+// all: building one, even unused, reorders their PTX (same instructions, other register numbers).
+template <class Op, bool kAligned, int NIN, int N>
+__device__ __forceinline__ typename Op::Stat fold_tile(const typename Op::Extra& extra, int64_t row, int first, int step,
+                                                       int cols, typename Op::Acc (&v)[NIN][N]) {
+  if constexpr (IsPlainRowOp<Op>::value) return Op::Plain::fold(v);
+  else return Op::fold(extra, RowSpan{row, first, step, cols, kAligned}, v);
+}
+template <class Op, bool kAligned>
+__device__ __forceinline__ typename Op::Params finalize_row(const typename Op::Extra& extra, int64_t row, int first,
+                                                            int step, int cols, const typename Op::Stat& stat,
+                                                            bool writer) {
+  if constexpr (IsPlainRowOp<Op>::value) {
+    return Op::Plain::finalize(stat);
+  } else {
+    const RowSpan span{row, first, step, cols, kAligned};
+    const typename Op::Params p = Op::finalize(extra, span, stat);
+    if (writer) Op::row_done(extra, span, p);
+    return p;
+  }
+}
 
 // One thread's share of a row: VPT vectors of each input, converted to the accumulation type
 // once, with elements outside the row set to the op's pad values. Element e of slot k is
@@ -321,7 +343,7 @@ __device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s,
 
 // Kernel bodies take the extended interface (plain ops arrive wrapped in PlainRowOp).
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
-__device__ __forceinline__ void row_warp_body(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra) {
+__device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra) {
   constexpr int NIN = Op::kInputs;
   constexpr int kRowsPerBlock = kWarpKernelThreads / LANES;
   const int lane = threadIdx.x % LANES;
@@ -336,12 +358,11 @@ __device__ __forceinline__ void row_warp_body(const RowArgs<T, Op::kInputs>& arg
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + r * args.in_stride[i];
 
-    const RowSpan span{r, lane, LANES, cols, kAligned};
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, cols, lane, LANES);
-    const typename Op::Stat mine = Op::fold(extra, span, tile.values);
-    const typename Op::Params p = Op::finalize(extra, span, group_reduce<Op, LANES>(mine));
-    if (live && lane == 0) Op::row_done(extra, span, p);
+    const typename Op::Stat mine = fold_tile<Op, kAligned>(extra, r, lane, LANES, cols, tile.values);
+    const typename Op::Params p =
+        finalize_row<Op, kAligned>(extra, r, lane, LANES, cols, group_reduce<Op, LANES>(mine), live && lane == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, r);
     tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, LANES, Op::local(p, mine), extra);
@@ -366,7 +387,7 @@ row_warp_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // thread reads back only the slots it filled itself, and its cp.async groups complete in
 // order, so the ring needs no barrier.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__device__ __forceinline__ void row_ring_body(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra,
+__device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                               typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
   constexpr int NIN = Op::kInputs;
   constexpr int kRing = kRowRing;  // a constant: cp.async.wait_group takes an immediate
@@ -402,12 +423,10 @@ __device__ __forceinline__ void row_ring_body(const RowArgs<T, Op::kInputs>& arg
     tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
     fetch(row + kRing * row_step, slot);
 
-    const RowSpan span{row, me, step, cols, kAligned};
-    const typename Op::Stat mine = Op::fold(extra, span, tile.values);
+    const typename Op::Stat mine = fold_tile<Op, kAligned>(extra, row, me, step, cols, tile.values);
     typename Op::Stat stat = block_reduce<Op>(mine, slots);
     if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
-    const typename Op::Params p = Op::finalize(extra, span, stat);
-    if (me == 0) Op::row_done(extra, span, p);
+    const typename Op::Params p = finalize_row<Op, kAligned>(extra, row, me, step, cols, stat, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, Op::local(p, mine), extra);
@@ -431,7 +450,7 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__device__ __forceinline__ void row_block_body(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra,
+__device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
                                                int stash_tiles) {
   constexpr int NIN = Op::kInputs;
@@ -465,31 +484,30 @@ __device__ __forceinline__ void row_block_body(const RowArgs<T, Op::kInputs>& ar
       __pipeline_wait_prior(0);
       for (int t = 0; t < stash_tiles; ++t) {
         tile.template unstash<Op>(stash + t * stash_stride, cols, me + t * tile_vectors, step, threadIdx.x, threads);
-        stat = Op::merge(stat, Op::fold(extra, RowSpan{row, me + t * tile_vectors, step, cols, kAligned}, tile.values));
+        stat = Op::merge(stat, fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values));
       }
     }
     for (int t = stash_tiles; t < tiles; ++t) {
       tile.template load<Op>(in, cols, me + t * tile_vectors, step);
-      last = Op::fold(extra, RowSpan{row, me + t * tile_vectors, step, cols, kAligned}, tile.values);
+      last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
       stat = Op::merge(stat, last);
     }
     stat = block_reduce<Op>(stat, slots);
     if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
-    const RowSpan last_span{row, me + (tiles - 1) * tile_vectors, step, cols, kAligned};
-    const typename Op::Params p = Op::finalize(extra, last_span, stat);
-    if (me == 0) Op::row_done(extra, last_span, p);
+    const typename Op::Params p =
+        finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
 
     T* out = args.out + row * args.out_stride;
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     // Last tile first: it is still in registers, folded. The others are fetched and folded
     // again (same inputs, same bits): from shared memory if parked, else from global memory.
-    tile.template store<Op>(out, out2, cols, last_span.first, step, Op::local(p, last), extra);
+    tile.template store<Op>(out, out2, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last), extra);
     for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if (t < stash_tiles) tile.template unstash<Op>(stash + t * stash_stride, cols, first, step, threadIdx.x, threads);
       else tile.template load<Op>(in, cols, first, step);
-      const typename Op::Stat again = Op::fold(extra, RowSpan{row, first, step, cols, kAligned}, tile.values);
+      const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
       tile.template store<Op>(out, out2, cols, first, step, Op::local(p, again), extra);
     }
   }
