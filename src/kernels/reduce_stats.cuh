@@ -201,7 +201,7 @@ template <typename Acc> struct MomentsPolicy {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const Acc d = v[i] - mean;
-      var += (d * kInvN) * d;
+      var += product_unfused(product_unfused(d, kInvN), d);
     }
     st = merge(st, Stat{N, mean, var});
   }
@@ -219,7 +219,12 @@ template <typename Acc> struct MomentsPolicy {
     // variance is NaN, as torch's (x - mean is inf - inf for the infinite x); the product of the
     // deltas would give inf instead.
     if (!isfinite(delta)) return {n, a.mean * wa + b.mean * wb, static_cast<Acc>(NAN)};
-    return {n, a.mean + delta * wb, a.var * wa + b.var * wb + (delta * wa) * (delta * wb)};
+    // Products written unfused: the column path runs this merge in two kernels (one CTA per
+    // tile, or one per segment with a last-CTA merge), and the compiler may contract a * x + b
+    // into an FMA differently in each, which broke bitwise batch invariance of var_mean.
+    const Acc spread = product_unfused(product_unfused(delta, wa), product_unfused(delta, wb));
+    return {n, a.mean + product_unfused(delta, wb),
+            (product_unfused(a.var, wa) + product_unfused(b.var, wb)) + spread};
   }
   __device__ static void finalize(const Stat& st, Acc pivot, int64_t, const ReduceOutputs& o, int64_t i) {
     const Acc nan = static_cast<Acc>(NAN);
