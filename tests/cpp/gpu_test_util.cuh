@@ -108,4 +108,24 @@ inline std::vector<double> make_values(int64_t n, const std::string& kind, uint3
   return v;
 }
 
+// rows x cols, row r at element offset + r * stride of its buffer (sliced or offset rows).
+struct RowLayout {
+  int64_t rows, cols, stride, offset;
+  int64_t span() const { return offset + (rows - 1) * stride + cols; }
+};
+
+// A 2-d view of such rows on device 0.
+inline TensorView row_view(void* base, DType dtype, const RowLayout& l) {
+  TensorView v;
+  v.data = static_cast<char*>(base) + l.offset * static_cast<int64_t>(dtype_size(dtype));
+  v.dtype = dtype;
+  v.rank = 2;
+  v.sizes[0] = l.rows;
+  v.sizes[1] = l.cols;
+  v.strides[0] = l.stride;
+  v.strides[1] = 1;
+  v.device = 0;
+  return v;
+}
+
 }  // namespace reducekit::testing_util

@@ -21,25 +21,6 @@ using namespace testing_util;
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// rows x cols, row r at element offset + r * stride of its buffer.
-struct Layout {
-  int64_t rows, cols, stride, offset;
-  int64_t span() const { return offset + (rows - 1) * stride + cols; }
-};
-
-TensorView row_view(void* base, DType dtype, const Layout& l) {
-  TensorView v;
-  v.data = static_cast<char*>(base) + l.offset * static_cast<int64_t>(dtype_size(dtype));
-  v.dtype = dtype;
-  v.rank = 2;
-  v.sizes[0] = l.rows;
-  v.sizes[1] = l.cols;
-  v.strides[0] = l.stride;
-  v.strides[1] = 1;
-  v.device = 0;
-  return v;
-}
-
 TensorView dense_view(void* data, DType dtype, std::initializer_list<int64_t> sizes) {
   return make_contiguous_view(data, dtype, sizes, 0);
 }
@@ -52,7 +33,7 @@ template <typename T> std::vector<double> rounded(std::vector<double> v) {
 // A device buffer holding `dense` ([rows, cols]) at the layout's places, the rest `filler`;
 // 64 guard elements follow the span.
 template <typename T> struct Strided {
-  Strided(const std::vector<double>& dense, const Layout& l, double filler)
+  Strided(const std::vector<double>& dense, const RowLayout& l, double filler)
       : layout(l), buffer((l.span() + 64) * sizeof(T)) {
     std::vector<T> image(static_cast<std::size_t>(l.span() + 64), from_double<T>(filler));
     for (int64_t r = 0; r < l.rows; ++r)
@@ -76,7 +57,7 @@ template <typename T> struct Strided {
       if (!inside[i] && !std::isnan(to_double(image[i]))) return false;
     return true;
   }
-  Layout layout;
+  RowLayout layout;
   DeviceBuffer buffer;
 };
 
@@ -115,7 +96,7 @@ std::vector<double> make_x(int64_t rows, int64_t cols, const std::string& kind, 
 }
 
 // Forward of `c` for T (x) and P (weight/bias) over layout l against the oracle.
-template <typename T, typename P> void check_forward(const Case& c, const Layout& l, uint32_t seed) {
+template <typename T, typename P> void check_forward(const Case& c, const RowLayout& l, uint32_t seed) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const bool layer = c.kind == Kind::kLayer;
   SCOPED_TRACE(testing::Message() << (layer ? "layer_norm" : "rms_norm") << (c.residual ? " +residual" : "") << " x "
@@ -216,7 +197,7 @@ template <typename T, typename P> void check_forward(const Case& c, const Layout
 
 // Backward of `kind` for T / P against the oracle, with the forward's statistics (rounded to
 // the device's statistic type) fed to both. Also runs twice and demands identical bits.
-template <typename T, typename P> void check_backward(Kind kind, bool with_weight, const Layout& l, uint32_t seed) {
+template <typename T, typename P> void check_backward(Kind kind, bool with_weight, const RowLayout& l, uint32_t seed) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const bool layer = kind == Kind::kLayer;
   SCOPED_TRACE(testing::Message() << (layer ? "layer_norm" : "rms_norm") << " backward x " << dtype_name(dtype_of<T>())

@@ -29,28 +29,9 @@ const char* op_name(Op op) {
 }
 bool is_backward(Op op) { return op == Op::kSoftmaxBackward || op == Op::kLogSoftmaxBackward; }
 
-// rows x cols, row r at element offset + r * stride of its buffer.
-struct Layout {
-  int64_t rows, cols, stride, offset;
-  int64_t span() const { return offset + (rows - 1) * stride + cols; }
-};
-
-TensorView view_of(void* base, DType dtype, const Layout& l) {
-  TensorView v;
-  v.data = static_cast<char*>(base) + l.offset * static_cast<int64_t>(dtype_size(dtype));
-  v.dtype = dtype;
-  v.rank = 2;
-  v.sizes[0] = l.rows;
-  v.sizes[1] = l.cols;
-  v.strides[0] = l.stride;
-  v.strides[1] = 1;
-  v.device = 0;
-  return v;
-}
-
 // Row values by kind: "randn", "large" (1e4 * randn), or "special" (randn with an all -inf row,
 // a constant row, and rows holding -inf, +inf and NaN).
-std::vector<double> make_rows(const Layout& l, const std::string& kind, uint32_t seed) {
+std::vector<double> make_rows(const RowLayout& l, const std::string& kind, uint32_t seed) {
   std::vector<double> v = make_values(l.rows * l.cols, kind == "large" ? "large" : "randn", seed);
   if (kind == "special") {
     const double inf = std::numeric_limits<double>::infinity();
@@ -71,7 +52,7 @@ template <typename T> std::vector<double> rounded(const std::vector<double>& v) 
 }
 
 // Places dense rows into a strided host image of a device buffer; gaps get `filler`.
-template <typename T> std::vector<T> to_image(const std::vector<double>& dense, const Layout& l, T filler) {
+template <typename T> std::vector<T> to_image(const std::vector<double>& dense, const RowLayout& l, T filler) {
   std::vector<T> image(static_cast<std::size_t>(l.span()), filler);
   for (int64_t r = 0; r < l.rows; ++r)
     for (int64_t c = 0; c < l.cols; ++c) image[l.offset + r * l.stride + c] = from_double<T>(dense[r * l.cols + c]);
@@ -107,7 +88,7 @@ double term_scale(Op op, const double* a, const double* b, const double* want, i
 }
 
 // Runs `op` on the GPU for one layout and value kind and compares with the oracle.
-template <typename T> void check_against_oracle(Op op, const Layout& l, const std::string& kind, uint32_t seed) {
+template <typename T> void check_against_oracle(Op op, const RowLayout& l, const std::string& kind, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << l.rows
                                   << " cols=" << l.cols << " stride=" << l.stride << " offset=" << l.offset
                                   << " values=" << kind);
@@ -140,7 +121,7 @@ template <typename T> void check_against_oracle(Op op, const Layout& l, const st
     REDUCEKIT_CUDA_OK(cudaMemcpy(db.get(), to_image<T>(b, l, T(0)).data(), l.span() * sizeof(T), cudaMemcpyHostToDevice));
   REDUCEKIT_CUDA_OK(cudaMemcpy(dout.get(), out_image.data(), bytes, cudaMemcpyHostToDevice));
 
-  const Status s = run<T>(op, view_of(da.get(), dtype, l), view_of(db.get(), dtype, l), view_of(dout.get(), dtype, l));
+  const Status s = run<T>(op, row_view(da.get(), dtype, l), row_view(db.get(), dtype, l), row_view(dout.get(), dtype, l));
   ASSERT_TRUE(s.is_ok()) << s.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
   std::vector<T> got(out_image.size());
@@ -214,9 +195,9 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
 // Runs softmax over `rows` rows of a device buffer of random floats and returns the output bits.
 std::vector<float> softmax_bits(const DeviceBuffer& x, int64_t rows, int64_t cols, int64_t first_row) {
   DeviceBuffer y(rows * cols * sizeof(float));
-  const Layout l{rows, cols, cols, 0};
-  TensorView xv = view_of(static_cast<float*>(x.get()) + first_row * cols, DType::kFloat32, l);
-  EXPECT_TRUE(softmax(xv, view_of(y.get(), DType::kFloat32, l), -1, nullptr).is_ok());
+  const RowLayout l{rows, cols, cols, 0};
+  TensorView xv = row_view(static_cast<float*>(x.get()) + first_row * cols, DType::kFloat32, l);
+  EXPECT_TRUE(softmax(xv, row_view(y.get(), DType::kFloat32, l), -1, nullptr).is_ok());
   std::vector<float> out(rows * cols);
   EXPECT_EQ(cudaMemcpy(out.data(), y.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   return out;
@@ -241,14 +222,14 @@ TEST_F(SoftmaxGpu, DeterministicAndBatchInvariant) {
 }
 
 TEST_F(SoftmaxGpu, InPlace) {
-  const Layout l{33, 4099, 4099, 0};
+  const RowLayout l{33, 4099, 4099, 0};
   const std::vector<double> values = make_values(l.rows * l.cols, "randn", 11);
   std::vector<float> host(values.begin(), values.end()), got(host.size());
   std::vector<double> want(values.size()), x(host.begin(), host.end());
   reference::softmax_rows(x.data(), want.data(), l.rows, l.cols);
   DeviceBuffer d(host.size() * sizeof(float));
   REDUCEKIT_CUDA_OK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-  const TensorView v = view_of(d.get(), DType::kFloat32, l);
+  const TensorView v = row_view(d.get(), DType::kFloat32, l);
   ASSERT_TRUE(softmax(v, v, 1, nullptr).is_ok());
   REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), d.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(close_enough<float>(got[i], want[i], 1.0)) << i;
@@ -271,8 +252,8 @@ TEST_F(SoftmaxGpu, MoreThanTwoToThe31Elements) {
   if (!x.get() || !y.get()) GTEST_SKIP() << "not enough device memory for an 8.6 GB test";
   fill_hashed<<<4096, 256>>>(static_cast<__nv_bfloat16*>(x.get()), n);
   REDUCEKIT_CUDA_OK(cudaMemset(y.get(), 0xff, n * 2));
-  const Layout l{rows, cols, cols, 0};
-  ASSERT_TRUE(softmax(view_of(x.get(), DType::kBFloat16, l), view_of(y.get(), DType::kBFloat16, l), 1, nullptr).is_ok());
+  const RowLayout l{rows, cols, cols, 0};
+  ASSERT_TRUE(softmax(row_view(x.get(), DType::kBFloat16, l), row_view(y.get(), DType::kBFloat16, l), 1, nullptr).is_ok());
   for (int64_t r : {int64_t(0), int64_t(1) << 20, (int64_t(1) << 21) + 1, rows - 1}) {
     std::vector<__nv_bfloat16> got(cols);
     REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), static_cast<__nv_bfloat16*>(y.get()) + r * cols, cols * 2,
@@ -290,7 +271,7 @@ TEST_F(SoftmaxGpu, MoreThanTwoToThe31Elements) {
 class SoftmaxErrors : public ::testing::Test {
  protected:
   static TensorView matrix(void* data, DType dtype, int device) {
-    TensorView v = view_of(data, dtype, {4, 8, 8, 0});
+    TensorView v = row_view(data, dtype, {4, 8, 8, 0});
     v.device = device;
     return v;
   }
