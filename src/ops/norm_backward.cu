@@ -84,15 +84,8 @@ Status launch_backward(const BackwardCall& c, const RowwisePlan (&plans)[3], boo
   }
   if (c.dx == nullptr) return Status::ok();
   using Op = kernels::NormBackwardOp<T, kLayer>;
-  kernels::RowArgs<T, 2> args;
-  args.in[0] = static_cast<const T*>(c.x->data);
-  args.in_stride[0] = plans[0].row_stride;
-  args.in[1] = static_cast<const T*>(c.dy->data);
-  args.in_stride[1] = plans[1].row_stride;
-  args.out = static_cast<T*>(c.dx->data);
-  args.out_stride = plans[2].row_stride;
-  args.rows = plans[0].rows;
-  args.cols = static_cast<int>(plans[0].cols);
+  const void* in[2] = {c.x->data, c.dy->data};
+  const kernels::RowArgs<T, 2> args = row_args<T, 2>(in, plans, c.dx->data, plans[2]);
   kernels::NormExtra<T> extra;
   extra.weight = c.weight != nullptr ? c.weight->data : nullptr;
   extra.params_f32 = params_f32;

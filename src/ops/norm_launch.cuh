@@ -130,17 +130,10 @@ template <typename T, class Op>
 Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool params_f32,
                       const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
   constexpr int NIN = Op::kInputs;
-  kernels::RowArgs<T, NIN> args;
-  args.in[0] = static_cast<const T*>(c.x->data);
-  args.in_stride[0] = plans[0].row_stride;
-  if constexpr (NIN == 2) {
-    args.in[1] = static_cast<const T*>(c.residual->data);
-    args.in_stride[1] = plans[1].row_stride;
-  }
-  args.out = static_cast<T*>(c.y->data);
-  args.out_stride = plans[2].row_stride;
-  args.rows = plans[0].rows;
-  args.cols = static_cast<int>(plans[0].cols);
+  const void* in[NIN];
+  in[0] = c.x->data;
+  if constexpr (NIN == 2) in[1] = c.residual->data;
+  const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, c.y->data, plans[2]);
   kernels::NormExtra<T> extra;
   using Acc = kernels::acc_t<T>;
   extra.weight = c.weight != nullptr ? c.weight->data : nullptr;

@@ -12,12 +12,30 @@
 #include <tuple>
 
 #include "kernels/row_engine.cuh"
+#include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/status.hpp"
 
 namespace reducekit {
 
 template <typename T, class Op> using RowArgsFor = kernels::RowArgs<T, Op::kInputs>;
+
+// Kernel arguments for NIN input arrays and one output, each with the row plan plan_rowwise
+// gave it (rows and row length from the first input's plan).
+template <typename T, int NIN>
+kernels::RowArgs<T, NIN> row_args(const void* const (&in)[NIN], const RowwisePlan* in_plans, void* out,
+                                  const RowwisePlan& out_plan) {
+  kernels::RowArgs<T, NIN> args;
+  for (int i = 0; i < NIN; ++i) {
+    args.in[i] = static_cast<const T*>(in[i]);
+    args.in_stride[i] = in_plans[i].row_stride;
+  }
+  args.out = static_cast<T*>(out);
+  args.out_stride = out_plan.row_stride;
+  args.rows = in_plans[0].rows;
+  args.cols = static_cast<int>(in_plans[0].cols);
+  return args;
+}
 
 // Device limits the planner needs, read from the current device (cheap: cached by the driver).
 inline Status row_kernel_limits(RowKernelLimits* limits) {

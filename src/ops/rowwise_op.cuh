@@ -27,15 +27,9 @@ namespace detail {
 template <typename T, template <typename> class OpFor, int NIN>
 Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)[NIN + 1],
                         const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
-  kernels::RowArgs<T, NIN> args;
-  for (int i = 0; i < NIN; ++i) {
-    args.in[i] = static_cast<const T*>(t.in[i].data);
-    args.in_stride[i] = plans[i].row_stride;
-  }
-  args.out = static_cast<T*>(t.out.data);
-  args.out_stride = plans[NIN].row_stride;
-  args.rows = plans[0].rows;
-  args.cols = static_cast<int>(plans[0].cols);
+  const void* in[NIN];
+  for (int i = 0; i < NIN; ++i) in[i] = t.in[i].data;
+  const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, t.out.data, plans[NIN]);
   return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
 }
 
