@@ -49,6 +49,9 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_CLUSTER")) limits->max_cluster = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS"))
     limits->max_block_threads = std::min(std::atoi(v), kernels::kMaxBlockThreads);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_BLOCK_ELEMS")) limits->block_elems = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_MIN_BLOCK_THREADS")) limits->min_block_threads = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_RING")) limits->ring = std::atoi(v) != 0;
   return Status::ok();
 }
 

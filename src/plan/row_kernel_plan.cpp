@@ -6,11 +6,8 @@ namespace reducekit {
 namespace {
 
 constexpr int kWarpThreads = 128;
-constexpr int kMinBlockThreads = 128;
 constexpr int kWarpMaxElems = 16;        // per lane, all inputs together: short rows stay latency-light
 constexpr int kMaxWarpVectors = 4;       // slots per lane the warp kernel is instantiated for
-constexpr int kTargetBlockElems = 8;     // per thread while a row still fits 512 threads this way:
-                                         // small CTAs, several per SM, many rows in flight
 constexpr int kPortableCluster = 8;
 constexpr std::size_t kMaxStashBytes = 200 * 1024;  // leaves room for a second CTA's reduction slots
 
@@ -28,7 +25,7 @@ int pow2_ceil(int64_t v) {
 // kRowRing rows already streaming into shared memory. float32/float64 rows and clusters keep
 // the direct loads: the ring measured slower there (bench/results/LOG.md, run 7).
 RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  if (elem_bytes >= 4 || c.cluster > 1) return c;
+  if (!limits.ring || elem_bytes >= 4 || c.cluster > 1) return c;
   const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
   const std::size_t ring_bytes = kRowRing * tile_bytes;
   if (ring_bytes <= std::min(limits.max_smem_per_block, kMaxStashBytes)) {
@@ -61,8 +58,10 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.kind = RowKernelKind::kBlock;
   const int acc_words = elem_bytes == 8 ? 2 : 1;
   const int max_vpt = std::max(1, kRowTileWords / (c.vec * acc_words * inputs));
-  const int max_threads = std::max(kMinBlockThreads, limits.max_block_threads);
-  c.threads = std::clamp(pow2_ceil(ceil_div(cols, kTargetBlockElems)), kMinBlockThreads, max_threads);
+  // Small CTAs (limits.block_elems elements a thread), several per SM, keep many rows in flight.
+  const int min_threads = std::clamp(limits.min_block_threads, 32, limits.max_block_threads);
+  c.threads = std::clamp(pow2_ceil(ceil_div(cols, std::max(1, limits.block_elems))), min_threads,
+                         std::max(min_threads, limits.max_block_threads));
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= max_vpt) {
     c.vpt = pow2_ceil(per_thread);

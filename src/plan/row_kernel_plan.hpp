@@ -25,6 +25,11 @@ struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
   int max_block_threads = 512;                  // CTA size cap for kBlock rows (the kernels' bound)
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
+  // Planner knobs: the defaults ship; REDUCEKIT_TUNE_* environment variables override them
+  // for benchmark sweeps (see row_kernel_limits).
+  int block_elems = 8;         // elements a thread takes while a row fits one CTA that way
+  int min_block_threads = 128; // smallest CTA for kBlock rows
+  bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
 };
 
 struct RowKernelConfig {

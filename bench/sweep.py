@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Runs bench.py once per planner setting and prints GB/s side by side.
+
+    python bench/sweep.py --out OUT --ops softmax --dtypes bfloat16 \
+        --variant "default:" --variant "e16:REDUCEKIT_TUNE_BLOCK_ELEMS=16" \
+        --variant "e16-noring:REDUCEKIT_TUNE_BLOCK_ELEMS=16 REDUCEKIT_TUNE_RING=0"
+
+Each variant is "name:VAR=value VAR=value" (REDUCEKIT_TUNE_* knobs, see
+src/ops/row_launch.cuh); "peers" is added once with the peer implementations. Every variant's
+results.json lands in OUT/name; the table compares reducekit's GB/s per (op, dtype, shape).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_variant(out: Path, name: str, env_text: str, impls: str, bench_args: list) -> list:
+    env = dict(os.environ)
+    for item in env_text.split():
+        key, _, value = item.partition("=")
+        env[key] = value
+    folder = out / name
+    cmd = [sys.executable, str(HERE / "bench.py"), "--out", str(folder), "--impls", impls, "--no-compile",
+           "--no-plot", *bench_args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"{name}: bench.py failed\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", flush=True)
+        return []
+    return json.loads((folder / "results.json").read_text())["records"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--variant", action="append", required=True, help='"name:VAR=value ..."')
+    p.add_argument("--peers", default="torch,seed-triton", help="peer impls measured once ('' for none)")
+    args, bench_args = p.parse_known_args()
+    out = Path(args.out)
+    table = {}  # (op, dtype, shape) -> {column: gbps}
+    columns = []
+    runs = [(v.partition(":")[0], v.partition(":")[2], "reducekit") for v in args.variant]
+    if args.peers:
+        runs.append(("peers", "", args.peers))
+    for name, env_text, impls in runs:
+        for r in run_variant(out, name, env_text, impls, bench_args):
+            if r.get("status") != "ok":
+                continue
+            col = name if impls == "reducekit" else r["impl"]
+            if col not in columns:
+                columns.append(col)
+            table.setdefault((r["op"], r["dtype"], "x".join(map(str, r["shape"]))), {})[col] = r["gbps"]
+    print("op dtype shape | " + " | ".join(columns))
+    for key, row in table.items():
+        print(" ".join(key) + " | " + " | ".join(f"{row.get(c, float('nan')):.0f}" for c in columns))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
