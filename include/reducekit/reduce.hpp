@@ -16,6 +16,9 @@
 //             Empty sets: sum 0, prod 1, mean NaN, logsumexp -inf, var/std NaN; amax, amin,
 //             argmax, argmin of an empty set are kInvalidArgument naming the dim.
 //   moments   var = M2 / (n - correction); n - correction <= 0 gives inf (M2 > 0) or NaN.
+//             A set holding +-inf or NaN has variance NaN (as torch); the mean output of
+//             var_mean/std_mean is the true mean, as mean() gives it (+-inf for one inf), where
+//             torch.var_mean would return NaN.
 //             Welford/Chan statistics on values shifted by the set's first element, so a large
 //             mean against a small spread loses no accuracy.
 //

@@ -196,7 +196,9 @@ template <typename Acc> struct MomentsPolicy {
     Acc sum = 0;
 #pragma unroll
     for (int i = 0; i < N; ++i) sum += v[i];
-    const Acc mean = sum * kInvN;
+    // Rounded once and written unfused: the compiler may otherwise fold sum * kInvN into each
+    // v[i] - mean as an FMA, in one kernel and not in another.
+    const Acc mean = product_unfused(sum, kInvN);
     Acc var = 0;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
@@ -215,10 +217,13 @@ template <typename Acc> struct MomentsPolicy {
     const Acc wa = static_cast<Acc>(a.n) * inv_n;
     const Acc wb = static_cast<Acc>(b.n) * inv_n;
     const Acc delta = b.mean - a.mean;
-    // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf. Such a set's
-    // variance is NaN, as torch's (x - mean is inf - inf for the infinite x); the product of the
-    // deltas would give inf instead.
-    if (!isfinite(delta)) return {n, a.mean * wa + b.mean * wb, static_cast<Acc>(NAN)};
+    // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf (NaN even when
+    // both means are the same inf). The weighted sum keeps the true mean: inf with inf or a finite
+    // mean, NaN for +inf with -inf or NaN, as reducekit.mean / torch.mean (torch.var_mean's
+    // Welford gives NaN there; see README). Such a set's variance is NaN, as torch's (x - mean is
+    // inf - inf for the infinite x); the product of the deltas would give inf instead.
+    if (!isfinite(delta))
+      return {n, product_unfused(a.mean, wa) + product_unfused(b.mean, wb), static_cast<Acc>(NAN)};
     // Products written unfused: the column path runs this merge in two kernels (one CTA per
     // tile, or one per segment with a last-CTA merge), and the compiler may contract a * x + b
     // into an FMA differently in each, which broke bitwise batch invariance of var_mean.

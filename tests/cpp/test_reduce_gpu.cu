@@ -193,6 +193,13 @@ template <typename T> std::vector<double> make_logical(int64_t n, const std::str
     v[n - 1] = -kInf;
     v[(2 * n) / 3] = kNaN;
   }
+  // "infs": +inf at every 97th element, -inf at every 100003rd, so most sets hold several +inf
+  // that meet in merges (mean inf) and a few also a -inf (mean NaN); variance NaN either way.
+  if (kind == "infs")
+    for (int64_t i = 0; i < n; ++i) {
+      if (i % 97 == 5) v[i] = kInf;
+      if (i % 100003 == 1000) v[i] = -kInf;
+    }
   for (double& x : v) x = to_double(from_double<T>(x));
   return v;
 }
@@ -406,6 +413,8 @@ template <typename T> void row_sweep() {
     check_case<T>(rows(m, n, "near_one+special", 0, 1), {ReduceOp::kProd});
     if (::testing::Test::HasFailure()) return;                // one bad length is enough
   }
+  check_case<T>(rows(9, 40000, "infs"));  // two chunks: infinite means meet in the chunk merge
+  check_case<T>(rows(37, 3000, "infs"));
   check_case<T>(rows(7, 3000, "large_mean"));
   check_case<T>(rows(7, 3000, "ties"));
   check_case<T>(rows(5, 70000, "constant"));
@@ -420,6 +429,8 @@ template <typename T> void column_sweep() {
     }
     if (::testing::Test::HasFailure()) return;
   }
+  check_case<T>(columns(4099, 5, "infs"));   // split: segments merge through the workspace
+  check_case<T>(columns(300, 5000, "infs"));  // one CTA walks the segments
   check_case<T>(columns(4099, 5, "near_one"));
   check_case<T>(columns(1000, 64, "large_mean"));
   check_case<T>(columns(1000, 40, "ties"));
@@ -438,6 +449,8 @@ template <typename T> void all_sweep() {
     check_case<T>(everything({n}, "special", 1));
   }
   check_case<T>(everything({3, 7, 11}, "near_one"));
+  check_case<T>(everything({1000}, "infs"));  // +inf only
+  check_case<T>(everything({200000}, "infs"));
   check_case<T>(everything({1 << 19}, "large_mean"));
   check_case<T>(everything({3000}, "ties"));
   check_case<T>(everything({3 << 20}, "randn"), {ReduceOp::kSum, ReduceOp::kArgmin, ReduceOp::kStdMean});

@@ -147,7 +147,10 @@ def check(op, x, dim, keepdim=False, correction=1):
     if op in ("var_mean", "std_mean"):
         assert isinstance(out, tuple) and len(out) == 2
         assert_close(op[:3], out[0], ref[0], x.dtype, n, abs_sum)
-        assert_close("mean", out[1], ref[1], x.dtype, n, abs_sum)
+        # The mean output is the true mean, checked against torch.mean in float64: a set holding
+        # one inf has mean inf (+inf with -inf, or NaN, gives NaN), where torch.var_mean's Welford
+        # update returns NaN (inf - inf inside it). Where both are finite they agree.
+        assert_close("mean", out[1], torch_call("mean", x, dim, keepdim), x.dtype, n, abs_sum)
     else:
         assert_close(op, out, ref, x.dtype, n, abs_sum)
     return out
