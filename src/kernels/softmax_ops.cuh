@@ -30,11 +30,16 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   __device__ static Acc pad(int) { return negative_infinity<Acc>(); }
   __device__ static Stat identity() { return {{negative_infinity<Acc>(), Acc(0)}}; }
 
-  // Commutative, so every lane of a butterfly sees the same bits.
+  // The operand with the larger max keeps its sum as is; only the other is rescaled (one exp
+  // a merge). Which operand that is follows from their values alone (ties broken by the sum),
+  // never from their order, so the merge is commutative and every lane of a butterfly ends
+  // with the same bits. A NaN sum compares false both ways; it propagates either way.
   __device__ static Stat merge(const Stat& a, const Stat& b) {
-    const Acc m = fmax(a.w[0], b.w[0]);
-    if (m == negative_infinity<Acc>()) return {{m, a.w[1] + b.w[1]}};  // 0, or NaN carried on
-    return {{m, product_unfused(a.w[1], fast_exp(a.w[0] - m)) + product_unfused(b.w[1], fast_exp(b.w[0] - m))}};
+    const bool a_top = a.w[0] > b.w[0] || (a.w[0] == b.w[0] && a.w[1] >= b.w[1]);
+    const Stat& top = a_top ? a : b;
+    const Stat& low = a_top ? b : a;
+    if (top.w[0] == negative_infinity<Acc>()) return {{top.w[0], a.w[1] + b.w[1]}};  // 0, or NaN carried on
+    return {{top.w[0], top.w[1] + product_unfused(low.w[1], fast_exp(low.w[0] - top.w[0]))}};
   }
 
   template <int N> __device__ static Stat fold(Acc (&v)[1][N]) {

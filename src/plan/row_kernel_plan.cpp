@@ -58,9 +58,11 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.kind = RowKernelKind::kBlock;
   const int acc_words = elem_bytes == 8 ? 2 : 1;
   const int max_vpt = std::max(1, kRowTileWords / (c.vec * acc_words * inputs));
-  // Small CTAs (limits.block_elems elements a thread), several per SM, keep many rows in flight.
+  // limits.block_elems values a thread: each row costs a thread a fixed amount of work (its
+  // address, the CTA reduction, the row's parameters), which must be spread over enough
+  // elements, while small CTAs, several per SM, keep many rows in flight (run 9 sweep, LOG.md).
   const int min_threads = std::clamp(limits.min_block_threads, 32, limits.max_block_threads);
-  c.threads = std::clamp(pow2_ceil(ceil_div(cols, std::max(1, limits.block_elems))), min_threads,
+  c.threads = std::clamp(pow2_ceil(ceil_div(cols * inputs, std::max(1, limits.block_elems))), min_threads,
                          std::max(min_threads, limits.max_block_threads));
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= max_vpt) {

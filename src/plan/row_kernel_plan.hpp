@@ -27,8 +27,9 @@ struct RowKernelLimits {
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
   // Planner knobs: the defaults ship; REDUCEKIT_TUNE_* environment variables override them
   // for benchmark sweeps (see row_kernel_limits).
-  int block_elems = 8;         // elements a thread takes while a row fits one CTA that way
-  int min_block_threads = 128; // smallest CTA for kBlock rows
+  int block_elems = 32;        // values (elements x inputs) a thread takes while a row fits one
+                               // CTA that way: amortizes the per-row reduction over many values
+  int min_block_threads = 64;  // smallest CTA for kBlock rows
   bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
 };
 

@@ -75,14 +75,17 @@ TEST(RowKernelPlan, ShortRowsShareWarpsLongRowsUseClusters) {
   EXPECT_GT(huge.stash_tiles, 0);
 }
 
-TEST(RowKernelPlan, MediumRowsSpreadEightElementsAThreadUpTo512Threads) {
+TEST(RowKernelPlan, MediumRowsSpreadThirtyTwoValuesAThreadFrom64To512Threads) {
   const RowKernelLimits limits;
   const RowKernelConfig bf16_4k = plan_row_kernel(4096, 2, 1, limits);
-  EXPECT_EQ(bf16_4k.threads, 512);
-  EXPECT_EQ(bf16_4k.vpt, 1);
+  EXPECT_EQ(bf16_4k.threads, 128);
+  EXPECT_EQ(bf16_4k.vpt, 4);
+  const RowKernelConfig bf16_4k_backward = plan_row_kernel(4096, 2, 2, limits);
+  EXPECT_EQ(bf16_4k_backward.threads, 256) << "two inputs: the same 32 values a thread";
+  EXPECT_EQ(bf16_4k_backward.vpt, 2);
   const RowKernelConfig fp32_1k = plan_row_kernel(1024, 4, 1, limits);
-  EXPECT_EQ(fp32_1k.threads, 128);
-  EXPECT_EQ(fp32_1k.vpt, 2);
+  EXPECT_EQ(fp32_1k.threads, 64);
+  EXPECT_EQ(fp32_1k.vpt, 4);
   const RowKernelConfig fp32_32k = plan_row_kernel(32768, 4, 1, limits);
   EXPECT_EQ(fp32_32k.threads, 512);
   EXPECT_EQ(fp32_32k.vpt, 16) << "64 floats a thread: one CTA holds the row";
