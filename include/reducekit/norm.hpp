@@ -74,13 +74,19 @@ Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormS
 
 // ---- backward --------------------------------------------------------------------------------
 // Device scratch (CUB's convention) that a backward call computing dweight or dbias needs for
-// x's shape, row count and dtype: pass at least that many bytes (16-byte aligned). Calls without
-// dweight/dbias need none.
+// x's shape, row count and dtype on the current device: pass at least that many bytes (16-byte
+// aligned). Calls without dweight/dbias need none. It holds float32 (float64 for float64 x)
+// partial column sums: 2 x G x cols, where G (at most 4 per SM, and at most the row count) is
+// how many CTAs or clusters the fused backward keeps resident; rows outside the fused range
+// (norm_backward_plan.hpp) need 2 x ceil(rows / 256) x cols. Asks the device (occupancy).
 Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& normalized_shape,
                                      std::size_t* bytes);
 
 // dx (may be nullptr) in one pass over x and dy with the forward's mean/rstd; dweight and dbias
-// (may be nullptr; dweight needs weight's shape, dbias too) as fixed-order column sums over rows.
+// (may be nullptr; dweight needs weight's shape, dbias too) as fixed-order column sums over rows,
+// in the same pass for rows of 128 16-byte vectors up to 8 CTAs' worth (float32 509 .. 65536
+// elements, 16-bit 1017 .. 65536, float64 255 .. 32768), else by a second pass over x and dy.
+// dx may be dy or x (in place).
 // weight may be nullptr (treated as ones). The workspace may be empty when neither is wanted.
 Status layer_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                            const TensorView& mean, const TensorView& rstd, const TensorView* weight,

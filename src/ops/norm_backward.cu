@@ -1,12 +1,24 @@
-// layer_norm and rms_norm backward: dx through the row engine (one pass over x and dy with the
-// saved mean/rstd), dweight/dbias through the two-stage column kernels of norm_ops.cuh.
+// layer_norm and rms_norm backward. Rows that fit the fused kernel (norm_backward_plan.hpp:
+// 128-thread CTAs up to 8-CTA clusters) take one pass over x and dy for dx and the dweight/dbias
+// partials (kernels/norm_backward_fused.cuh), then a small kernel sums the partial rows. Shorter
+// and longer rows keep the two-kernel path: dx through the row engine, dweight/dbias through the
+// two-stage column kernels of norm_ops.cuh (a second read of x and dy).
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 
+#include "kernels/norm_backward_fused.cuh"
+#include "ops/norm_backward_plan.hpp"
 #include "ops/norm_launch.cuh"
 
 namespace reducekit {
 namespace norm_detail {
 namespace {
+
+static_assert(kFusedMaxThreads <= kernels::kMaxBlockThreads, "fused CTAs within the kernels' launch bounds");
 
 // Rows per partial row of dweight/dbias: fixed, growing only to keep the grid's y extent legal.
 int64_t param_grad_rows_per_block(int64_t rows) {
@@ -15,11 +27,137 @@ int64_t param_grad_rows_per_block(int64_t rows) {
   return per;
 }
 
-std::size_t param_grad_bytes(int64_t rows, int64_t cols, DType x) {
-  if (rows == 0 || cols == 0) return 0;
-  const int64_t blocks = (rows + param_grad_rows_per_block(rows) - 1) / param_grad_rows_per_block(rows);
-  const std::size_t bytes = std::size_t(2) * blocks * cols * dtype_size(stat_dtype(x));
-  return (bytes + 15) / 16 * 16;
+// ---- fused path: layout, and how many groups (CTAs or clusters) loop over the rows ----------
+
+// Tuning knobs for benchmark sweeps only (read once; the defaults ship): the largest tile
+// (vectors a thread) and the most CTAs an SM that G counts.
+struct FusedTuning {
+  int max_vpt = 4;
+  int ctas_per_sm = kFusedMaxCtasPerSm;
+};
+const FusedTuning& fused_tuning() {
+  static const FusedTuning t = [] {
+    FusedTuning f;
+    if (const char* v = std::getenv("REDUCEKIT_TUNE_NORM_BWD_MAX_VPT")) f.max_vpt = std::max(1, std::atoi(v));
+    if (const char* v = std::getenv("REDUCEKIT_TUNE_NORM_BWD_CTAS_PER_SM")) f.ctas_per_sm = std::max(1, std::atoi(v));
+    return f;
+  }();
+  return t;
+}
+
+FusedNormBackwardLayout fused_layout(int64_t cols, int elem_bytes) {
+  return plan_fused_norm_backward(cols, elem_bytes, std::min(fused_tuning().max_vpt, fused_max_vpt(elem_bytes)));
+}
+
+// f(std::integral_constant<int, VPT>{}) for the layout's vpt (1, 2 or 4, up to the dtype's cap).
+template <typename T, class F> Status with_vpt(int vpt, F&& f) {
+  constexpr int kMax = fused_max_vpt(sizeof(T));
+  if (vpt == 1) return f(std::integral_constant<int, 1>{});
+  if constexpr (kMax >= 2) {
+    if (vpt == 2) return f(std::integral_constant<int, 2>{});
+  }
+  if constexpr (kMax >= 4) {
+    if (vpt == 4) return f(std::integral_constant<int, 4>{});
+  }
+  return Status::unsupported("norm backward: no fused kernel for " + std::to_string(vpt) + " vectors a thread");
+}
+
+template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNormBackwardLayout& l, int sms,
+                                                  int64_t* groups) {
+  const std::size_t smem = kernels::fused_ring_bytes(l.threads, l.vpt);
+  REDUCEKIT_RETURN_IF_ERROR(detail::allow_smem(kernel, smem, "norm_backward_fused_kernel"));
+  const int64_t cap = std::max<int64_t>(1, int64_t(sms) * fused_tuning().ctas_per_sm / l.cluster);
+  int resident = 0;
+  if (l.cluster == 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, l.threads, smem) != cudaSuccess)
+      return detail::launch_status("occupancy query");
+    *groups = std::min<int64_t>(int64_t(resident) * sms, cap);
+  } else {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(l.cluster));
+    config.blockDim = dim3(static_cast<unsigned>(l.threads));
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = l.cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess)
+      return detail::launch_status("cluster occupancy query");
+    *groups = std::min<int64_t>(resident, cap);
+  }
+  if (*groups < 1) return Status::unsupported("norm backward: the fused kernel cannot be resident on this device");
+  return Status::ok();
+}
+
+// Groups that stay resident at once on the current device (each loops over its rows), cached:
+// the fewest over every instantiation a call may pick (layer/rms, aligned/unaligned), so G, and
+// with it the order dweight is summed in, is the same whichever kernel runs, and the workspace
+// (sized without knowing which) fits every one. Never from timing; the row count enters only
+// as min(G, rows) (fused_groups).
+template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout& l, int64_t* groups) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int, int>, int64_t> cache;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return detail::launch_status("device query");
+  const auto key = std::make_tuple(device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.cluster);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *groups = it->second;
+    return Status::ok();
+  }
+  int64_t fewest = 0;
+  REDUCEKIT_RETURN_IF_ERROR(with_vpt<T>(l.vpt, [&](auto vpt) -> Status {
+    constexpr int VPT = decltype(vpt)::value;
+    int64_t g[4] = {};
+    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, true, VPT, true>, l, sms, &g[0]));
+    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, true, VPT, false>, l, sms, &g[1]));
+    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, false, VPT, true>, l, sms, &g[2]));
+    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, false, VPT, false>, l, sms, &g[3]));
+    fewest = *std::min_element(g, g + 4);
+    return Status::ok();
+  }));
+  *groups = cache[key] = fewest;
+  return Status::ok();
+}
+
+template <typename T> Status fused_groups(const FusedNormBackwardLayout& l, int64_t rows, int64_t* groups) {
+  REDUCEKIT_RETURN_IF_ERROR(fused_resident_groups<T>(l, groups));
+  *groups = std::min(*groups, rows);
+  return Status::ok();
+}
+
+Status fused_groups_for(DType x, const FusedNormBackwardLayout& l, int64_t rows, int64_t* groups) {
+  switch (x) {
+    case DType::kFloat32: return fused_groups<float>(l, rows, groups);
+    case DType::kFloat16: return fused_groups<__half>(l, rows, groups);
+    case DType::kBFloat16: return fused_groups<__nv_bfloat16>(l, rows, groups);
+    case DType::kFloat64: return fused_groups<double>(l, rows, groups);
+    default: return Status::invalid_argument("x: unsupported dtype");
+  }
+}
+
+// Workspace of a call computing dweight/dbias: the fused path's [2][G][cols] partial rows, or
+// the two-kernel path's [2][blocks][cols].
+Status param_grad_bytes(int64_t rows, int64_t cols, DType x, std::size_t* bytes) {
+  *bytes = 0;
+  if (x != DType::kFloat32 && x != DType::kFloat16 && x != DType::kBFloat16 && x != DType::kFloat64)
+    return Status::invalid_argument(std::string("x: unsupported dtype ") + dtype_name(x));
+  if (rows == 0 || cols == 0 || cols > kMaxRowLength) return Status::ok();
+  const FusedNormBackwardLayout l = fused_layout(cols, static_cast<int>(dtype_size(x)));
+  int64_t partial_rows = 0;
+  if (l.fused) {
+    REDUCEKIT_RETURN_IF_ERROR(fused_groups_for(x, l, rows, &partial_rows));
+  } else {
+    partial_rows = (rows + param_grad_rows_per_block(rows) - 1) / param_grad_rows_per_block(rows);
+  }
+  const std::size_t b = std::size_t(2) * partial_rows * cols * dtype_size(stat_dtype(x));
+  *bytes = (b + 15) / 16 * 16;
+  return Status::ok();
 }
 
 struct BackwardCall {
@@ -66,10 +204,65 @@ Status launch_param_grads(const BackwardCall& c, const RowwisePlan& px, const Ro
   return detail::launch_status("norm_param_grad_finish_kernel");
 }
 
+template <typename T, typename P>
+Status launch_param_grad_sum(const BackwardCall& c, const kernels::acc_t<T>* partial, int64_t groups, int cols,
+                             bool layer, cudaStream_t stream) {
+  P* dw = c.dweight != nullptr ? static_cast<P*>(c.dweight->data) : nullptr;
+  P* db = c.dbias != nullptr ? static_cast<P*>(c.dbias->data) : nullptr;
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), layer ? 2u : 1u);
+  kernels::norm_param_grad_sum_kernel<kernels::acc_t<T>, P>
+      <<<grid, kernels::kParamSumWarps * 32, 0, stream>>>(partial, groups, cols, dw, db);
+  return detail::launch_status("norm_param_grad_sum_kernel");
+}
+
+template <typename T, bool kLayer, int VPT, bool kAligned>
+Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::NormExtra<T>& extra,
+                           kernels::acc_t<T>* partial, const FusedNormBackwardLayout& l, int64_t groups,
+                           cudaStream_t stream) {
+  RowKernelConfig config;
+  config.threads = l.threads;
+  config.cluster = l.cluster;
+  config.smem_bytes = kernels::fused_ring_bytes(l.threads, l.vpt);
+  return detail::launch_blocks(kernels::norm_backward_fused_kernel<T, kLayer, VPT, kAligned>, groups * l.cluster,
+                               config, stream, "norm_backward_fused_kernel", args, extra, partial);
+}
+
+// One pass for dx and the partial rows, then their sum. Either output group may be absent.
+template <typename T, bool kLayer>
+Status launch_fused_backward(const BackwardCall& c, const RowwisePlan (&plans)[3], const FusedNormBackwardLayout& l,
+                             bool params_f32, bool aligned, cudaStream_t stream) {
+  using Acc = kernels::acc_t<T>;
+  int64_t groups = 0;
+  REDUCEKIT_RETURN_IF_ERROR(fused_groups<T>(l, plans[0].rows, &groups));
+  const void* in[2] = {c.x->data, c.dy->data};
+  const kernels::RowArgs<T, 2> args = row_args<T, 2>(in, plans, c.dx != nullptr ? c.dx->data : nullptr, plans[2]);
+  kernels::NormExtra<T> extra;
+  extra.weight = c.weight != nullptr ? c.weight->data : nullptr;
+  extra.params_f32 = params_f32;
+  extra.saved_mean = c.mean != nullptr ? static_cast<const Acc*>(c.mean->data) : nullptr;
+  extra.saved_rstd = static_cast<const Acc*>(c.rstd->data);
+  const bool want_params = c.dweight != nullptr || c.dbias != nullptr;
+  Acc* partial = want_params ? static_cast<Acc*>(c.workspace.data) : nullptr;
+  REDUCEKIT_RETURN_IF_ERROR(with_vpt<T>(l.vpt, [&](auto vpt) {
+    constexpr int VPT = decltype(vpt)::value;
+    return aligned ? launch_fused_kernel<T, kLayer, VPT, true>(args, extra, partial, l, groups, stream)
+                   : launch_fused_kernel<T, kLayer, VPT, false>(args, extra, partial, l, groups, stream);
+  }));
+  if (!want_params) return Status::ok();
+  const TensorView* p = c.dweight != nullptr ? c.dweight : c.dbias;
+  if constexpr (sizeof(T) == 2) {  // only 16-bit x may have float32 parameters
+    if (p->dtype == DType::kFloat32)
+      return launch_param_grad_sum<T, float>(c, partial, groups, args.cols, kLayer, stream);
+  }
+  return launch_param_grad_sum<T, T>(c, partial, groups, args.cols, kLayer, stream);
+}
+
 template <typename T, bool kLayer>
 Status launch_backward(const BackwardCall& c, const RowwisePlan (&plans)[3], bool params_f32, bool aligned,
                        cudaStream_t stream) {
   using Acc = kernels::acc_t<T>;
+  const FusedNormBackwardLayout fused = fused_layout(plans[0].cols, static_cast<int>(sizeof(T)));
+  if (fused.fused) return launch_fused_backward<T, kLayer>(c, plans, fused, params_f32, aligned, stream);
   // dweight/dbias first: they read x and dy, which dx may overwrite (in-place dx).
   if (c.dweight != nullptr || c.dbias != nullptr) {
     const TensorView* p = c.dweight != nullptr ? c.dweight : c.dbias;
@@ -136,7 +329,8 @@ template <bool kLayer> Status run_backward(const BackwardCall& c, cudaStream_t s
   REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.rstd, "rstd", x, rows));
   const bool want_param_grads = c.dweight != nullptr || c.dbias != nullptr;
   if (want_param_grads) {
-    const std::size_t need = param_grad_bytes(rows, cols, x.dtype);
+    std::size_t need = 0;
+    REDUCEKIT_RETURN_IF_ERROR(param_grad_bytes(rows, cols, x.dtype, &need));
     if (c.workspace.bytes < need || (need > 0 && c.workspace.data == nullptr))
       return Status::invalid_argument("workspace: needs " + std::to_string(need) + " bytes, got " +
                                       std::to_string(c.workspace.data == nullptr ? 0 : c.workspace.bytes));
@@ -175,8 +369,7 @@ Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& norma
   REDUCEKIT_RETURN_IF_ERROR(norm_detail::check_normalized_shape(x, normalized_shape));
   int64_t cols = 1, rows = 1;
   for (int d = 0; d < x.rank; ++d) (d >= x.rank - normalized_shape.rank ? cols : rows) *= x.sizes[d];
-  *bytes = norm_detail::param_grad_bytes(rows, cols, x.dtype);
-  return Status::ok();
+  return norm_detail::param_grad_bytes(rows, cols, x.dtype, bytes);
 }
 
 Status layer_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,

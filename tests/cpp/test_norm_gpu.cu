@@ -399,6 +399,122 @@ TEST_F(NormGpu, DeterministicAndBatchInvariant) {
   }
 }
 
+// The fused backward (128-thread CTAs .. 8-CTA clusters) with more rows than resident groups, so
+// every group loops over rows and the prefetch ring wraps; M = 1 (one group); N not a multiple
+// of the vector; sliced and unaligned rows. Against the oracle, and run twice (bitwise).
+TEST_F(NormGpu, BackwardFusedLoopsOverRows) {
+  check_backward<float, float>(Kind::kLayer, true, {3000, 1024, 1024, 0}, 501);
+  check_backward<float, float>(Kind::kRms, true, {1000, 4096, 4096, 0}, 502);
+  check_backward<float, float>(Kind::kLayer, false, {700, 12800, 12803, 1}, 503);  // cluster of 2, unaligned
+  check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {1500, 4099, 4099 + 5, 3}, 504);
+  check_backward<__half, __half>(Kind::kRms, true, {1200, 8192, 8192, 0}, 505);
+  check_backward<double, double>(Kind::kLayer, true, {1100, 2045, 2045, 0}, 506);
+  for (int64_t cols : {509, 1017, 4096, 8192, 12800, 40009})
+    check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {1, cols, cols, 0}, 507);
+}
+
+// Bitwise: dx of a row alone equals dx of that row in the batch (batch invariance); dx with and
+// without dweight/dbias, dweight/dbias with and without dx, in-place dx (dx = dy), unaligned
+// rows and a second run all give the same bits.
+template <typename T, typename P> void check_backward_bits(Kind kind, int64_t rows, int64_t cols) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const bool layer = kind == Kind::kLayer;
+  SCOPED_TRACE(testing::Message() << (layer ? "layer_norm" : "rms_norm") << " x " << dtype_name(dtype_of<T>())
+                                  << " rows=" << rows << " cols=" << cols);
+  const std::vector<double> x = make_values(rows * cols, "randn", 21), dy = make_values(rows * cols, "randn", 22),
+                            w = make_values(cols, "randn", 23), m = make_values(rows, "randn", 24);
+  std::vector<double> mean(rows), rstd(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    mean[r] = 0.1 * m[r];
+    rstd[r] = 1.0 + 0.25 * std::fabs(m[(r + 1) % rows]);
+  }
+  DeviceBuffer dw_in(cols * sizeof(P));
+  upload(dw_in, cast_to<P>(w));
+  const TensorView wv = dense_view(dw_in.get(), dtype_of<P>(), {cols});
+
+  struct Out {
+    std::vector<T> dx;
+    std::vector<P> dw, db;
+  };
+  // Rows [first, first + count) at element offset `shift` of fresh buffers.
+  auto run = [&](int64_t first, int64_t count, int64_t shift, bool want_dx, bool want_params, bool in_place) {
+    const int64_t n = count * cols;
+    DeviceBuffer bx((n + shift) * sizeof(T)), bdy((n + shift) * sizeof(T)), bdx((n + shift) * sizeof(T)),
+        bmean(count * sizeof(Acc)), brstd(count * sizeof(Acc)), bgw(cols * sizeof(P)), bgb(cols * sizeof(P));
+    auto put_rows = [&](const DeviceBuffer& b, const std::vector<double>& v) {
+      std::vector<T> image(n + shift, from_double<T>(0.0));
+      for (int64_t i = 0; i < n; ++i) image[shift + i] = from_double<T>(v[first * cols + i]);
+      upload(b, image);
+    };
+    put_rows(bx, x);
+    put_rows(bdy, dy);
+    upload(bdx, std::vector<T>(n + shift, from_double<T>(kNaN)));
+    upload(bmean, cast_to<Acc>(std::vector<double>(mean.begin() + first, mean.begin() + first + count)));
+    upload(brstd, cast_to<Acc>(std::vector<double>(rstd.begin() + first, rstd.begin() + first + count)));
+    upload(bgw, std::vector<P>(cols, from_double<P>(kNaN)));
+    upload(bgb, std::vector<P>(cols, from_double<P>(kNaN)));
+    auto at = [&](const DeviceBuffer& b) { return static_cast<T*>(b.get()) + shift; };
+    const TensorView xv = dense_view(at(bx), dtype_of<T>(), {count, cols}),
+                     dyv = dense_view(at(bdy), dtype_of<T>(), {count, cols}),
+                     dxv = dense_view(at(in_place ? bdy : bdx), dtype_of<T>(), {count, cols}),
+                     mv = dense_view(bmean.get(), dtype_of<Acc>(), {count}),
+                     rv = dense_view(brstd.get(), dtype_of<Acc>(), {count}),
+                     gwv = dense_view(bgw.get(), dtype_of<P>(), {cols}), gbv = dense_view(bgb.get(), dtype_of<P>(), {cols});
+    std::size_t ws_bytes = 0;
+    EXPECT_TRUE(norm_backward_workspace_bytes(xv, NormShape::of({cols}), &ws_bytes).is_ok());
+    DeviceBuffer ws(ws_bytes);
+    const Workspace wsv{want_params ? ws.get() : nullptr, want_params ? ws_bytes : 0};
+    const Status s = layer ? layer_norm_backward(dyv, xv, NormShape::of({cols}), mv, rv, &wv, want_dx ? &dxv : nullptr,
+                                                 want_params ? &gwv : nullptr, want_params ? &gbv : nullptr, wsv, nullptr)
+                           : rms_norm_backward(dyv, xv, NormShape::of({cols}), rv, &wv, want_dx ? &dxv : nullptr,
+                                               want_params ? &gwv : nullptr, wsv, nullptr);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Out o;
+    if (want_dx) {
+      o.dx = download<T>(in_place ? bdy : bdx, n + shift);
+      o.dx.erase(o.dx.begin(), o.dx.begin() + shift);
+    }
+    if (want_params) {
+      o.dw = download<P>(bgw, cols);
+      if (layer) o.db = download<P>(bgb, cols);
+    }
+    return o;
+  };
+  auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  const Out full = run(0, rows, 0, true, true, false);
+  for (const auto& [name, o] : {std::pair<const char*, Out>{"second run", run(0, rows, 0, true, true, false)},
+                                {"in-place dx", run(0, rows, 0, true, true, true)},
+                                {"unaligned rows", run(0, rows, 1, true, true, false)}}) {
+    EXPECT_TRUE(same(o.dx, full.dx)) << name << ": dx differs";
+    EXPECT_TRUE(same(o.dw, full.dw)) << name << ": dweight differs";
+    EXPECT_TRUE(same(o.db, full.db)) << name << ": dbias differs";
+  }
+  EXPECT_TRUE(same(run(0, rows, 0, true, false, false).dx, full.dx)) << "dx without dweight differs";
+  const Out params_only = run(0, rows, 0, false, true, false);
+  EXPECT_TRUE(same(params_only.dw, full.dw)) << "dweight without dx differs";
+  EXPECT_TRUE(same(params_only.db, full.db)) << "dbias without dx differs";
+  for (int64_t r : {int64_t(0), rows / 2 + 1, rows - 1}) {
+    const Out alone = run(r, 1, 0, true, true, false);
+    EXPECT_TRUE(std::equal(alone.dx.begin(), alone.dx.end(), full.dx.begin() + r * cols,
+                           [](T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }))
+        << "row " << r << ": dx alone differs from dx in the batch";
+  }
+}
+
+TEST_F(NormGpu, BackwardBitwiseAcrossBatchesPathsAndLayouts) {
+  check_backward_bits<float, float>(Kind::kLayer, 1500, 4096);
+  check_backward_bits<float, float>(Kind::kRms, 700, 12800);               // cluster of 2
+  check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 2000, 1024);     // 128-thread CTAs
+  check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 700, 8192);
+  check_backward_bits<__half, __half>(Kind::kRms, 900, 4099);
+  check_backward_bits<double, double>(Kind::kLayer, 800, 4096);
+  check_backward_bits<float, float>(Kind::kLayer, 8, 262144);              // two-kernel path
+  check_backward_bits<float, float>(Kind::kLayer, 300, 100);               // two-kernel path
+}
+
 // Bad input: a Status naming the argument, nothing written.
 TEST_F(NormGpu, Errors) {
   const int64_t rows = 4, cols = 8;

@@ -1,0 +1,74 @@
+// How the fused layer_norm / rms_norm backward (kernels/norm_backward_fused.cuh) lays a row onto
+// threads. Host only, no CUDA: the layout depends on the row length and the element size alone
+// (never on the row count or the alignment), so dx is batch-invariant and every aligned or
+// unaligned tensor gets the same bits.
+//
+// A thread holds, for each of its tile's elements, x and dy (the row, for dx) and its running
+// dweight / dbias partial (over every row its CTA sees): 4 accumulation words an element for
+// layer_norm. kFusedTileWords = 16 words per input keeps that at 64 registers, below the 128 a
+// 512-thread CTA may use, so nothing spills. Rows that need more go to a cluster of up to 8
+// CTAs; longer rows, and rows too short to fill a 128-thread CTA (the engine's warp-per-row
+// rows), keep the two-kernel path (dx on the row engine, dweight/dbias by column kernels).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace reducekit {
+
+constexpr int kFusedTileWords = 16;   // accumulation words a thread holds per input
+constexpr int kFusedMinThreads = 128;
+constexpr int kFusedMaxThreads = 512;  // the kernels' __launch_bounds__
+constexpr int kFusedMaxCluster = 8;    // portable cluster size
+constexpr int kFusedTargetElems = 8;   // per thread while a row fits 512 threads that way
+constexpr int kFusedMaxCtasPerSm = 4;  // caps G: more partial rows cost bytes, not speed
+
+// Vectors (16 bytes each) a thread holds at most: 4 (float32, float64), 2 (16-bit). A power of two.
+constexpr int fused_max_vpt(int elem_bytes) {
+  return kFusedTileWords / ((16 / elem_bytes) * (elem_bytes == 8 ? 2 : 1));
+}
+
+struct FusedNormBackwardLayout {
+  bool fused = false;  // false: the two-kernel path
+  int vec = 1;         // elements per 16-byte vector
+  int vpt = 1;         // vectors per thread: 1, 2 or 4 (a kernel template parameter)
+  int threads = 0;     // per CTA, a multiple of 32
+  int cluster = 1;     // CTAs per row
+  int64_t capacity() const { return int64_t(threads) * cluster * vpt * vec; }
+};
+
+// max_vpt: fused_max_vpt(elem_bytes), or less for tuning sweeps (REDUCEKIT_TUNE_NORM_BWD_MAX_VPT).
+inline FusedNormBackwardLayout plan_fused_norm_backward(int64_t cols, int elem_bytes, int max_vpt) {
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  auto pow2_ceil = [](int64_t v) {
+    int p = 1;
+    while (p < v) p *= 2;
+    return p;
+  };
+  FusedNormBackwardLayout l;
+  l.vec = 16 / elem_bytes;
+  max_vpt = std::clamp(max_vpt, 1, fused_max_vpt(elem_bytes));
+  while (max_vpt & (max_vpt - 1)) max_vpt &= max_vpt - 1;  // kernels exist for powers of two
+  const int64_t vectors = ceil_div(cols, l.vec);
+  if (vectors < kFusedMinThreads) return l;
+
+  // As the row engine: about 8 elements a thread up to 512 threads, then more vectors a thread,
+  // then more CTAs a row.
+  l.threads = static_cast<int>(std::clamp<int64_t>(pow2_ceil(ceil_div(cols, kFusedTargetElems)), kFusedMinThreads,
+                                                   kFusedMaxThreads));
+  const int64_t per_thread = ceil_div(vectors, l.threads);
+  if (per_thread <= max_vpt) {
+    l.vpt = pow2_ceil(per_thread);
+  } else {
+    l.vpt = max_vpt;
+    const int64_t cluster = ceil_div(vectors, int64_t(kFusedMaxThreads) * max_vpt);
+    if (cluster > kFusedMaxCluster) return l;
+    l.cluster = static_cast<int>(cluster);
+  }
+  // Trim whole warps that would hold only padding (float32 N = 12800: 2 x 416 threads, not 2 x 512).
+  l.threads = static_cast<int>(std::min<int64_t>(l.threads, 32 * ceil_div(ceil_div(vectors, int64_t(l.vpt) * l.cluster), 32)));
+  l.fused = true;
+  return l;
+}
+
+}  // namespace reducekit
