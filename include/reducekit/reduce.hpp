@@ -36,8 +36,9 @@
 // Workspace (CUB's convention): reduce_requirements() says how many bytes a call needs; the
 // caller passes that much device memory (16-byte aligned). Its first `workspace_zeroed_bytes`
 // hold completion tickets that must be zero when a call starts; every call leaves them zero
-// again, so a workspace zeroed once may be reused by later calls on the same stream (calls that
-// may run concurrently need workspaces of their own).
+// again (the last CTA to use a ticket resets it), so a workspace zeroed once may be reused by
+// later calls on the same stream (calls that may run concurrently need workspaces of their own).
+// The tickets may also live apart (Workspace::tickets), e.g. one buffer per stream zeroed once.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -70,6 +71,12 @@ struct DimList {
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
+  // Optional: the completion tickets in memory of their own, at least workspace_zeroed_bytes,
+  // zero on entry (every call leaves them zero again). Then `data` holds only the rest
+  // (workspace_bytes - workspace_zeroed_bytes) and needs no clearing: one zeroed ticket buffer
+  // per stream, cleared once, serves every later call on that stream with no memset per call.
+  void* tickets = nullptr;
+  std::size_t ticket_bytes = 0;
 };
 
 struct ReduceRequirements {

@@ -72,6 +72,8 @@ template <class P, int N, class Index>
 __device__ __forceinline__ void fold_values(typename P::Stat& s, const typename P::Accum (&v)[N], Index index) {
   if constexpr (P::kChunked) {
     P::fold_chunk(s, v);
+  } else if constexpr (P::kIndexedChunk) {
+    P::fold_chunk(s, v, index);
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) P::fold(s, v[i], index(i));

@@ -4,6 +4,8 @@
 //   identity()                 the statistic of no elements; merge(identity(), s) == s bit for bit
 //   fold(s, v, index)          one more element; within a thread, indices only increase
 //   fold_chunk(s, v[N])        (kChunked policies) N more elements at once, indices irrelevant
+//   fold_chunk(s, v[N], index) (kIndexedChunk policies) N more elements; element i's index is
+//                              index(i), called for the chunk's winner only
 //   merge(a, b)                two disjoint sets, a's elements before b's where order matters
 //   finalize(s, pivot, n, o, i)  writes output i (n: the size of each reduced set)
 //
@@ -47,7 +49,27 @@ template <typename Acc> __device__ __forceinline__ void store_as(void* base, DTy
 
 template <typename Acc> __device__ __forceinline__ Acc infinity() { return static_cast<Acc>(INFINITY); }
 
-__device__ __forceinline__ float reciprocal(float v) { return __frcp_rn(v); }
+// t[i] += t[i + W] for i < W, then W / 2, ..., 1: a pairwise sum of t[0, 2W) into t[0]. Written
+// as a recursion on W so every loop has a constant trip count: the plain `for (w = N / 2; w > 0;
+// w /= 2)` form was left partly rolled by the compiler, which then kept t in local memory
+// (STL/LDL in every step of the sum kernels, 64-128 bytes of stack).
+template <int W, typename Acc, int N> __device__ __forceinline__ void pairwise_halves(Acc (&t)[N]) {
+  if constexpr (W > 0) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) t[i] += t[i + W];
+    pairwise_halves<W / 2>(t);
+  }
+}
+
+// Merge weights need only relative accuracy, and any fixed instruction is deterministic: float
+// takes the one-instruction MUFU reciprocal (about 1 ulp; __frcp_rn added a slow-path call that
+// kept every merge a branch, so merges of neighbouring columns could not overlap). float64 keeps
+// the exact division, as its tests ask for 1e-12.
+__device__ __forceinline__ float reciprocal(float v) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
 __device__ __forceinline__ double reciprocal(double v) { return 1.0 / v; }
 
 // ---- sum and mean ------------------------------------------------------------------------------
@@ -55,6 +77,7 @@ template <typename Acc> struct SumPolicy {
   using Accum = Acc;
   struct Stat { Acc s; };
   static constexpr bool kChunked = true;
+  static constexpr bool kIndexedChunk = false;
   static constexpr bool kShift = false;
 
   __device__ static Stat identity() { return {Acc(0)}; }
@@ -65,10 +88,7 @@ template <typename Acc> struct SumPolicy {
     Acc t[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) t[i] = v[i];
-#pragma unroll
-    for (int w = N / 2; w > 0; w /= 2)
-#pragma unroll
-      for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    pairwise_halves<N / 2>(t);
     st.s += t[0];
   }
   __device__ static Stat merge(const Stat& a, const Stat& b) { return {a.s + b.s}; }
@@ -83,6 +103,7 @@ template <typename Acc> struct ProdPolicy {
   using Accum = Acc;
   struct Stat { Acc p; };
   static constexpr bool kChunked = false;
+  static constexpr bool kIndexedChunk = false;
   static constexpr bool kShift = false;
 
   __device__ static Stat identity() { return {Acc(1)}; }
@@ -98,6 +119,7 @@ template <typename Acc, bool kMax> struct ExtremumPolicy {
   using Accum = Acc;
   struct Stat { Acc m; };
   static constexpr bool kChunked = false;
+  static constexpr bool kIndexedChunk = false;
   static constexpr bool kShift = false;
 
   __device__ static bool beats(Acc v, Acc m) { return isnan(v) || (kMax ? v > m : v < m); }
@@ -121,21 +143,44 @@ template <typename Acc, bool kMax> struct ArgExtremumPolicy {
     int64_t i;  // -1: no element yet
   };
   static constexpr bool kChunked = false;
+  static constexpr bool kIndexedChunk = true;
   static constexpr bool kShift = false;
+
+  // v, coming after `held`, replaces it: held is not NaN, and v is NaN or strictly better.
+  // !(v <= held) is "v better, or either NaN"; held == held rules out a NaN held.
+  __device__ static bool later_wins(Acc v, Acc held) { return held == held && !(kMax ? v <= held : v >= held); }
 
   __device__ static Stat identity() { return {Acc(0), -1}; }
   __device__ static void fold(Stat& st, Acc v, int64_t index) {
     // indices only increase within a thread: a tie or a later NaN never replaces what is held
-    const bool take = st.i < 0 || (!isnan(st.v) && (isnan(v) || (kMax ? v > st.v : v < st.v)));
-    if (take) st = {v, index};
+    if (st.i < 0 || later_wins(v, st.v)) st = {v, index};
   }
+  // The chunk's winner by a tree over adjacent pairs (each merge sees a contiguous earlier run
+  // and the run right after it, so `later_wins` keeps first-NaN / first-extreme exactly, the
+  // same element a left-to-right fold picks) on 32-bit positions; depth log2(N) instead of a
+  // chain of N selects, and one 64-bit index per chunk instead of one per element.
+  template <int N, class Index> __device__ static void fold_chunk(Stat& st, const Acc (&v)[N], Index index) {
+    Acc bv[N];
+    int bi[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) bv[i] = v[i], bi[i] = i;
+    adjacent_levels<1>(bv, bi);
+    if (st.i < 0 || later_wins(bv[0], st.v)) st = {bv[0], index(bi[0])};
+  }
+  template <int W, int N> __device__ static void adjacent_levels(Acc (&bv)[N], int (&bi)[N]) {
+    if constexpr (W < N) {
+#pragma unroll
+      for (int i = 0; i < N; i += 2 * W) {
+        if (later_wins(bv[i + W], bv[i])) bv[i] = bv[i + W], bi[i] = bi[i + W];
+      }
+      adjacent_levels<2 * W>(bv, bi);
+    }
+  }
+  // Written as one select (no branches), so merges of neighbouring columns overlap.
   __device__ static Stat merge(const Stat& a, const Stat& b) {
-    if (a.i < 0) return b;
-    if (b.i < 0) return a;
     const bool an = isnan(a.v), bn = isnan(b.v);
-    if (an != bn) return an ? a : b;
-    if (an || a.v == b.v) return a.i < b.i ? a : b;
-    return (kMax ? a.v > b.v : a.v < b.v) ? a : b;
+    const bool b_better = an != bn ? bn : (an || a.v == b.v ? b.i < a.i : (kMax ? b.v > a.v : b.v < a.v));
+    return a.i < 0 || (b.i >= 0 && b_better) ? b : a;
   }
   __device__ static void finalize(const Stat& st, Acc, int64_t, const ReduceOutputs& o, int64_t i) {
     static_cast<int64_t*>(o.out)[i] = st.i;
@@ -149,6 +194,7 @@ template <typename Acc> struct LogSumExpPolicy {
   using Accum = Acc;
   struct Stat { Acc m, s; };
   static constexpr bool kChunked = false;
+  static constexpr bool kIndexedChunk = false;
   static constexpr bool kShift = false;
 
   __device__ static Stat identity() { return {-infinity<Acc>(), Acc(0)}; }
@@ -186,6 +232,7 @@ template <typename Acc> struct MomentsPolicy {
     Acc var;  // biased: M2 / n
   };
   static constexpr bool kChunked = true;
+  static constexpr bool kIndexedChunk = false;
   static constexpr bool kShift = true;
 
   __device__ static Stat identity() { return {0, Acc(0), Acc(0)}; }
@@ -207,29 +254,29 @@ template <typename Acc> struct MomentsPolicy {
     }
     st = merge(st, Stat{N, mean, var});
   }
+  // Branch-free (selects only): the column path runs long chains of merges, and merges of the
+  // columns a lane holds can only overlap when none of them branches.
   __device__ static Stat merge(const Stat& a, const Stat& b) {
-    if (b.n == 0) return a;
-    if (a.n == 0) return b;
-    const int64_t n = a.n + b.n;
-    // One reciprocal for both weights: the column path merges several times per loaded row step,
-    // and the weights need only relative accuracy.
-    const Acc inv_n = reciprocal(static_cast<Acc>(n));
-    const Acc wa = static_cast<Acc>(a.n) * inv_n;
-    const Acc wb = static_cast<Acc>(b.n) * inv_n;
+    const Acc na = static_cast<Acc>(a.n), nb = static_cast<Acc>(b.n);
+    const Acc inv_n = reciprocal(na + nb);
+    const Acc wa = na * inv_n, wb = nb * inv_n;
     const Acc delta = b.mean - a.mean;
     // An infinite mean (inf in the data) would make a.mean + delta * wb = inf - inf (NaN even when
     // both means are the same inf). The weighted sum keeps the true mean: inf with inf or a finite
     // mean, NaN for +inf with -inf or NaN, as reducekit.mean / torch.mean (torch.var_mean's
     // Welford gives NaN there; see README). Such a set's variance is NaN, as torch's (x - mean is
     // inf - inf for the infinite x); the product of the deltas would give inf instead.
-    if (!isfinite(delta))
-      return {n, product_unfused(a.mean, wa) + product_unfused(b.mean, wb), static_cast<Acc>(NAN)};
+    const bool finite = isfinite(delta);
     // Products written unfused: the column path runs this merge in two kernels (one CTA per
     // tile, or one per segment with a last-CTA merge), and the compiler may contract a * x + b
     // into an FMA differently in each, which broke bitwise batch invariance of var_mean.
     const Acc spread = product_unfused(product_unfused(delta, wa), product_unfused(delta, wb));
-    return {n, a.mean + product_unfused(delta, wb),
-            (product_unfused(a.var, wa) + product_unfused(b.var, wb)) + spread};
+    Stat r;
+    r.n = a.n + b.n;
+    r.mean = finite ? a.mean + product_unfused(delta, wb) : product_unfused(a.mean, wa) + product_unfused(b.mean, wb);
+    r.var = finite ? (product_unfused(a.var, wa) + product_unfused(b.var, wb)) + spread : static_cast<Acc>(NAN);
+    // An empty operand gives the other one bit for bit (identity()).
+    return b.n == 0 ? a : (a.n == 0 ? b : r);
   }
   __device__ static void finalize(const Stat& st, Acc pivot, int64_t, const ReduceOutputs& o, int64_t i) {
     const Acc nan = static_cast<Acc>(NAN);

@@ -635,6 +635,80 @@ TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
   }
 }
 
+TEST_F(ReduceGpu, TicketsApartFromTheWorkspace) {
+  // Workspace::tickets: one zeroed ticket buffer serves call after call (the PyTorch layer keeps
+  // one per stream); results equal the plain workspace's bit for bit and the tickets stay zero.
+  DeviceBuffer tickets(1 << 16);
+  REDUCEKIT_CUDA_OK(cudaMemset(tickets.get(), 0, 1 << 16));
+  for (const Case& c : {columns(4099, 5), rows(3, 100003), everything({(1 << 20) + 3})}) {
+    SCOPED_TRACE(describe(c));
+    const std::vector<double> logical = make_logical<float>(reference::numel(c.layout.shape), "randn", 5);
+    const std::vector<float> image = physical_image<float>(logical, c.layout);
+    DeviceBuffer buf(image.size() * 4);
+    REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+    const TensorView x = device_view(buf.get(), DType::kFloat32, c.layout);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kVarMean, ReduceOp::kArgmax}) {
+      SCOPED_TRACE(reduce_op_name(op));
+      const auto want = output_bits<float>(op, x, dim_list(c));
+      ReduceRequirements req;
+      ASSERT_TRUE(reduce_requirements(op, x, dim_list(c), false, &req).is_ok());
+      ASSERT_GT(req.workspace_zeroed_bytes, 0u);
+      int64_t n = 1;
+      for (int d = 0; d < req.out_rank; ++d) n *= req.out_sizes[d];
+      const DType out_type = op == ReduceOp::kArgmax ? DType::kInt64 : DType::kFloat32;
+      DeviceBuffer out(n * 8), mean(n * 8), partials(req.workspace_bytes - req.workspace_zeroed_bytes);
+      auto out_view = [&](void* p, DType t) {
+        TensorView v;
+        v.data = p;
+        v.dtype = t;
+        v.device = 0;
+        v.rank = req.out_rank;
+        int64_t stride = 1;
+        for (int d = req.out_rank - 1; d >= 0; --d) {
+          v.sizes[d] = req.out_sizes[d];
+          v.strides[d] = stride;
+          stride *= req.out_sizes[d];
+        }
+        return v;
+      };
+      const TensorView ov = out_view(out.get(), out_type), mv = out_view(mean.get(), DType::kFloat32);
+      Workspace ws{partials.get(), partials.bytes(), tickets.get(), 1 << 16};
+      for (int run = 0; run < 2; ++run) {
+        ASSERT_TRUE(reduce(op, x, dim_list(c), false, 1.0, ov, mv, ws, nullptr).is_ok());
+        REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> got_f(op == ReduceOp::kArgmax ? 0 : n), got_m(op == ReduceOp::kVarMean ? n : 0);
+        std::vector<int64_t> got_i(op == ReduceOp::kArgmax ? n : 0);
+        std::vector<unsigned char> bits;
+        auto append = [&](const void* p, std::size_t count) {
+          const auto* b = static_cast<const unsigned char*>(p);
+          bits.insert(bits.end(), b, b + count);
+        };
+        if (op == ReduceOp::kArgmax) {
+          REDUCEKIT_CUDA_OK(cudaMemcpy(got_i.data(), out.get(), n * 8, cudaMemcpyDeviceToHost));
+          append(got_i.data(), n * 8);
+        } else {
+          REDUCEKIT_CUDA_OK(cudaMemcpy(got_f.data(), out.get(), n * 4, cudaMemcpyDeviceToHost));
+          std::vector<double> d(got_f.begin(), got_f.end());
+          if (op == ReduceOp::kVarMean) {
+            REDUCEKIT_CUDA_OK(cudaMemcpy(got_m.data(), mean.get(), n * 4, cudaMemcpyDeviceToHost));
+            d.insert(d.end(), got_m.begin(), got_m.end());
+          }
+          append(d.data(), d.size() * sizeof(double));
+        }
+        EXPECT_EQ(bits, want) << "run " << run;
+      }
+      std::vector<unsigned char> t(1 << 16);
+      REDUCEKIT_CUDA_OK(cudaMemcpy(t.data(), tickets.get(), t.size(), cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(std::all_of(t.begin(), t.end(), [](unsigned char b) { return b == 0; })) << "tickets not left zero";
+      // Too few ticket bytes is an error naming the workspace.
+      ws.ticket_bytes = req.workspace_zeroed_bytes - 1;
+      const Status short_tickets = reduce(op, x, dim_list(c), false, 1.0, ov, mv, ws, nullptr);
+      EXPECT_EQ(short_tickets.code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(short_tickets.message().rfind("workspace:", 0), 0u) << short_tickets.message();
+    }
+  }
+}
+
 TEST_F(ReduceGpu, AllIsDeterministic) {
   const int64_t n = (1 << 22) + 17;
   const std::vector<double> logical = make_logical<__nv_bfloat16>(n, "randn", 8);
