@@ -166,7 +166,10 @@ def _var_grad(ctx, x, g_var):
     reduced = sorted(_reduced_dims(x.dim(), ctx.dim))
     mean = x.mean(dim=reduced, keepdim=True) if reduced else x
     n = _reduced_numel(x, ctx.dim)
-    return _expand_to_input(g_var, x, ctx.dim, ctx.keepdim) * (2.0 / (n - ctx.correction)) * (x - mean)
+    dof = n - ctx.correction
+    # dof 0 gives inf (NaN where x equals the mean), as torch's double arithmetic does
+    scale = 2.0 / dof if dof != 0 else math.inf
+    return _expand_to_input(g_var, x, ctx.dim, ctx.keepdim) * scale * (x - mean)
 
 
 def _std_to_var_grad(g, std):

@@ -34,12 +34,14 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   // a merge). Which operand that is follows from their values alone (ties broken by the sum),
   // never from their order, so the merge is commutative and every lane of a butterfly ends
   // with the same bits. A NaN sum compares false both ways; it propagates either way.
+  // Selected word by word: a reference picked by a condition would put both operands in local
+  // memory (seen in the SASS: the butterfly went through the stack).
   __device__ static Stat merge(const Stat& a, const Stat& b) {
     const bool a_top = a.w[0] > b.w[0] || (a.w[0] == b.w[0] && a.w[1] >= b.w[1]);
-    const Stat& top = a_top ? a : b;
-    const Stat& low = a_top ? b : a;
-    if (top.w[0] == negative_infinity<Acc>()) return {{top.w[0], a.w[1] + b.w[1]}};  // 0, or NaN carried on
-    return {{top.w[0], top.w[1] + product_unfused(low.w[1], fast_exp(low.w[0] - top.w[0]))}};
+    const Acc top_max = a_top ? a.w[0] : b.w[0], top_sum = a_top ? a.w[1] : b.w[1];
+    const Acc low_max = a_top ? b.w[0] : a.w[0], low_sum = a_top ? b.w[1] : a.w[1];
+    if (top_max == negative_infinity<Acc>()) return {{top_max, a.w[1] + b.w[1]}};  // 0, or NaN carried on
+    return {{top_max, top_sum + product_unfused(low_sum, fast_exp(low_max - top_max))}};
   }
 
   template <int N> __device__ static Stat fold(Acc (&v)[1][N]) {
