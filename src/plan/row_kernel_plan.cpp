@@ -27,6 +27,7 @@ int pow2_ceil(int64_t v) {
 RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   if (!limits.ring || elem_bytes >= 4 || c.cluster > 1) return c;
   const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
+  if (tile_bytes < limits.ring_min_tile_bytes) return c;
   const std::size_t ring_bytes = kRowRing * tile_bytes;
   if (ring_bytes <= std::min(limits.max_smem_per_block, kMaxStashBytes)) {
     c.ring = kRowRing;

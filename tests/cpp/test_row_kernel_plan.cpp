@@ -109,6 +109,15 @@ TEST(RowKernelPlan, SixteenBitOneCtaRowsStreamThroughARing) {
   EXPECT_EQ(plan_row_kernel(256, 2, 1, limits).ring, 0) << "warp rows";
 }
 
+TEST(RowKernelPlan, RingFromAMinimumTileSize) {
+  RowKernelLimits limits;
+  limits.ring_min_tile_bytes = 32 * 1024;
+  EXPECT_EQ(plan_row_kernel(4096, 2, 1, limits).ring, 0) << "8 KB tiles load directly";
+  EXPECT_EQ(plan_row_kernel(12800, 2, 1, limits).ring, 0) << "26 KB tiles load directly";
+  EXPECT_EQ(plan_row_kernel(32768, 2, 1, limits).ring, kRowRing) << "64 KB tiles stream";
+  EXPECT_EQ(plan_row_kernel(16384, 2, 2, limits).ring, kRowRing) << "two inputs: 64 KB tiles";
+}
+
 TEST(RowKernelPlan, SixteenCtaClustersOnlyWhereTheyKeepTheRowOnChip) {
   RowKernelLimits limits;
   limits.max_cluster = 16;
