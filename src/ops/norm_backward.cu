@@ -73,18 +73,8 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
       return detail::launch_status("occupancy query");
     *groups = std::min<int64_t>(int64_t(resident) * sms, cap);
   } else {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(l.cluster));
-    config.blockDim = dim3(static_cast<unsigned>(l.threads));
-    config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = l.cluster;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess)
+    const detail::ClusterLaunch launch(l.cluster, l.threads, smem, l.cluster, nullptr);
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &launch.config) != cudaSuccess)
       return detail::launch_status("cluster occupancy query");
     *groups = std::min<int64_t>(resident, cap);
   }

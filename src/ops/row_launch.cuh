@@ -139,6 +139,28 @@ template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, cons
   return launch_status(name);
 }
 
+// A launch configuration for `grid` CTAs in clusters of `cluster` along x (for
+// cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters). Not copyable: config.attrs points
+// at the member attribute.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute = {};
+  ClusterLaunch(int64_t grid, int threads, std::size_t smem, int cluster, cudaStream_t stream) {
+    config.gridDim = dim3(static_cast<unsigned>(grid));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // One launch of a block-family kernel: `grid` CTAs in clusters of c.cluster.
 template <class... KernelArgs, class... Args>
 Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKernelConfig& c, cudaStream_t stream,
@@ -151,19 +173,8 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
   }
   if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
     return launch_status(name);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(c.threads);
-  config.dynamicSmemBytes = c.smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = c.cluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  const ClusterLaunch launch(grid, c.threads, c.smem_bytes, c.cluster, stream);
+  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, args...);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the Status carries the error now
     return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));

@@ -229,6 +229,22 @@ std::string describe(const Case& c) {
 
 DimList dim_list(const Case& c) { return c.all ? DimList::every() : DimList::of(c.dims.data(), static_cast<int>(c.dims.size())); }
 
+// A contiguous output of the shape reduce_requirements gave, on device 0.
+TensorView output_view(const ReduceRequirements& req, void* data, DType dtype) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = 0;
+  v.rank = req.out_rank;
+  int64_t stride = 1;
+  for (int d = req.out_rank - 1; d >= 0; --d) {
+    v.sizes[d] = req.out_sizes[d];
+    v.strides[d] = stride;
+    stride *= req.out_sizes[d];
+  }
+  return v;
+}
+
 // Allocates out (+ guard) poisoned, runs reduce(), and returns the outputs as doubles / indices.
 struct Result {
   Status status;
@@ -252,21 +268,8 @@ Result run_on_device(ReduceOp op, const TensorView& x, DimList dims, bool keepdi
   EXPECT_EQ(cudaMemset(out.get(), 0xff, out_bytes), cudaSuccess);  // NaN (or -1 for indices)
   EXPECT_EQ(cudaMemset(mean.get(), 0xff, out_bytes), cudaSuccess);
   EXPECT_EQ(cudaMemset(ws.get(), 0, req.workspace_bytes), cudaSuccess);
-  auto view = [&](void* p, DType t) {
-    TensorView v;
-    v.data = p;
-    v.dtype = t;
-    v.device = 0;
-    v.rank = req.out_rank;
-    int64_t stride = 1;
-    for (int d = req.out_rank - 1; d >= 0; --d) {
-      v.sizes[d] = req.out_sizes[d];
-      v.strides[d] = stride;
-      stride *= req.out_sizes[d];
-    }
-    return v;
-  };
-  r.status = reduce(op, x, dims, keepdim, correction, view(out.get(), out_type), view(mean.get(), x.dtype),
+  r.status = reduce(op, x, dims, keepdim, correction, output_view(req, out.get(), out_type),
+                    output_view(req, mean.get(), x.dtype),
                     Workspace{ws.get(), req.workspace_bytes}, nullptr);
   if (!r.status.is_ok()) return r;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
@@ -657,21 +660,8 @@ TEST_F(ReduceGpu, TicketsApartFromTheWorkspace) {
       for (int d = 0; d < req.out_rank; ++d) n *= req.out_sizes[d];
       const DType out_type = op == ReduceOp::kArgmax ? DType::kInt64 : DType::kFloat32;
       DeviceBuffer out(n * 8), mean(n * 8), partials(req.workspace_bytes - req.workspace_zeroed_bytes);
-      auto out_view = [&](void* p, DType t) {
-        TensorView v;
-        v.data = p;
-        v.dtype = t;
-        v.device = 0;
-        v.rank = req.out_rank;
-        int64_t stride = 1;
-        for (int d = req.out_rank - 1; d >= 0; --d) {
-          v.sizes[d] = req.out_sizes[d];
-          v.strides[d] = stride;
-          stride *= req.out_sizes[d];
-        }
-        return v;
-      };
-      const TensorView ov = out_view(out.get(), out_type), mv = out_view(mean.get(), DType::kFloat32);
+      const TensorView ov = output_view(req, out.get(), out_type);
+      const TensorView mv = output_view(req, mean.get(), DType::kFloat32);
       Workspace ws{partials.get(), partials.bytes(), tickets.get(), 1 << 16};
       for (int run = 0; run < 2; ++run) {
         ASSERT_TRUE(reduce(op, x, dim_list(c), false, 1.0, ov, mv, ws, nullptr).is_ok());
