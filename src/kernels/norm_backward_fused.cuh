@@ -13,8 +13,8 @@
 //
 // so a thread meets the same columns on every row, and its dweight/dbias partials stay in
 // registers from the first row to the last. At the end, group g writes partial row g
-// ([G, cols] for dweight, then [G, cols] for dbias); norm_param_grad_sum_kernel adds the G rows
-// of each column in an order fixed by G. G depends on the row length, the dtype and the device
+// ([G, cols] for dweight, then [G, cols] for dbias); norm_param_grad_sum_kernel (norm_ops.cuh)
+// adds the G rows of each column in an order fixed by G. G depends on the row length, the dtype and the device
 // (occupancy), and on the row count only through min(G, rows): no atomics, results are the
 // same bits from run to run.
 //
@@ -122,34 +122,6 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
       if constexpr (kLayer) db_row[e0 + e] = db[k * VEC + e];
     }
   }
-}
-
-// out[c] = sum over g of partial[g][c] for dweight (blockIdx.y 0) and dbias (1; either output
-// may be null). Each CTA covers 32 columns; warp w adds rows w, w + 8, ... in order, and the 8
-// warp sums are added in warp order: an order fixed by G, with 8 loads in flight per column.
-constexpr int kParamSumWarps = 8;
-
-template <typename Acc, typename P>
-__global__ void __launch_bounds__(kParamSumWarps * 32)
-norm_param_grad_sum_kernel(const Acc* partial, int64_t groups, int cols, P* dweight, P* dbias) {
-  __shared__ Acc sums[kParamSumWarps][32];
-  P* out = blockIdx.y == 0 ? dweight : dbias;
-  if (out == nullptr) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int c = blockIdx.x * 32 + lane;
-  const Acc* p = partial + int64_t(blockIdx.y) * groups * cols;
-  Acc s = Acc(0);
-  if (c < cols) {
-#pragma unroll 4
-    for (int64_t g = warp; g < groups; g += kParamSumWarps) s += p[g * cols + c];
-  }
-  sums[warp][lane] = s;
-  __syncthreads();
-  if (warp != 0 || c >= cols) return;
-  Acc t = sums[0][lane];
-#pragma unroll
-  for (int w = 1; w < kParamSumWarps; ++w) t += sums[w][lane];
-  out[c] = from_acc<P>(t);
 }
 
 }  // namespace reducekit::kernels

@@ -227,7 +227,8 @@ template <typename T, bool kLayer> struct NormBackwardOp {
 // from cx * 32 * VEC and the rows [by * rows_per_block, ...). Warp w of the CTA takes rows
 // w, w + 8, ... of that block in order, each lane one vector of columns; the 8 warp sums are
 // added in warp order through shared memory and written to partial row by.
-// Stage 2 (norm_param_grad_finish_kernel): column c sums partial rows 0, 1, ... in order.
+// Stage 2 (norm_param_grad_sum_kernel): each column sums the partial rows in an order fixed by
+// their number.
 // The partition depends on (rows, cols, dtype) only, so results are identical run to run.
 
 constexpr int kParamGradWarps = 8;
@@ -302,21 +303,33 @@ __global__ void __launch_bounds__(kParamGradWarps * 32) norm_param_grad_partial_
   }
 }
 
-// out[c] = sum over b of partial[b][c], b in order; dweight and dbias (either may be null).
+// Stage 2, for both backward paths (the fused kernel's G partial rows as well): out[c] = sum over
+// g of partial[g][c] for dweight (blockIdx.y 0) and dbias (1; either output may be null). Each
+// CTA covers 32 columns; warp w adds rows w, w + 8, ... in order, and the 8 warp sums are added
+// in warp order: an order fixed by G, with 8 loads in flight per column.
+constexpr int kParamSumWarps = 8;
+
 template <typename Acc, typename P>
-__global__ void __launch_bounds__(256)
-norm_param_grad_finish_kernel(const Acc* partial, int64_t blocks, int cols, P* dweight, P* dbias) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  P* outs[2] = {dweight, dbias};
-  for (int which = 0; which < 2; ++which) {
-    if (outs[which] == nullptr) continue;
-    const Acc* p = partial + int64_t(which) * blocks * cols + c;
-    Acc s = Acc(0);
-#pragma unroll 8
-    for (int64_t b = 0; b < blocks; ++b) s += p[b * cols];
-    outs[which][c] = from_acc<P>(s);
+__global__ void __launch_bounds__(kParamSumWarps * 32)
+norm_param_grad_sum_kernel(const Acc* partial, int64_t groups, int cols, P* dweight, P* dbias) {
+  __shared__ Acc sums[kParamSumWarps][32];
+  P* out = blockIdx.y == 0 ? dweight : dbias;
+  if (out == nullptr) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int c = blockIdx.x * 32 + lane;
+  const Acc* p = partial + int64_t(blockIdx.y) * groups * cols;
+  Acc s = Acc(0);
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t g = warp; g < groups; g += kParamSumWarps) s += p[g * cols + c];
   }
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp != 0 || c >= cols) return;
+  Acc t = sums[0][lane];
+#pragma unroll
+  for (int w = 1; w < kParamSumWarps; ++w) t += sums[w][lane];
+  out[c] = from_acc<P>(t);
 }
 
 template <typename Acc> __global__ void fill_kernel(Acc* out, int64_t n, Acc value) {

@@ -69,9 +69,8 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
   const int64_t cap = std::max<int64_t>(1, int64_t(sms) * fused_tuning().ctas_per_sm / l.cluster);
   int resident = 0;
   if (l.cluster == 1) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, l.threads, smem) != cudaSuccess)
-      return detail::launch_status("occupancy query");
-    *groups = std::min<int64_t>(int64_t(resident) * sms, cap);
+    REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(reinterpret_cast<const void*>(kernel), l.threads, smem, &resident));
+    *groups = std::min<int64_t>(resident, cap);
   } else {
     const detail::ClusterLaunch launch(l.cluster, l.threads, smem, l.cluster, nullptr);
     if (cudaOccupancyMaxActiveClusters(&resident, kernel, &launch.config) != cudaSuccess)
@@ -164,6 +163,17 @@ struct BackwardCall {
 };
 
 template <typename T, typename P>
+Status launch_param_grad_sum(const BackwardCall& c, const kernels::acc_t<T>* partial, int64_t groups, int cols,
+                             bool layer, cudaStream_t stream) {
+  P* dw = c.dweight != nullptr ? static_cast<P*>(c.dweight->data) : nullptr;
+  P* db = c.dbias != nullptr ? static_cast<P*>(c.dbias->data) : nullptr;
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), layer ? 2u : 1u);
+  kernels::norm_param_grad_sum_kernel<kernels::acc_t<T>, P>
+      <<<grid, kernels::kParamSumWarps * 32, 0, stream>>>(partial, groups, cols, dw, db);
+  return detail::launch_status("norm_param_grad_sum_kernel");
+}
+
+template <typename T, typename P>
 Status launch_param_grads(const BackwardCall& c, const RowwisePlan& px, const RowwisePlan& pdy, bool aligned,
                           cudaStream_t stream) {
   using Acc = kernels::acc_t<T>;
@@ -187,23 +197,9 @@ Status launch_param_grads(const BackwardCall& c, const RowwisePlan& px, const Ro
     kernels::norm_param_grad_partial_kernel<T, VEC, false><<<grid, kernels::kParamGradWarps * 32, 0, stream>>>(a);
   }
   REDUCEKIT_RETURN_IF_ERROR(detail::launch_status("norm_param_grad_partial_kernel"));
-  P* dw = c.dweight != nullptr ? static_cast<P*>(c.dweight->data) : nullptr;
-  P* db = c.dbias != nullptr ? static_cast<P*>(c.dbias->data) : nullptr;
-  kernels::norm_param_grad_finish_kernel<Acc, P>
-      <<<static_cast<unsigned>((a.cols + 255) / 256), 256, 0, stream>>>(a.partial, a.blocks, a.cols, dw, db);
-  return detail::launch_status("norm_param_grad_finish_kernel");
+  return launch_param_grad_sum<T, P>(c, a.partial, a.blocks, a.cols, c.dbias != nullptr, stream);
 }
 
-template <typename T, typename P>
-Status launch_param_grad_sum(const BackwardCall& c, const kernels::acc_t<T>* partial, int64_t groups, int cols,
-                             bool layer, cudaStream_t stream) {
-  P* dw = c.dweight != nullptr ? static_cast<P*>(c.dweight->data) : nullptr;
-  P* db = c.dbias != nullptr ? static_cast<P*>(c.dbias->data) : nullptr;
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), layer ? 2u : 1u);
-  kernels::norm_param_grad_sum_kernel<kernels::acc_t<T>, P>
-      <<<grid, kernels::kParamSumWarps * 32, 0, stream>>>(partial, groups, cols, dw, db);
-  return detail::launch_status("norm_param_grad_sum_kernel");
-}
 
 template <typename T, bool kLayer, int VPT, bool kAligned>
 Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::NormExtra<T>& extra,

@@ -111,8 +111,8 @@ inline Status launch_status(const char* what) {
   return Status::cuda_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
 }
 
-// CTAs of `kernel` one SM holds at once, per (kernel, CTA size, shared memory), cached: the
-// query is host work repeated on every call otherwise.
+// CTAs of `kernel` the whole device holds at once (per SM x SMs), per (kernel, CTA size,
+// shared memory), cached: the query is host work repeated on every call otherwise.
 inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;

@@ -33,50 +33,45 @@ TEST(NormBackwardPlan, FusedLayoutsCoverTheirRows) {
 }
 
 TEST(NormBackwardPlan, Cutoffs) {
-  auto fused = [](int64_t n, int elem) { return plan_fused_norm_backward(n, elem, fused_max_vpt(elem)).fused; };
-  // Short rows (fewer than 128 vectors) stay with the row engine's warp rows.
-  EXPECT_FALSE(fused(508, 4));
-  EXPECT_TRUE(fused(509, 4));
-  EXPECT_FALSE(fused(1016, 2));
-  EXPECT_TRUE(fused(1017, 2));
-  EXPECT_FALSE(fused(254, 8));
-  EXPECT_TRUE(fused(255, 8));
-  // Long rows: up to 8 CTAs of 512 threads x 16 accumulation words.
-  EXPECT_TRUE(fused(65536, 4));
-  EXPECT_FALSE(fused(65537, 4));
-  EXPECT_TRUE(fused(65536, 2));
-  EXPECT_FALSE(fused(65537, 2));
-  EXPECT_TRUE(fused(32768, 8));
-  EXPECT_FALSE(fused(32769, 8));
-  EXPECT_FALSE(fused(262144, 4));
+  // Short rows (fewer than 128 vectors) stay with the row engine's warp rows; long rows fuse up to
+  // 8 CTAs of 512 threads x 16 accumulation words.
+  struct Case {
+    int64_t n;
+    int elem;
+    bool fused;
+  };
+  const Case cases[] = {{508, 4, false},   {509, 4, true},   {1016, 2, false},  {1017, 2, true},
+                        {254, 8, false},   {255, 8, true},   {65536, 4, true},  {65537, 4, false},
+                        {65536, 2, true},  {65537, 2, false}, {32768, 8, true}, {32769, 8, false},
+                        {262144, 4, false}};
+  for (const Case& c : cases) {
+    EXPECT_EQ(plan_fused_norm_backward(c.n, c.elem, fused_max_vpt(c.elem)).fused, c.fused)
+        << "n=" << c.n << " elem=" << c.elem;
+  }
 }
 
 TEST(NormBackwardPlan, BenchmarkShapes) {
-  // float32 4096: 512 threads x 2 vectors; 8192: 512 x 4; 12800: two CTAs of 416 x 4.
-  FusedNormBackwardLayout l = plan_fused_norm_backward(4096, 4, 4);
-  EXPECT_EQ(l.threads, 512);
-  EXPECT_EQ(l.vpt, 2);
-  EXPECT_EQ(l.cluster, 1);
-  l = plan_fused_norm_backward(8192, 4, 4);
-  EXPECT_EQ(l.threads, 512);
-  EXPECT_EQ(l.vpt, 4);
-  EXPECT_EQ(l.cluster, 1);
-  l = plan_fused_norm_backward(12800, 4, 4);
-  EXPECT_EQ(l.threads, 416);
-  EXPECT_EQ(l.vpt, 4);
-  EXPECT_EQ(l.cluster, 2);
-  // bfloat16 8192: 512 threads x 2 vectors of 8; 32768: 4 CTAs.
-  l = plan_fused_norm_backward(8192, 2, 2);
-  EXPECT_EQ(l.threads, 512);
-  EXPECT_EQ(l.vpt, 2);
-  EXPECT_EQ(l.cluster, 1);
-  EXPECT_EQ(plan_fused_norm_backward(32768, 2, 2).cluster, 4);
-  // A smaller tile cap (tuning) moves float32 8192 to two CTAs of 512 x 2.
-  l = plan_fused_norm_backward(8192, 4, 2);
-  EXPECT_EQ(l.vpt, 2);
-  EXPECT_EQ(l.cluster, 2);
-  EXPECT_EQ(l.threads, 512);
-  EXPECT_EQ(plan_fused_norm_backward(8192, 4, 3).vpt, 2) << "caps round down to a power of two";
+  struct Case {
+    int64_t n;
+    int elem, max_vpt;
+    int threads, vpt, cluster;
+    const char* why;
+  };
+  const Case cases[] = {
+      {4096, 4, 4, 512, 2, 1, "float32 4096: 512 threads x 2 vectors"},
+      {8192, 4, 4, 512, 4, 1, "float32 8192: 512 x 4"},
+      {12800, 4, 4, 416, 4, 2, "float32 12800: two CTAs of 416 x 4"},
+      {8192, 2, 2, 512, 2, 1, "bfloat16 8192: 512 threads x 2 vectors of 8"},
+      {32768, 2, 2, 512, 2, 4, "bfloat16 32768: 4 CTAs"},
+      {8192, 4, 2, 512, 2, 2, "a smaller tile cap (tuning) moves float32 8192 to two CTAs of 512 x 2"},
+      {8192, 4, 3, 512, 2, 2, "caps round down to a power of two"},
+  };
+  for (const Case& c : cases) {
+    const FusedNormBackwardLayout l = plan_fused_norm_backward(c.n, c.elem, c.max_vpt);
+    EXPECT_EQ(l.threads, c.threads) << c.why;
+    EXPECT_EQ(l.vpt, c.vpt) << c.why;
+    EXPECT_EQ(l.cluster, c.cluster) << c.why;
+  }
 }
 
 }  // namespace
