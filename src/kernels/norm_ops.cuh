@@ -129,6 +129,35 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
     const Acc var = fmax(s.w[2] / Acc(at.cols), Acc(0));
     return {s.w[1], Acc(1) / sqrt(var + x.eps)};
   }
+
+  // Rows in one tile (row_engine.cuh, kTwoPhase): the exact two-pass statistics, the row's sum
+  // and then the squared deviations of its real elements from the mean, with plain-add
+  // butterflies instead of Chan's merge (two divisions a step).
+  static constexpr bool kTwoPhase = true;
+  using First = RowSum<Acc>;
+  using Second = RowSum<Acc>;
+  template <int N>
+  __device__ static typename First::Stat fold_first(const Extra&, const RowSpan&, Acc (&v)[Base::kInputs][N]) {
+    Base::prepare(v);
+    return {{fold_chains<N>(Plus{}, [&](int j) { return v[0][j]; })}};
+  }
+  template <int N>
+  __device__ static typename Second::Stat fold_second(const Extra&, const RowSpan& at, Acc (&v)[Base::kInputs][N],
+                                                      const typename First::Stat& sum) {
+    constexpr int VEC = 16 / sizeof(T);
+    const int n = at.template valid_elems<VEC, N / VEC>();
+    const Acc mean = sum.w[0] / Acc(at.cols);
+    return {{fold_chains<N>(Plus{}, [&](int j) {
+      const Acc d = v[0][j] - mean;
+      return j < n ? d * d : Acc(0);
+    })}};
+  }
+  __device__ static Params finalize_two(const Extra& x, const RowSpan& at, const typename First::Stat& sum,
+                                        const typename Second::Stat& m2) {
+    const Acc var = fmax(m2.w[0] / Acc(at.cols), Acc(0));
+    return {sum.w[0] / Acc(at.cols), Acc(1) / sqrt(var + x.eps)};
+  }
+  __device__ static Local local_two(const Params& p) { return p; }
   __device__ static void row_done(const Extra& x, const RowSpan& at, const Params& p) {
     if (x.mean != nullptr) x.mean[at.row] = p.mean;
     if (x.rstd != nullptr) x.rstd[at.row] = p.rstd;

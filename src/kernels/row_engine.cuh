@@ -9,6 +9,16 @@
 //   - finalize(row):     per-row parameters (Params) from the row's statistic;
 //   - local(p, mine):    per-tile factors from the row parameters and that tile's own fold;
 //   - output(values, l): one output element from the (folded) inputs and the tile's factors.
+// An op may also declare kTwoPhase, for rows held in one tile: the row is then reduced twice,
+// with plain statistics, instead of once with the merged one (a softmax max, then the sum of
+// exp(x - max); a layer_norm sum, then the squared deviations from the mean). Each butterfly
+// step is then a max or an add, where the merged statistics cost exps (softmax) or divisions
+// (Chan's merge); the merged form stays for rows streamed through several tiles:
+//   - First, Second:     reduction policies (Stat, identity, merge) of the two statistics;
+//   - fold_first(values) and fold_second(values, row's First): a thread's statistics (the
+//                        second may rewrite the values); finalize_two(row First, row Second);
+//                        local_two(params): the tile's factors for output().
+//   Extended ops take (extra, span, ...) first, as with fold and finalize.
 // Ops that need more than that (norms: per-column weight/bias, per-row mean/rstd, a second
 // output) declare `using Extra = ...` (extra kernel arguments) and the extended hooks, which all
 // receive the Extra and the RowSpan of the tile (row index, thread's first vector, step, cols):
@@ -27,9 +37,10 @@
 //                     share in one register tile; the next rows stream into shared memory
 //                     meanwhile (see below).
 //   row_block_kernel  one CTA per row, or one cluster of CTAs per row (sm_90 distributed
-//                     shared memory combines their statistics). Each thread covers `tiles`
-//                     tiles; with one tile (the common case) the row is read once into
-//                     registers and written from there. Longer rows stream their tiles: the
+//                     shared memory combines their statistics); the row is read once into
+//                     registers and written from there.
+//   row_stream_kernel the same groups for rows longer than their registers: each thread
+//                     covers `tiles` tiles (only at the largest tile size). The
 //                     first `stash_tiles` are copied asynchronously into shared memory, the
 //                     last stays in registers, any between are read again from global memory
 //                     (L2) for the output pass, where every tile but the last is folded again.
@@ -50,6 +61,7 @@
 #include <cuda_pipeline.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/numeric.cuh"
 #include "plan/row_kernel_plan.hpp"
@@ -86,6 +98,19 @@ template <typename P> __device__ __forceinline__ void store_pack_global(void* ds
 
 template <typename Acc, int WORDS> struct StatVec {
   Acc w[WORDS];
+};
+
+// Reduction policies of one plain statistic, for kTwoPhase ops. Both merges are commutative
+// bit for bit (fmax returns the non-NaN operand either way), so butterflies stay uniform.
+template <typename Acc> struct RowMax {
+  using Stat = StatVec<Acc, 1>;
+  __device__ static Stat identity() { return {{-static_cast<Acc>(INFINITY)}}; }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return {{fmax(a.w[0], b.w[0])}}; }
+};
+template <typename Acc> struct RowSum {
+  using Stat = StatVec<Acc, 1>;
+  __device__ static Stat identity() { return {{Acc(0)}}; }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return {{a.w[0] + b.w[0]}}; }
 };
 
 // Up to two inputs and one output, each [rows, cols] with its own row stride (in elements).
@@ -177,6 +202,38 @@ __device__ __forceinline__ typename Op::Params finalize_row(const typename Op::E
     const typename Op::Params p = Op::finalize(extra, span, stat);
     if (writer) Op::row_done(extra, span, p);
     return p;
+  }
+}
+
+template <class Op, class = void> struct IsTwoPhase : std::false_type {};
+template <class Op> struct IsTwoPhase<Op, std::void_t<decltype(Op::kTwoPhase)>> : std::bool_constant<Op::kTwoPhase> {};
+
+// The factors a one-tile row's thread needs for output(), from its tile `v` and `group`, which
+// reduces a policy's statistic over the row's threads (group.template reduce<P>(stat): every
+// thread gets the row's value). `writer`: the one thread that records per-row statistics.
+template <class Op, bool kAligned, class Group, int NIN, int N>
+__device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op::Extra& extra, int64_t row, int first,
+                                                               int step, int cols, typename Op::Acc (&v)[NIN][N],
+                                                               const Group& group, bool writer) {
+  if constexpr (IsTwoPhase<Op>::value) {
+    using First = typename Op::First;
+    using Second = typename Op::Second;
+    if constexpr (IsPlainRowOp<Op>::value) {
+      const typename First::Stat a = group.template reduce<First>(Op::Plain::fold_first(v));
+      const typename Second::Stat b = group.template reduce<Second>(Op::Plain::fold_second(v, a));
+      return Op::Plain::local_two(Op::Plain::finalize_two(a, b));
+    } else {
+      const RowSpan span{row, first, step, cols, kAligned};
+      const typename First::Stat a = group.template reduce<First>(Op::fold_first(extra, span, v));
+      const typename Second::Stat b = group.template reduce<Second>(Op::fold_second(extra, span, v, a));
+      const typename Op::Params p = Op::finalize_two(extra, span, a, b);
+      if (writer) Op::row_done(extra, span, p);
+      return Op::local_two(p);
+    }
+  } else {
+    const typename Op::Stat mine = fold_tile<Op, kAligned>(extra, row, first, step, cols, v);
+    const typename Op::Stat stat = group.template reduce<Op>(mine);
+    return Op::local(finalize_row<Op, kAligned>(extra, row, first, step, cols, stat, writer), mine);
   }
 }
 
@@ -341,6 +398,27 @@ __device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s,
   return r;
 }
 
+// Row groups for one_tile_factors: LANES lanes of a warp, or a CTA / cluster. The CTA's
+// reduction slots (33 of Op::Stat) and its cluster slot serve any policy whose statistic is
+// no larger; consecutive reductions may reuse them (each ends with a barrier after its last
+// write, and the next writes only after its first barrier, which every reader has passed).
+template <int LANES> struct LaneGroup {
+  template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
+    return group_reduce<P, LANES>(s);
+  }
+};
+template <class Op> struct BlockGroup {
+  typename Op::Stat* slots;
+  typename Op::Stat* cluster_slot;
+  int cluster_size;
+  template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
+    static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
+    s = block_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
+    if (cluster_size > 1) s = cluster_reduce<P>(s, reinterpret_cast<typename P::Stat*>(cluster_slot));
+    return s;
+  }
+};
+
 // Kernel bodies take the extended interface (plain ops arrive wrapped in PlainRowOp).
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
 __device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra) {
@@ -360,12 +438,11 @@ __device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, cons
 
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, cols, lane, LANES);
-    const typename Op::Stat mine = fold_tile<Op, kAligned>(extra, r, lane, LANES, cols, tile.values);
-    const typename Op::Params p =
-        finalize_row<Op, kAligned>(extra, r, lane, LANES, cols, group_reduce<Op, LANES>(mine), live && lane == 0);
+    const auto local =
+        one_tile_factors<Op, kAligned>(extra, r, lane, LANES, cols, tile.values, LaneGroup<LANES>{}, live && lane == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, r);
-    tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, LANES, Op::local(p, mine), extra);
+    tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, LANES, local, extra);
   }
 }
 
@@ -423,13 +500,11 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
     tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
     fetch(row + kRing * row_step, slot);
 
-    const typename Op::Stat mine = fold_tile<Op, kAligned>(extra, row, me, step, cols, tile.values);
-    typename Op::Stat stat = block_reduce<Op>(mine, slots);
-    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
-    const typename Op::Params p = finalize_row<Op, kAligned>(extra, row, me, step, cols, stat, me == 0);
+    const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, cols, tile.values,
+                                                      BlockGroup<Op>{slots, cluster_slot, cluster_size}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
-    tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, Op::local(p, mine), extra);
+    tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, local, extra);
   }
 }
 
@@ -449,10 +524,35 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_ring_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
 }
 
+// One CTA (or cluster) per row, the row read once into registers and written from there.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
-                                               typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
-                                               int stash_tiles) {
+                                               typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
+  constexpr int NIN = Op::kInputs;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const int step = blockDim.x * cluster_size;  // vectors between a thread's consecutive slots
+  const int me = static_cast<int>(cluster.block_rank()) * blockDim.x + threadIdx.x;
+  for (int64_t row = blockIdx.x / cluster_size; row < args.rows; row += gridDim.x / cluster_size) {
+    const T* in[NIN];
+#pragma unroll
+    for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+    RowTile<T, NIN, VEC, VPT, kAligned> tile;
+    tile.template load<Op>(in, args.cols, me, step);
+    const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
+                                                      BlockGroup<Op>{slots, cluster_slot, cluster_size}, me == 0);
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
+    tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
+  }
+}
+
+// Rows longer than a cluster's registers: each thread streams through `tiles` tiles, the
+// statistics merged online (see the engine's description above).
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
+                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
+                                                int stash_tiles) {
   constexpr int NIN = Op::kInputs;
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
   extern __shared__ __align__(16) unsigned char stash_bytes[];
@@ -471,6 +571,9 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
     const T* in[NIN];
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+    T* out = args.out + row * args.out_stride;
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
 
     // Tiles 0 .. stash_tiles-1 go to shared memory asynchronously, all in flight together,
     // and are folded first; the rest stream through registers, and the last stays there for
@@ -497,9 +600,6 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
     const typename Op::Params p =
         finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
 
-    T* out = args.out + row * args.out_stride;
-    T* out2 = nullptr;
-    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     // Last tile first: it is still in registers, folded. The others are fetched and folded
     // again (same inputs, same bits): from shared memory if parked, else from global memory.
     tile.template store<Op>(out, out2, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last), extra);
@@ -515,18 +615,34 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads)
-row_block_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
+row_block_kernel(RowArgs<T, Op::kInputs> args) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot, tiles, stash_tiles);
+  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads)
-row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
+row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot, tiles, stash_tiles);
+  row_block_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_stream_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot, tiles, stash_tiles);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_stream_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot, tiles, stash_tiles);
 }
 
 }  // namespace reducekit::kernels

@@ -61,6 +61,31 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
     return {s.w[0], kLog ? precise_log(s.w[1]) : Acc(1) / s.w[1]};
   }
 
+  // Rows in one tile: the row max first, then the sum of exp(x - max) (row_engine.cuh,
+  // kTwoPhase); softmax keeps exp(x - max) in the tile, so its factor is 1 / sum alone.
+  static constexpr bool kTwoPhase = true;
+  using First = RowMax<Acc>;
+  using Second = RowSum<Acc>;
+  template <int N> __device__ static typename First::Stat fold_first(Acc (&v)[1][N]) {
+    return {{fold_chains<N>(Max{}, [&](int j) { return v[0][j]; })}};
+  }
+  // As fold: a max of -inf (only -inf and NaN in the row) subtracts 0, so -inf gives 0 and NaN NaN.
+  template <int N> __device__ static typename Second::Stat fold_second(Acc (&v)[1][N], const typename First::Stat& m) {
+    const Acc base = m.w[0] == negative_infinity<Acc>() ? Acc(0) : m.w[0];
+    return {{fold_chains<N>(Plus{}, [&](int j) {
+      const Acc e = fast_exp(v[0][j] - base);
+      if (!kLog) v[0][j] = e;
+      return e;
+    })}};
+  }
+  __device__ static Params finalize_two(const typename First::Stat& m, const typename Second::Stat& sum) {
+    return finalize({{m.w[0], sum.w[0]}});
+  }
+  __device__ static Local local_two(const Params& p) {
+    if constexpr (kLog) return p;
+    else return p.scale;
+  }
+
   // A tile whose max is -inf holds exp(-inf - 0) = 0 for its -inf entries: the factor
   // exp(-inf - max) = 0 keeps them 0. An all -inf row (max -inf) gets exp(NaN) = NaN, as torch.
   __device__ static Local local(const Params& p, const Stat& mine) {

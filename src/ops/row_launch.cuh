@@ -85,6 +85,10 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct B
     else return kernels::row_block_kernel_ext<T, Op, VEC, VPT, kAligned>;
   }
 };
+template <typename T, class Op, int VEC, int VPT, bool kAligned, class... Extra> auto stream_kernel() {
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_stream_kernel<T, Op, VEC, VPT, kAligned>;
+  else return kernels::row_stream_kernel_ext<T, Op, VEC, VPT, kAligned>;
+}
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
   template <int VPT> static auto get() {
     if constexpr (sizeof...(Extra) == 0) return kernels::row_ring_kernel<T, Op, VEC, VPT, kAligned>;
@@ -209,9 +213,14 @@ Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfi
       return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args, extra...);
     }
   }
-  auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
-  return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra..., c.tiles, c.stash_tiles);
+  if (c.tiles > 1) {  // the planner streams tiles of the largest size only
+    if (c.vpt != kMaxVpt) return Status::unsupported("row plan: streamed tiles must be of the largest size");
+    auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, Extra...>();
+    return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
+  }
+  auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
+  return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);
 }
 
 }  // namespace detail
