@@ -49,6 +49,7 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
             EXPECT_LE(c.smem_bytes, limits.max_smem_per_block);
             if (c.tiles > 1) {
               EXPECT_GE(c.cluster, 8) << "tiles only once a portable cluster is full";
+              EXPECT_EQ(c.vpt * c.vec * acc_words * inputs, 64) << "row_stream_kernel exists for the largest tile only";
             } else {
               EXPECT_EQ(c.stash_tiles, 0);
             }
