@@ -54,15 +54,13 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
   extern __shared__ __align__(16) unsigned char ring_bytes[];
   auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const RowPlace at = row_place();
+  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
   const int threads = blockDim.x;
-  const int step = threads * cluster_size;
-  const int me = static_cast<int>(cluster.block_rank()) * threads + threadIdx.x;
   const int slot_stride = 2 * VPT * threads;
   const int cols = args.cols;
-  const int64_t groups = gridDim.x / cluster_size;
-  const int64_t group = blockIdx.x / cluster_size;
+  const int64_t groups = at.groups;
+  const int64_t group = at.first;
   const bool want_dx = args.out != nullptr;  // uniform: the branches below may hold barriers
   const bool want_params = partial != nullptr;
 

@@ -398,6 +398,22 @@ __device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s,
   return r;
 }
 
+// Where a thread sits among its row's threads: one CTA, or a cluster of CTAs, per row; groups
+// take rows first, first + groups, ... (the grid holds whole clusters).
+struct RowPlace {
+  int cluster_size;  // CTAs per row
+  int step;          // threads per row: the vectors between a thread's consecutive slots
+  int me;            // this thread's index among them
+  int64_t first;     // this group's first row
+  int64_t groups;    // groups in the grid
+};
+__device__ __forceinline__ RowPlace row_place() {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int size = static_cast<int>(cluster.num_blocks());
+  return {size, static_cast<int>(blockDim.x) * size, static_cast<int>(cluster.block_rank() * blockDim.x + threadIdx.x),
+          int64_t(blockIdx.x / size), int64_t(gridDim.x / size)};
+}
+
 // Row groups for one_tile_factors: LANES lanes of a warp, or a CTA / cluster. The CTA's
 // reduction slots (33 of Op::Stat) and its cluster slot serve any policy whose statistic is
 // no larger; consecutive reductions may reuse them (each ends with a barrier after its last
@@ -472,14 +488,12 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
   extern __shared__ __align__(16) unsigned char ring_bytes[];
   auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const RowPlace at = row_place();
+  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
   const int threads = blockDim.x;
-  const int step = threads * cluster_size;
-  const int me = static_cast<int>(cluster.block_rank()) * threads + threadIdx.x;
   const int slot_stride = NIN * VPT * threads;
   const int cols = args.cols;
-  const int64_t row_step = gridDim.x / cluster_size;
+  const int64_t row_step = at.groups;
 
   auto fetch = [&](int64_t row, int slot) {
     if (row < args.rows) {
@@ -490,7 +504,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
     }
     __pipeline_commit();  // one group per row, empty past the end, so the counting holds
   };
-  int64_t row = blockIdx.x / cluster_size;
+  int64_t row = at.first;
 #pragma unroll
   for (int k = 0; k < kRing; ++k) fetch(row + k * row_step, k);
 
@@ -529,18 +543,16 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
   constexpr int NIN = Op::kInputs;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cluster_size = static_cast<int>(cluster.num_blocks());
-  const int step = blockDim.x * cluster_size;  // vectors between a thread's consecutive slots
-  const int me = static_cast<int>(cluster.block_rank()) * blockDim.x + threadIdx.x;
-  for (int64_t row = blockIdx.x / cluster_size; row < args.rows; row += gridDim.x / cluster_size) {
+  const RowPlace at = row_place();
+  const int step = at.step, me = at.me;
+  for (int64_t row = at.first; row < args.rows; row += at.groups) {
     const T* in[NIN];
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, args.cols, me, step);
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                      BlockGroup<Op>{slots, cluster_slot, cluster_size}, me == 0);
+                                                      BlockGroup<Op>{slots, cluster_slot, at.cluster_size}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
@@ -558,16 +570,14 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   extern __shared__ __align__(16) unsigned char stash_bytes[];
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const RowPlace at = row_place();
+  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
   const int threads = blockDim.x;
-  const int step = threads * cluster_size;  // vectors between a thread's consecutive slots
-  const int me = static_cast<int>(cluster.block_rank()) * threads + threadIdx.x;
   const int tile_vectors = VPT * step;
   const int stash_stride = NIN * VPT * threads;  // packs per stashed tile
   const int cols = args.cols;
 
-  for (int64_t row = blockIdx.x / cluster_size; row < args.rows; row += gridDim.x / cluster_size) {
+  for (int64_t row = at.first; row < args.rows; row += at.groups) {
     const T* in[NIN];
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
