@@ -19,7 +19,10 @@ constexpr int kColumnLanes = 4;          // column path: lanes across the inner 
 constexpr int kColumnRowLanes = 8;       // ... and lanes down the reduced extent
 constexpr int kColumnUnroll = 8;         // ... rows each lane loads per step
 constexpr int64_t kColumnMaxSegments = 64;
+constexpr int64_t kColumnMinSegmentRows = 256;  // 4 steps a lane: the segment's butterfly is paid per 32 rows at most
+constexpr int kColumnGroups = 8;                 // segments s = g, g + 8, ... fold into group g (lane ky = g)
 constexpr int64_t kColumnSplitBelowVectors = 4096;  // fewer column vectors: one CTA per segment
+constexpr int64_t kColumnGroupsBelowCtas = 512;     // fewer CTAs with one per tile: one per (tile, group)
 constexpr int64_t kAllMaxCtas = 512;  // all path: fits one wave at 4 CTAs per SM on 132 SMs
 constexpr int64_t kMaxGrid = int64_t(1) << 30;  // kernels loop over work items beyond this
 // Workspace: one slot per partial statistic (the largest is float64 Welford, 24 bytes), and
@@ -56,7 +59,8 @@ struct ReduceArgs {
   int64_t chunk = 0;
   int64_t chunks = 1;
   int64_t tiles = 0;
-  bool split = false;
+  bool split = false;     // column path: parts > 1
+  int64_t parts = 1;      // column path: CTAs per (outer index, tile), 1, min(8, segments) or segments
   unsigned* tickets = nullptr;  // zero on entry, zero again on exit
   void* partials = nullptr;
 };

@@ -22,9 +22,10 @@
 //   rows of a step:  lanes (ky = 0, cx = 0..3) rows 0..7, (ky = 1) rows 8..15, ... (ky = 7) ..63
 //
 // K is cut into segments (length from K only); a segment's statistic is the fixed butterfly over
-// the 8 ky lanes of their running statistics, and an output is the in-order merge of its segment
-// statistics, either inside one CTA or, when there are few columns (split), through the workspace
-// with one CTA per segment and the last CTA of a tile merging them: the same arithmetic both ways.
+// the 8 ky lanes of their running statistics; segments s = g, g + 8, ... fold in order into group
+// g, and an output is the butterfly of its 8 groups (see reduce_column_kernel): inside one CTA, or
+// through the workspace with one CTA per group or per segment and the last CTA of a tile folding
+// the parts: the same arithmetic every way.
 //
 // Aligned and unaligned inputs differ only in how elements are loaded (one 16-byte access or VEC
 // scalar ones), never in which lane folds which element, so both give the same bits.
@@ -272,9 +273,14 @@ template <class P, typename T> struct ColumnLane {
   int columns;     // columns of this lane inside the inner extent (0..VEC)
   bool vector;     // the lane's VEC columns load as one 16-byte access
 
-  __device__ void load_row(int64_t k, T (&out)[VEC]) const {
+  // kVector: the lane's VEC columns load as one 16-byte access (decided once per lane, outside
+  // the row loops: a per-row test put a branch and a scalar fallback around every load). kDynamic
+  // (16-bit types) keeps the per-row test: a separate scalar path held every 16-bit value in a
+  // register of its own (64 for a chunk) and spilled the Welford kernel.
+  static constexpr int kDynamic = 2;
+  template <int kVector> __device__ __forceinline__ void load_row(int64_t k, T (&out)[VEC]) const {
     const T* p = slab + k * stride;
-    if (vector) {
+    if (kVector == 1 || (kVector == kDynamic && vector)) {
       load_vector<T, VEC>(p, true, out);
     } else {
 #pragma unroll
@@ -283,12 +289,12 @@ template <class P, typename T> struct ColumnLane {
   }
 
   // Folds rows [k, k + U) when they all lie before `end`, else rows [k, end).
-  __device__ void fold_rows(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
-    if (columns == 0) return;
+  template <int kVector>
+  __device__ __forceinline__ void fold_rows(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
     if (k + U <= end) {
       T raw[U][VEC];
 #pragma unroll
-      for (int u = 0; u < U; ++u) load_row(k + u, raw[u]);
+      for (int u = 0; u < U; ++u) load_row<kVector>(k + u, raw[u]);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         Acc vals[U];
@@ -299,67 +305,127 @@ template <class P, typename T> struct ColumnLane {
     } else {
       for (int64_t r = k; r < end; ++r) {
         T raw[VEC];
-        load_row(r, raw);
+        load_row<kVector>(r, raw);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) P::fold(s[j], value_of<P>(raw[j], pivot[j]), r);
       }
     }
   }
+
+  // Rows [k, k + U) and [next, next + U), all before the segment's end: the 2U loads are issued
+  // before either chunk is folded (twice the bytes in flight a lane), then the chunks fold in
+  // order, exactly as fold_rows(k) followed by fold_rows(next).
+  template <int kVector>
+  __device__ __forceinline__ void fold_two_steps(Stat (&s)[VEC], int64_t k, int64_t next, const Acc (&pivot)[VEC]) const {
+    T raw[2][U][VEC];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_row<kVector>(k + u, raw[0][u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_row<kVector>(next + u, raw[1][u]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t first = h == 0 ? k : next;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        Acc vals[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) vals[u] = value_of<P>(raw[h][u][j], pivot[j]);
+        fold_values<P>(s[j], vals, [&](int u) { return first + u; });
+      }
+    }
+  }
+
+  // This lane's rows of segment [begin, end): rows ky*8 .. ky*8+7 of every 64-row step.
+  template <bool kTwoSteps, int kVector>
+  __device__ __forceinline__ void fold_segment_as(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
+    constexpr int64_t kStep = int64_t(kColumnRowLanes) * U;
+    if constexpr (kTwoSteps)
+      for (; k + kStep + U <= end; k += 2 * kStep) fold_two_steps<kVector>(s, k, k + kStep, pivot);
+    for (; k < end; k += kStep) fold_rows<kVector>(s, k, end, pivot);
+  }
+  template <bool kTwoSteps>
+  __device__ __forceinline__ void fold_segment(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
+    if (columns == 0) return;
+    if constexpr (sizeof(T) < 4) fold_segment_as<kTwoSteps, kDynamic>(s, k, end, pivot);
+    else if (vector) fold_segment_as<kTwoSteps, 1>(s, k, end, pivot);
+    else fold_segment_as<kTwoSteps, 0>(s, k, end, pivot);
+  }
 };
 
-// The last CTA of a split column tile: result = left fold of the segments' partials in segment
-// order, exactly as the unsplit route merges them. The 8 ky lanes of a column load 8 segments at
-// once (and, for 4 columns a lane, the next 8 ahead), and lane ky = 0 takes them over by shuffles, so the fold waits on
-// one L2 round trip per 8 segments rather than one per segment.
+// Two steps of loads in flight a lane where registers allow it: small statistics (sum, amax, prod
+// of 32-bit types); the Welford and 16-bit instantiations sit at the 128-register cap already.
 template <class P, typename T>
-__device__ __forceinline__ void merge_segment_partials(typename P::Stat (&result)[kVecOf<T>],
-                                                       const typename P::Stat* column_parts, int64_t segment_stride,
-                                                       int64_t segments, int columns, int ky, int cx) {
+constexpr bool kColumnTwoSteps = sizeof(typename P::Stat) * kVecOf<T> <= 16 && sizeof(T) == 4;
+
+// The last CTA of a split column tile: lane ky = g left-folds the partials of parts g, g + 8, ...
+// (in that order) into acc. Parts p hold group p % 8's fold of segments p, p + parts, ..., so
+// acc ends as the group accumulator the unsplit route holds in lane ky = g. Loads are issued
+// kBatch rounds at a time ahead of their merges: the fold waits on one L2 round trip per
+// kBatch * 8 parts, and its serial chain is ceil(parts / 8) merges (8 for 64 segments, where
+// the old left fold over segments was 64 merges, run alike by all 8 ky lanes).
+template <class P, typename T>
+__device__ __forceinline__ void fold_group_partials(typename P::Stat (&acc)[kVecOf<T>],
+                                                    const typename P::Stat* column_parts, int64_t part_stride,
+                                                    int64_t parts, int columns, int ky) {
   using Stat = typename P::Stat;
-  constexpr int VEC = kVecOf<T>, G = kColumnRowLanes;
-  auto load_group = [&](int64_t first, Stat (&out)[VEC]) {
-    const int64_t seg = first + ky;
+  constexpr int VEC = kVecOf<T>, G = kColumnGroups;
+  // About 32 registers of loads in flight per batch (more spilled the 16-bit Welford kernel).
+  constexpr int kWords = static_cast<int>(VEC * sizeof(Stat) / 4);
+  constexpr int kBatch = kWords >= 16 ? (kWords >= 32 ? 1 : 2) : 16 / kWords;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j)
-      out[j] = seg < segments && j < columns ? load_partial(column_parts + seg * segment_stride + j) : P::identity();
-  };
-  // Loading the next group during the merges takes another VEC statistics per lane: worth it
-  // for 4 columns a lane, a spill for 8 (16-bit types).
-  constexpr bool kPrefetch = VEC <= 4;
-  Stat group[VEC];
-  load_group(0, group);
-  for (int64_t first = 0; first < segments; first += G) {
-    const bool more = first + G < segments;
-    Stat next[VEC];
-    if constexpr (kPrefetch) if (more) load_group(first + G, next);
-    for (int r = 0; r < G && first + r < segments; ++r)
+  for (int j = 0; j < VEC; ++j) acc[j] = P::identity();
+  for (int64_t first = ky; first < parts; first += int64_t(G) * kBatch) {
+    Stat buf[kBatch][VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) result[j] = P::merge(result[j], shfl_stat(group[j], r * kColumnLanes + cx));
-    if constexpr (kPrefetch) {
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t p = first + int64_t(b) * G;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) group[j] = next[j];
-    } else if (more) {
-      load_group(first + G, group);
+      for (int j = 0; j < VEC; ++j)
+        buf[b][j] = p < parts && j < columns ? load_partial(column_parts + p * part_stride + j) : P::identity();
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (first + int64_t(b) * G < parts) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc[j] = P::merge(acc[j], buf[b][j]);
+      }
     }
   }
 }
 
+// The fixed tree over the 8 ky lanes (4 apart, then 2, then 1; lower lanes first); lane ky = 0 gets it.
+template <class P> __device__ __forceinline__ typename P::Stat ky_butterfly(typename P::Stat s) {
+#pragma unroll
+  for (int step = kColumnRowLanes / 2; step > 0; step /= 2) s = P::merge(s, shfl_down_stat(s, step * kColumnLanes, 32));
+  return s;
+}
+
+// The arithmetic of one column (K's segments, a function of K only):
+//   seg[s]   = ky butterfly of the 8 lanes' folds of segment s (lane ky folds rows ky*8 .. ky*8+7
+//              of every 64-row step, kColumnUnroll rows per chunk)
+//   group[g] = left fold of seg[g], seg[g + 8], seg[g + 16], ... (g = 0..7; empty groups are identity)
+//   result   = ky butterfly of group[0..7]
+// Work is spread three ways (ReduceArgs::parts, from the number of columns only): one CTA per
+// tile (parts = 1: lane ky = g keeps group g while the CTA walks every segment), one CTA per
+// (tile, group) (parts = min(8, segments)) or one per (tile, segment) (parts = segments); with
+// parts > 1 CTA p publishes its group accumulator (lane ky = p % 8) and the last CTA of the
+// tile folds the parts (fold_group_partials): the same merges in the same order every way.
 // At least 2 CTAs per SM: the 16-bit Welford instantiation would otherwise take 165 registers
 // and run one CTA (8 warps) per SM, too few loads in flight.
 template <class P, typename T>
 __global__ void __launch_bounds__(kReduceThreads, 2) reduce_column_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
-  constexpr int VEC = kVecOf<T>, U = kColumnUnroll;
-  constexpr int kRowsPerStep = kColumnRowLanes * U;
+  constexpr int VEC = kVecOf<T>, U = kColumnUnroll, G = kColumnGroups;
   constexpr int kLanesPerCta = kReduceThreads / kColumnRowLanes;  // lanes across columns per CTA
+  static_assert(G == kColumnRowLanes, "lane ky keeps group ky");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cx = lane % kColumnLanes, ky = lane / kColumnLanes;
-  const int64_t segments = a.chunks, items_per_slice = a.split ? segments : 1;
-  auto* parts = static_cast<Stat*>(a.partials);
+  const int64_t segments = a.chunks, parts = a.parts;
+  auto* partials = static_cast<Stat*>(a.partials);
 
-  for (int64_t item = blockIdx.x; item < a.outer * a.tiles * items_per_slice; item += gridDim.x) {
-    const int64_t slice = item / items_per_slice;  // (outer index, tile)
+  for (int64_t item = blockIdx.x; item < a.outer * a.tiles * parts; item += gridDim.x) {
+    const int64_t slice = item / parts, part = item % parts;  // slice: (outer index, tile)
     const int64_t o = slice / a.tiles, tile = slice % a.tiles;
     const int64_t col = (tile * kLanesPerCta + warp * kColumnLanes + cx) * VEC;
     const int64_t left = a.inner - col;
@@ -372,51 +438,51 @@ __global__ void __launch_bounds__(kReduceThreads, 2) reduce_column_kernel(Reduce
 #pragma unroll
     for (int j = 0; j < VEC; ++j) pivot[j] = j < cl.columns ? pivot_at<P>(cl.slab + j) : Acc(0);
 
-    Stat result[VEC];
+    Stat acc[VEC];  // lane ky = g: group g's fold of the segments this CTA walked
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) result[j] = P::identity();
-    const int64_t first = a.split ? item % segments : 0, last = a.split ? first + 1 : segments;
-    for (int64_t seg = first; seg < last; ++seg) {
+    for (int j = 0; j < VEC; ++j) acc[j] = P::identity();
+    for (int64_t seg = part; seg < segments; seg += parts) {
       const int64_t begin = seg * a.chunk;
       const int64_t end = a.reduced - begin < a.chunk ? a.reduced : begin + a.chunk;
       Stat s[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) s[j] = P::identity();
-      for (int64_t k = begin + ky * U; k < end; k += kRowsPerStep) cl.fold_rows(s, k, end, pivot);
-      // ky lanes 0..7 sit kColumnLanes apart: merge 4 apart, then 2, then 1 (in ky), lane ky = 0 keeps it.
+      cl.template fold_segment<kColumnTwoSteps<P, T>>(s, begin + ky * U, end, pivot);
+      const bool mine = ky == static_cast<int>(seg % G);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-#pragma unroll
-        for (int step = kColumnRowLanes / 2; step > 0; step /= 2)
-          s[j] = P::merge(s[j], shfl_down_stat(s[j], step * kColumnLanes, 32));
-        if (a.split) {
-          if (ky == 0 && j < cl.columns) parts[seg * a.outer * a.inner + o * a.inner + col + j] = s[j];
-        } else {
-          result[j] = P::merge(result[j], s[j]);
-        }
+        const Stat seg_stat = shfl_stat(ky_butterfly<P>(s[j]), cx);  // from lane ky = 0
+        const Stat merged = P::merge(acc[j], seg_stat);
+        if (mine) acc[j] = merged;
       }
     }
 
-    bool finish = !a.split;
-    if (a.split) {
+    bool finish = parts == 1;
+    if (parts > 1) {
       __shared__ bool last_cta;
+      if (ky == static_cast<int>(part % G))
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          if (j < cl.columns) partials[part * a.outer * a.inner + o * a.inner + col + j] = acc[j];
       __threadfence();
       __syncthreads();
-      if (threadIdx.x == 0)
-        last_cta = atomicAdd(a.tickets + slice, 1u) == static_cast<unsigned>(segments - 1);
+      if (threadIdx.x == 0) last_cta = atomicAdd(a.tickets + slice, 1u) == static_cast<unsigned>(parts - 1);
       __syncthreads();
       finish = last_cta;
       if (finish) {
         __threadfence();
-        merge_segment_partials<P, T>(result, parts + o * a.inner + col, a.outer * a.inner, segments, cl.columns, ky, cx);
+        fold_group_partials<P, T>(acc, partials + o * a.inner + col, a.outer * a.inner, parts, cl.columns, ky);
         if (threadIdx.x == 0) a.tickets[slice] = 0;
       }
       __syncthreads();  // last_cta is rewritten by the next item
     }
-    if (finish && ky == 0)
+    if (finish) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        if (j < cl.columns) P::finalize(result[j], pivot[j], a.reduced, a.outs, o * a.inner + col + j);
+      for (int j = 0; j < VEC; ++j) {
+        const Stat r = ky_butterfly<P>(acc[j]);
+        if (ky == 0 && j < cl.columns) P::finalize(r, pivot[j], a.reduced, a.outs, o * a.inner + col + j);
+      }
+    }
   }
 }
 

@@ -285,6 +285,7 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
   a.chunks = c.chunks;
   a.tiles = c.tiles;
   a.split = c.split;
+  a.parts = c.parts;
   if (c.workspace_bytes > 0 && workspace.tickets != nullptr && c.zeroed_bytes > 0) {
     a.tickets = static_cast<unsigned*>(workspace.tickets);
     a.partials = workspace.data;

@@ -38,18 +38,29 @@ void plan_column(const ReductionPlan& p, ReduceConfig* c) {
   constexpr int64_t kRowsPerStep = int64_t(kColumnRowLanes) * kColumnUnroll;
   c->kernel = ReduceKernel::kColumn;
   // Segments of whole steps, at most kColumnMaxSegments of them: long enough that their partials
-  // stay a few percent of the input, short enough to spread small problems over many CTAs.
-  c->chunk = std::max(kRowsPerStep, round_up(ceil_div(p.reduced, kColumnMaxSegments), kRowsPerStep));
+  // stay a few percent of the input and the per-segment butterfly (3 merges and a broadcast per
+  // column) is paid per 4 steps a lane at most, short enough to spread small problems over many CTAs. From K only (the arithmetic).
+  c->chunk = std::max(kColumnMinSegmentRows, round_up(ceil_div(p.reduced, kColumnMaxSegments), kRowsPerStep));
   c->chunks = ceil_div(p.reduced, c->chunk);
   const int64_t columns_per_cta = int64_t(kReduceThreads / (kColumnLanes * kColumnRowLanes)) *
                                   kColumnLanes * c->vec;
   c->tiles = ceil_div(p.inner, columns_per_cta);
+  // How the work is spread (never the arithmetic): few columns, one CTA per segment; too few
+  // tiles to fill the GPU, one CTA per group of segments; else one CTA per tile.
   const int64_t column_vectors = p.outer * ceil_div(p.inner, c->vec);
-  c->split = c->chunks > 1 && column_vectors < kColumnSplitBelowVectors;
-  c->grid = p.outer * c->tiles * (c->split ? c->chunks : 1);
+  const int64_t slices = p.outer * c->tiles;
+  if (c->chunks > 1 && column_vectors < kColumnSplitBelowVectors) {
+    c->parts = c->chunks;
+  } else if (c->chunks > 1 && slices < kColumnGroupsBelowCtas) {
+    c->parts = std::min<int64_t>(kColumnGroups, c->chunks);
+  } else {
+    c->parts = 1;
+  }
+  c->split = c->parts > 1;
+  c->grid = slices * c->parts;
   if (c->split) {
-    c->tickets = p.outer * c->tiles;
-    c->partials = c->chunks * p.outer * p.inner;
+    c->tickets = slices;
+    c->partials = c->parts * p.outer * p.inner;
   }
 }
 

@@ -35,7 +35,10 @@ struct ReduceConfig {
   int64_t chunk = 0;        // kRowBlock: elements per chunk; kColumn: rows per segment;
                             // kAll: elements per CTA step
   int64_t chunks = 1;       // number of chunks (kRowBlock), segments (kColumn) or CTAs (kAll)
-  bool split = false;       // kColumn: one CTA per segment, partials through the workspace
+  bool split = false;       // kColumn: parts > 1, partials through the workspace
+  int64_t parts = 1;        // kColumn: CTAs per (outer index, tile): 1 (whole), min(8, segments)
+                            // (one per group) or segments (one per segment); CTA p folds segments
+                            // p, p + parts, ... (see reduce_engine.cuh)
   int64_t tiles = 0;        // kColumn: CTAs across one outer slice of the inner extent
   int64_t grid = 0;         // CTAs to launch
   int64_t tickets = 0;      // completion counters in the workspace

@@ -2,6 +2,7 @@
 // batch-invariance rule (an output's arithmetic depends on the reduced extent and dtype only).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/reduce_config.hpp"
@@ -87,15 +88,55 @@ TEST(ReduceConfig, FewColumnsSplitSegmentsOverCtas) {
   const ReduceConfig few = plan_reduce_kernel(column(1, 4096, 128), 4);
   EXPECT_TRUE(few.split);
   EXPECT_EQ(few.tiles, 1);
+  EXPECT_EQ(few.parts, few.chunks);
   EXPECT_EQ(few.grid, few.chunks);
   EXPECT_EQ(few.tickets, 1);
   EXPECT_EQ(few.partials, few.chunks * 128);
-  const ReduceConfig many = plan_reduce_kernel(column(1, 4096, 32768), 4);
+  // Many columns in many tiles: one CTA per tile walks every segment.
+  const ReduceConfig many = plan_reduce_kernel(column(4, 4096, 32768), 4);
   EXPECT_FALSE(many.split);
+  EXPECT_EQ(many.parts, 1);
   EXPECT_EQ(many.tiles, 32768 / (kReduceThreads / kColumnRowLanes * 4));
-  EXPECT_EQ(many.grid, many.tiles);
+  EXPECT_EQ(many.grid, 4 * many.tiles);
   EXPECT_EQ(many.workspace_bytes, 0u);
   EXPECT_FALSE(plan_reduce_kernel(column(1, 64, 33), 4).split) << "one segment: nothing to split";
+}
+
+TEST(ReduceConfig, MidColumnsSplitGroupsOverCtas) {
+  // 4096 x 32768 float32: 256 tiles cannot fill the GPU with one CTA each; one CTA per (tile,
+  // group of segments) instead, 8 partials per column.
+  const ReduceConfig mid = plan_reduce_kernel(column(1, 4096, 32768), 4);
+  EXPECT_TRUE(mid.split);
+  EXPECT_EQ(mid.parts, kColumnGroups);
+  EXPECT_EQ(mid.grid, mid.tiles * kColumnGroups);
+  EXPECT_EQ(mid.tickets, mid.tiles);
+  EXPECT_EQ(mid.partials, kColumnGroups * 32768);
+  const ReduceConfig bf16 = plan_reduce_kernel(column(1, 4096, 32768), 2);
+  EXPECT_EQ(bf16.tiles, 32768 / (kReduceThreads / kColumnRowLanes * 8));
+  EXPECT_EQ(bf16.parts, kColumnGroups);
+  // Fewer segments than groups: one part per segment.
+  const ReduceConfig short_k = plan_reduce_kernel(column(1, 600, 40000), 4);
+  EXPECT_EQ(short_k.chunks, 3);
+  EXPECT_EQ(short_k.parts, 3);
+}
+
+TEST(ReduceConfig, ColumnPartsOnlySpreadWork) {
+  // parts is 1, min(8, segments) or segments, and never changes the segments (the arithmetic).
+  for (int64_t k : {1, 100, 129, 1037, 1300, 4096, 4099, 32768, 100003}) {
+    const ReduceConfig ref = plan_reduce_kernel(column(1, k, 1), 4);
+    for (int64_t outer : {1, 3, 64}) {
+      for (int64_t inner : {2, 128, 1024, 4096, 32768, 262144}) {
+        const ReduceConfig c = plan_reduce_kernel(column(outer, k, inner), 4);
+        EXPECT_EQ(c.chunk, ref.chunk);
+        EXPECT_EQ(c.chunks, ref.chunks);
+        EXPECT_TRUE(c.parts == 1 || c.parts == c.chunks || c.parts == std::min<int64_t>(kColumnGroups, c.chunks))
+            << "k=" << k << " parts=" << c.parts;
+        EXPECT_EQ(c.split, c.parts > 1);
+        EXPECT_EQ(c.grid, std::min(outer * c.tiles * c.parts, kMaxGrid));
+        if (c.chunks == 1) EXPECT_EQ(c.parts, 1);
+      }
+    }
+  }
 }
 
 TEST(ReduceConfig, AllPathUsesOneWaveOfCtasAndATicket) {

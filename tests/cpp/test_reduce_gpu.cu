@@ -439,8 +439,17 @@ template <typename T> void column_sweep() {
   check_case<T>(columns(1000, 40, "ties"));
   check_case<T>(columns(200, 40, "constant"));
   if constexpr (sizeof(T) >= 4) check_case<T>(columns(500, 40, "huge"));
-  // Many columns: one CTA walks every segment (no split) rather than one CTA per segment.
+  // Many columns: one CTA per (tile, group of segments) for float32 (2 segments: 2 parts).
   check_case<T>(columns(300, 20000), {ReduceOp::kSum, ReduceOp::kArgmax, ReduceOp::kVarMean, ReduceOp::kLogsumexp});
+  // Segment counts that are not a multiple of the 8 groups (256-row segments), every way the
+  // work is spread: one CTA per segment (9 and 11 segments), one per group (float32: 9 segments,
+  // group 0 folds segments 0 and 8), and one CTA per tile walking all 9 segments (520 outer
+  // slices; 16-bit types split them).
+  check_case<T>(columns(2100, 5, "infs"));
+  check_case<T>(columns(2600, 33, "special", 3, 1));
+  check_case<T>(columns(2100, 16384), {ReduceOp::kSum, ReduceOp::kArgmax, ReduceOp::kVarMean, ReduceOp::kLogsumexp});
+  check_case<T>(Case{Layout{{520, 2100, 40}}, false, {1}, false, "randn"},
+                {ReduceOp::kSum, ReduceOp::kArgmin, ReduceOp::kStdMean, ReduceOp::kAmax});
   // A middle dim: [outer, K, inner].
   check_case<T>(Case{Layout{{3, 257, 70}}, false, {1}, false, "randn"});
   check_case<T>(Case{Layout{{3, 257, 70}}, false, {-2}, true, "special"});
@@ -612,9 +621,10 @@ TEST_F(ReduceGpu, RowsAreDeterministicAndBatchInvariant) {
 }
 
 TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
-  // 20000 columns run without a split; a 64-column slice (aligned or not) splits its segments over
-  // CTAs, and a single column is a column problem of inner extent 1: all must give the same bits.
-  const int64_t k = 1500, n = 20000;
+  // 20000 columns run one CTA per (tile, group of segments); a 64-column slice (aligned or not)
+  // runs one CTA per segment, and a single column is a column problem of inner extent 1: all must
+  // give the same bits (2600 rows: 11 segments, not a multiple of the 8 groups).
+  const int64_t k = 2600, n = 20000;
   const std::vector<double> logical = make_logical<float>(k * n, "randn", 4);
   const Layout l{{k, n}};
   const std::vector<float> image = physical_image<float>(logical, l);
@@ -633,6 +643,34 @@ TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
         part.data = static_cast<float*>(buf.get()) + first;
         EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)), slice_bits(full, first, width, n, has_mean(op)))
             << "columns " << first << "..+" << width << " alone differ from the same columns among " << n;
+      }
+    }
+  }
+}
+
+TEST_F(ReduceGpu, ColumnsAreBatchInvariantAcrossEveryWorkSplit) {
+  // [520, 2100, 40] reduced over dim 1 (9 segments): 520 outer slices run one CTA per tile; one
+  // outer slice alone (or 100 of them) runs one CTA per segment. Same bits either way.
+  const int64_t outer = 520, k = 2100, n = 40;
+  const std::vector<double> logical = make_logical<float>(outer * k * n, "randn", 6);
+  const Layout l{{outer, k, n}};
+  const std::vector<float> image = physical_image<float>(logical, l);
+  DeviceBuffer buf(image.size() * 4);
+  REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+  const int64_t dim = 1;
+  for (ReduceOp op : kInvarianceOps) {
+    SCOPED_TRACE(reduce_op_name(op));
+    const TensorView x = device_view(buf.get(), DType::kFloat32, l);
+    const auto full = output_bits<float>(op, x, DimList::of(&dim, 1));
+    EXPECT_EQ(full, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
+    for (int64_t first : {int64_t(0), int64_t(333), int64_t(419)}) {
+      for (int64_t count : {int64_t(1), int64_t(100)}) {
+        TensorView part = x;
+        part.sizes[0] = count;
+        part.data = static_cast<float*>(buf.get()) + first * k * n;
+        EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)),
+                  slice_bits(full, first * n, count * n, outer * n, has_mean(op)))
+            << "outer slices " << first << "..+" << count << " alone differ from the same slices among " << outer;
       }
     }
   }

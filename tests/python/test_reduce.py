@@ -403,15 +403,28 @@ def test_rows_deterministic_and_batch_invariant(op, n):
 
 @pytest.mark.parametrize("op", INVARIANCE_OPS)
 def test_columns_batch_invariant(op):
-    # 20000 columns reduce in one CTA per tile; a 64-column slice splits K over CTAs; one column is a
-    # column of inner extent 1: the same bits each way
-    x = values(kind_for(op, "randn"), (1500, 20000), torch.float32)
+    # 20000 columns reduce in one CTA per (tile, group of segments); a 64-column slice in one CTA per
+    # segment; one column is a column of inner extent 1: the same bits each way (2600 rows: 11
+    # segments, not a multiple of the 8 groups)
+    x = values(kind_for(op, "randn"), (2600, 20000), torch.float32)
     full = _outputs(rk_call(op, x, 0))
     for width in (64, 1):
         for first in (0, 4096, 7777):
             for f, p in zip(full, _outputs(rk_call(op, x[:, first:first + width], 0))):
                 assert torch.equal(f[first:first + width], p), \
                     f"columns {first}..+{width} differ from the same columns among 20000"
+
+
+@pytest.mark.parametrize("op", INVARIANCE_OPS)
+def test_columns_batch_invariant_across_work_splits(op):
+    # [520, 2100, 40] over dim 1 (9 segments): 520 outer slices reduce in one CTA per tile walking
+    # every segment; 1 or 100 slices in one CTA per segment with a last-CTA fold: the same bits
+    x = values(kind_for(op, "randn"), (520, 2100, 40), torch.float32)
+    full = _outputs(rk_call(op, x, 1))
+    for first, count in ((0, 1), (333, 100), (419, 100)):
+        for f, p in zip(full, _outputs(rk_call(op, x[first:first + count], 1))):
+            assert torch.equal(f[first:first + count], p), \
+                f"outer slices {first}..+{count} differ from the same slices among 520"
 
 
 @pytest.mark.parametrize("op", INVARIANCE_OPS)
