@@ -424,9 +424,21 @@ __global__ void __launch_bounds__(kReduceThreads, 2) reduce_column_kernel(Reduce
   const int64_t segments = a.chunks, parts = a.parts;
   auto* partials = static_cast<Stat*>(a.partials);
 
-  for (int64_t item = blockIdx.x; item < a.outer * a.tiles * parts; item += gridDim.x) {
-    const int64_t slice = item / parts, part = item % parts;  // slice: (outer index, tile)
-    const int64_t o = slice / a.tiles, tile = slice % a.tiles;
+  // Item -> (slice, part), slice -> (outer index, tile): 32-bit divisions whenever the item count
+  // fits (the 64-bit ones are a call of ~60 instructions each, paid per item: 2048 short items
+  // at 256 x 262144).
+  const int64_t items = a.outer * a.tiles * parts;
+  const bool narrow = items <= int64_t(INT32_MAX);
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    int64_t slice, part, o, tile;  // slice: (outer index, tile)
+    if (narrow) {
+      const uint32_t it = static_cast<uint32_t>(item), np = static_cast<uint32_t>(parts);
+      const uint32_t nt = static_cast<uint32_t>(a.tiles);
+      const uint32_t sl = it / np, oo = sl / nt;
+      slice = sl, part = it - sl * np, o = oo, tile = sl - oo * nt;
+    } else {
+      slice = item / parts, part = item % parts, o = slice / a.tiles, tile = slice % a.tiles;
+    }
     const int64_t col = (tile * kLanesPerCta + warp * kColumnLanes + cx) * VEC;
     const int64_t left = a.inner - col;
     ColumnLane<P, T> cl;

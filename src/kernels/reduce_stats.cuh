@@ -72,6 +72,20 @@ __device__ __forceinline__ float reciprocal(float v) {
 }
 __device__ __forceinline__ double reciprocal(double v) { return 1.0 / v; }
 
+// c ? x : y as one PTX selp: never a branch, whatever the compiler makes of the operands.
+__device__ __forceinline__ float select_value(bool c, float x, float y) {
+  float r;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\tselp.f32 %0, %1, %2, p;\n\t}"
+      : "=f"(r) : "f"(x), "f"(y), "r"(static_cast<int>(c)));
+  return r;
+}
+__device__ __forceinline__ double select_value(bool c, double x, double y) {
+  double r;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\tselp.f64 %0, %1, %2, p;\n\t}"
+      : "=d"(r) : "d"(x), "d"(y), "r"(static_cast<int>(c)));
+  return r;
+}
+
 // ---- sum and mean ------------------------------------------------------------------------------
 template <typename Acc> struct SumPolicy {
   using Accum = Acc;
@@ -176,11 +190,15 @@ template <typename Acc, bool kMax> struct ArgExtremumPolicy {
       adjacent_levels<2 * W>(bv, bi);
     }
   }
-  // Written as one select (no branches), so merges of neighbouring columns overlap.
+  // Written as one select (no branches), so merges of neighbouring columns overlap. The test is
+  // bitwise logic on every condition: the nested `?:` form left a branch in each merge (SASS).
   __device__ static Stat merge(const Stat& a, const Stat& b) {
     const bool an = isnan(a.v), bn = isnan(b.v);
-    const bool b_better = an != bn ? bn : (an || a.v == b.v ? b.i < a.i : (kMax ? b.v > a.v : b.v < a.v));
-    return a.i < 0 || (b.i >= 0 && b_better) ? b : a;
+    const bool same = an == bn;                 // both NaN or neither
+    const bool tie = an | (a.v == b.v);         // then the lower index wins
+    const bool strict = kMax ? b.v > a.v : b.v < a.v;
+    const bool b_better = (!same & bn) | (same & ((tie & (b.i < a.i)) | (!tie & strict)));
+    return (a.i < 0) | ((b.i >= 0) & b_better) ? b : a;
   }
   __device__ static void finalize(const Stat& st, Acc, int64_t, const ReduceOutputs& o, int64_t i) {
     static_cast<int64_t*>(o.out)[i] = st.i;
@@ -254,8 +272,11 @@ template <typename Acc> struct MomentsPolicy {
     }
     st = merge(st, Stat{N, mean, var});
   }
-  // Branch-free (selects only): the column path runs long chains of merges, and merges of the
-  // columns a lane holds can only overlap when none of them branches.
+  // Branch-free: the column path runs long chains of merges, and merges of the columns a lane
+  // holds can only overlap when none of them branches. Written with `?:` the compiler still put
+  // two branches (BSSY/BRA/BSYNC) in every merge (SASS of the column kernel, run 12); the selects
+  // below are PTX selp, so both sides are computed and one is picked. Same values as the
+  // conditional form, bit for bit.
   __device__ static Stat merge(const Stat& a, const Stat& b) {
     const Acc na = static_cast<Acc>(a.n), nb = static_cast<Acc>(b.n);
     const Acc inv_n = reciprocal(na + nb);
@@ -271,12 +292,18 @@ template <typename Acc> struct MomentsPolicy {
     // tile, or one per segment with a last-CTA merge), and the compiler may contract a * x + b
     // into an FMA differently in each, which broke bitwise batch invariance of var_mean.
     const Acc spread = product_unfused(product_unfused(delta, wa), product_unfused(delta, wb));
+    const Acc mean_finite = a.mean + product_unfused(delta, wb);
+    const Acc mean_weighted = product_unfused(a.mean, wa) + product_unfused(b.mean, wb);
+    const Acc var_finite = (product_unfused(a.var, wa) + product_unfused(b.var, wb)) + spread;
+    const Acc mean = select_value(finite, mean_finite, mean_weighted);
+    const Acc var = select_value(finite, var_finite, static_cast<Acc>(NAN));
+    // An empty operand gives the other one bit for bit (identity()); n needs no select (x + 0).
+    const bool a_empty = a.n == 0, b_empty = b.n == 0;
     Stat r;
     r.n = a.n + b.n;
-    r.mean = finite ? a.mean + product_unfused(delta, wb) : product_unfused(a.mean, wa) + product_unfused(b.mean, wb);
-    r.var = finite ? (product_unfused(a.var, wa) + product_unfused(b.var, wb)) + spread : static_cast<Acc>(NAN);
-    // An empty operand gives the other one bit for bit (identity()).
-    return b.n == 0 ? a : (a.n == 0 ? b : r);
+    r.mean = select_value(b_empty, a.mean, select_value(a_empty, b.mean, mean));
+    r.var = select_value(b_empty, a.var, select_value(a_empty, b.var, var));
+    return r;
   }
   __device__ static void finalize(const Stat& st, Acc pivot, int64_t, const ReduceOutputs& o, int64_t i) {
     const Acc nan = static_cast<Acc>(NAN);
