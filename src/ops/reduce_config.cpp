@@ -2,6 +2,7 @@
 #include "ops/reduce_config.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace reducekit {
 namespace {
@@ -34,13 +35,15 @@ void plan_row(const ReductionPlan& p, ReduceConfig* c) {
   }
 }
 
-void plan_column(const ReductionPlan& p, ReduceConfig* c) {
+void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig* c) {
   constexpr int64_t kRowsPerStep = int64_t(kColumnRowLanes) * kColumnUnroll;
   c->kernel = ReduceKernel::kColumn;
   // Segments of whole steps, at most kColumnMaxSegments of them: long enough that their partials
   // stay a few percent of the input and the per-segment butterfly (3 merges and a broadcast per
-  // column) is paid per 4 steps a lane at most, short enough to spread small problems over many CTAs. From K only (the arithmetic).
-  c->chunk = std::max(kColumnMinSegmentRows, round_up(ceil_div(p.reduced, kColumnMaxSegments), kRowsPerStep));
+  // column) is paid per 4 steps a lane at most, short enough to spread small problems over many
+  // CTAs. From K only (the arithmetic).
+  const int64_t min_rows = round_up(std::max<int64_t>(knobs.min_segment_rows, 1), kRowsPerStep);
+  c->chunk = std::max(min_rows, round_up(ceil_div(p.reduced, kColumnMaxSegments), kRowsPerStep));
   c->chunks = ceil_div(p.reduced, c->chunk);
   const int64_t columns_per_cta = int64_t(kReduceThreads / (kColumnLanes * kColumnRowLanes)) *
                                   kColumnLanes * c->vec;
@@ -49,9 +52,9 @@ void plan_column(const ReductionPlan& p, ReduceConfig* c) {
   // tiles to fill the GPU, one CTA per group of segments; else one CTA per tile.
   const int64_t column_vectors = p.outer * ceil_div(p.inner, c->vec);
   const int64_t slices = p.outer * c->tiles;
-  if (c->chunks > 1 && column_vectors < kColumnSplitBelowVectors) {
+  if (c->chunks > 1 && column_vectors < knobs.split_below_vectors) {
     c->parts = c->chunks;
-  } else if (c->chunks > 1 && slices < kColumnGroupsBelowCtas) {
+  } else if (c->chunks > 1 && slices < knobs.groups_below_ctas) {
     c->parts = std::min<int64_t>(kColumnGroups, c->chunks);
   } else {
     c->parts = 1;
@@ -89,7 +92,18 @@ const char* reduce_kernel_name(ReduceKernel k) {
   return "unknown";
 }
 
-ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes) {
+const ColumnKnobs& column_knobs_from_env() {
+  static const ColumnKnobs knobs = [] {
+    ColumnKnobs k;
+    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS")) k.min_segment_rows = std::atoll(v);
+    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_SPLIT_BELOW_VECTORS")) k.split_below_vectors = std::atoll(v);
+    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_GROUPS_BELOW_CTAS")) k.groups_below_ctas = std::atoll(v);
+    return k;
+  }();
+  return knobs;
+}
+
+ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ColumnKnobs& knobs) {
   ReduceConfig c;
   c.vec = 16 / elem_bytes;
   if (plan.out_numel == 0 || plan.outer == 0) return c;  // kNothing
@@ -99,7 +113,7 @@ ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes) {
   } else if (plan.kind == ReductionKind::kRow) {
     plan_row(plan, &c);
   } else if (plan.kind == ReductionKind::kColumn) {
-    plan_column(plan, &c);
+    plan_column(plan, knobs, &c);
   } else {
     plan_all(plan, &c);
   }

@@ -47,7 +47,18 @@ struct ReduceConfig {
   std::size_t zeroed_bytes = 0;  // tickets' prefix
 };
 
+// Column-path planner knobs. The defaults ship; REDUCEKIT_TUNE_COL_* environment variables
+// override them for benchmark sweeps only (column_knobs_from_env, read once per process).
+// min_segment_rows changes the arithmetic (segment length is part of it; still a function of K
+// only, so deterministic and batch-invariant within one setting); the other two only spread work.
+struct ColumnKnobs {
+  int64_t min_segment_rows = kColumnMinSegmentRows;          // REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS (x 64)
+  int64_t split_below_vectors = kColumnSplitBelowVectors;    // REDUCEKIT_TUNE_COL_SPLIT_BELOW_VECTORS
+  int64_t groups_below_ctas = kColumnGroupsBelowCtas;        // REDUCEKIT_TUNE_COL_GROUPS_BELOW_CTAS
+};
+const ColumnKnobs& column_knobs_from_env();
+
 // The launch for `plan` over elements of `elem_bytes` bytes (4, 2 or 8).
-ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes);
+ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ColumnKnobs& knobs = ColumnKnobs{});
 
 }  // namespace reducekit

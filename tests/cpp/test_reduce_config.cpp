@@ -139,6 +139,21 @@ TEST(ReduceConfig, ColumnPartsOnlySpreadWork) {
   }
 }
 
+TEST(ReduceConfig, ColumnKnobsOverrideTheDefaults) {
+  EXPECT_EQ(ColumnKnobs{}.min_segment_rows, kColumnMinSegmentRows);
+  ColumnKnobs k;
+  k.min_segment_rows = 500;  // rounded up to whole 64-row steps
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, k).chunk, 512);
+  k = ColumnKnobs{};
+  k.groups_below_ctas = 0;  // never one CTA per group: one per tile
+  const ReduceConfig whole = plan_reduce_kernel(column(1, 4096, 32768), 4, k);
+  EXPECT_EQ(whole.parts, 1);
+  EXPECT_EQ(whole.chunk, plan_reduce_kernel(column(1, 4096, 32768), 4).chunk);
+  k = ColumnKnobs{};
+  k.split_below_vectors = 1 << 30;  // always one CTA per segment
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 32768), 4, k).parts, 16);
+}
+
 TEST(ReduceConfig, AllPathUsesOneWaveOfCtasAndATicket) {
   const ReduceConfig small = plan_reduce_kernel(all(1000), 4);
   EXPECT_EQ(small.kernel, ReduceKernel::kAll);
