@@ -353,7 +353,7 @@ template <class P, typename T> struct ColumnLane {
 };
 
 // Two steps of loads in flight a lane where registers allow it: small statistics (sum, amax, prod
-// of 32-bit types); the Welford and 16-bit instantiations sit at the 128-register cap already.
+// of 32-bit types); the Welford and 16-bit instantiations sit at or near the 128-register cap.
 template <class P, typename T>
 constexpr bool kColumnTwoSteps = sizeof(typename P::Stat) * kVecOf<T> <= 16 && sizeof(T) == 4;
 
@@ -369,7 +369,8 @@ __device__ __forceinline__ void fold_group_partials(typename P::Stat (&acc)[kVec
                                                     int64_t parts, int columns, int ky) {
   using Stat = typename P::Stat;
   constexpr int VEC = kVecOf<T>, G = kColumnGroups;
-  // About 32 registers of loads in flight per batch (more spilled the 16-bit Welford kernel).
+  // 16 to 32 registers of loads in flight per batch (2 rounds of 8 columns spilled the 16-bit
+  // Welford kernel; sum float32 takes 4 rounds, Welford float32 2, 16-bit Welford and argmax 1).
   constexpr int kWords = static_cast<int>(VEC * sizeof(Stat) / 4);
   constexpr int kBatch = kWords >= 16 ? (kWords >= 32 ? 1 : 2) : 16 / kWords;
 #pragma unroll
