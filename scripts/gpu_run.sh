@@ -4,7 +4,8 @@
 # The benchmark runs once with REDUCEKIT_BENCH_ARGS into $1, or, with REDUCEKIT_BENCH_GROUPS set
 # ("name: args; name: args"), once per group into $1/name. The build log stays beside the build
 # and the sanitizer log is kept only when it reports something (remote runs bring back few files).
-# pytest reads extra arguments from PYTEST_ADDOPTS (e.g. '-m "not large"' skips the multi-GB tests).
+# pytest reads extra arguments from PYTEST_ADDOPTS (e.g. '-m "not large"' skips the multi-GB tests);
+# REDUCEKIT_CPP_FILTER is the C++ tests' --gtest_filter (default: all).
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-${OUT:-$REPO/bench/results/latest}}"
 STAGES="${REDUCEKIT_STAGES:-build cpp py bench san}"
@@ -22,7 +23,7 @@ if stage build; then
 fi
 if stage cpp; then
   echo "== C++ tests"
-  "$BUILD/reducekit_tests" --gtest_brief=1 >"$OUT_DIR/cpp_tests.log" 2>&1 || status=1
+  "$BUILD/reducekit_tests" --gtest_brief=1 --gtest_filter="${REDUCEKIT_CPP_FILTER:-*}" >"$OUT_DIR/cpp_tests.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|Failure|error" "$OUT_DIR/cpp_tests.log" | head -40
 fi
 if stage py; then

@@ -52,6 +52,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_BLOCK_ELEMS")) limits->block_elems = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MIN_BLOCK_THREADS")) limits->min_block_threads = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_RING")) limits->ring = std::atoi(v) != 0;
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_CLUSTER_RING")) limits->cluster_ring = std::atoi(v) != 0;
   return Status::ok();
 }
 

@@ -25,7 +25,7 @@ int pow2_ceil(int64_t v) {
 // kRowRing rows already streaming into shared memory. float32/float64 rows and clusters keep
 // the direct loads: the ring measured slower there (bench/results/LOG.md, run 7).
 RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  if (!limits.ring || elem_bytes >= 4 || c.cluster > 1) return c;
+  if (!limits.ring || elem_bytes >= 4 || (c.cluster > 1 && !limits.cluster_ring)) return c;
   const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
   if (tile_bytes < limits.ring_min_tile_bytes) return c;
   const std::size_t ring_bytes = kRowRing * tile_bytes;

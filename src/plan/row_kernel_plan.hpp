@@ -32,6 +32,7 @@ struct RowKernelLimits {
   int min_block_threads = 64;  // smallest CTA for kBlock rows
   bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
+  bool cluster_ring = false;   // ... and rows spread over a cluster as well
 };
 
 struct RowKernelConfig {
