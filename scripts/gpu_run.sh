@@ -5,7 +5,8 @@
 # ("name: args; name: args"), once per group into $1/name. The build log stays beside the build
 # and the sanitizer log is kept only when it reports something (remote runs bring back few files).
 # pytest reads extra arguments from PYTEST_ADDOPTS (e.g. '-m "not large"' skips the multi-GB tests);
-# REDUCEKIT_CPP_FILTER is the C++ tests' --gtest_filter (default: all).
+# REDUCEKIT_CPP_FILTER is the C++ tests' --gtest_filter (default: all), REDUCEKIT_PY_FILES a glob
+# of tests/python files (default test_*.py).
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-${OUT:-$REPO/bench/results/latest}}"
 STAGES="${REDUCEKIT_STAGES:-build cpp py bench san}"
@@ -30,7 +31,7 @@ if stage py; then
   echo "== Python tests"
   # One pytest per file, so a family that fails a lot stops early without hiding the others.
   : >"$OUT_DIR/py_tests.log"
-  for f in "$REPO"/tests/python/test_*.py; do
+  for f in "$REPO"/tests/python/${REDUCEKIT_PY_FILES:-test_*.py}; do
     python3 -m pytest -q "$f" -rs --maxfail=20 --tb=line >"$BUILD.pytest.tmp" 2>&1 || status=1
     echo "$(basename "$f"): $(tail -1 "$BUILD.pytest.tmp")"
     cat "$BUILD.pytest.tmp" >>"$OUT_DIR/py_tests.log"

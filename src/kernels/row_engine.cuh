@@ -127,6 +127,7 @@ template <typename T, int NIN> struct RowArgs {
   int64_t out_stride;
   int64_t rows;
   int cols;
+  bool two_phase = true;  // RowKernelConfig::two_phase
 };
 
 // Where a thread's tile lies: row index, the thread's first vector, the vectors between its
@@ -221,10 +222,7 @@ template <class Op, bool kAligned, class Group, int NIN, int N>
 __device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op::Extra& extra, int64_t row, int first,
                                                                int step, int cols, typename Op::Acc (&v)[NIN][N],
                                                                const Group& group, bool writer) {
-  // A cluster-wide reduction costs a round trip through distributed shared memory and two
-  // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
-  // of two plain ones (run 13: 5-11% slower at 256x262144 with two).
-  if constexpr (IsTwoPhase<Op>::value) if (!group.spans_cluster()) {
+  if constexpr (IsTwoPhase<Op>::value) if (group.two_phase()) {
     using First = typename Op::First;
     using Second = typename Op::Second;
     if constexpr (IsPlainRowOp<Op>::value) {
@@ -427,7 +425,8 @@ __device__ __forceinline__ RowPlace row_place() {
 // no larger; consecutive reductions may reuse them (each ends with a barrier after its last
 // write, and the next writes only after its first barrier, which every reader has passed).
 template <int LANES> struct LaneGroup {
-  __device__ __forceinline__ static constexpr bool spans_cluster() { return false; }
+  bool two_phase_rows;  // RowArgs::two_phase
+  __device__ __forceinline__ bool two_phase() const { return two_phase_rows; }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     return group_reduce<P, LANES>(s);
   }
@@ -436,7 +435,11 @@ template <class Op> struct BlockGroup {
   typename Op::Stat* slots;
   typename Op::Stat* cluster_slot;
   int cluster_size;
-  __device__ __forceinline__ bool spans_cluster() const { return cluster_size > 1; }
+  bool two_phase_rows;  // RowArgs::two_phase
+  // A cluster-wide reduction costs a round trip through distributed shared memory and two
+  // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
+  // of two plain ones (run 13: 5-11% slower at 256x262144 with two).
+  __device__ __forceinline__ bool two_phase() const { return two_phase_rows && cluster_size == 1; }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
     s = block_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
@@ -465,7 +468,7 @@ __device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, cons
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, cols, lane, LANES);
     const auto local =
-        one_tile_factors<Op, kAligned>(extra, r, lane, LANES, cols, tile.values, LaneGroup<LANES>{}, live && lane == 0);
+        one_tile_factors<Op, kAligned>(extra, r, lane, LANES, cols, tile.values, LaneGroup<LANES>{args.two_phase}, live && lane == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, r);
     tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, LANES, local, extra);
@@ -525,7 +528,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
     fetch(row + kRing * row_step, slot);
 
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, cols, tile.values,
-                                                      BlockGroup<Op>{slots, cluster_slot, cluster_size}, me == 0);
+                                                      BlockGroup<Op>{slots, cluster_slot, cluster_size, args.two_phase}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, local, extra);
@@ -562,7 +565,7 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, args.cols, me, step);
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                      BlockGroup<Op>{slots, cluster_slot, at.cluster_size}, me == 0);
+                                                      BlockGroup<Op>{slots, cluster_slot, at.cluster_size, args.two_phase}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);

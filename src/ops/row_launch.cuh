@@ -52,7 +52,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_BLOCK_ELEMS")) limits->block_elems = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MIN_BLOCK_THREADS")) limits->min_block_threads = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_RING")) limits->ring = std::atoi(v) != 0;
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_CLUSTER_RING")) limits->cluster_ring = std::atoi(v) != 0;
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_TWO_PHASE")) limits->two_phase = std::atoi(v) != 0;
   return Status::ok();
 }
 
@@ -188,8 +188,9 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
 }
 
 template <typename T, class Op, bool kAligned, class... Extra>
-Status launch_row_op_aligned(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, cudaStream_t stream,
+Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, cudaStream_t stream,
                              const Extra&... extra) {
+  args.two_phase = c.two_phase;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   if (c.kind == RowKernelKind::kWarp) {

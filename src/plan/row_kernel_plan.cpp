@@ -23,9 +23,10 @@ int pow2_ceil(int64_t v) {
 // half as many bytes in flight per register as a float32 row does: too few to cover memory
 // latency. Their CTAs (one per row share, no cluster) loop over rows instead, with the next
 // kRowRing rows already streaming into shared memory. float32/float64 rows and clusters keep
-// the direct loads: the ring measured slower there (bench/results/LOG.md, run 7).
+// the direct loads: the ring measured slower there (bench/results/LOG.md, run 7; for 16-bit
+// cluster rows run 14: softmax bf16 256x262144 1629 -> 1104 GB/s).
 RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  if (!limits.ring || elem_bytes >= 4 || (c.cluster > 1 && !limits.cluster_ring)) return c;
+  if (!limits.ring || elem_bytes >= 4 || c.cluster > 1) return c;
   const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
   if (tile_bytes < limits.ring_min_tile_bytes) return c;
   const std::size_t ring_bytes = kRowRing * tile_bytes;
@@ -40,6 +41,7 @@ RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const R
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowKernelConfig c;
+  c.two_phase = limits.two_phase;
   c.vec = std::max(1, 16 / elem_bytes);
   const int vector_bytes = c.vec * elem_bytes;
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));

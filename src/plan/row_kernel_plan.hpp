@@ -32,7 +32,7 @@ struct RowKernelLimits {
   int min_block_threads = 64;  // smallest CTA for kBlock rows
   bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
-  bool cluster_ring = false;   // ... and rows spread over a cluster as well
+  bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
 };
 
 struct RowKernelConfig {
@@ -47,6 +47,8 @@ struct RowKernelConfig {
   int ring = 0;      // kBlock, one tile: rows streaming into shared memory ahead of the one
                      // being reduced (0: tiles load straight into registers)
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
+  bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
+                               // (max then sum, sum then squared deviations) instead of one merged
 
   // Elements one row's worth of threads covers: must be >= cols.
   int64_t capacity() const {
