@@ -53,6 +53,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MIN_BLOCK_THREADS")) limits->min_block_threads = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_RING")) limits->ring = std::atoi(v) != 0;
   if (const char* v = std::getenv("REDUCEKIT_TUNE_TWO_PHASE")) limits->two_phase = std::atoi(v) != 0;
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_TILE_VALUES")) limits->max_tile_values = std::atoi(v);
   return Status::ok();
 }
 

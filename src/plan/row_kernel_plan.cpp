@@ -19,6 +19,12 @@ int pow2_ceil(int64_t v) {
   return p;
 }
 
+int pow2_floor(int64_t v) {
+  int p = 1;
+  while (2 * p <= v) p *= 2;
+  return p;
+}
+
 // 16-bit rows widen to float32 in registers, so a tile loaded straight into registers keeps
 // half as many bytes in flight per register as a float32 row does: too few to cover memory
 // latency. Their CTAs (one per row share, no cluster) loop over rows instead, with the next
@@ -61,6 +67,9 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.kind = RowKernelKind::kBlock;
   const int acc_words = elem_bytes == 8 ? 2 : 1;
   const int max_vpt = std::max(1, kRowTileWords / (c.vec * acc_words * inputs));
+  // Rows that fit one tile a thread (a CTA or a cluster) take at most limits.max_tile_values
+  // values a thread; the streaming kernel always takes max_vpt (the only tile it is built for).
+  const int tile_vpt = std::clamp(pow2_floor(limits.max_tile_values / (c.vec * acc_words * inputs)), 1, max_vpt);
   // limits.block_elems values a thread: each row costs a thread a fixed amount of work (its
   // address, the CTA reduction, the row's parameters), which must be spread over enough
   // elements, while small CTAs, several per SM, keep many rows in flight (run 9 sweep, LOG.md).
@@ -68,7 +77,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.threads = std::clamp(pow2_ceil(ceil_div(cols * inputs, std::max(1, limits.block_elems))), min_threads,
                          std::max(min_threads, limits.max_block_threads));
   const int64_t per_thread = ceil_div(vectors, c.threads);
-  if (per_thread <= max_vpt) {
+  if (per_thread <= tile_vpt) {
     c.vpt = pow2_ceil(per_thread);
     // Tiles come in powers of two; trim whole warps that would hold only padding
     // (N = 12800 in float32: 416 threads x 8 vectors, not 512).
@@ -76,14 +85,18 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
     return with_ring(c, elem_bytes, inputs, limits);
   }
 
-  // Longer: a cluster of such CTAs, the row still read once into registers ...
-  c.vpt = max_vpt;
+  // Longer: a cluster of such CTAs, the row still read once into registers (tiles of
+  // tile_vpt, else of max_vpt where that keeps the cluster portable) ...
   const int portable = std::min(kPortableCluster, std::max(1, limits.max_cluster));
-  const int64_t register_tiles = ceil_div(vectors, int64_t(c.threads) * c.vpt);
-  if (register_tiles <= portable) {
-    c.cluster = static_cast<int>(register_tiles);
-    return with_ring(c, elem_bytes, inputs, limits);
+  for (const int vpt : {tile_vpt, max_vpt}) {
+    const int64_t register_tiles = ceil_div(vectors, int64_t(c.threads) * vpt);
+    if (register_tiles <= portable) {
+      c.vpt = vpt;
+      c.cluster = static_cast<int>(register_tiles);
+      return with_ring(c, elem_bytes, inputs, limits);
+    }
   }
+  c.vpt = max_vpt;
   // ... then several tiles per thread, the extra ones parked in shared memory. Past the
   // portable cluster size, 16-CTA clusters are used only where they keep the whole row on
   // chip when 8 would not.

@@ -33,6 +33,8 @@ struct RowKernelLimits {
   bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
   bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
+  int max_tile_values = 64;    // values a thread (elements x inputs x accumulation words) of
+                               // one-tile rows; below kRowTileWords, longer rows take clusters
 };
 
 struct RowKernelConfig {

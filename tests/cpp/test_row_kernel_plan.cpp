@@ -132,6 +132,31 @@ TEST(RowKernelPlan, SixteenCtaClustersOnlyWhereTheyKeepTheRowOnChip) {
   EXPECT_EQ(fp32_mega.stash_tiles, fp32_mega.tiles - 1);
 }
 
+TEST(RowKernelPlan, SmallerTilesSpreadRowsOverClusters) {
+  RowKernelLimits limits;
+  const RowKernelConfig one_cta = plan_row_kernel(32768, 4, 1, limits);
+  EXPECT_EQ(one_cta.cluster, 1) << "by default a 128 KB float32 row fills one CTA's 64-value tiles";
+  EXPECT_EQ(one_cta.vpt, 16);
+  limits.max_tile_values = 32;
+  const RowKernelConfig two_ctas = plan_row_kernel(32768, 4, 1, limits);
+  EXPECT_EQ(two_ctas.vpt, 8);
+  EXPECT_EQ(two_ctas.cluster, 2);
+  EXPECT_EQ(two_ctas.threads, 512);
+  EXPECT_EQ(plan_row_kernel(8192, 4, 1, limits).vpt, 8) << "rows within the cap are planned as before";
+  const RowKernelConfig wide = plan_row_kernel(262144, 4, 1, limits);
+  EXPECT_EQ(wide.vpt, 16) << "16 CTAs of 32 values would leave the portable size: 8 of 64 instead";
+  EXPECT_EQ(wide.cluster, 8);
+  const RowKernelConfig streamed = plan_row_kernel(1 << 20, 4, 1, limits);
+  EXPECT_GT(streamed.tiles, 1);
+  EXPECT_EQ(streamed.vpt, 16) << "the streaming kernel exists for the largest tile only";
+  for (int elem : {2, 4, 8})
+    for (int inputs : {1, 2})
+      for (int64_t n : row_lengths()) {
+        const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
+        EXPECT_GE(c.capacity(), n) << "n=" << n << " elem=" << elem << " inputs=" << inputs;
+      }
+}
+
 TEST(RowKernelPlan, SmallSharedMemoryMeansNoStash) {
   RowKernelLimits tight;
   tight.max_smem_per_block = 1024;
