@@ -218,6 +218,8 @@ template <class Op> struct IsTwoPhase<Op, std::void_t<decltype(Op::kTwoPhase)>> 
 // The factors a one-tile row's thread needs for output(), from its tile `v` and `group`, which
 // reduces a policy's statistic over the row's threads (group.template reduce<P>(stat): every
 // thread gets the row's value). `writer`: the one thread that records per-row statistics.
+// kTwoPhase ops reduce two plain statistics in turn where group.two_phase() says so (one CTA or
+// warp per row, RowArgs::two_phase set), else the op's merged statistic once.
 template <class Op, bool kAligned, class Group, int NIN, int N>
 __device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op::Extra& extra, int64_t row, int first,
                                                                int step, int cols, typename Op::Acc (&v)[NIN][N],
