@@ -19,6 +19,10 @@
 
 namespace reducekit {
 
+// Registers per thread for a tile's values in the accumulation type (float64 takes two per
+// value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
+constexpr int kRowTileWords = 64;
+
 enum class RowKernelKind { kWarp, kBlock };
 
 struct RowKernelLimits {
@@ -33,8 +37,8 @@ struct RowKernelLimits {
   bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
   bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
-  int max_tile_values = 64;    // values a thread (elements x inputs x accumulation words) of
-                               // one-tile rows; below kRowTileWords, longer rows take clusters
+  int max_tile_values = kRowTileWords;  // values a thread (elements x inputs x accumulation
+                                        // words) of one-tile rows; below it, rows take clusters
 };
 
 struct RowKernelConfig {
@@ -58,10 +62,6 @@ struct RowKernelConfig {
     return group * vpt * vec * tiles;
   }
 };
-
-// Registers per thread for a tile's values in the accumulation type (float64 takes two per
-// value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
-constexpr int kRowTileWords = 64;
 
 // Rows a looping CTA has streaming into shared memory ahead of the one it reduces.
 constexpr int kRowRing = 2;
