@@ -48,6 +48,7 @@
 
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
+#include "reducekit/workspace.hpp"
 
 namespace reducekit {
 
@@ -67,17 +68,7 @@ struct DimList {
   static DimList of(const int64_t* dims, int count) { return DimList{dims, count, false}; }
 };
 
-// Caller-owned device scratch memory, sized by reduce_requirements().
-struct Workspace {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  // Optional: the completion tickets in memory of their own, at least workspace_zeroed_bytes,
-  // zero on entry (every call leaves them zero again). Then `data` holds only the rest
-  // (workspace_bytes - workspace_zeroed_bytes) and needs no clearing: one zeroed ticket buffer
-  // per stream, cleared once, serves every later call on that stream with no memset per call.
-  void* tickets = nullptr;
-  std::size_t ticket_bytes = 0;
-};
+// Caller-owned device scratch memory (reducekit/workspace.hpp), sized by reduce_requirements().
 
 struct ReduceRequirements {
   int out_rank = 0;                  // the output's shape (keepdim applied)

@@ -6,3 +6,4 @@
 #include "reducekit/softmax.hpp"
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
+#include "reducekit/workspace.hpp"

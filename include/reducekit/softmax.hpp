@@ -5,22 +5,47 @@
 // one row index (any contiguous tensor, or rows sliced from a wider buffer). Other layouts
 // return StatusCode::kUnsupported; make them contiguous first (the PyTorch layer does).
 // The output may be the input itself (in place) but may not partly overlap it.
+//
+// Workspace (forward ops). Rows longer than one cluster of CTAs holds in registers (about 2^20
+// float32 elements on an H200) run fastest split into chunks over a cooperative grid, which
+// needs a small workspace: softmax_requirements() says how many bytes, and how many of them (the
+// per-row arrival counters, a prefix or Workspace::tickets) must be zero on entry; every call
+// leaves them zero again, so one zeroed counter buffer per stream serves every later call on
+// it (reducekit/workspace.hpp). Without a workspace (the overloads without one, or a
+// Workspace{} with neither data nor tickets), or where the device cannot launch a cooperative
+// grid, such rows take the stream kernel instead: a row is read twice, but results are still
+// deterministic and batch-invariant. The two paths reduce in different orders, so their results
+// may differ in the last bits; each path alone gives the same bits for a row whatever the batch.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
+#include "reducekit/workspace.hpp"
 
 namespace reducekit {
 
+struct SoftmaxRequirements {
+  std::size_t workspace_bytes = 0;         // 0 when the call needs no workspace
+  std::size_t workspace_zeroed_bytes = 0;  // prefix of the workspace that must be zero on entry
+};
+
+// What softmax or log_softmax of x over dim needs (the same for both). Errors name "x" or "dim".
+Status softmax_requirements(const TensorView& x, int64_t dim, SoftmaxRequirements* requirements);
+
 // y = exp(x - max) / sum(exp(x - max)) along dim; y has x's shape and dtype.
 Status softmax(const TensorView& x, const TensorView& y, int64_t dim, cudaStream_t stream);
+Status softmax(const TensorView& x, const TensorView& y, int64_t dim, const Workspace& workspace,
+               cudaStream_t stream);
 
 // y = x - max - log(sum(exp(x - max))) along dim.
 Status log_softmax(const TensorView& x, const TensorView& y, int64_t dim, cudaStream_t stream);
+Status log_softmax(const TensorView& x, const TensorView& y, int64_t dim, const Workspace& workspace,
+                   cudaStream_t stream);
 
 // dx = y * (dy - sum(y * dy)), with y the softmax output.
 Status softmax_backward(const TensorView& y, const TensorView& dy, const TensorView& dx, int64_t dim,

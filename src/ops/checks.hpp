@@ -6,6 +6,7 @@
 
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
+#include "reducekit/workspace.hpp"
 
 namespace reducekit {
 
@@ -18,5 +19,9 @@ Status check_matches(const TensorView& t, const char* name, const TensorView& re
 // `out` may be `in` exactly (an in-place op) but must not otherwise share memory with it.
 Status check_no_partial_overlap(const TensorView& out, const char* out_name, const TensorView& in,
                                 const char* in_name);
+
+// A workspace of `bytes` device bytes whose first `zeroed_bytes` (the tickets) may live apart
+// in Workspace::tickets; 16-byte aligned. Errors name "workspace".
+Status check_workspace(const Workspace& ws, std::size_t bytes, std::size_t zeroed_bytes);
 
 }  // namespace reducekit

@@ -149,29 +149,7 @@ Status check_disjoint(const TensorView& out, const char* out_name, const TensorV
 }
 
 Status check_workspace(Workspace ws, const ReduceConfig& c) {
-  if (c.workspace_bytes == 0) return Status::ok();
-  if (ws.tickets != nullptr && c.zeroed_bytes > 0) {
-    // Tickets apart: `data` holds the partials only.
-    if (ws.ticket_bytes < c.zeroed_bytes)
-      return Status::invalid_argument("workspace: " + std::to_string(c.zeroed_bytes) + " ticket bytes needed, " +
-                                      std::to_string(ws.ticket_bytes) + " given");
-    if (reinterpret_cast<uintptr_t>(ws.tickets) % 16 != 0)
-      return Status::invalid_argument("workspace: tickets must be 16-byte aligned");
-    const std::size_t rest = c.workspace_bytes - c.zeroed_bytes;
-    if (rest == 0) return Status::ok();
-    if (ws.data == nullptr || ws.bytes < rest)
-      return Status::invalid_argument("workspace: " + std::to_string(rest) + " bytes needed besides the tickets, " +
-                                      std::to_string(ws.data ? ws.bytes : 0) + " given");
-    if (reinterpret_cast<uintptr_t>(ws.data) % 16 != 0)
-      return Status::invalid_argument("workspace: must be 16-byte aligned");
-    return Status::ok();
-  }
-  if (ws.data == nullptr || ws.bytes < c.workspace_bytes)
-    return Status::invalid_argument("workspace: " + std::to_string(c.workspace_bytes) + " bytes needed, " +
-                                    std::to_string(ws.data ? ws.bytes : 0) + " given");
-  if (reinterpret_cast<uintptr_t>(ws.data) % 16 != 0)
-    return Status::invalid_argument("workspace: must be 16-byte aligned");
-  return Status::ok();
+  return reducekit::check_workspace(ws, c.workspace_bytes, c.zeroed_bytes);
 }
 
 bool aligned_for(const TensorView& x, const ReductionPlan& p, int vec) {

@@ -39,12 +39,16 @@ kernels::RowArgs<T, NIN> row_args(const void* const (&in)[NIN], const RowwisePla
 
 // Device limits the planner needs, read from the current device (cheap: cached by the driver).
 inline Status row_kernel_limits(RowKernelLimits* limits) {
-  int device = 0, smem_optin = 0;
+  int device = 0, smem_optin = 0, smem_per_sm = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return Status::cuda_error(std::string("device query failed: ") + cudaGetErrorString(cudaGetLastError()));
   // Keep 2 KB for the kernel's own reduction slots and the per-CTA reservation.
   limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
+  limits->max_smem_per_sm = static_cast<std::size_t>(smem_per_sm);
+  limits->sm_count = sms;
   // Tuning knobs for benchmark sweeps only; the defaults above are what ships.
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_CLUSTER")) limits->max_cluster = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS"))
@@ -54,6 +58,9 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_RING")) limits->ring = std::atoi(v) != 0;
   if (const char* v = std::getenv("REDUCEKIT_TUNE_TWO_PHASE")) limits->two_phase = std::atoi(v) != 0;
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_TILE_VALUES")) limits->max_tile_values = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_CHUNK_TILES")) limits->split_chunk_tiles = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_RING")) limits->split_ring = std::clamp(std::atoi(v), 2, 4);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_CLUSTER_ROWS")) limits->split_cluster_rows = std::atoi(v) != 0;
   return Status::ok();
 }
 

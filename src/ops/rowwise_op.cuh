@@ -10,8 +10,10 @@
 
 #include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
+#include "ops/row_split_launch.cuh"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
+#include "reducekit/workspace.hpp"
 
 namespace reducekit {
 
@@ -26,18 +28,78 @@ namespace detail {
 
 template <typename T, template <typename> class OpFor, int NIN>
 Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)[NIN + 1],
-                        const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
+                        const RowKernelConfig& config, bool aligned, const RowSplitBuffers& split,
+                        cudaStream_t stream) {
   const void* in[NIN];
   for (int i = 0; i < NIN; ++i) in[i] = t.in[i].data;
   const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, t.out.data, plans[NIN]);
-  return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
+  // Only ops that take a workspace (the one-input forward ops) instantiate the split kernel.
+  if constexpr (NIN == 1) return launch_row_op_split<T, OpFor<T>>(args, config, aligned, split, stream);
+  else return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
+}
+
+// Device limits with the rowwise ops' settings.
+inline Status rowwise_limits(RowKernelLimits* limits) {
+  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(limits));
+  // With 32 values a thread, softmax's direct loads keep enough bytes in flight while tiles are
+  // small (several CTAs an SM); the ring pays only from 32 KB tiles, 1-2 CTAs an SM (run 11:
+  // bf16 32768x4096 3583 direct vs 3341 ring, 4096x32768 2663 direct vs 3324 ring).
+  limits->ring_min_tile_bytes = 32 * 1024;
+  return Status::ok();
+}
+
+// The rows of `v` over `dim`, which the kernels address directly or not at all.
+inline Status plan_rowwise_rows(const TensorView& v, const char* name, int64_t dim, RowwisePlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(v, dim, plan));
+  if (!plan->row_major)
+    return Status::unsupported(std::string(name) +
+                               ": the dim must be innermost (stride 1) with the other dims mergeable into rows;"
+                               " make the tensor contiguous first");
+  return Status::ok();
+}
+
+inline Status check_row_length(int64_t cols, const char* name) {
+  if (cols <= kMaxRowLength) return Status::ok();
+  return Status::unsupported(std::string(name) + ": rows longer than " + std::to_string(kMaxRowLength) +
+                             " elements are not supported");
+}
+
+// sizeof(OpFor<T>::Stat) for x's dtype: the size of one chunk statistic in the workspace.
+template <template <typename> class OpFor> std::size_t stat_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return sizeof(typename OpFor<__half>::Stat);
+    case DType::kBFloat16: return sizeof(typename OpFor<__nv_bfloat16>::Stat);
+    case DType::kFloat64: return sizeof(typename OpFor<double>::Stat);
+    default: return sizeof(typename OpFor<float>::Stat);
+  }
 }
 
 }  // namespace detail
 
+// The workspace OpFor (a one-input op) needs over `dim` of x: nonzero only for rows the plan
+// splits (see RowSplitConfig). Errors name `x_name`.
+template <template <typename> class OpFor>
+Status rowwise_workspace(const TensorView& x, const char* x_name, int64_t dim, RowSplitWorkspace* need) {
+  *need = {};
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, x_name));
+  RowwisePlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(detail::plan_rowwise_rows(x, x_name, dim, &plan));
+  if (plan.rows == 0 || plan.cols == 0) return Status::ok();
+  REDUCEKIT_RETURN_IF_ERROR(detail::check_row_length(plan.cols, x_name));
+  RowKernelLimits limits;
+  REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(&limits));
+  const RowKernelConfig config = plan_row_kernel(plan.cols, static_cast<int>(dtype_size(x.dtype)), 1, limits);
+  *need = row_split_workspace(config, plan.rows, detail::stat_bytes<OpFor>(x.dtype));
+  return Status::ok();
+}
+
 // Runs OpFor<T> over `dim` of the inputs, writing `out`. All tensors share shape and dtype.
+// `workspace` (one-input ops only): where split rows keep their counters and chunk statistics
+// (rowwise_workspace says how much); null, or a Workspace with neither data nor tickets, runs
+// such rows on the stream kernel instead.
 template <template <typename> class OpFor, int NIN>
-Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t stream) {
+Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t stream,
+                   const Workspace* workspace = nullptr) {
   for (int i = 0; i < NIN; ++i) {
     REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(t.in[i], t.in_name[i]));
     if (i > 0) REDUCEKIT_RETURN_IF_ERROR(check_matches(t.in[i], t.in_name[i], t.in[0], t.in_name[0]));
@@ -51,17 +113,11 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
   for (int i = 0; i <= NIN; ++i) {
     const TensorView& v = i < NIN ? t.in[i] : t.out;
     const char* name = i < NIN ? t.in_name[i] : t.out_name;
-    REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(v, dim, &plans[i]));
-    if (!plans[i].row_major)
-      return Status::unsupported(std::string(name) +
-                                 ": the dim must be innermost (stride 1) with the other dims mergeable into rows;"
-                                 " make the tensor contiguous first");
+    REDUCEKIT_RETURN_IF_ERROR(detail::plan_rowwise_rows(v, name, dim, &plans[i]));
   }
   const int64_t rows = plans[0].rows, cols = plans[0].cols;
   if (rows == 0 || cols == 0) return Status::ok();
-  if (cols > kMaxRowLength)
-    return Status::unsupported(std::string(t.in_name[0]) + ": rows longer than " + std::to_string(kMaxRowLength) +
-                               " elements are not supported");
+  REDUCEKIT_RETURN_IF_ERROR(detail::check_row_length(cols, t.in_name[0]));
 
   // 16-byte accesses need every row start of every array aligned. The plan does not depend
   // on it (results stay batch-invariant); only how the kernel moves bytes does.
@@ -73,19 +129,27 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
     aligned = aligned && reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (rows == 1 || plans[i].row_stride % vec == 0);
   }
   RowKernelLimits limits;
-  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
-  // With 32 values a thread, softmax's direct loads keep enough bytes in flight while tiles are
-  // small (several CTAs an SM); the ring pays only from 32 KB tiles, 1-2 CTAs an SM (run 11:
-  // bf16 32768x4096 3583 direct vs 3341 ring, 4096x32768 2663 direct vs 3324 ring).
-  limits.ring_min_tile_bytes = 32 * 1024;
+  REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(&limits));
   const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, NIN, limits);
 
+  RowSplitBuffers split;
+  if (NIN == 1 && workspace != nullptr && (workspace->data != nullptr || workspace->tickets != nullptr)) {
+    const RowSplitWorkspace need = row_split_workspace(config, rows, detail::stat_bytes<OpFor>(t.in[0].dtype));
+    REDUCEKIT_RETURN_IF_ERROR(check_workspace(*workspace, need.bytes, need.zeroed_bytes));
+    if (need.bytes > 0) {
+      const bool apart = workspace->tickets != nullptr;
+      auto* base = static_cast<unsigned char*>(workspace->data);
+      split.counters = static_cast<unsigned*>(apart ? workspace->tickets : workspace->data);
+      split.partials = apart ? workspace->data : base + need.zeroed_bytes;
+    }
+  }
+
   switch (t.in[0].dtype) {
-    case DType::kFloat32: return detail::dispatch_rowwise<float, OpFor>(t, plans, config, aligned, stream);
-    case DType::kFloat16: return detail::dispatch_rowwise<__half, OpFor>(t, plans, config, aligned, stream);
+    case DType::kFloat32: return detail::dispatch_rowwise<float, OpFor>(t, plans, config, aligned, split, stream);
+    case DType::kFloat16: return detail::dispatch_rowwise<__half, OpFor>(t, plans, config, aligned, split, stream);
     case DType::kBFloat16:
-      return detail::dispatch_rowwise<__nv_bfloat16, OpFor>(t, plans, config, aligned, stream);
-    case DType::kFloat64: return detail::dispatch_rowwise<double, OpFor>(t, plans, config, aligned, stream);
+      return detail::dispatch_rowwise<__nv_bfloat16, OpFor>(t, plans, config, aligned, split, stream);
+    case DType::kFloat64: return detail::dispatch_rowwise<double, OpFor>(t, plans, config, aligned, split, stream);
     default: return Status::invalid_argument(std::string(t.in_name[0]) + ": unsupported dtype");
   }
 }

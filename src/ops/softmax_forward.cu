@@ -9,12 +9,36 @@ template <typename T> using SoftmaxOp = kernels::SoftmaxForwardOp<T, false>;
 template <typename T> using LogSoftmaxOp = kernels::SoftmaxForwardOp<T, true>;
 }  // namespace
 
+Status softmax_requirements(const TensorView& x, int64_t dim, SoftmaxRequirements* requirements) {
+  if (requirements == nullptr) return Status::invalid_argument("requirements: must not be null");
+  *requirements = {};
+  RowSplitWorkspace need;
+  // log_softmax's statistic is the same (max, sum of exp) pair, so one answer serves both.
+  static_assert(sizeof(SoftmaxOp<float>::Stat) == sizeof(LogSoftmaxOp<float>::Stat) &&
+                    sizeof(SoftmaxOp<double>::Stat) == sizeof(LogSoftmaxOp<double>::Stat),
+                "softmax and log_softmax share one workspace size");
+  REDUCEKIT_RETURN_IF_ERROR(rowwise_workspace<SoftmaxOp>(x, "x", dim, &need));
+  requirements->workspace_bytes = need.bytes;
+  requirements->workspace_zeroed_bytes = need.zeroed_bytes;
+  return Status::ok();
+}
+
 Status softmax(const TensorView& x, const TensorView& y, int64_t dim, cudaStream_t stream) {
   return run_rowwise<SoftmaxOp, 1>({{x}, {"x"}, y, "y"}, dim, stream);
 }
 
+Status softmax(const TensorView& x, const TensorView& y, int64_t dim, const Workspace& workspace,
+               cudaStream_t stream) {
+  return run_rowwise<SoftmaxOp, 1>({{x}, {"x"}, y, "y"}, dim, stream, &workspace);
+}
+
 Status log_softmax(const TensorView& x, const TensorView& y, int64_t dim, cudaStream_t stream) {
   return run_rowwise<LogSoftmaxOp, 1>({{x}, {"x"}, y, "y"}, dim, stream);
+}
+
+Status log_softmax(const TensorView& x, const TensorView& y, int64_t dim, const Workspace& workspace,
+                   cudaStream_t stream) {
+  return run_rowwise<LogSoftmaxOp, 1>({{x}, {"x"}, y, "y"}, dim, stream, &workspace);
 }
 
 }  // namespace reducekit

@@ -43,7 +43,42 @@ RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const R
   return c;
 }
 
+// Split rows (see RowSplitConfig): a chunk is chunk_tiles tiles of 32 KB per input, and a CTA
+// holds `ring` of them in shared memory. The chunk size follows from the row length's dtype and
+// the limits alone. Rows with more chunks than the device holds CTAs at once stay on the
+// stream kernel: a CTA may only wait for chunks whose CTAs are running.
+RowSplitConfig plan_row_split(int64_t vectors, int inputs, const RowKernelLimits& limits) {
+  RowSplitConfig s;
+  if (limits.sm_count <= 0 || limits.split_chunk_tiles < 1 || limits.split_ring < 2) return s;
+  const std::size_t tile_bytes = std::size_t(kRowSplitThreads) * kRowSplitVpt * 16 * inputs;
+  const int ring = limits.split_ring;
+  int chunk_tiles = limits.split_chunk_tiles;
+  while (chunk_tiles > 0 && std::size_t(ring) * chunk_tiles * tile_bytes > limits.max_smem_per_block) --chunk_tiles;
+  if (chunk_tiles == 0) return s;
+  const std::size_t smem = std::size_t(ring) * chunk_tiles * tile_bytes;
+  const int per_sm = static_cast<int>(std::min<std::size_t>(limits.max_smem_per_sm / (smem + kRowSplitSmemReserve),
+                                                            2048 / kRowSplitThreads));
+  s.threads = kRowSplitThreads;
+  s.vpt = kRowSplitVpt;
+  s.chunk_tiles = chunk_tiles;
+  s.ring = ring;
+  s.grid = per_sm * limits.sm_count;
+  s.smem_bytes = smem;
+  const int64_t chunks = ceil_div(vectors, s.chunk_vectors());
+  if (chunks < 2 || chunks > s.grid) return RowSplitConfig{};
+  s.chunks = static_cast<int>(chunks);
+  return s;
+}
+
 }  // namespace
+
+RowSplitWorkspace row_split_workspace(const RowKernelConfig& c, int64_t rows, std::size_t stat_bytes) {
+  RowSplitWorkspace w;
+  if (c.split.chunks == 0 || rows <= 0) return w;
+  w.zeroed_bytes = (std::size_t(rows) * sizeof(unsigned) + 15) / 16 * 16;
+  w.bytes = w.zeroed_bytes + std::size_t(rows) * c.split.chunks * stat_bytes;
+  return w;
+}
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowKernelConfig c;
@@ -93,6 +128,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
     if (register_tiles <= portable) {
       c.vpt = vpt;
       c.cluster = static_cast<int>(register_tiles);
+      if (limits.split_cluster_rows && c.cluster > 1) c.split = plan_row_split(vectors, inputs, limits);
       return with_ring(c, elem_bytes, inputs, limits);
     }
   }
@@ -110,6 +146,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.tiles = static_cast<int>(ceil_div(total_tiles, c.cluster));
   c.stash_tiles = static_cast<int>(std::min<int64_t>(c.tiles - 1, stash_bytes / tile_bytes));
   c.smem_bytes = c.stash_tiles * tile_bytes;
+  c.split = plan_row_split(vectors, inputs, limits);
   return c;
 }
 

@@ -12,6 +12,11 @@
 //                                     thread, extra tiles parked in shared memory (16-CTA
 //                                     clusters where that keeps the row on chip), then re-read
 //                                     via L2
+//   longer than a cluster's registers, with a workspace -> split rows (RowSplitConfig): the row
+//                                     is cut into chunks, one CTA each, all CTAs of a
+//                                     cooperative grid resident at once; each chunk stays in
+//                                     shared memory while the row's chunk statistics meet in
+//                                     the workspace, so x is read from memory once
 #pragma once
 
 #include <cstddef>
@@ -39,6 +44,30 @@ struct RowKernelLimits {
   bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
   int max_tile_values = kRowTileWords;  // values a thread (elements x inputs x accumulation
                                         // words) of one-tile rows; below it, rows take clusters
+  // Split rows (RowSplitConfig); sm_count 0 (unknown) plans none. row_kernel_limits fills in
+  // the device's values; the split_* knobs are tuning knobs like the ones above.
+  int sm_count = 0;
+  std::size_t max_smem_per_sm = 228 * 1024;
+  int split_chunk_tiles = 2;        // tiles (kRowSplitThreads x kRowSplitVpt vectors) a chunk
+  int split_ring = 3;               // chunk buffers a CTA cycles through (loads run ahead)
+  bool split_cluster_rows = false;  // split rows that one cluster's registers hold as well
+};
+
+// The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
+// > 1) are cut into `chunks` chunks of chunk_elems() elements (a function of the row length and
+// dtype only, so results stay batch-invariant). Chunk j of row r is work item r * chunks + j;
+// a cooperative grid of `grid` CTAs (at most the resident CTAs) takes items blockIdx.x,
+// + gridDim.x, ...; chunks <= grid keeps it deadlock-free (row_split.cuh). Each CTA keeps
+// `ring` chunk buffers of shared memory, loading the next items while it finishes one.
+struct RowSplitConfig {
+  int chunks = 0;       // per row; 0: the row does not split
+  int chunk_tiles = 0;  // tiles of threads x vpt vectors per chunk
+  int vpt = 0;          // vectors per thread per tile
+  int threads = 0;      // threads per CTA
+  int ring = 0;         // chunk buffers per CTA
+  int grid = 0;         // resident CTAs the plan assumes (the launch checks the real count)
+  std::size_t smem_bytes = 0;  // dynamic shared memory per CTA: ring x chunk buffers
+  int64_t chunk_vectors() const { return int64_t(threads) * vpt * chunk_tiles; }
 };
 
 struct RowKernelConfig {
@@ -55,6 +84,7 @@ struct RowKernelConfig {
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
                                // (max then sum, sum then squared deviations) instead of one merged
+  RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols.
   int64_t capacity() const {
@@ -66,10 +96,27 @@ struct RowKernelConfig {
 // Rows a looping CTA has streaming into shared memory ahead of the one it reduces.
 constexpr int kRowRing = 2;
 
+// The split kernel's CTA and tile (row_split.cuh): 512 threads x 4 vectors of 16 bytes, 32 KB
+// a tile in every dtype (values held in registers only while a tile is folded).
+constexpr int kRowSplitThreads = 512;
+constexpr int kRowSplitVpt = 4;
+// Shared memory a split CTA needs besides its chunk buffers (reduction slots, the runtime's
+// per-CTA reservation), for the planner's resident-CTA estimate.
+constexpr std::size_t kRowSplitSmemReserve = 2048;
+
 constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indices in int
 
 // `inputs`: arrays read per element (1 for forward ops, 2 for backward ops). Register tiles
 // shrink with it so a thread's registers hold the same number of values.
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits);
+
+// Workspace of a split-row launch over `rows` rows with statistics of `stat_bytes` bytes: one
+// arrival counter per row (`zeroed_bytes`, zero on entry and left zero), then the chunk
+// statistics [rows][chunks]. Both 0 when the plan does not split.
+struct RowSplitWorkspace {
+  std::size_t bytes = 0;
+  std::size_t zeroed_bytes = 0;
+};
+RowSplitWorkspace row_split_workspace(const RowKernelConfig& c, int64_t rows, std::size_t stat_bytes);
 
 }  // namespace reducekit

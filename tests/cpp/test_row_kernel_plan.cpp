@@ -166,5 +166,135 @@ TEST(RowKernelPlan, SmallSharedMemoryMeansNoStash) {
   EXPECT_EQ(c.smem_bytes, 0u);
 }
 
+// ---- split rows (RowSplitConfig) -----------------------------------------------------------
+
+RowKernelLimits h200_limits() {
+  RowKernelLimits limits;
+  limits.sm_count = 132;
+  limits.max_smem_per_sm = 228 * 1024;
+  limits.max_smem_per_block = 227 * 1024 - 2048;
+  return limits;
+}
+
+TEST(RowKernelPlan, SplitRowsAreStreamedRowsWhoseChunksTheGridHolds) {
+  const RowKernelLimits limits = h200_limits();
+  for (int elem : {2, 4, 8}) {
+    for (int inputs : {1, 2}) {
+      for (int64_t n : row_lengths()) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
+        const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
+        const RowSplitConfig& s = c.split;
+        if (c.tiles == 1) {
+          EXPECT_EQ(s.chunks, 0) << "rows a cluster holds in registers keep their path";
+          continue;
+        }
+        const int64_t vectors = (n + c.vec - 1) / c.vec;
+        if (s.chunks == 0) {
+          // Only rows with more chunks than resident CTAs stay on the stream kernel.
+          const RowKernelConfig probe = plan_row_kernel(n, elem, inputs, [] {
+            RowKernelLimits l = h200_limits();
+            l.sm_count = 1 << 20;
+            return l;
+          }());
+          EXPECT_GT(probe.split.chunks, 132);
+          continue;
+        }
+        EXPECT_EQ(s.threads, kRowSplitThreads);
+        EXPECT_EQ(s.vpt, kRowSplitVpt);
+        EXPECT_GE(s.ring, 2);
+        EXPECT_LE(s.ring, 4) << "the kernel waits for at most 3 groups";
+        EXPECT_GE(s.chunk_tiles, 1);
+        EXPECT_GE(s.chunks, 2);
+        EXPECT_LE(s.chunks, s.grid) << "a CTA may only wait for chunks of resident CTAs";
+        EXPECT_GE(s.chunks * s.chunk_vectors(), vectors) << "chunks cover the row";
+        EXPECT_LT((s.chunks - 1) * s.chunk_vectors(), vectors) << "no chunk lies wholly past the row";
+        EXPECT_EQ(s.smem_bytes, std::size_t(s.ring) * s.chunk_tiles * kRowSplitThreads * kRowSplitVpt * 16 * inputs);
+        EXPECT_LE(s.smem_bytes, limits.max_smem_per_block);
+        EXPECT_LE(s.grid * (s.smem_bytes + kRowSplitSmemReserve), limits.sm_count * limits.max_smem_per_sm)
+            << "the planned grid fits the device's shared memory";
+      }
+    }
+  }
+}
+
+TEST(RowKernelPlan, SplitChunksOfTheBenchmarkRows) {
+  const RowKernelLimits limits = h200_limits();
+  const RowKernelConfig fp32 = plan_row_kernel(1 << 20, 4, 1, limits);
+  EXPECT_EQ(fp32.split.chunks, 64) << "16384-float chunks: 64 KB, two 32 KB tiles";
+  EXPECT_EQ(fp32.split.chunk_vectors() * fp32.vec, 16384);
+  EXPECT_EQ(fp32.split.ring, 3);
+  EXPECT_EQ(fp32.split.smem_bytes, 3u * 64 * 1024);
+  EXPECT_EQ(fp32.split.grid, 132) << "192 KB of chunk buffers: one CTA an SM";
+  const RowKernelConfig bf16 = plan_row_kernel(1 << 20, 2, 1, limits);
+  EXPECT_EQ(bf16.split.chunks, 32);
+  EXPECT_EQ(bf16.split.chunk_vectors() * bf16.vec, 32768);
+  const RowKernelConfig fp64 = plan_row_kernel(1 << 20, 8, 1, limits);
+  EXPECT_EQ(fp64.split.chunks, 128);
+  EXPECT_EQ(plan_row_kernel(3 << 20, 4, 1, limits).split.chunks, 0) << "192 chunks > 132 resident CTAs";
+  EXPECT_EQ(plan_row_kernel(3 << 20, 2, 1, limits).split.chunks, 96);
+  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 0) << "cluster rows keep their path by default";
+  // The stream plan stays what it was: it runs the row when no workspace is given.
+  EXPECT_EQ(fp32.cluster, 16);
+  EXPECT_EQ(fp32.tiles, 2);
+}
+
+TEST(RowKernelPlan, SplitLeavesEveryOtherFieldAsItWas) {
+  const RowKernelLimits plain;  // sm_count 0: no split rows
+  const RowKernelLimits h200 = h200_limits();
+  for (int elem : {2, 4, 8}) {
+    for (int64_t n : row_lengths()) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem);
+      RowKernelLimits same = plain;
+      same.max_smem_per_block = h200.max_smem_per_block;
+      const RowKernelConfig a = plan_row_kernel(n, elem, 1, same), b = plan_row_kernel(n, elem, 1, h200);
+      EXPECT_EQ(a.split.chunks, 0);
+      EXPECT_EQ(a.kind, b.kind);
+      EXPECT_EQ(a.vpt, b.vpt);
+      EXPECT_EQ(a.lanes, b.lanes);
+      EXPECT_EQ(a.threads, b.threads);
+      EXPECT_EQ(a.cluster, b.cluster);
+      EXPECT_EQ(a.tiles, b.tiles);
+      EXPECT_EQ(a.stash_tiles, b.stash_tiles);
+      EXPECT_EQ(a.ring, b.ring);
+      EXPECT_EQ(a.smem_bytes, b.smem_bytes);
+    }
+  }
+}
+
+TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
+  RowKernelLimits limits = h200_limits();
+  limits.split_chunk_tiles = 1;
+  const RowKernelConfig two = plan_row_kernel(1 << 20, 4, 1, limits);
+  EXPECT_EQ(two.split.smem_bytes, 3u * 32 * 1024);
+  EXPECT_EQ(two.split.grid, 264) << "96 KB of buffers: two CTAs an SM";
+  EXPECT_EQ(two.split.chunks, 128);
+  limits.split_chunk_tiles = 8;  // 768 KB of buffers: shrunk to what a CTA may have
+  const RowKernelConfig shrunk = plan_row_kernel(1 << 20, 4, 1, limits);
+  EXPECT_EQ(shrunk.split.chunk_tiles, 2);
+  limits = h200_limits();
+  limits.max_smem_per_sm = 100 * 1024;  // not one CTA of 192 KB an SM
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0);
+  limits = h200_limits();
+  limits.sm_count = 40;  // 64 chunks, 40 resident CTAs
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0);
+  limits = h200_limits();
+  limits.split_cluster_rows = true;  // the tuning knob: cluster rows split as well
+  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 16);
+  EXPECT_EQ(plan_row_kernel(262144, 2, 1, limits).split.chunks, 8);
+  EXPECT_EQ(plan_row_kernel(32768, 4, 1, limits).split.chunks, 0) << "one-CTA rows never split";
+}
+
+TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
+  const RowKernelLimits limits = h200_limits();
+  const RowKernelConfig c = plan_row_kernel(1 << 20, 4, 1, limits);
+  for (int64_t rows : {1, 3, 16, 1000}) {
+    const RowSplitWorkspace w = row_split_workspace(c, rows, 8);
+    EXPECT_EQ(w.zeroed_bytes, std::size_t((rows * 4 + 15) / 16 * 16)) << "one counter a row, 16-byte aligned";
+    EXPECT_EQ(w.bytes, w.zeroed_bytes + std::size_t(rows) * 64 * 8);
+  }
+  EXPECT_EQ(row_split_workspace(c, 0, 8).bytes, 0u);
+  EXPECT_EQ(row_split_workspace(plan_row_kernel(4096, 4, 1, limits), 16, 8).bytes, 0u) << "no split, no workspace";
+}
+
 }  // namespace
 }  // namespace reducekit

@@ -1,0 +1,187 @@
+// Split rows: rows longer than a cluster's registers, cut into chunks that CTAs of one
+// cooperative grid handle at the same time, so each element is read from memory once and the
+// grid's loads, reductions and writes overlap (row_stream_kernel reads a row twice and leaves
+// most SMs idle while 16-CTA clusters wait for each other).
+//
+// Work items: chunk j of row r is item i = r * C + j (C chunks a row, a function of the row
+// length and dtype only). CTA b takes items b, b + G, b + 2G, ... (G = gridDim.x) and for each:
+//
+//   1. its chunk is already in one of `ring` shared-memory buffers (cp.async, issued ring - 1
+//      items ahead), as the stream kernel's parked tiles: thread t owns the same slots of every
+//      tile, so no barrier guards the buffers;
+//   2. folds the chunk's tiles (Op::fold, Op::merge) and reduces them over the CTA (block_reduce);
+//   3. thread 0 stores that statistic at partials[r][j], then arrives on the row's counter
+//      (__threadfence, atomicAdd: the release), and waits, with acquire loads and a growing
+//      __nanosleep, until all C chunks of the row have arrived;
+//   4. warp 0 merges partials[r][0 .. C) in a fixed order (lane l folds l, l + 32, ...; then a
+//      butterfly of commutative merges), the same in every CTA of the row and for any row
+//      count, so the results are deterministic and batch-invariant;
+//   5. writes the chunk's output from the buffer, folding each tile again (same bits) for the
+//      op's per-tile factors (Op::local), as row_stream_kernel does.
+//
+// Deadlock freedom. Every CTA of the grid is resident (cooperative launch) and C <= G (the
+// planner and launcher check). Claim: every item is eventually published (step 3's store and
+// arrival). Item i is published once its CTA has finished item i - G (or at once if i < G).
+// Item i - G waits only for the items of its own row, which all lie below
+// (row start) + C <= (i - G) + C <= i; so, by induction on i, they are all published and item
+// i - G finishes. A CTA therefore never waits for a chunk whose CTA cannot reach it.
+//
+// Counters without a per-call memset: each CTA of a row adds 1 when it publishes (arrival)
+// and 1 more once it has read the row's partials (departure). Waiters compare with C, which the
+// count never drops below before the reset; the CTA that makes it 2C -- the last to leave --
+// stores 0, after which no CTA of this launch touches that counter again. So a zeroed counter
+// buffer stays zero between launches (the reduce family's tickets work the same way).
+//
+// Why the chunk stays on chip instead of being re-read from L2 after the row's statistic is
+// known: the chunks in flight between their read and their write are G x (ring x chunk) bytes,
+// 132 x 192 KB = 25 MB with the default plan, about half of the H200's 50 MB L2, which the
+// output writes also pass through; a re-read would have to hit in L2 every time to keep DRAM
+// traffic at one read, and the far L2 partition costs bandwidth of its own. Shared memory holds
+// them for certain, and its bandwidth (a read and a re-read a chunk) is far above DRAM's.
+#pragma once
+
+#include <cuda_pipeline.h>
+
+#include <cstdint>
+
+#include "kernels/row_engine.cuh"
+
+namespace reducekit::kernels {
+
+// Workspace of a split launch, laid out by row_split_workspace (row_kernel_plan.hpp).
+struct RowSplitArgs {
+  unsigned* counters;  // [rows], zero on entry, zero again on exit
+  void* partials;      // [rows][chunks] Op::Stat
+  int chunks;          // C, <= gridDim.x
+  int chunk_tiles;     // tiles a chunk
+  int ring;            // chunk buffers a CTA, 2 .. 4
+};
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Statistics published by other CTAs: read at L2 (ld.global.cg), never from a stale L1 line.
+template <typename Acc, int WORDS>
+__device__ __forceinline__ StatVec<Acc, WORDS> load_published(const StatVec<Acc, WORDS>* p) {
+  StatVec<Acc, WORDS> s;
+#pragma unroll
+  for (int i = 0; i < WORDS; ++i) s.w[i] = __ldcg(&p->w[i]);
+  return s;
+}
+
+// cp.async.wait_group takes an immediate: at most `pending` groups may still be in flight.
+__device__ __forceinline__ void wait_pending_groups(int pending) {
+  switch (pending) {
+    case 0: __pipeline_wait_prior(0); break;
+    case 1: __pipeline_wait_prior(1); break;
+    case 2: __pipeline_wait_prior(2); break;
+    default: __pipeline_wait_prior(3); break;
+  }
+}
+
+// Publishes a chunk's statistic (thread 0's `mine`), waits for the row's other chunks, and
+// returns the row's statistic to every thread of the CTA. `merged` is a shared slot.
+template <class Op>
+__device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::Stat& mine, typename Op::Stat* parts,
+                                                           int chunk, int chunks, unsigned* counter,
+                                                           typename Op::Stat* merged) {
+  using Stat = typename Op::Stat;
+  if (threadIdx.x == 0) {
+    parts[chunk] = mine;
+    __threadfence();  // the statistic is visible device-wide before the arrival says so
+    atomicAdd(counter, 1u);
+    unsigned pause = 32;
+    while (load_acquire(counter) < static_cast<unsigned>(chunks)) {
+      __nanosleep(pause);
+      pause = min(pause * 2, 512u);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    Stat s = Op::identity();
+    for (int j = threadIdx.x; j < chunks; j += 32) s = Op::merge(s, load_published(parts + j));
+    s = group_reduce<Op, 32>(s);
+    if (threadIdx.x == 0) {
+      *merged = s;
+      // Departure: the last of the row's 2C additions resets the counter for the next launch.
+      if (atomicAdd(counter, 1u) == 2u * chunks - 1) atomicExch(counter, 0u);
+    }
+  }
+  __syncthreads();
+  return *merged;
+}
+
+template <typename T, class PlainOp, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kRowSplitThreads, 1)
+row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
+  using Op = PlainRowOp<PlainOp>;
+  using Stat = typename Op::Stat;
+  constexpr int NIN = Op::kInputs;
+  using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
+  __shared__ Stat slots[33];
+  __shared__ Stat merged;
+  extern __shared__ __align__(16) unsigned char split_bytes[];
+  auto* buffers = reinterpret_cast<typename Tile::PackT*>(split_bytes);
+
+  const int threads = blockDim.x, me = threadIdx.x;
+  const int cols = args.cols, chunks = split.chunks, ring = split.ring;
+  const int tile_vectors = VPT * threads;
+  const int chunk_vectors = tile_vectors * split.chunk_tiles;
+  const int tile_packs = NIN * VPT * threads;  // a tile's slots in a buffer
+  const int buffer_packs = tile_packs * split.chunk_tiles;
+  const int64_t items = args.rows * chunks;
+  const int64_t stride = gridDim.x;
+  Stat* partials = static_cast<Stat*>(split.partials);
+
+  // One cp.async group per item, empty past the last, so wait_pending_groups counts right.
+  auto fetch = [&](int64_t item, int buffer) {
+    if (item < items) {
+      const int64_t row = item / chunks;
+      const int first = static_cast<int>(item - row * chunks) * chunk_vectors + me;
+      const T* in[NIN];
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+      for (int t = 0; t < split.chunk_tiles; ++t)
+        Tile::prefetch(in, cols, first + t * tile_vectors, threads, buffers + buffer * buffer_packs + t * tile_packs,
+                       me, threads);
+    }
+    __pipeline_commit();
+  };
+
+  int64_t item = blockIdx.x;
+  for (int k = 0; k < ring - 1; ++k) fetch(item + k * stride, k);
+  for (int buffer = 0; item < items; item += stride, buffer = buffer + 1 == ring ? 0 : buffer + 1) {
+    // The buffer the previous item used is free again (this thread read its own slots of it).
+    fetch(item + (ring - 1) * stride, buffer == 0 ? ring - 1 : buffer - 1);
+    wait_pending_groups(ring - 1);  // this item's chunk is in
+
+    const int64_t row = item / chunks;
+    const int chunk = static_cast<int>(item - row * chunks);
+    const int first = chunk * chunk_vectors + me;
+    const typename Tile::PackT* chunk_buffer = buffers + buffer * buffer_packs;
+    Tile tile;
+    Stat mine = Op::identity();
+    for (int t = 0; t < split.chunk_tiles; ++t) {
+      tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, first + t * tile_vectors, threads, me, threads);
+      mine = Op::merge(mine, fold_tile<Op, kAligned>(NoRowExtra{}, row, first + t * tile_vectors, threads, cols,
+                                                     tile.values));
+    }
+    mine = block_reduce<Op>(mine, slots);
+    const Stat stat = row_statistic<Op>(mine, partials + row * chunks, chunk, chunks, split.counters + row, &merged);
+    const typename Op::Params p = finalize_row<Op, kAligned>(NoRowExtra{}, row, first, threads, cols, stat, false);
+
+    T* out = args.out + row * args.out_stride;
+    for (int t = 0; t < split.chunk_tiles; ++t) {
+      const int tile_first = first + t * tile_vectors;
+      tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, tile_first, threads, me, threads);
+      const Stat again = fold_tile<Op, kAligned>(NoRowExtra{}, row, tile_first, threads, cols, tile.values);
+      tile.template store<Op>(out, nullptr, cols, tile_first, threads, Op::local(p, again), NoRowExtra{});
+    }
+  }
+}
+
+}  // namespace reducekit::kernels

@@ -1,0 +1,105 @@
+// Host side of the split-row kernel (src/kernels/row_split.cuh): a cooperative launch of at
+// most the resident CTAs, or nothing when the device cannot guarantee them all at once (the
+// caller then runs the stream kernel the same plan names).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "kernels/row_split.cuh"
+#include "ops/row_launch.cuh"
+#include "plan/row_kernel_plan.hpp"
+#include "reducekit/status.hpp"
+
+namespace reducekit {
+
+// Where a split launch keeps its per-row arrival counters (zero on entry, left zero) and its
+// chunk statistics; laid out as row_split_workspace says.
+struct RowSplitBuffers {
+  unsigned* counters = nullptr;
+  void* partials = nullptr;
+};
+
+namespace detail {
+
+// Whether the current device launches cooperative grids (cached per device).
+inline Status cooperative_launch_supported(bool* supported) {
+  static std::mutex mutex;
+  static std::map<int, bool> cache;
+  int device = 0, value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(device); it != cache.end()) {
+    *supported = it->second;
+    return Status::ok();
+  }
+  if (cudaDeviceGetAttribute(&value, cudaDevAttrCooperativeLaunch, device) != cudaSuccess)
+    return launch_status("cooperative launch query");
+  *supported = cache[device] = value != 0;
+  return Status::ok();
+}
+
+// Launches the split kernel when the device keeps at least one CTA a chunk of a row resident;
+// `launched` says whether it did. Whether it does depends on the device and the plan (row
+// length, dtype), never on the row count, so a row's path, and its bits, are batch-invariant.
+template <typename T, class Op, bool kAligned>
+Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, const RowSplitBuffers& buffers,
+                        cudaStream_t stream, bool* launched) {
+  *launched = false;
+  const RowSplitConfig& s = c.split;
+  if (s.vpt != kRowSplitVpt || s.threads != kRowSplitThreads || s.ring < 2 || s.ring > 4 || s.chunk_tiles < 1)
+    return Status::unsupported("row plan: split rows need the instantiated tile and a ring of 2 .. 4 chunks");
+  bool cooperative = false;
+  REDUCEKIT_RETURN_IF_ERROR(cooperative_launch_supported(&cooperative));
+  if (!cooperative) return Status::ok();
+  auto kernel = kernels::row_split_kernel<T, Op, kVec<T>, kRowSplitVpt, kAligned>;
+  REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, s.smem_bytes, "row_split_kernel"));
+  int resident = 0;
+  REDUCEKIT_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), s.threads, s.smem_bytes, &resident));
+  if (resident < s.chunks) return Status::ok();  // a CTA could wait for a chunk nobody runs
+
+  // More CTAs than items would only spin up and leave.
+  const int64_t grid = std::min<int64_t>(resident, args.rows * s.chunks);
+  const kernels::RowSplitArgs split{buffers.counters, buffers.partials, s.chunks, s.chunk_tiles, s.ring};
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(s.threads));
+  config.dynamicSmemBytes = s.smem_bytes;
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeCooperative;  // all CTAs resident together, or no launch
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args, split);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear it: the Status carries the error now
+    return Status::cuda_error(std::string("row_split_kernel launch failed: ") + cudaGetErrorString(err));
+  }
+  *launched = true;
+  return launch_status("row_split_kernel");
+}
+
+}  // namespace detail
+
+// launch_row_op (row_launch.cuh) for plain ops, with split rows when the plan has them and
+// the caller gave their buffers; otherwise (no buffers, no cooperative launch, too few
+// resident CTAs) the plan's stream kernel runs the row.
+template <typename T, class Op>
+Status launch_row_op_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, bool aligned,
+                           const RowSplitBuffers& buffers, cudaStream_t stream) {
+  if (args.rows == 0 || args.cols == 0) return Status::ok();
+  if (c.split.chunks > 0 && buffers.counters != nullptr && buffers.partials != nullptr) {
+    bool launched = false;
+    if (aligned) REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, true>(args, c, buffers, stream, &launched)));
+    else REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, false>(args, c, buffers, stream, &launched)));
+    if (launched) return Status::ok();
+  }
+  return launch_row_op<T, Op>(args, c, aligned, stream);
+}
+
+}  // namespace reducekit
