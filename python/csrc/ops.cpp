@@ -46,15 +46,27 @@ at::Tensor rowwise(std::initializer_list<std::pair<const at::Tensor*, const char
   return out;
 }
 
+// Forward ops on rows long enough to split over a cooperative grid need a workspace: counters
+// from the per-stream zeroed buffer, chunk statistics from the caching allocator (torch_util.hpp).
+template <class Forward>
+reducekit::Status run_forward(const at::Tensor& x, const reducekit::TensorView& xv, const reducekit::TensorView& out,
+                              int64_t dim, cudaStream_t stream, Forward forward) {
+  reducekit::SoftmaxRequirements req;
+  const reducekit::Status s = reducekit::softmax_requirements(xv, dim, &req);
+  if (!s.is_ok()) return s;  // kUnsupported layouts go through rowwise's contiguous copy
+  const reducekit_torch::CallWorkspace workspace(x, stream, req.workspace_bytes, req.workspace_zeroed_bytes);
+  return forward(xv, out, dim, workspace.ws, stream);
+}
+
 at::Tensor softmax_cuda(const at::Tensor& x, int64_t dim) {
-  return rowwise({{&x, "x"}}, dim, [](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
-    return reducekit::softmax(in[0], out, d, s);
+  return rowwise({{&x, "x"}}, dim, [&x](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+    return run_forward(x, in[0], out, d, s, [](const auto&... args) { return reducekit::softmax(args...); });
   });
 }
 
 at::Tensor log_softmax_cuda(const at::Tensor& x, int64_t dim) {
-  return rowwise({{&x, "x"}}, dim, [](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
-    return reducekit::log_softmax(in[0], out, d, s);
+  return rowwise({{&x, "x"}}, dim, [&x](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+    return run_forward(x, in[0], out, d, s, [](const auto&... args) { return reducekit::log_softmax(args...); });
   });
 }
 

@@ -57,31 +57,6 @@ at::ScalarType output_type(ReduceOp op, const at::Tensor& x, std::optional<at::S
 
 bool has_mean_output(ReduceOp op) { return op == ReduceOp::kVarMean || op == ReduceOp::kStdMean; }
 
-// Completion tickets: zero on entry, and every kernel leaves the tickets it used zero again, so
-// one buffer per (device, stream), zeroed once when made (or grown), serves every later call on
-// that stream: no memset node per call (it cost ~1-2 us of GPU time on small reductions). Calls on
-// one stream run in order, so they never share a ticket at the same time. The map is leaked on
-// purpose (no tensor freed after the allocator at process exit); the caching allocator frees a
-// replaced buffer in stream order on the same stream.
-at::Tensor ticket_buffer(const at::Tensor& x, cudaStream_t stream, std::size_t bytes) {
-  static std::mutex mutex;
-  static auto* buffers = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
-  const std::lock_guard<std::mutex> lock(mutex);
-  at::Tensor& t = (*buffers)[{static_cast<int>(x.get_device()), stream}];
-  if (!t.defined() || static_cast<std::size_t>(t.numel()) < bytes) {
-    const int64_t size = static_cast<int64_t>((bytes + 4095) / 4096 * 4096);
-    t = at::zeros({size}, x.options().dtype(at::kByte));
-  }
-  return t;
-}
-
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaError_t err = cudaStreamIsCapturing(stream, &status);
-  TORCH_CHECK(err == cudaSuccess, "stream: capture query failed: ", cudaGetErrorString(err));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 // Runs `op` and returns (out, mean_out); mean_out is undefined unless the op has one.
 std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, at::OptionalIntArrayRef dim,
                                               bool keepdim, double correction,
@@ -114,24 +89,8 @@ std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, 
     throw_if_failed(reducekit::reduce_requirements(op, to_view(src, "x"), dim_list, keep, &req));
   }
 
-  at::Tensor workspace;
-  reducekit::Workspace ws;
-  if (req.workspace_bytes > 0 && req.workspace_zeroed_bytes > 0 && !capturing(stream)) {
-    const at::Tensor tickets = ticket_buffer(x, stream, req.workspace_zeroed_bytes);  // by value: held for the call
-    const std::size_t rest = req.workspace_bytes - req.workspace_zeroed_bytes;
-    if (rest > 0) workspace = at::empty({static_cast<int64_t>(rest)}, x.options().dtype(at::kByte));
-    ws.data = rest > 0 ? workspace.data_ptr() : nullptr;
-    ws.bytes = rest;
-    ws.tickets = tickets.data_ptr();
-    ws.ticket_bytes = static_cast<std::size_t>(tickets.numel());
-  } else if (req.workspace_bytes > 0) {
-    // Under graph capture the workspace comes from the graph's pool, cleared by a memset node in
-    // the graph (a buffer kept across calls would outlive that pool).
-    workspace = at::empty({static_cast<int64_t>(req.workspace_bytes)}, x.options().dtype(at::kByte));
-    ws = {workspace.data_ptr(), req.workspace_bytes};
-    const cudaError_t err = cudaMemsetAsync(ws.data, 0, req.workspace_zeroed_bytes, stream);
-    TORCH_CHECK(err == cudaSuccess, "workspace: clearing failed: ", cudaGetErrorString(err));
-  }
+  const reducekit_torch::CallWorkspace workspace(x, stream, req.workspace_bytes, req.workspace_zeroed_bytes);
+  const reducekit::Workspace ws = workspace.ws;
   const reducekit::TensorView mean_view = mean.defined() ? to_view(mean_call, "mean") : reducekit::TensorView{};
   throw_if_failed(reducekit::reduce(op, to_view(src, "x"), dim_list, keep, correction, to_view(out_call, "out"),
                                     mean_view, ws, stream));
