@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -59,10 +60,11 @@ template <typename T> std::vector<T> to_image(const std::vector<double>& dense, 
   return image;
 }
 
-template <typename T> Status run(Op op, const TensorView& a, const TensorView& b, const TensorView& out) {
+template <typename T>
+Status run(Op op, const TensorView& a, const TensorView& b, const TensorView& out, const Workspace* ws = nullptr) {
   switch (op) {
-    case Op::kSoftmax: return softmax(a, out, 1, nullptr);
-    case Op::kLogSoftmax: return log_softmax(a, out, 1, nullptr);
+    case Op::kSoftmax: return ws ? softmax(a, out, 1, *ws, nullptr) : softmax(a, out, 1, nullptr);
+    case Op::kLogSoftmax: return ws ? log_softmax(a, out, 1, *ws, nullptr) : log_softmax(a, out, 1, nullptr);
     case Op::kSoftmaxBackward: return softmax_backward(a, b, out, 1, nullptr);
     default: return log_softmax_backward(a, b, out, 1, nullptr);
   }
@@ -88,10 +90,13 @@ double term_scale(Op op, const double* a, const double* b, const double* want, i
 }
 
 // Runs `op` on the GPU for one layout and value kind and compares with the oracle.
-template <typename T> void check_against_oracle(Op op, const RowLayout& l, const std::string& kind, uint32_t seed) {
+// `split`: forward ops get the workspace softmax_requirements asks for (rows that split must
+// ask for one), zeroed once; its counters must be zero again after the call.
+template <typename T>
+void check_against_oracle(Op op, const RowLayout& l, const std::string& kind, uint32_t seed, bool split = false) {
   SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << l.rows
                                   << " cols=" << l.cols << " stride=" << l.stride << " offset=" << l.offset
-                                  << " values=" << kind);
+                                  << " values=" << kind << (split ? " with workspace" : ""));
   const DType dtype = dtype_of<T>();
   const std::size_t n = static_cast<std::size_t>(l.rows * l.cols);
   const T poison = from_double<T>(std::numeric_limits<double>::quiet_NaN());
@@ -121,9 +126,25 @@ template <typename T> void check_against_oracle(Op op, const RowLayout& l, const
     REDUCEKIT_CUDA_OK(cudaMemcpy(db.get(), to_image<T>(b, l, T(0)).data(), l.span() * sizeof(T), cudaMemcpyHostToDevice));
   REDUCEKIT_CUDA_OK(cudaMemcpy(dout.get(), out_image.data(), bytes, cudaMemcpyHostToDevice));
 
-  const Status s = run<T>(op, row_view(da.get(), dtype, l), row_view(db.get(), dtype, l), row_view(dout.get(), dtype, l));
+  SoftmaxRequirements req;
+  if (split) {
+    ASSERT_FALSE(is_backward(op));
+    const Status q = softmax_requirements(row_view(da.get(), dtype, l), 1, &req);
+    ASSERT_TRUE(q.is_ok()) << q.message();
+    ASSERT_GT(req.workspace_bytes, 0u) << "these rows should split";
+  }
+  DeviceBuffer workspace(req.workspace_bytes);
+  if (split) REDUCEKIT_CUDA_OK(cudaMemset(workspace.get(), 0, req.workspace_bytes));
+  const Workspace ws{workspace.get(), req.workspace_bytes};
+  const Status s = run<T>(op, row_view(da.get(), dtype, l), row_view(db.get(), dtype, l), row_view(dout.get(), dtype, l),
+                          split ? &ws : nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  if (split) {
+    std::vector<unsigned char> counters(req.workspace_zeroed_bytes);
+    REDUCEKIT_CUDA_OK(cudaMemcpy(counters.data(), workspace.get(), counters.size(), cudaMemcpyDeviceToHost));
+    for (unsigned char c : counters) ASSERT_EQ(c, 0) << "the call left an arrival counter nonzero";
+  }
   std::vector<T> got(out_image.size());
   REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), dout.get(), bytes, cudaMemcpyDeviceToHost));
 
@@ -190,6 +211,129 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
   check_against_oracle<__half>(Op::kLogSoftmax, {6000, 1000, 1001, 1}, "special", 22);  // unaligned rows
   check_against_oracle<__nv_bfloat16>(Op::kSoftmaxBackward, {3000, 4096, 4096, 0}, "randn", 23);
   check_against_oracle<__half>(Op::kLogSoftmaxBackward, {3000, 2045, 2048, 0}, "randn", 24);
+}
+
+// ---- split rows: chunks over a cooperative grid, with a workspace ---------------------------
+
+// Every dtype splits 2^20-element rows (float32 64 chunks, 16-bit 32, float64 128 on an H200);
+// 1000003 is a prime (its last chunk is cut mid-vector). Rows: a few, so the tests stay quick,
+// except where rows outnumber what the grid holds at once (below).
+template <typename T> void split_sweep(Op op) {
+  const int64_t mega = 1 << 20, prime = 1000003;
+  check_against_oracle<T>(op, {3, mega, mega, 0}, "randn", 31, true);                 // contiguous
+  check_against_oracle<T>(op, {5, prime, prime + 61, 0}, "special", 32, true);        // sliced, -inf/NaN rows
+  check_against_oracle<T>(op, {2, mega, mega + 1, 1}, "large", 33, true);             // base offset by one element
+  check_against_oracle<T>(op, {2, prime, prime, 0}, "randn", 34, true);               // N not a multiple of a chunk
+}
+
+#define REDUCEKIT_SPLIT_TEST(NAME, OP)                                    \
+  TEST_F(SoftmaxGpu, NAME##SplitFloat32) { split_sweep<float>(OP); }         \
+  TEST_F(SoftmaxGpu, NAME##SplitFloat16) { split_sweep<__half>(OP); }        \
+  TEST_F(SoftmaxGpu, NAME##SplitBFloat16) { split_sweep<__nv_bfloat16>(OP); } \
+  TEST_F(SoftmaxGpu, NAME##SplitFloat64) { split_sweep<double>(OP); }
+
+REDUCEKIT_SPLIT_TEST(Softmax, Op::kSoftmax)
+REDUCEKIT_SPLIT_TEST(LogSoftmax, Op::kLogSoftmax)
+
+// Items outnumber the grid several times over, so CTAs loop and rows straddle the grid's rounds
+// (float64: 128 chunks a row on 132 CTAs; float32 9 x 64 chunks; bfloat16 20 x 32 chunks;
+// float16 6 x 96 chunks).
+TEST_F(SoftmaxGpu, SplitRowsOutnumberTheGrid) {
+  check_against_oracle<float>(Op::kSoftmax, {9, 1 << 20, 1 << 20, 0}, "randn", 41, true);
+  check_against_oracle<__nv_bfloat16>(Op::kLogSoftmax, {20, 1 << 20, 1 << 20, 0}, "randn", 42, true);
+  check_against_oracle<double>(Op::kSoftmax, {4, 1 << 20, (1 << 20) + 3, 0}, "large", 43, true);
+  check_against_oracle<__half>(Op::kSoftmax, {6, 3 << 20, 3 << 20, 0}, "randn", 44, true);
+}
+
+// Output bits of (log_)softmax over `rows` rows from `first_row` of x (float32, cols a row),
+// through the split path with a workspace zeroed once and reused by every call.
+std::vector<float> split_bits(const DeviceBuffer& x, int64_t rows, int64_t cols, int64_t first_row, bool log,
+                              const DeviceBuffer& workspace) {
+  DeviceBuffer y(rows * cols * sizeof(float));
+  const RowLayout l{rows, cols, cols, 0};
+  const TensorView xv = row_view(static_cast<float*>(x.get()) + first_row * cols, DType::kFloat32, l);
+  SoftmaxRequirements req;
+  EXPECT_TRUE(softmax_requirements(xv, 1, &req).is_ok());
+  EXPECT_GT(req.workspace_bytes, 0u);
+  EXPECT_LE(req.workspace_bytes, workspace.bytes());
+  const Workspace ws{workspace.get(), workspace.bytes()};
+  const TensorView yv = row_view(y.get(), DType::kFloat32, l);
+  const Status s = log ? log_softmax(xv, yv, 1, ws, nullptr) : softmax(xv, yv, 1, ws, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  std::vector<float> out(rows * cols);
+  EXPECT_EQ(cudaMemcpy(out.data(), y.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+TEST_F(SoftmaxGpu, SplitRowsDeterministicAndBatchInvariant) {
+  const int64_t cols = 1 << 20, rows = 12;  // 768 chunks: about six rounds of the grid
+  const std::vector<double> values = make_values(rows * cols, "randn", 51);
+  std::vector<float> host(values.begin(), values.end());
+  DeviceBuffer x(host.size() * sizeof(float));
+  REDUCEKIT_CUDA_OK(cudaMemcpy(x.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  SoftmaxRequirements req;
+  ASSERT_TRUE(softmax_requirements(row_view(x.get(), DType::kFloat32, {rows, cols, cols, 0}), 1, &req).is_ok());
+  DeviceBuffer workspace(req.workspace_bytes);
+  REDUCEKIT_CUDA_OK(cudaMemset(workspace.get(), 0, req.workspace_bytes));  // once: every call leaves it zero
+  for (bool log : {false, true}) {
+    SCOPED_TRACE(log ? "log_softmax" : "softmax");
+    const std::vector<float> batch = split_bits(x, rows, cols, 0, log, workspace);
+    EXPECT_EQ(batch, split_bits(x, rows, cols, 0, log, workspace)) << "two runs differ";
+    for (int64_t r : {int64_t(0), int64_t(5), rows - 1}) {
+      const std::vector<float> alone = split_bits(x, 1, cols, r, log, workspace);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + r * cols))
+          << "row " << r << " alone differs from the same row in the batch";
+    }
+    const std::vector<float> three = split_bits(x, 3, cols, 4, log, workspace);
+    EXPECT_TRUE(std::equal(three.begin(), three.end(), batch.begin() + 4 * cols)) << "rows 4..6 differ";
+  }
+}
+
+// The counters may live apart (Workspace::tickets), and the workspace is checked before any work.
+TEST_F(SoftmaxGpu, SplitWorkspaceApartAndChecked) {
+  const RowLayout l{2, 1 << 20, 1 << 20, 0};
+  DeviceBuffer x(l.span() * sizeof(float)), y(l.span() * sizeof(float));
+  REDUCEKIT_CUDA_OK(cudaMemset(x.get(), 0, l.span() * sizeof(float)));
+  REDUCEKIT_CUDA_OK(cudaMemset(y.get(), 0x5a, l.span() * sizeof(float)));
+  const TensorView xv = row_view(x.get(), DType::kFloat32, l), yv = row_view(y.get(), DType::kFloat32, l);
+  SoftmaxRequirements req;
+  ASSERT_TRUE(softmax_requirements(xv, -1, &req).is_ok());
+  ASSERT_GT(req.workspace_zeroed_bytes, 0u);
+  ASSERT_GT(req.workspace_bytes, req.workspace_zeroed_bytes);
+  DeviceBuffer tickets(req.workspace_zeroed_bytes), rest(req.workspace_bytes - req.workspace_zeroed_bytes);
+  REDUCEKIT_CUDA_OK(cudaMemset(tickets.get(), 0, tickets.bytes()));
+
+  auto expect_workspace_error = [&](const Workspace& ws) {
+    const Status s = softmax(xv, yv, 1, ws, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_EQ(s.message().rfind("workspace:", 0), 0u) << s.message();
+  };
+  expect_workspace_error(Workspace{rest.get(), req.workspace_bytes - 1});  // too small
+  expect_workspace_error(Workspace{static_cast<char*>(rest.get()) + 4, req.workspace_bytes});  // misaligned
+  expect_workspace_error(Workspace{rest.get(), rest.bytes(), tickets.get(), 4});  // counters too small
+  std::vector<unsigned char> untouched(l.span() * sizeof(float));
+  REDUCEKIT_CUDA_OK(cudaMemcpy(untouched.data(), y.get(), untouched.size(), cudaMemcpyDeviceToHost));
+  for (unsigned char b : untouched) ASSERT_EQ(b, 0x5a) << "a rejected call wrote to y";
+
+  const Workspace apart{rest.get(), rest.bytes(), tickets.get(), tickets.bytes()};
+  ASSERT_TRUE(softmax(xv, yv, 1, apart, nullptr).is_ok());
+  ASSERT_TRUE(log_softmax(xv, yv, 1, apart, nullptr).is_ok());
+  std::vector<float> got(l.span());
+  REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), y.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const float want = -std::log(float(l.cols));  // log_softmax of a constant row
+  for (std::size_t i = 0; i < got.size(); i += 4099) ASSERT_NEAR(got[i], want, 1e-5f) << i;
+  std::vector<unsigned char> counters(tickets.bytes());
+  REDUCEKIT_CUDA_OK(cudaMemcpy(counters.data(), tickets.get(), counters.size(), cudaMemcpyDeviceToHost));
+  for (unsigned char c : counters) ASSERT_EQ(c, 0) << "counters left nonzero";
+
+  // No workspace at all, or an empty one: the stream kernel runs the rows.
+  ASSERT_TRUE(softmax(xv, yv, 1, Workspace{}, nullptr).is_ok());
+  // Rows that do not split need none.
+  SoftmaxRequirements small;
+  ASSERT_TRUE(softmax_requirements(row_view(x.get(), DType::kFloat32, {64, 4096, 4096, 0}), 1, &small).is_ok());
+  EXPECT_EQ(small.workspace_bytes, 0u);
+  EXPECT_EQ(small.workspace_zeroed_bytes, 0u);
+  EXPECT_EQ(softmax_requirements(xv, 2, &small).code(), StatusCode::kInvalidArgument);
 }
 
 // Runs softmax over `rows` rows of a device buffer of random floats and returns the output bits.

@@ -283,7 +283,7 @@ def test_deterministic(op, dtype, n):
     assert torch.equal(first, second), "two runs on the same input differ"
 
 
-@pytest.mark.parametrize("m,n", [(4096, 33), (4096, 1000), (4096, 4096), (64, 40009), (8, 262144)])
+@pytest.mark.parametrize("m,n", [(4096, 33), (4096, 1000), (4096, 4096), (64, 40009), (8, 262144), (20, 2**20)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 @pytest.mark.parametrize("op", OPS)
 def test_batch_invariance(op, dtype, m, n):
@@ -439,6 +439,66 @@ def test_cuda_graph(op, m, n):
     y_eager = RK[op](x, dim=-1)
     assert torch.equal(y, y_eager), "graph replay differs from an eager call"
     assert torch.equal(dx, backward(y_eager, dy, -1))
+
+
+# ----------------------------------------------------------------------------- split rows (workspace)
+# Rows longer than a cluster's registers (2**20 and up) split into chunks over a cooperative grid,
+# with arrival counters from a zeroed per-stream buffer that every call leaves zero again.
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_split_rows_many_calls(op, dtype):
+    # the same counters serve call after call: a counter left nonzero would corrupt the next one
+    x = randn(5, 2**20 + 5, dtype=dtype)
+    first = check(op, x, -1)
+    for m, n in [(1, 2**20 + 5), (7, 3 * 2**19 + 1), (5, 2**20 + 5)]:
+        y = check(op, randn(m, n, dtype=dtype), -1)
+    assert torch.equal(RK[op](x, dim=-1), first), "a later call on the same input differs"
+    assert y.shape == (5, 2**20 + 5)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_split_rows_sliced_and_offset(op):
+    base = randn(4, 2**20 + 64)
+    check(op, base[:, 1:2**20 + 1], -1)   # rows one element off 16-byte alignment
+    check(op, base[:, :1000003], -1)      # sliced rows, a prime length
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_split_rows_on_two_streams(op):
+    # each stream has a counter buffer of its own, so concurrent calls do not share counters
+    xs = [randn(6, 2**20) for _ in range(2)]
+    want = [RK[op](x, dim=-1) for x in xs]
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for x, stream in zip(xs, streams):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            outs.append([RK[op](x, dim=-1) for _ in range(3)])
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    for got, w in zip(outs, want):
+        for y in got:
+            assert torch.equal(y, w), "a call on a side stream differs"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_split_rows_cuda_graph_replays(op):
+    # under capture the workspace comes from the graph's pool with a memset node; replays repeat
+    x = randn(10, 2**20, dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        RK[op](x, dim=-1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = RK[op](x, dim=-1)
+    for _ in range(3):
+        x.copy_(randn(10, 2**20, dtype=torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, RK[op](x, dim=-1)), "graph replay differs from an eager call"
 
 
 @pytest.mark.parametrize("op,module,torch_module", [("softmax", "Softmax", torch.nn.Softmax),
