@@ -96,7 +96,7 @@ __device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::St
     unsigned pause = 32;
     while (load_acquire(counter) < static_cast<unsigned>(chunks)) {
       __nanosleep(pause);
-      pause = min(pause * 2, 512u);
+      pause = min(pause * 2, 256u);
     }
     __threadfence();
   }
