@@ -47,9 +47,9 @@ RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const R
 // holds `ring` of them in shared memory. The chunk size follows from the row length's dtype and
 // the limits alone. Rows with more chunks than the device holds CTAs at once stay on the
 // stream kernel: a CTA may only wait for chunks whose CTAs are running.
-RowSplitConfig plan_row_split(int64_t vectors, int inputs, const RowKernelLimits& limits) {
+RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowSplitConfig s;
-  if (limits.sm_count <= 0 || limits.split_chunk_tiles < 1 || limits.split_ring < 2) return s;
+  if (elem_bytes > limits.split_max_elem_bytes || limits.sm_count <= 0 || limits.split_chunk_tiles < 1 || limits.split_ring < 2) return s;
   const std::size_t tile_bytes = std::size_t(kRowSplitThreads) * kRowSplitVpt * 16 * inputs;
   const int ring = limits.split_ring;
   int chunk_tiles = limits.split_chunk_tiles;
@@ -128,7 +128,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
     if (register_tiles <= portable) {
       c.vpt = vpt;
       c.cluster = static_cast<int>(register_tiles);
-      if (limits.split_cluster_rows && c.cluster > 1) c.split = plan_row_split(vectors, inputs, limits);
+      if (limits.split_cluster_rows && c.cluster > 1) c.split = plan_row_split(vectors, elem_bytes, inputs, limits);
       return with_ring(c, elem_bytes, inputs, limits);
     }
   }
@@ -146,7 +146,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.tiles = static_cast<int>(ceil_div(total_tiles, c.cluster));
   c.stash_tiles = static_cast<int>(std::min<int64_t>(c.tiles - 1, stash_bytes / tile_bytes));
   c.smem_bytes = c.stash_tiles * tile_bytes;
-  c.split = plan_row_split(vectors, inputs, limits);
+  c.split = plan_row_split(vectors, elem_bytes, inputs, limits);
   return c;
 }
 

@@ -51,6 +51,10 @@ struct RowKernelLimits {
   int split_chunk_tiles = 2;        // tiles (kRowSplitThreads x kRowSplitVpt vectors) a chunk
   int split_ring = 3;               // chunk buffers a CTA cycles through (loads run ahead)
   bool split_cluster_rows = false;  // split rows that one cluster's registers hold as well
+  // Only rows of elements this small split: 16-bit rows gain 13-37% at 16 x 2^20 and 4 x 2^21,
+  // float32 rows lose 5-6% against the stream kernel, whose 16 CTAs a row then hold the whole
+  // row on chip (bench/results/LOG.md, run 16).
+  int split_max_elem_bytes = 2;
 };
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles

@@ -173,7 +173,18 @@ RowKernelLimits h200_limits() {
   limits.sm_count = 132;
   limits.max_smem_per_sm = 228 * 1024;
   limits.max_smem_per_block = 227 * 1024 - 2048;
+  // Every dtype splits (REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES=8 does the same on a device): the
+  // tests below check the split plan itself; SplitByDefaultOnlySixteenBitRows the default.
+  limits.split_max_elem_bytes = 8;
   return limits;
+}
+
+TEST(RowKernelPlan, SplitByDefaultOnlySixteenBitRows) {
+  RowKernelLimits limits = h200_limits();
+  limits.split_max_elem_bytes = RowKernelLimits{}.split_max_elem_bytes;
+  EXPECT_EQ(plan_row_kernel(1 << 20, 2, 1, limits).split.chunks, 32);
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0) << "float32 rows stream";
+  EXPECT_EQ(plan_row_kernel(1 << 20, 8, 1, limits).split.chunks, 0) << "float64 rows stream";
 }
 
 TEST(RowKernelPlan, SplitRowsAreStreamedRowsWhoseChunksTheGridHolds) {
