@@ -124,10 +124,14 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
     return {{Acc(n), mean, m2}};
   }
 
-  // Biased variance, clamped at 0 (it cannot go negative here, but stays safe), as torch.
+  // The row's mean and 1 / sqrt(biased variance + eps), from the mean and the sum of squared
+  // deviations; the variance clamped at 0 (it cannot go negative here, but stays safe), as torch.
+  __device__ static Params params(const Extra& x, const RowSpan& at, Acc mean, Acc m2) {
+    const Acc var = fmax(m2 / Acc(at.cols), Acc(0));
+    return {mean, Acc(1) / sqrt(var + x.eps)};
+  }
   __device__ static Params finalize(const Extra& x, const RowSpan& at, const Stat& s) {
-    const Acc var = fmax(s.w[2] / Acc(at.cols), Acc(0));
-    return {s.w[1], Acc(1) / sqrt(var + x.eps)};
+    return params(x, at, s.w[1], s.w[2]);
   }
 
   // Rows in one tile (row_engine.cuh, kTwoPhase): the exact two-pass statistics, the row's sum
@@ -154,8 +158,7 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
   }
   __device__ static Params finalize_two(const Extra& x, const RowSpan& at, const typename First::Stat& sum,
                                         const typename Second::Stat& m2) {
-    const Acc var = fmax(m2.w[0] / Acc(at.cols), Acc(0));
-    return {sum.w[0] / Acc(at.cols), Acc(1) / sqrt(var + x.eps)};
+    return params(x, at, sum.w[0] / Acc(at.cols), m2.w[0]);
   }
   __device__ static Local local_two(const Params& p) { return p; }
   __device__ static void row_done(const Extra& x, const RowSpan& at, const Params& p) {

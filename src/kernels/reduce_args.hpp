@@ -59,7 +59,6 @@ struct ReduceArgs {
   int64_t chunk = 0;
   int64_t chunks = 1;
   int64_t tiles = 0;
-  bool split = false;     // column path: parts > 1
   int64_t parts = 1;      // column path: CTAs per (outer index, tile), 1, min(8, segments) or segments
   unsigned* tickets = nullptr;  // zero on entry, zero again on exit
   void* partials = nullptr;

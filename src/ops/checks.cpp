@@ -84,30 +84,25 @@ Status check_no_partial_overlap(const TensorView& out, const char* out_name, con
                                   " without being the same view (in-place use must pass the same tensor)");
 }
 
+namespace {
+// One region of a workspace: there, at least `need` bytes, 16-byte aligned; `what` names it.
+Status check_region(const void* data, std::size_t have, std::size_t need, const char* what) {
+  if (data == nullptr || have < need)
+    return Status::invalid_argument("workspace: " + std::to_string(need) + " " + what + " needed, " +
+                                    std::to_string(data ? have : 0) + " given");
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
+    return Status::invalid_argument(std::string("workspace: ") + what + " must be 16-byte aligned");
+  return Status::ok();
+}
+}  // namespace
+
 Status check_workspace(const Workspace& ws, std::size_t bytes, std::size_t zeroed_bytes) {
   if (bytes == 0) return Status::ok();
-  if (ws.tickets != nullptr && zeroed_bytes > 0) {
-    // Tickets apart: `data` holds the rest only.
-    if (ws.ticket_bytes < zeroed_bytes)
-      return Status::invalid_argument("workspace: " + std::to_string(zeroed_bytes) + " ticket bytes needed, " +
-                                      std::to_string(ws.ticket_bytes) + " given");
-    if (reinterpret_cast<uintptr_t>(ws.tickets) % 16 != 0)
-      return Status::invalid_argument("workspace: tickets must be 16-byte aligned");
-    const std::size_t rest = bytes - zeroed_bytes;
-    if (rest == 0) return Status::ok();
-    if (ws.data == nullptr || ws.bytes < rest)
-      return Status::invalid_argument("workspace: " + std::to_string(rest) + " bytes needed besides the tickets, " +
-                                      std::to_string(ws.data ? ws.bytes : 0) + " given");
-    if (reinterpret_cast<uintptr_t>(ws.data) % 16 != 0)
-      return Status::invalid_argument("workspace: must be 16-byte aligned");
-    return Status::ok();
-  }
-  if (ws.data == nullptr || ws.bytes < bytes)
-    return Status::invalid_argument("workspace: " + std::to_string(bytes) + " bytes needed, " +
-                                    std::to_string(ws.data ? ws.bytes : 0) + " given");
-  if (reinterpret_cast<uintptr_t>(ws.data) % 16 != 0)
-    return Status::invalid_argument("workspace: must be 16-byte aligned");
-  return Status::ok();
+  if (ws.tickets == nullptr || zeroed_bytes == 0) return check_region(ws.data, ws.bytes, bytes, "bytes");
+  // Tickets apart: `data` holds the rest only.
+  REDUCEKIT_RETURN_IF_ERROR(check_region(ws.tickets, ws.ticket_bytes, zeroed_bytes, "ticket bytes"));
+  const std::size_t rest = bytes - zeroed_bytes;
+  return rest == 0 ? Status::ok() : check_region(ws.data, ws.bytes, rest, "bytes besides the tickets");
 }
 
 }  // namespace reducekit

@@ -262,7 +262,6 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
   a.chunk = c.chunk;
   a.chunks = c.chunks;
   a.tiles = c.tiles;
-  a.split = c.split;
   a.parts = c.parts;
   if (c.workspace_bytes > 0 && workspace.tickets != nullptr && c.zeroed_bytes > 0) {
     a.tickets = static_cast<unsigned*>(workspace.tickets);

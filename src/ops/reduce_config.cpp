@@ -59,9 +59,8 @@ void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig*
   } else {
     c->parts = 1;
   }
-  c->split = c->parts > 1;
   c->grid = slices * c->parts;
-  if (c->split) {
+  if (c->split()) {
     c->tickets = slices;
     c->partials = c->parts * p.outer * p.inner;
   }

@@ -35,7 +35,6 @@ struct ReduceConfig {
   int64_t chunk = 0;        // kRowBlock: elements per chunk; kColumn: rows per segment;
                             // kAll: elements per CTA step
   int64_t chunks = 1;       // number of chunks (kRowBlock), segments (kColumn) or CTAs (kAll)
-  bool split = false;       // kColumn: parts > 1, partials through the workspace
   int64_t parts = 1;        // kColumn: CTAs per (outer index, tile): 1 (whole), min(8, segments)
                             // (one per group) or segments (one per segment); CTA p folds segments
                             // p, p + parts, ... (see reduce_engine.cuh)
@@ -45,6 +44,8 @@ struct ReduceConfig {
   int64_t partials = 0;     // partial statistics in the workspace
   std::size_t workspace_bytes = 0;
   std::size_t zeroed_bytes = 0;  // tickets' prefix
+
+  bool split() const { return parts > 1; }  // kColumn: partials through the workspace
 };
 
 // Column-path planner knobs. The defaults ship; REDUCEKIT_TUNE_COL_* environment variables

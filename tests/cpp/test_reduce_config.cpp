@@ -86,7 +86,7 @@ TEST(ReduceConfig, ColumnSegmentsDependOnKOnly) {
 
 TEST(ReduceConfig, FewColumnsSplitSegmentsOverCtas) {
   const ReduceConfig few = plan_reduce_kernel(column(1, 4096, 128), 4);
-  EXPECT_TRUE(few.split);
+  EXPECT_TRUE(few.split());
   EXPECT_EQ(few.tiles, 1);
   EXPECT_EQ(few.parts, few.chunks);
   EXPECT_EQ(few.grid, few.chunks);
@@ -94,19 +94,19 @@ TEST(ReduceConfig, FewColumnsSplitSegmentsOverCtas) {
   EXPECT_EQ(few.partials, few.chunks * 128);
   // Many columns in many tiles: one CTA per tile walks every segment.
   const ReduceConfig many = plan_reduce_kernel(column(4, 4096, 32768), 4);
-  EXPECT_FALSE(many.split);
+  EXPECT_FALSE(many.split());
   EXPECT_EQ(many.parts, 1);
   EXPECT_EQ(many.tiles, 32768 / (kReduceThreads / kColumnRowLanes * 4));
   EXPECT_EQ(many.grid, 4 * many.tiles);
   EXPECT_EQ(many.workspace_bytes, 0u);
-  EXPECT_FALSE(plan_reduce_kernel(column(1, 64, 33), 4).split) << "one segment: nothing to split";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 64, 33), 4).split()) << "one segment: nothing to split";
 }
 
 TEST(ReduceConfig, MidColumnsSplitGroupsOverCtas) {
   // 4096 x 32768 float32: 256 tiles cannot fill the GPU with one CTA each; one CTA per (tile,
   // group of segments) instead, 8 partials per column.
   const ReduceConfig mid = plan_reduce_kernel(column(1, 4096, 32768), 4);
-  EXPECT_TRUE(mid.split);
+  EXPECT_TRUE(mid.split());
   EXPECT_EQ(mid.parts, kColumnGroups);
   EXPECT_EQ(mid.grid, mid.tiles * kColumnGroups);
   EXPECT_EQ(mid.tickets, mid.tiles);
@@ -131,7 +131,6 @@ TEST(ReduceConfig, ColumnPartsOnlySpreadWork) {
         EXPECT_EQ(c.chunks, ref.chunks);
         EXPECT_TRUE(c.parts == 1 || c.parts == c.chunks || c.parts == std::min<int64_t>(kColumnGroups, c.chunks))
             << "k=" << k << " parts=" << c.parts;
-        EXPECT_EQ(c.split, c.parts > 1);
         EXPECT_EQ(c.grid, std::min(outer * c.tiles * c.parts, kMaxGrid));
         if (c.chunks == 1) EXPECT_EQ(c.parts, 1);
       }
