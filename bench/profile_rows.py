@@ -2,6 +2,10 @@
 
     ncu --clock-control none --section SpeedOfLight ... python3 bench/profile_rows.py \
         --shapes 4096x4096,4096x32768 --dtypes bfloat16 --impls reducekit,seed-triton
+
+--op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
+sum_col (sum over dim 0). Each launch is inside an NVTX range "impl op dtype shape".
+Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
 """
 import argparse
 import sys
@@ -18,27 +22,46 @@ def main():
     p.add_argument("--shapes", default="4096x4096")
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--impls", default="reducekit,seed-triton")
-    p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax"])
+    p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm", "sum_col"])
     args = p.parse_args()
-    rk, _ = peers.load_reducekit()
+    peers.load_reducekit()  # registers torch.ops.reducekit
     seed, _ = peers.load_seed_triton(peers.default_seed_triton_path())
+    ops = torch.ops.reducekit
+    params = {}  # weight and bias per (dtype, n), in x's dtype as the benchmark has them
+
+    def wb(x):
+        key = (x.dtype, x.shape[-1])
+        if key not in params:
+            params[key] = tuple(torch.randn(x.shape[-1], device="cuda", dtype=x.dtype) for _ in range(2))
+        return params[key]
+
+    eps = 1e-5
     fns = {
-        "reducekit": lambda x: getattr(torch.ops.reducekit, args.op)(x, -1),
-        "seed-triton": lambda x: getattr(seed, args.op)(x),
-        "torch": lambda x: getattr(torch, args.op)(x, -1),
-    }
+        "softmax": {"reducekit": lambda x: ops.softmax(x, -1), "seed-triton": lambda x: seed.softmax(x),
+                    "torch": lambda x: torch.softmax(x, -1)},
+        "log_softmax": {"reducekit": lambda x: ops.log_softmax(x, -1), "seed-triton": lambda x: seed.log_softmax(x),
+                        "torch": lambda x: torch.log_softmax(x, -1)},
+        "layer_norm": {"reducekit": lambda x: ops.layer_norm(x, [x.shape[-1]], *wb(x), eps),
+                       "seed-triton": lambda x: seed.layer_norm(x, *wb(x), eps),
+                       "torch": lambda x: torch.nn.functional.layer_norm(x, [x.shape[-1]], *wb(x), eps)},
+        "rms_norm": {"reducekit": lambda x: ops.rms_norm(x, [x.shape[-1]], wb(x)[0], eps),
+                     "torch": lambda x: torch.nn.functional.rms_norm(x, [x.shape[-1]], wb(x)[0], eps)},
+        "sum_col": {"reducekit": lambda x: ops.sum(x, [0], False), "torch": lambda x: torch.sum(x, 0)},
+    }[args.op]
     for dtype in args.dtypes.split(","):
         for shape in args.shapes.split(","):
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype))
             for impl in args.impls.split(","):
+                if impl not in fns:
+                    continue
                 fns[impl](x)  # compiles Triton outside the profiled launch count
                 torch.cuda.synchronize()
-                torch.cuda.nvtx.range_push(f"{impl} {dtype} {shape}")
+                torch.cuda.nvtx.range_push(f"{impl} {args.op} {dtype} {shape}")
                 fns[impl](x)
                 torch.cuda.nvtx.range_pop()
                 torch.cuda.synchronize()
-                print(f"ran {impl} {dtype} {shape}", flush=True)
+                print(f"ran {impl} {args.op} {dtype} {shape}", flush=True)
 
 
 if __name__ == "__main__":
