@@ -195,16 +195,17 @@ class SoftmaxGpu : public ::testing::Test {
   void SetUp() override { REDUCEKIT_REQUIRE_GPU(); }
 };
 
-#define REDUCEKIT_SWEEP_TEST(NAME, OP)                           \
-  TEST_F(SoftmaxGpu, NAME##Float32) { sweep<float>(OP); }         \
-  TEST_F(SoftmaxGpu, NAME##Float16) { sweep<__half>(OP); }        \
-  TEST_F(SoftmaxGpu, NAME##BFloat16) { sweep<__nv_bfloat16>(OP); } \
-  TEST_F(SoftmaxGpu, NAME##Float64) { sweep<double>(OP); }
+// One test per dtype: NAME##Float32 runs SWEEP<float>(OP), and so on.
+#define REDUCEKIT_DTYPE_TESTS(NAME, SWEEP, OP)                     \
+  TEST_F(SoftmaxGpu, NAME##Float32) { SWEEP<float>(OP); }          \
+  TEST_F(SoftmaxGpu, NAME##Float16) { SWEEP<__half>(OP); }         \
+  TEST_F(SoftmaxGpu, NAME##BFloat16) { SWEEP<__nv_bfloat16>(OP); } \
+  TEST_F(SoftmaxGpu, NAME##Float64) { SWEEP<double>(OP); }
 
-REDUCEKIT_SWEEP_TEST(Softmax, Op::kSoftmax)
-REDUCEKIT_SWEEP_TEST(LogSoftmax, Op::kLogSoftmax)
-REDUCEKIT_SWEEP_TEST(SoftmaxBackward, Op::kSoftmaxBackward)
-REDUCEKIT_SWEEP_TEST(LogSoftmaxBackward, Op::kLogSoftmaxBackward)
+REDUCEKIT_DTYPE_TESTS(Softmax, sweep, Op::kSoftmax)
+REDUCEKIT_DTYPE_TESTS(LogSoftmax, sweep, Op::kLogSoftmax)
+REDUCEKIT_DTYPE_TESTS(SoftmaxBackward, sweep, Op::kSoftmaxBackward)
+REDUCEKIT_DTYPE_TESTS(LogSoftmaxBackward, sweep, Op::kLogSoftmaxBackward)
 
 // 16-bit rows that fit one CTA run on looping CTAs with the next rows streaming into shared
 // memory; the sweep's few rows give each CTA one row, so here rows outnumber resident CTAs.
@@ -242,14 +243,8 @@ template <typename T> void split_sweep(Op op) {
   check_against_oracle<T>(op, {2, prime, prime, 0}, "randn", 34, true);               // N not a multiple of a chunk
 }
 
-#define REDUCEKIT_SPLIT_TEST(NAME, OP)                                    \
-  TEST_F(SoftmaxGpu, NAME##SplitFloat32) { split_sweep<float>(OP); }         \
-  TEST_F(SoftmaxGpu, NAME##SplitFloat16) { split_sweep<__half>(OP); }        \
-  TEST_F(SoftmaxGpu, NAME##SplitBFloat16) { split_sweep<__nv_bfloat16>(OP); } \
-  TEST_F(SoftmaxGpu, NAME##SplitFloat64) { split_sweep<double>(OP); }
-
-REDUCEKIT_SPLIT_TEST(Softmax, Op::kSoftmax)
-REDUCEKIT_SPLIT_TEST(LogSoftmax, Op::kLogSoftmax)
+REDUCEKIT_DTYPE_TESTS(SoftmaxSplit, split_sweep, Op::kSoftmax)
+REDUCEKIT_DTYPE_TESTS(LogSoftmaxSplit, split_sweep, Op::kLogSoftmax)
 
 // Items outnumber the grid several times over, so CTAs loop and rows straddle the grid's rounds
 // (float64: 128 chunks a row on 132 CTAs; float32 9 x 64 chunks; bfloat16 20 x 32 chunks;
