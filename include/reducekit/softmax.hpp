@@ -8,8 +8,9 @@
 //
 // Workspace (forward ops). 16-bit rows longer than one cluster of CTAs holds in registers
 // (about 2^20 elements on an H200) run fastest split into chunks over a cooperative grid, which
-// needs a small workspace (float32 and float64 rows never do: they ran faster unsplit): softmax_requirements() says how many bytes, and how many of them (the
-// per-row arrival counters, a prefix or Workspace::tickets) must be zero on entry; every call
+// needs a small workspace (float32 and float64 rows never do: they ran faster unsplit):
+// softmax_requirements() says how many bytes, and how many of them (the per-row arrival
+// counters, a prefix or Workspace::tickets) must be zero on entry; every call
 // leaves them zero again, so one zeroed counter buffer per stream serves every later call on
 // it (reducekit/workspace.hpp). Without a workspace (the overloads without one, or a
 // Workspace{} with neither data nor tickets), or where the device cannot launch a cooperative

@@ -96,6 +96,12 @@ Status check_region(const void* data, std::size_t have, std::size_t need, const 
 }
 }  // namespace
 
+WorkspaceRegions workspace_regions(const Workspace& ws, std::size_t zeroed_bytes) {
+  if (ws.tickets != nullptr && zeroed_bytes > 0) return {ws.tickets, ws.data};
+  auto* base = static_cast<unsigned char*>(ws.data);
+  return {base, base != nullptr ? base + zeroed_bytes : nullptr};
+}
+
 Status check_workspace(const Workspace& ws, std::size_t bytes, std::size_t zeroed_bytes) {
   if (bytes == 0) return Status::ok();
   if (ws.tickets == nullptr || zeroed_bytes == 0) return check_region(ws.data, ws.bytes, bytes, "bytes");

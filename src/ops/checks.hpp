@@ -24,4 +24,12 @@ Status check_no_partial_overlap(const TensorView& out, const char* out_name, con
 // in Workspace::tickets; 16-byte aligned. Errors name "workspace".
 Status check_workspace(const Workspace& ws, std::size_t bytes, std::size_t zeroed_bytes);
 
+// Where a workspace that check_workspace accepted keeps its zeroed prefix (tickets, counters)
+// and the rest: apart when Workspace::tickets is given, else one block, zeroed bytes first.
+struct WorkspaceRegions {
+  void* zeroed = nullptr;
+  void* rest = nullptr;
+};
+WorkspaceRegions workspace_regions(const Workspace& ws, std::size_t zeroed_bytes);
+
 }  // namespace reducekit

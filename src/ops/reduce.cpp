@@ -148,10 +148,6 @@ Status check_disjoint(const TensorView& out, const char* out_name, const TensorV
   return Status::ok();
 }
 
-Status check_workspace(Workspace ws, const ReduceConfig& c) {
-  return reducekit::check_workspace(ws, c.workspace_bytes, c.zeroed_bytes);
-}
-
 bool aligned_for(const TensorView& x, const ReductionPlan& p, int vec) {
   if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0) return false;
   if (p.outer > 1 && p.outer_stride % vec != 0) return false;
@@ -238,7 +234,7 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
                                " cannot read this layout in place; reduce a contiguous copy permuted as "
                                "ReduceRequirements::permutation says");
   const ReduceConfig& c = prep.config;
-  REDUCEKIT_RETURN_IF_ERROR(check_workspace(workspace, c));
+  REDUCEKIT_RETURN_IF_ERROR(check_workspace(workspace, c.workspace_bytes, c.zeroed_bytes));
 
   ReduceLaunch l;
   l.config = c;
@@ -263,13 +259,10 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
   a.chunks = c.chunks;
   a.tiles = c.tiles;
   a.parts = c.parts;
-  if (c.workspace_bytes > 0 && workspace.tickets != nullptr && c.zeroed_bytes > 0) {
-    a.tickets = static_cast<unsigned*>(workspace.tickets);
-    a.partials = workspace.data;
-  } else if (c.workspace_bytes > 0) {
-    auto* base = static_cast<unsigned char*>(workspace.data);
-    a.tickets = reinterpret_cast<unsigned*>(base);
-    a.partials = base + c.zeroed_bytes;
+  if (c.workspace_bytes > 0) {
+    const WorkspaceRegions regions = workspace_regions(workspace, c.zeroed_bytes);
+    a.tickets = static_cast<unsigned*>(regions.zeroed);
+    a.partials = regions.rest;
   }
   return launch(op, l, stream);
 }

@@ -137,10 +137,9 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
     const RowSplitWorkspace need = row_split_workspace(config, rows, detail::stat_bytes<OpFor>(t.in[0].dtype));
     REDUCEKIT_RETURN_IF_ERROR(check_workspace(*workspace, need.bytes, need.zeroed_bytes));
     if (need.bytes > 0) {
-      const bool apart = workspace->tickets != nullptr;
-      auto* base = static_cast<unsigned char*>(workspace->data);
-      split.counters = static_cast<unsigned*>(apart ? workspace->tickets : workspace->data);
-      split.partials = apart ? workspace->data : base + need.zeroed_bytes;
+      const WorkspaceRegions regions = workspace_regions(*workspace, need.zeroed_bytes);
+      split.counters = static_cast<unsigned*>(regions.zeroed);
+      split.partials = regions.rest;
     }
   }
 

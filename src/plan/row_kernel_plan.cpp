@@ -49,7 +49,9 @@ RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const R
 // stream kernel: a CTA may only wait for chunks whose CTAs are running.
 RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowSplitConfig s;
-  if (elem_bytes > limits.split_max_elem_bytes || limits.sm_count <= 0 || limits.split_chunk_tiles < 1 || limits.split_ring < 2) return s;
+  if (elem_bytes > limits.split_max_elem_bytes || limits.sm_count <= 0 || limits.split_chunk_tiles < 1 ||
+      limits.split_ring < 2)
+    return s;
   const std::size_t tile_bytes = std::size_t(kRowSplitThreads) * kRowSplitVpt * 16 * inputs;
   const int ring = limits.split_ring;
   int chunk_tiles = limits.split_chunk_tiles;

@@ -58,7 +58,7 @@ struct RowKernelLimits {
 };
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
-// > 1) are cut into `chunks` chunks of chunk_elems() elements (a function of the row length and
+// > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and
 // dtype only, so results stay batch-invariant). Chunk j of row r is work item r * chunks + j;
 // a cooperative grid of `grid` CTAs (at most the resident CTAs) takes items blockIdx.x,
 // + gridDim.x, ...; chunks <= grid keeps it deadlock-free (row_split.cuh). Each CTA keeps

@@ -39,6 +39,13 @@ class DeviceBuffer {
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
     if (cudaMalloc(&ptr_, bytes ? bytes : 1) != cudaSuccess) ptr_ = nullptr;
   }
+  // A copy of `host` on the device (null, like a failed allocation, if the copy fails).
+  template <typename T> explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
+    if (ptr_ != nullptr && cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice) != cudaSuccess) {
+      cudaFree(ptr_);
+      ptr_ = nullptr;
+    }
+  }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;

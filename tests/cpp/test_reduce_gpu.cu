@@ -553,9 +553,7 @@ TEST_F(ReduceGpu, LargeMeanVarianceIsAccurate) {
   for (const Case& c : {rows(8, 100003, "large_mean"), columns(4099, 40, "large_mean"), everything({1 << 21}, "large_mean")}) {
     SCOPED_TRACE(describe(c));
     const std::vector<double> logical = make_logical<float>(reference::numel(c.layout.shape), c.values, 9);
-    const std::vector<float> image = physical_image<float>(logical, c.layout);
-    DeviceBuffer buf(image.size() * 4);
-    REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+    const DeviceBuffer buf(physical_image<float>(logical, c.layout));
     const Result got = run_on_device<float>(ReduceOp::kVar, device_view(buf.get(), DType::kFloat32, c.layout),
                                             dim_list(c), false, 1.0);
     ASSERT_TRUE(got.status.is_ok()) << got.status.message();
@@ -600,9 +598,7 @@ TEST_F(ReduceGpu, RowsAreDeterministicAndBatchInvariant) {
     SCOPED_TRACE(testing::Message() << "rows of " << n);
     const std::vector<double> logical = make_logical<float>(m * n, "randn", 3);
     const Layout l{{m, n}};
-    const std::vector<float> image = physical_image<float>(logical, l);
-    DeviceBuffer buf(image.size() * 4);
-    REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+    const DeviceBuffer buf(physical_image<float>(logical, l));
     const int64_t dim = -1;
     for (ReduceOp op : kInvarianceOps) {
       SCOPED_TRACE(reduce_op_name(op));
@@ -627,9 +623,7 @@ TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
   const int64_t k = 2600, n = 20000;
   const std::vector<double> logical = make_logical<float>(k * n, "randn", 4);
   const Layout l{{k, n}};
-  const std::vector<float> image = physical_image<float>(logical, l);
-  DeviceBuffer buf(image.size() * 4);
-  REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+  const DeviceBuffer buf(physical_image<float>(logical, l));
   const int64_t dim = 0;
   for (ReduceOp op : kInvarianceOps) {
     SCOPED_TRACE(reduce_op_name(op));
@@ -654,9 +648,7 @@ TEST_F(ReduceGpu, ColumnsAreBatchInvariantAcrossEveryWorkSplit) {
   const int64_t outer = 520, k = 2100, n = 32;
   const std::vector<double> logical = make_logical<float>(outer * k * n, "randn", 6);
   const Layout l{{outer, k, n}};
-  const std::vector<float> image = physical_image<float>(logical, l);
-  DeviceBuffer buf(image.size() * 4);
-  REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+  const DeviceBuffer buf(physical_image<float>(logical, l));
   const int64_t dim = 1;
   for (ReduceOp op : kInvarianceOps) {
     SCOPED_TRACE(reduce_op_name(op));
@@ -684,9 +676,7 @@ TEST_F(ReduceGpu, TicketsApartFromTheWorkspace) {
   for (const Case& c : {columns(4099, 5), rows(3, 100003), everything({(1 << 20) + 3})}) {
     SCOPED_TRACE(describe(c));
     const std::vector<double> logical = make_logical<float>(reference::numel(c.layout.shape), "randn", 5);
-    const std::vector<float> image = physical_image<float>(logical, c.layout);
-    DeviceBuffer buf(image.size() * 4);
-    REDUCEKIT_CUDA_OK(cudaMemcpy(buf.get(), image.data(), image.size() * 4, cudaMemcpyHostToDevice));
+    const DeviceBuffer buf(physical_image<float>(logical, c.layout));
     const TensorView x = device_view(buf.get(), DType::kFloat32, c.layout);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kVarMean, ReduceOp::kArgmax}) {
       SCOPED_TRACE(reduce_op_name(op));
