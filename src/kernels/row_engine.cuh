@@ -75,9 +75,12 @@ constexpr int kMaxBlockThreads = 512;
 // Plain block-kernel tiles of up to 32 values a thread fit in 64 registers. Held there, two
 // 512-thread CTAs (or four of 256) stay resident per SM, and a row's loads need that many in
 // flight; left free, the compiler spends 80-90 registers on them and halves the resident CTAs
-// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). Ops with per-column parameters (the
-// _ext kernels) need more and would spill; ring kernels are bounded by shared memory instead.
-template <int kValues> constexpr int kRowMinCtas = kValues <= 32 ? 2 : 1;
+// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). Tiles of up to 16 values are held to
+// 32 registers, four 512-thread CTAs an SM: seed Triton runs bf16 softmax 4096x8192 that way
+// (ncu, run 17b: 512 threads x 32 registers, full occupancy, 25% faster than our 256 x 32
+// values at 64 registers). Ops with per-column parameters (the _ext kernels) need more and
+// would spill; ring kernels are bounded by shared memory instead.
+template <int kValues> constexpr int kRowMinCtas = kValues <= 16 ? 4 : kValues <= 32 ? 2 : 1;
 
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
