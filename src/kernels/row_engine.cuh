@@ -436,19 +436,21 @@ template <int LANES> struct LaneGroup {
     return group_reduce<P, LANES>(s);
   }
 };
-template <class Op> struct BlockGroup {
+// kCluster: the row spans a cluster of CTAs. One-CTA rows are compiled without the cluster
+// reduction: its code alone pushed the 64-value layer_norm tile into spills (ptxas: 84 bytes of
+// spill stores with it, 4 without; ncu, run 17b: 336 spill requests a row at 4096x32768).
+template <class Op, bool kCluster> struct BlockGroup {
   typename Op::Stat* slots;
   typename Op::Stat* cluster_slot;
-  int cluster_size;
   bool two_phase_rows;  // RowArgs::two_phase
   // A cluster-wide reduction costs a round trip through distributed shared memory and two
   // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
   // of two plain ones (run 13: 5-11% slower at 256x262144 with two).
-  __device__ __forceinline__ bool two_phase() const { return two_phase_rows && cluster_size == 1; }
+  __device__ __forceinline__ bool two_phase() const { return two_phase_rows && !kCluster; }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
     s = block_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
-    if (cluster_size > 1) s = cluster_reduce<P>(s, reinterpret_cast<typename P::Stat*>(cluster_slot));
+    if constexpr (kCluster) s = cluster_reduce<P>(s, reinterpret_cast<typename P::Stat*>(cluster_slot));
     return s;
   }
 };
@@ -507,7 +509,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
   auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
 
   const RowPlace at = row_place();
-  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
+  const int step = at.step, me = at.me;
   const int threads = blockDim.x;
   const int slot_stride = NIN * VPT * threads;
   const int cols = args.cols;
@@ -533,7 +535,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
     fetch(row + kRing * row_step, slot);
 
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, cols, tile.values,
-                                                      BlockGroup<Op>{slots, cluster_slot, cluster_size, args.two_phase}, me == 0);
+                                                      BlockGroup<Op, false>{slots, cluster_slot, args.two_phase}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, local, extra);
@@ -556,8 +558,8 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_ring_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
 }
 
-// One CTA (or cluster) per row, the row read once into registers and written from there.
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
+// One CTA (or cluster: kCluster) per row, the row read once into registers and written from there.
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
   constexpr int NIN = Op::kInputs;
@@ -570,7 +572,7 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, args.cols, me, step);
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                      BlockGroup<Op>{slots, cluster_slot, at.cluster_size, args.two_phase}, me == 0);
+                                                      BlockGroup<Op, kCluster>{slots, cluster_slot, args.two_phase}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
@@ -641,20 +643,20 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   }
 }
 
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinCtas<VEC * VPT * Op::kInputs>)
 row_block_kernel(RowArgs<T, Op::kInputs> args) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot);
+  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kCluster>(args, NoRowExtra{}, slots, &cluster_slot);
 }
 
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlockThreads)
 row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
+  row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>

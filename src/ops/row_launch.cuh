@@ -89,10 +89,10 @@ auto pick_warp_kernel(int lanes, int vpt) {
 }
 
 // Kernel families with a VPT (vectors per thread) parameter, for pick_tile.
-template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct BlockKernels {
+template <typename T, class Op, int VEC, bool kAligned, bool kCluster, class... Extra> struct BlockKernels {
   template <int VPT> static auto get() {
-    if constexpr (sizeof...(Extra) == 0) return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned>;
-    else return kernels::row_block_kernel_ext<T, Op, VEC, VPT, kAligned>;
+    if constexpr (sizeof...(Extra) == 0) return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned, kCluster>;
+    else return kernels::row_block_kernel_ext<T, Op, VEC, VPT, kAligned, kCluster>;
   }
 };
 template <typename T, class Op, int VEC, int VPT, bool kAligned, class... Extra> auto stream_kernel() {
@@ -214,6 +214,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {
+      if (c.cluster > 1) return Status::unsupported("row plan: ring rows are one-CTA rows");
       // As many CTAs as stay resident; each loops over its rows.
       auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
       REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_ring_kernel"));
@@ -230,7 +231,8 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, Extra...>();
     return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
   }
-  auto kernel = pick_tile<BlockKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
+  auto kernel = c.cluster > 1 ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kMaxVpt>(c.vpt)
+                               : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kMaxVpt>(c.vpt);
   return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);
 }
 
