@@ -61,6 +61,7 @@ inline FusedNormBackwardLayout plan_fused_norm_backward(int64_t cols, int elem_b
     l.vpt = pow2_ceil(per_thread);
   } else {
     l.vpt = max_vpt;
+    l.threads = kFusedMaxThreads;  // the cluster below counts 512-thread CTAs (reached with a tile cap only)
     const int64_t cluster = ceil_div(vectors, int64_t(kFusedMaxThreads) * max_vpt);
     if (cluster > kFusedMaxCluster) return l;
     l.cluster = static_cast<int>(cluster);

@@ -65,6 +65,7 @@ TEST(NormBackwardPlan, BenchmarkShapes) {
       {32768, 2, 2, 512, 2, 4, "bfloat16 32768: 4 CTAs"},
       {8192, 4, 2, 512, 2, 2, "a smaller tile cap (tuning) moves float32 8192 to two CTAs of 512 x 2"},
       {8192, 4, 3, 512, 2, 2, "caps round down to a power of two"},
+      {2045, 8, 1, 512, 1, 2, "a tile cap that forces a cluster counts 512-thread CTAs (was 2 x 256, too few)"},
   };
   for (const Case& c : cases) {
     const FusedNormBackwardLayout l = plan_fused_norm_backward(c.n, c.elem, c.max_vpt);
