@@ -1,8 +1,9 @@
-// layer_norm and rms_norm backward. Rows that fit the fused kernel (norm_backward_plan.hpp:
-// 128-thread CTAs up to 8-CTA clusters) take one pass over x and dy for dx and the dweight/dbias
-// partials (kernels/norm_backward_fused.cuh), then a small kernel sums the partial rows. Shorter
-// and longer rows keep the two-kernel path: dx through the row engine, dweight/dbias through the
-// two-stage column kernels of norm_ops.cuh (a second read of x and dy).
+// layer_norm and rms_norm backward. Rows that fit the fused kernels (norm_backward_plan.hpp:
+// several short rows a CTA, then one row a CTA up to 8-CTA clusters) take one pass over x and
+// dy for dx and the dweight/dbias partials (kernels/norm_backward_fused.cuh), then a small
+// kernel sums the partial rows. Longer rows keep the two-kernel path: dx through the row
+// engine, dweight/dbias through the two-stage column kernels of norm_ops.cuh (a second read of
+// x and dy).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -62,6 +63,32 @@ template <typename T, class F> Status with_vpt(int vpt, F&& f) {
   return Status::unsupported("norm backward: no fused kernel for " + std::to_string(vpt) + " vectors a thread");
 }
 
+// f(kernel, tail...) for the fused kernel a layout launches, kLayer and kAligned given; tail:
+// the arguments that kernel takes after (args, extra, partial). One-row layouts: the vpt's
+// norm_backward_fused_kernel; row lanes: norm_backward_rows_kernel for min(S, 32) lanes.
+template <typename T, bool kLayer, bool kAligned, class F>
+Status with_fused_kernel(const FusedNormBackwardLayout& l, F&& f) {
+  if (l.rows_per_cta == 1)
+    return with_vpt<T>(l.vpt, [&](auto vpt) {
+      return f(kernels::norm_backward_fused_kernel<T, kLayer, decltype(vpt)::value, kAligned>);
+    });
+  constexpr int VPT = fused_row_lane_vpt(sizeof(T));
+  if (l.vpt != VPT || l.cluster != 1)
+    return Status::unsupported("norm backward: no row-lane kernel for " + std::to_string(l.vpt) + " vectors a thread");
+  auto lanes = [&](auto n) {
+    return f(kernels::norm_backward_rows_kernel<T, kLayer, VPT, decltype(n)::value, kAligned>, l.row_threads);
+  };
+  switch (std::min(l.row_threads, 32)) {
+    case 4: return lanes(std::integral_constant<int, 4>{});
+    case 8: return lanes(std::integral_constant<int, 8>{});
+    case 16: return lanes(std::integral_constant<int, 16>{});
+    case 32:
+      if (l.row_threads % 32 == 0) return lanes(std::integral_constant<int, 32>{});
+  }
+  return Status::unsupported("norm backward: no row-lane kernel for " + std::to_string(l.row_threads) +
+                             " threads a row");
+}
+
 template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNormBackwardLayout& l, int sms,
                                                   int64_t* groups) {
   const std::size_t smem = kernels::fused_ring_bytes(l.threads, l.vpt);
@@ -81,42 +108,39 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
   return Status::ok();
 }
 
-// Groups that stay resident at once on the current device (each loops over its rows), cached:
-// the fewest over every instantiation a call may pick (layer/rms, aligned/unaligned), so G, and
-// with it the order dweight is summed in, is the same whichever kernel runs, and the workspace
-// (sized without knowing which) fits every one. Never from timing; the row count enters only
-// as min(G, rows) (fused_groups).
+// Groups (CTAs or clusters) that stay resident at once on the current device (each loops over
+// its rows), cached: the fewest over every instantiation a call may pick (layer/rms,
+// aligned/unaligned), so G, and with it the order dweight is summed in, is the same whichever
+// kernel runs, and the workspace (sized without knowing which) fits every one. Never from
+// timing; the row count enters only as min(G, ceil(rows / R)) (fused_groups). Each group writes
+// one partial row, whatever its R.
 template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout& l, int64_t* groups) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int, int>, int64_t> cache;
+  static std::map<std::tuple<int, int, int, int, int, int>, int64_t> cache;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return detail::launch_status("device query");
-  const auto key = std::make_tuple(device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.cluster);
+  const auto key = std::make_tuple(device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.cluster, l.row_threads);
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) {
     *groups = it->second;
     return Status::ok();
   }
-  int64_t fewest = 0;
-  REDUCEKIT_RETURN_IF_ERROR(with_vpt<T>(l.vpt, [&](auto vpt) -> Status {
-    constexpr int VPT = decltype(vpt)::value;
-    int64_t g[4] = {};
-    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, true, VPT, true>, l, sms, &g[0]));
-    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, true, VPT, false>, l, sms, &g[1]));
-    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, false, VPT, true>, l, sms, &g[2]));
-    REDUCEKIT_RETURN_IF_ERROR(fused_kernel_groups(kernels::norm_backward_fused_kernel<T, false, VPT, false>, l, sms, &g[3]));
-    fewest = *std::min_element(g, g + 4);
-    return Status::ok();
-  }));
-  *groups = cache[key] = fewest;
+  int64_t g[4] = {};
+  int i = 0;
+  auto count = [&](auto kernel, auto...) { return fused_kernel_groups(kernel, l, sms, &g[i++]); };
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, true>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, false>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, true>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, false>(l, count)));
+  *groups = cache[key] = *std::min_element(g, g + 4);
   return Status::ok();
 }
 
 template <typename T> Status fused_groups(const FusedNormBackwardLayout& l, int64_t rows, int64_t* groups) {
   REDUCEKIT_RETURN_IF_ERROR(fused_resident_groups<T>(l, groups));
-  *groups = std::min(*groups, rows);
+  *groups = std::min(*groups, (rows + l.rows_per_cta - 1) / l.rows_per_cta);
   return Status::ok();
 }
 
@@ -130,7 +154,8 @@ Status fused_groups_for(DType x, const FusedNormBackwardLayout& l, int64_t rows,
   }
 }
 
-// Workspace of a call computing dweight/dbias: the fused path's [2][G][cols] partial rows, or
+// Workspace of a call computing dweight/dbias: the fused path's [2][G][cols] partial rows (one a
+// group, R rows a CTA or not), or
 // the two-kernel path's [2][blocks][cols].
 Status param_grad_bytes(int64_t rows, int64_t cols, DType x, std::size_t* bytes) {
   *bytes = 0;
@@ -201,7 +226,7 @@ Status launch_param_grads(const BackwardCall& c, const RowwisePlan& px, const Ro
 }
 
 
-template <typename T, bool kLayer, int VPT, bool kAligned>
+template <typename T, bool kLayer, bool kAligned>
 Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::NormExtra<T>& extra,
                            kernels::acc_t<T>* partial, const FusedNormBackwardLayout& l, int64_t groups,
                            cudaStream_t stream) {
@@ -209,8 +234,11 @@ Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::No
   config.threads = l.threads;
   config.cluster = l.cluster;
   config.smem_bytes = kernels::fused_ring_bytes(l.threads, l.vpt);
-  return detail::launch_blocks(kernels::norm_backward_fused_kernel<T, kLayer, VPT, kAligned>, groups * l.cluster,
-                               config, stream, "norm_backward_fused_kernel", args, extra, partial);
+  return with_fused_kernel<T, kLayer, kAligned>(l, [&](auto kernel, auto... tail) {
+    return detail::launch_blocks(kernel, groups * l.cluster, config, stream,
+                                 l.rows_per_cta > 1 ? "norm_backward_rows_kernel" : "norm_backward_fused_kernel", args,
+                                 extra, partial, tail...);
+  });
 }
 
 // One pass for dx and the partial rows, then their sum. Either output group may be absent.
@@ -229,11 +257,8 @@ Status launch_fused_backward(const BackwardCall& c, const RowwisePlan (&plans)[3
   extra.saved_rstd = static_cast<const Acc*>(c.rstd->data);
   const bool want_params = c.dweight != nullptr || c.dbias != nullptr;
   Acc* partial = want_params ? static_cast<Acc*>(c.workspace.data) : nullptr;
-  REDUCEKIT_RETURN_IF_ERROR(with_vpt<T>(l.vpt, [&](auto vpt) {
-    constexpr int VPT = decltype(vpt)::value;
-    return aligned ? launch_fused_kernel<T, kLayer, VPT, true>(args, extra, partial, l, groups, stream)
-                   : launch_fused_kernel<T, kLayer, VPT, false>(args, extra, partial, l, groups, stream);
-  }));
+  REDUCEKIT_RETURN_IF_ERROR((aligned ? launch_fused_kernel<T, kLayer, true>(args, extra, partial, l, groups, stream)
+                                     : launch_fused_kernel<T, kLayer, false>(args, extra, partial, l, groups, stream)));
   if (!want_params) return Status::ok();
   const TensorView* p = c.dweight != nullptr ? c.dweight : c.dbias;
   if constexpr (sizeof(T) == 2) {  // only 16-bit x may have float32 parameters

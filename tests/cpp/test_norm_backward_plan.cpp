@@ -1,52 +1,107 @@
 // Host tests for plan_fused_norm_backward: fused layouts cover their rows with instantiated tile
-// shapes inside the register budget, and the cutoffs to the two-kernel path sit where the
-// header says.
+// shapes inside the register budget, short rows share CTAs (row lanes) in the shapes the
+// kernels exist for, and the cutoffs to the two-kernel path sit where the header says.
 #include <gtest/gtest.h>
+
+#include <type_traits>
 
 #include "ops/norm_backward_plan.hpp"
 
 namespace reducekit {
 namespace {
 
+// The layout is a function of (row length, element size, tile cap) alone: no row count can
+// enter it, so dx is batch-invariant by construction.
+static_assert(std::is_same_v<decltype(&plan_fused_norm_backward), FusedNormBackwardLayout (*)(int64_t, int, int)>,
+              "the fused backward layout must not depend on the row count");
+
+bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// The invariants every fused layout must meet.
+void check_layout(const FusedNormBackwardLayout& l, int64_t n, int elem) {
+  EXPECT_EQ(l.vec, 16 / elem);
+  EXPECT_GE(l.capacity(), n);
+  EXPECT_TRUE(l.vpt == 1 || l.vpt == 2 || l.vpt == 4) << l.vpt;
+  EXPECT_LE(l.vpt * l.vec * (elem == 8 ? 2 : 1), kFusedTileWords) << "tile over the register budget";
+  EXPECT_EQ(l.threads, l.rows_per_cta * l.row_threads);
+  EXPECT_EQ(l.threads % 32, 0);
+  EXPECT_GE(l.threads, 32);
+  EXPECT_LE(l.threads, kFusedMaxThreads);
+  EXPECT_GE(l.cluster, 1);
+  EXPECT_LE(l.cluster, kFusedMaxCluster);
+  EXPECT_GE(l.rows_per_cta, 1);
+  if (l.rows_per_cta > 1) {
+    // Row lanes: kernels exist for S = 4, 8, 16 (part of a warp) and 32, 64, .. 256, at one tile.
+    EXPECT_EQ(l.cluster, 1);
+    EXPECT_TRUE(is_pow2(l.row_threads)) << l.row_threads;
+    EXPECT_GE(l.row_threads, kFusedMinRowThreads);
+    EXPECT_LE(l.row_threads, kFusedMaxRowThreads);
+    EXPECT_EQ(l.vpt, fused_row_lane_vpt(elem));
+    EXPECT_LE(l.threads * l.vpt, kFusedRowLaneVectors) << "ring over 64 KB";
+    // The fewest lanes that hold the row: half as many would not.
+    if (l.row_threads > kFusedMinRowThreads) EXPECT_LT(int64_t(l.row_threads / 2) * l.vpt * l.vec, n);
+  } else {
+    EXPECT_EQ(l.row_threads, l.threads);
+    // Every CTA of a cluster holds columns (rank r's first vector is r * threads).
+    EXPECT_GT(n, (l.cluster - 1) * int64_t(l.threads) * l.vec);
+  }
+}
+
+// Every row length from 1 to 2^18: fused up to the dtype's longest fused row with no gap, every
+// layout valid, and row lanes exactly for the rows that need at most 256 threads at 8 values a
+// thread (128 for float64).
+TEST(NormBackwardPlan, EveryRowLengthTo2Pow18) {
+  for (int elem : {2, 4, 8}) {
+    const int64_t longest_fused = elem == 8 ? 32768 : 65536;
+    const int64_t longest_lanes = elem == 8 ? 1024 : 2048;
+    int64_t failures = 0;
+    for (int64_t n = 1; n <= (int64_t(1) << 18) && failures < 5; ++n) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem);
+      const FusedNormBackwardLayout l = plan_fused_norm_backward(n, elem, fused_max_vpt(elem));
+      EXPECT_EQ(l.fused, n <= longest_fused);
+      if (l.fused) {
+        EXPECT_EQ(l.rows_per_cta > 1, n <= longest_lanes);
+        check_layout(l, n, elem);
+      }
+      failures += ::testing::Test::HasFailure() ? 1 : 0;
+    }
+  }
+}
+
 TEST(NormBackwardPlan, FusedLayoutsCoverTheirRows) {
   const int64_t lengths[] = {1,    31,   127,  128,  255,  256,  257,  511,   512,   513,   781,   1000,  1023,
                              1024, 2045, 2048, 4096, 4099, 8192, 8193, 12800, 16384, 32768, 40009, 65536, 65537,
                              100003, 131072, 262144, 1 << 20};
   for (int elem : {2, 4, 8}) {
-    for (int64_t n : lengths) {
-      SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem);
-      const FusedNormBackwardLayout l = plan_fused_norm_backward(n, elem, fused_max_vpt(elem));
-      if (!l.fused) continue;
-      EXPECT_EQ(l.vec, 16 / elem);
-      EXPECT_GE(l.capacity(), n);
-      EXPECT_TRUE(l.vpt == 1 || l.vpt == 2 || l.vpt == 4) << l.vpt;
-      EXPECT_LE(l.vpt * l.vec * (elem == 8 ? 2 : 1), kFusedTileWords) << "tile over the register budget";
-      EXPECT_EQ(l.threads % 32, 0);
-      EXPECT_GE(l.threads, 32);
-      EXPECT_LE(l.threads, kFusedMaxThreads);
-      EXPECT_GE(l.cluster, 1);
-      EXPECT_LE(l.cluster, kFusedMaxCluster);
-      // Every CTA of a cluster holds columns (rank r's first vector is r * threads).
-      EXPECT_GT(n, (l.cluster - 1) * int64_t(l.threads) * l.vec);
+    for (int max_vpt : {1, 2, 4}) {
+      for (int64_t n : lengths) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " max_vpt=" << max_vpt);
+        const FusedNormBackwardLayout l = plan_fused_norm_backward(n, elem, max_vpt);
+        if (l.fused) check_layout(l, n, elem);
+      }
     }
   }
 }
 
 TEST(NormBackwardPlan, Cutoffs) {
-  // Short rows (fewer than 128 vectors) stay with the row engine's warp rows; long rows fuse up to
-  // 8 CTAs of 512 threads x 16 accumulation words.
+  // Short rows share CTAs (row lanes) up to 256 threads a row (float64: 128); longer rows take a
+  // CTA each, then clusters of up to 8 CTAs of 512 threads x 16 accumulation words.
   struct Case {
     int64_t n;
     int elem;
     bool fused;
+    int rows_per_cta;
   };
-  const Case cases[] = {{508, 4, false},   {509, 4, true},   {1016, 2, false},  {1017, 2, true},
-                        {254, 8, false},   {255, 8, true},   {65536, 4, true},  {65537, 4, false},
-                        {65536, 2, true},  {65537, 2, false}, {32768, 8, true}, {32769, 8, false},
-                        {262144, 4, false}};
+  const Case cases[] = {{1, 2, true, 128},      {1, 4, true, 128},       {1, 8, true, 64},
+                        {2048, 2, true, 2},     {2049, 2, true, 1},      {2048, 4, true, 2},
+                        {2049, 4, true, 1},     {1024, 8, true, 2},      {1025, 8, true, 1},
+                        {65536, 4, true, 1},    {65537, 4, false, 1},    {65536, 2, true, 1},
+                        {65537, 2, false, 1},   {32768, 8, true, 1},     {32769, 8, false, 1},
+                        {262144, 4, false, 1}};
   for (const Case& c : cases) {
-    EXPECT_EQ(plan_fused_norm_backward(c.n, c.elem, fused_max_vpt(c.elem)).fused, c.fused)
-        << "n=" << c.n << " elem=" << c.elem;
+    const FusedNormBackwardLayout l = plan_fused_norm_backward(c.n, c.elem, fused_max_vpt(c.elem));
+    EXPECT_EQ(l.fused, c.fused) << "n=" << c.n << " elem=" << c.elem;
+    EXPECT_EQ(l.rows_per_cta, c.rows_per_cta) << "n=" << c.n << " elem=" << c.elem;
   }
 }
 
@@ -54,24 +109,38 @@ TEST(NormBackwardPlan, BenchmarkShapes) {
   struct Case {
     int64_t n;
     int elem, max_vpt;
-    int threads, vpt, cluster;
+    int threads, vpt, cluster, rows_per_cta, row_threads;
     const char* why;
   };
   const Case cases[] = {
-      {4096, 4, 4, 512, 2, 1, "float32 4096: 512 threads x 2 vectors"},
-      {8192, 4, 4, 512, 4, 1, "float32 8192: 512 x 4"},
-      {12800, 4, 4, 416, 4, 2, "float32 12800: two CTAs of 416 x 4"},
-      {8192, 2, 2, 512, 2, 1, "bfloat16 8192: 512 threads x 2 vectors of 8"},
-      {32768, 2, 2, 512, 2, 4, "bfloat16 32768: 4 CTAs"},
-      {8192, 4, 2, 512, 2, 2, "a smaller tile cap (tuning) moves float32 8192 to two CTAs of 512 x 2"},
-      {8192, 4, 3, 512, 2, 2, "caps round down to a power of two"},
-      {2045, 8, 1, 512, 1, 2, "a tile cap that forces a cluster counts 512-thread CTAs (was 2 x 256, too few)"},
+      {128, 2, 2, 512, 1, 1, 32, 16, "bfloat16 128: 32 rows of 16 lanes x 8 values"},
+      {512, 2, 2, 512, 1, 1, 8, 64, "bfloat16 512: 8 rows of 2 warps"},
+      {1024, 2, 2, 512, 1, 1, 4, 128, "bfloat16 1024: 4 rows of 128 threads (one-row CTAs were 128 threads)"},
+      {2048, 2, 2, 512, 1, 1, 2, 256, "bfloat16 2048: 2 rows of 256 threads"},
+      {128, 4, 4, 512, 2, 1, 32, 16, "float32 128: 32 rows of 16 lanes x 2 vectors"},
+      {512, 4, 4, 512, 2, 1, 8, 64, "float32 512: 8 rows of 64 x 2 vectors"},
+      {1024, 4, 4, 512, 2, 1, 4, 128, "float32 1024: 4 rows of 128 x 2"},
+      {2048, 4, 4, 512, 2, 1, 2, 256, "float32 2048: 2 rows of 256 x 2"},
+      {1024, 4, 1, 512, 2, 1, 4, 128, "the tile cap (tuning) leaves row lanes alone"},
+      {100, 8, 4, 256, 4, 1, 16, 16, "float64 100: 256-thread CTAs (4-vector tiles), 16 rows of 16"},
+      {33, 2, 2, 512, 1, 1, 64, 8, "bfloat16 33: 5 vectors on 8 lanes"},
+      {4096, 4, 4, 512, 2, 1, 1, 512, "float32 4096: 512 threads x 2 vectors"},
+      {8192, 4, 4, 512, 4, 1, 1, 512, "float32 8192: 512 x 4"},
+      {12800, 4, 4, 416, 4, 2, 1, 416, "float32 12800: two CTAs of 416 x 4"},
+      {8192, 2, 2, 512, 2, 1, 1, 512, "bfloat16 8192: 512 threads x 2 vectors of 8"},
+      {32768, 2, 2, 512, 2, 4, 1, 512, "bfloat16 32768: 4 CTAs"},
+      {8192, 4, 2, 512, 2, 2, 1, 512, "a smaller tile cap (tuning) moves float32 8192 to two CTAs of 512 x 2"},
+      {8192, 4, 3, 512, 2, 2, 1, 512, "caps round down to a power of two"},
+      {2045, 8, 1, 512, 1, 2, 1, 512, "a tile cap that forces a cluster counts 512-thread CTAs"},
   };
   for (const Case& c : cases) {
     const FusedNormBackwardLayout l = plan_fused_norm_backward(c.n, c.elem, c.max_vpt);
+    EXPECT_TRUE(l.fused) << c.why;
     EXPECT_EQ(l.threads, c.threads) << c.why;
     EXPECT_EQ(l.vpt, c.vpt) << c.why;
     EXPECT_EQ(l.cluster, c.cluster) << c.why;
+    EXPECT_EQ(l.rows_per_cta, c.rows_per_cta) << c.why;
+    EXPECT_EQ(l.row_threads, c.row_threads) << c.why;
   }
 }
 
