@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_test_util.cuh"
+#include "ops/norm_backward_plan.hpp"
 #include "reducekit/norm.hpp"
 #include "reference/reference.hpp"
 
@@ -399,7 +400,8 @@ TEST_F(NormGpu, DeterministicAndBatchInvariant) {
   }
 }
 
-// The fused backward (128-thread CTAs .. 8-CTA clusters) with more rows than resident groups, so
+// The fused backward (one-row CTAs .. 8-CTA clusters; float32 1024 and the single rows of 509
+// and 1017 run as row lanes, see BackwardRowLanes) with more rows than resident groups, so
 // every group loops over rows and the prefetch ring wraps; M = 1 (one group); N not a multiple
 // of the vector; sliced and unaligned rows. Against the oracle, and run twice (bitwise).
 TEST_F(NormGpu, BackwardFusedLoopsOverRows) {
@@ -409,13 +411,13 @@ TEST_F(NormGpu, BackwardFusedLoopsOverRows) {
   check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {1500, 4099, 4099 + 5, 3}, 504);
   check_backward<__half, __half>(Kind::kRms, true, {1200, 8192, 8192, 0}, 505);
   check_backward<double, double>(Kind::kLayer, true, {1100, 2045, 2045, 0}, 506);
-  for (int64_t cols : {509, 1017, 4096, 8192, 12800, 40009})
+  for (int64_t cols : {509, 1017, 2049, 4096, 8192, 12800, 40009})
     check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {1, cols, cols, 0}, 507);
 }
 
 // Bitwise: dx of a row alone equals dx of that row in the batch (batch invariance); dx with and
-// without dweight/dbias, dweight/dbias with and without dx, in-place dx (dx = dy), unaligned
-// rows and a second run all give the same bits.
+// without dweight/dbias, dweight/dbias with and without dx, dweight without dbias, in-place dx
+// (dx = dy), unaligned rows and a second run all give the same bits.
 template <typename T, typename P> void check_backward_bits(Kind kind, int64_t rows, int64_t cols) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const bool layer = kind == Kind::kLayer;
@@ -437,7 +439,8 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
     std::vector<P> dw, db;
   };
   // Rows [first, first + count) at element offset `shift` of fresh buffers.
-  auto run = [&](int64_t first, int64_t count, int64_t shift, bool want_dx, bool want_params, bool in_place) {
+  auto run = [&](int64_t first, int64_t count, int64_t shift, bool want_dx, bool want_params, bool in_place,
+                 bool want_db = true) {
     const int64_t n = count * cols;
     DeviceBuffer bx((n + shift) * sizeof(T)), bdy((n + shift) * sizeof(T)), bdx((n + shift) * sizeof(T)),
         bmean(count * sizeof(Acc)), brstd(count * sizeof(Acc)), bgw(cols * sizeof(P)), bgb(cols * sizeof(P));
@@ -465,7 +468,8 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
     DeviceBuffer ws(ws_bytes);
     const Workspace wsv{want_params ? ws.get() : nullptr, want_params ? ws_bytes : 0};
     const Status s = layer ? layer_norm_backward(dyv, xv, NormShape::of({cols}), mv, rv, &wv, want_dx ? &dxv : nullptr,
-                                                 want_params ? &gwv : nullptr, want_params ? &gbv : nullptr, wsv, nullptr)
+                                                 want_params ? &gwv : nullptr, want_params && want_db ? &gbv : nullptr,
+                                                 wsv, nullptr)
                            : rms_norm_backward(dyv, xv, NormShape::of({cols}), rv, &wv, want_dx ? &dxv : nullptr,
                                                want_params ? &gwv : nullptr, wsv, nullptr);
     EXPECT_TRUE(s.is_ok()) << s.message();
@@ -477,7 +481,7 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
     }
     if (want_params) {
       o.dw = download<P>(bgw, cols);
-      if (layer) o.db = download<P>(bgb, cols);
+      if (layer && want_db) o.db = download<P>(bgb, cols);
     }
     return o;
   };
@@ -496,6 +500,11 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
   const Out params_only = run(0, rows, 0, false, true, false);
   EXPECT_TRUE(same(params_only.dw, full.dw)) << "dweight without dx differs";
   EXPECT_TRUE(same(params_only.db, full.db)) << "dbias without dx differs";
+  if (layer) {
+    const Out no_db = run(0, rows, 0, true, true, false, false);
+    EXPECT_TRUE(same(no_db.dx, full.dx)) << "dx without dbias differs";
+    EXPECT_TRUE(same(no_db.dw, full.dw)) << "dweight without dbias differs";
+  }
   for (int64_t r : {int64_t(0), rows / 2 + 1, rows - 1}) {
     const Out alone = run(r, 1, 0, true, true, false);
     EXPECT_TRUE(std::equal(alone.dx.begin(), alone.dx.end(), full.dx.begin() + r * cols,
@@ -507,12 +516,69 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
 TEST_F(NormGpu, BackwardBitwiseAcrossBatchesPathsAndLayouts) {
   check_backward_bits<float, float>(Kind::kLayer, 1500, 4096);
   check_backward_bits<float, float>(Kind::kRms, 700, 12800);               // cluster of 2
-  check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 2000, 1024);     // 128-thread CTAs
+  check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 2000, 1024);     // 4 rows of 128 threads a CTA
   check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 700, 8192);
   check_backward_bits<__half, __half>(Kind::kRms, 900, 4099);
   check_backward_bits<double, double>(Kind::kLayer, 800, 4096);
   check_backward_bits<float, float>(Kind::kLayer, 8, 262144);              // two-kernel path
-  check_backward_bits<float, float>(Kind::kLayer, 300, 100);               // two-kernel path
+  check_backward_bits<float, float>(Kind::kLayer, 300, 100);               // 32 rows of 16 lanes a CTA
+}
+
+// Rows enough for every resident CTA of cols' layout to take at least two steps of R rows (so
+// the prefetch ring wraps), whatever the occupancy: kFusedMaxCtasPerSm CTAs an SM at most.
+int64_t rows_past_resident(int64_t cols, int elem_bytes) {
+  const FusedNormBackwardLayout l = plan_fused_norm_backward(cols, elem_bytes, fused_max_vpt(elem_bytes));
+  int device = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  return int64_t(kFusedMaxCtasPerSm) * sms * l.rows_per_cta * 2 + 3;
+}
+
+// Short rows on the row-lane kernels (R rows side by side a CTA, S = 4 .. 256 threads a row):
+// lengths covering every S (part of a vector, of a sub-group, of a warp), the ring wrapping,
+// sub-groups past the last row, sliced (aligned and unaligned) rows, with and without weight,
+// every dtype, layer and rms. Against the float64 oracle, run twice (bitwise).
+template <typename T, typename P> void row_lanes_sweep(Kind kind) {
+  uint32_t seed = 700;
+  for (int64_t cols : {1, 3, 33, 100, 200, 300, 513, 1000, 2045}) {
+    const int64_t rows = rows_past_resident(cols, sizeof(T));
+    const int64_t wide = (cols + 63) / 64 * 64 + 64;
+    check_backward<T, P>(kind, true, {rows, cols, cols, 0}, seed++);
+    check_backward<T, P>(kind, false, {rows / 3, cols, wide, 0}, seed++);
+    check_backward<T, P>(kind, true, {rows / 5, cols, cols + 3, 1}, seed++);
+    check_backward<T, P>(kind, true, {1, cols, cols, 0}, seed++);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST_F(NormGpu, BackwardRowLanesFloat32) {
+  row_lanes_sweep<float, float>(Kind::kLayer);
+  row_lanes_sweep<float, float>(Kind::kRms);
+}
+TEST_F(NormGpu, BackwardRowLanesBFloat16) {
+  row_lanes_sweep<__nv_bfloat16, float>(Kind::kLayer);
+  row_lanes_sweep<__nv_bfloat16, __nv_bfloat16>(Kind::kRms);
+}
+TEST_F(NormGpu, BackwardRowLanesFloat16) {
+  row_lanes_sweep<__half, __half>(Kind::kLayer);
+  row_lanes_sweep<__half, float>(Kind::kRms);
+}
+TEST_F(NormGpu, BackwardRowLanesFloat64) {
+  row_lanes_sweep<double, double>(Kind::kLayer);
+  row_lanes_sweep<double, double>(Kind::kRms);
+}
+
+// Row lanes, bitwise: a row alone vs the same row among 4096 (batch invariance of dx), two runs,
+// in-place and unaligned dx, dweight/dbias with and without dx (check_backward_bits), at every S.
+TEST_F(NormGpu, BackwardRowLanesBitwise) {
+  for (int64_t cols : {1, 3, 33, 100, 128, 200, 300, 512, 513, 1024, 2048}) {
+    check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 4096, cols);
+    check_backward_bits<float, float>(Kind::kRms, 4096, cols);
+    if (HasFailure()) return;
+  }
+  check_backward_bits<__half, __half>(Kind::kLayer, 4096, 100);
+  check_backward_bits<double, double>(Kind::kLayer, 4096, 1000);
+  check_backward_bits<double, double>(Kind::kRms, 4096, 7);
 }
 
 // Bad input: a Status naming the argument, nothing written.
