@@ -3,19 +3,18 @@
 // small second kernel adds the partial rows up in a fixed order. x and dy are read once, where
 // the two-kernel path (norm_ops.cuh) reads them twice.
 //
-// Thread-to-data layout (plan: ops/norm_backward_plan.hpp). G groups, each one CTA or a cluster
-// of C CTAs; group g takes rows g, g + G, g + 2G, ... Inside a row, thread t of the CTA with
-// cluster rank r owns vectors me, me + S, me + 2S, ... with me = r * T + t and S = T * C, as in
+// Thread-to-data layout (plan: ops/norm_backward_plan.hpp). G CTAs of T threads; CTA g takes
+// rows g, g + G, g + 2G, ... Inside a row, thread t owns vectors t, t + T, t + 2T, ..., as in
 // the row engine:
 //
-//   row g:       | t0 t1 .. tS-1 | t0 t1 .. tS-1 | ...     (slot 0, slot 1, ... of a tile)
-//   row g + G:   | t0 t1 .. tS-1 | t0 t1 .. tS-1 | ...     same columns, same threads
+//   row g:       | t0 t1 .. tT-1 | t0 t1 .. tT-1 | ...     (slot 0, slot 1, ... of a tile)
+//   row g + G:   | t0 t1 .. tT-1 | t0 t1 .. tT-1 | ...     same columns, same threads
 //
 // so a thread meets the same columns on every row, and its dweight/dbias partials stay in
 // registers from the first row to the last. (Short rows put several rows in one CTA instead:
-// norm_backward_rows_kernel, below.) At the end, group g writes partial row g
-// ([G, cols] for dweight, then [G, cols] for dbias); norm_param_grad_sum_kernel (norm_ops.cuh)
-// adds the G rows of each column in an order fixed by G. G depends on the row length, the dtype and the device
+// norm_backward_rows_kernel, below.) At the end, CTA g writes partial row g ([G, cols] for
+// dweight, then [G, cols] for dbias); norm_param_grad_sum_kernel (norm_ops.cuh) adds the G rows
+// of each column in an order fixed by G. G depends on the row length, the dtype and the device
 // (occupancy), and on the row count only through min(G, rows): no atomics, results are the
 // same bits from run to run.
 //
@@ -51,17 +50,14 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
   using Tile = RowTile<T, 2, VEC, VPT, kAligned>;
   constexpr int E = Tile::kElems;
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
   extern __shared__ __align__(16) unsigned char ring_bytes[];
   auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
 
-  const RowPlace at = row_place();
-  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
-  const int threads = blockDim.x;
+  const int threads = blockDim.x, step = threads, me = threadIdx.x;
   const int slot_stride = 2 * VPT * threads;
   const int cols = args.cols;
-  const int64_t groups = at.groups;
-  const int64_t group = at.first;
+  const int64_t groups = gridDim.x;
+  const int64_t group = blockIdx.x;
   const bool want_dx = args.out != nullptr;  // uniform: the branches below may hold barriers
   const bool want_params = partial != nullptr;
 
@@ -101,8 +97,7 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
     if (want_dx) {
       const RowSpan span{row, me, step, cols, kAligned};
       const typename Op::Stat mine = Op::fold(extra, span, tile.values);
-      typename Op::Stat stat = block_reduce<Op>(mine, slots);
-      if (cluster_size > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
+      const typename Op::Stat stat = block_reduce<Op>(mine, slots);
       const typename Op::Params p = Op::finalize(extra, span, stat);
       tile.template store<Op>(args.out + row * args.out_stride, nullptr, cols, me, step, Op::local(p, mine), extra);
     }

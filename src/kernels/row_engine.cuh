@@ -75,12 +75,19 @@ constexpr int kMaxBlockThreads = 512;
 // Plain block-kernel tiles of up to 32 values a thread fit in 64 registers. Held there, two
 // 512-thread CTAs (or four of 256) stay resident per SM, and a row's loads need that many in
 // flight; left free, the compiler spends 80-90 registers on them and halves the resident CTAs
-// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). Tiles of up to 16 values are held to
-// 32 registers, four 512-thread CTAs an SM: seed Triton runs bf16 softmax 4096x8192 that way
-// (ncu, run 17b: 512 threads x 32 registers, full occupancy, 25% faster than our 256 x 32
-// values at 64 registers). Ops with per-column parameters (the _ext kernels) need more and
-// would spill; ring kernels are bounded by shared memory instead.
-template <int kValues> constexpr int kRowMinCtas = kValues <= 16 ? 4 : kValues <= 32 ? 2 : 1;
+// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). Smaller tiles are not held to 32
+// registers (four 512-thread CTAs an SM): they spill there, and run 18 measured it slower (bf16
+// softmax 4096x8192 at 512 x 16 values: 2599 against 2958 GB/s at 256 x 32; ncu: 129 spill
+// requests a row); float32 4096x1024 (64 threads x 16 values, 80 bytes of spills) fell from
+// 2485 GB/s (run 17b) to 2005-2093 (runs 18-19).
+// Ops with per-column parameters (the _ext block kernels) need more and would spill.
+template <int kValues> constexpr int kRowMinCtas = kValues <= 32 ? 2 : 1;
+// Ring kernels (16-bit one-CTA rows looping over rows, the next ones in shared memory) of up to
+// 32 values a thread are held to 64 registers as well: left free, layer_norm's took 82-84 and
+// one 416-thread CTA an SM; held, 64 with a few spills, and run 19 measured layer_norm bf16
+// 4096x12800 1834 -> 2064 GB/s, rms_norm 3060 -> 3140. Larger ring tiles keep no bound (0
+// leaves it out; a bound of 1 changes ptxas's choices).
+template <int kValues> constexpr int kRingMinCtas = kValues <= 32 ? 2 : 0;
 
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
@@ -543,7 +550,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads)
+__global__ void __launch_bounds__(kMaxBlockThreads, kRingMinCtas<VEC * VPT * Op::kInputs>)
 row_ring_kernel(RowArgs<T, Op::kInputs> args) {
   __shared__ typename Op::Stat slots[33];  // the reduction slots (block_reduce, cluster_reduce)
   __shared__ typename Op::Stat cluster_slot;
@@ -551,7 +558,7 @@ row_ring_kernel(RowArgs<T, Op::kInputs> args) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads)
+__global__ void __launch_bounds__(kMaxBlockThreads, kRingMinCtas<VEC * VPT * Op::kInputs>)
 row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;

@@ -1,5 +1,5 @@
 // layer_norm and rms_norm backward. Rows that fit the fused kernels (norm_backward_plan.hpp:
-// several short rows a CTA, then one row a CTA up to 8-CTA clusters) take one pass over x and
+// several short rows a CTA, then one row a CTA) take one pass over x and
 // dy for dx and the dweight/dbias partials (kernels/norm_backward_fused.cuh), then a small
 // kernel sums the partial rows. Longer rows keep the two-kernel path: dx through the row
 // engine, dweight/dbias through the two-stage column kernels of norm_ops.cuh (a second read of
@@ -28,7 +28,7 @@ int64_t param_grad_rows_per_block(int64_t rows) {
   return per;
 }
 
-// ---- fused path: layout, and how many groups (CTAs or clusters) loop over the rows ----------
+// ---- fused path: layout, and how many CTAs loop over the rows ---------------------------------
 
 // Tuning knobs for benchmark sweeps only (read once; the defaults ship): the largest tile
 // (vectors a thread) and the most CTAs an SM that G counts.
@@ -73,7 +73,7 @@ Status with_fused_kernel(const FusedNormBackwardLayout& l, F&& f) {
       return f(kernels::norm_backward_fused_kernel<T, kLayer, decltype(vpt)::value, kAligned>);
     });
   constexpr int VPT = fused_row_lane_vpt(sizeof(T));
-  if (l.vpt != VPT || l.cluster != 1)
+  if (l.vpt != VPT)
     return Status::unsupported("norm backward: no row-lane kernel for " + std::to_string(l.vpt) + " vectors a thread");
   auto lanes = [&](auto n) {
     return f(kernels::norm_backward_rows_kernel<T, kLayer, VPT, decltype(n)::value, kAligned>, l.row_threads);
@@ -93,22 +93,15 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
                                                   int64_t* groups) {
   const std::size_t smem = kernels::fused_ring_bytes(l.threads, l.vpt);
   REDUCEKIT_RETURN_IF_ERROR(detail::allow_smem(kernel, smem, "norm_backward_fused_kernel"));
-  const int64_t cap = std::max<int64_t>(1, int64_t(sms) * fused_tuning().ctas_per_sm / l.cluster);
+  const int64_t cap = std::max<int64_t>(1, int64_t(sms) * fused_tuning().ctas_per_sm);
   int resident = 0;
-  if (l.cluster == 1) {
-    REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(reinterpret_cast<const void*>(kernel), l.threads, smem, &resident));
-    *groups = std::min<int64_t>(resident, cap);
-  } else {
-    const detail::ClusterLaunch launch(l.cluster, l.threads, smem, l.cluster, nullptr);
-    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &launch.config) != cudaSuccess)
-      return detail::launch_status("cluster occupancy query");
-    *groups = std::min<int64_t>(resident, cap);
-  }
+  REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(reinterpret_cast<const void*>(kernel), l.threads, smem, &resident));
+  *groups = std::min<int64_t>(resident, cap);
   if (*groups < 1) return Status::unsupported("norm backward: the fused kernel cannot be resident on this device");
   return Status::ok();
 }
 
-// Groups (CTAs or clusters) that stay resident at once on the current device (each loops over
+// CTAs that stay resident at once on the current device (each loops over
 // its rows), cached: the fewest over every instantiation a call may pick (layer/rms,
 // aligned/unaligned), so G, and with it the order dweight is summed in, is the same whichever
 // kernel runs, and the workspace (sized without knowing which) fits every one. Never from
@@ -116,12 +109,12 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
 // one partial row, whatever its R.
 template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout& l, int64_t* groups) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int, int, int>, int64_t> cache;
+  static std::map<std::tuple<int, int, int, int, int>, int64_t> cache;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return detail::launch_status("device query");
-  const auto key = std::make_tuple(device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.cluster, l.row_threads);
+  const auto key = std::make_tuple(device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.row_threads);
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) {
     *groups = it->second;
@@ -232,10 +225,9 @@ Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::No
                            cudaStream_t stream) {
   RowKernelConfig config;
   config.threads = l.threads;
-  config.cluster = l.cluster;
   config.smem_bytes = kernels::fused_ring_bytes(l.threads, l.vpt);
   return with_fused_kernel<T, kLayer, kAligned>(l, [&](auto kernel, auto... tail) {
-    return detail::launch_blocks(kernel, groups * l.cluster, config, stream,
+    return detail::launch_blocks(kernel, groups, config, stream,
                                  l.rows_per_cta > 1 ? "norm_backward_rows_kernel" : "norm_backward_fused_kernel", args,
                                  extra, partial, tail...);
   });

@@ -13,8 +13,12 @@
 //     One-row CTAs of such rows would be small (128 threads at bf16 N = 1024), so few threads
 //     per SM under the kFusedMaxCtasPerSm cap, or many partial rows without it; R rows a CTA
 //     give R times the threads for the same partial rows.
-//   - one row a CTA (R = 1): 128 .. 512 threads, then a cluster of up to 8 CTAs. Longer rows
-//     keep the two-kernel path (dx on the row engine, dweight/dbias by column kernels).
+//   - one row a CTA (R = 1): 128 .. 512 threads, up to kFusedTileWords a thread (16-bit and
+//     float32 N <= 8192, float64 N <= 4096). Longer rows take the two-kernel path (dx on the
+//     row engine, dweight/dbias by column kernels), although it reads x and dy twice: 8-CTA
+//     clusters of this kernel were 14-26% slower at 4096 x 12800 and 4096 x 32768, each dtype
+//     and norm (bench/results/LOG.md, run 19), the cluster barriers of every row costing more
+//     than the second read.
 #pragma once
 
 #include <algorithm>
@@ -25,7 +29,6 @@ namespace reducekit {
 constexpr int kFusedTileWords = 16;   // accumulation words a thread holds per input
 constexpr int kFusedMinThreads = 128;
 constexpr int kFusedMaxThreads = 512;  // the kernels' __launch_bounds__
-constexpr int kFusedMaxCluster = 8;    // portable cluster size
 constexpr int kFusedTargetElems = 8;   // per thread while a row fits 512 threads that way
 constexpr int kFusedMaxCtasPerSm = 4;  // caps G: more partial rows cost bytes, not speed
 constexpr int kFusedMinRowThreads = 4;     // row lanes: the fewest threads a row (as the row engine's warp rows)
@@ -46,10 +49,9 @@ struct FusedNormBackwardLayout {
   int vec = 1;           // elements per 16-byte vector
   int vpt = 1;           // vectors per thread: 1, 2 or 4 (a kernel template parameter)
   int threads = 0;       // per CTA: rows_per_cta * row_threads
-  int cluster = 1;       // CTAs per row (1 when rows_per_cta > 1)
   int rows_per_cta = 1;  // R: rows side by side in a CTA, each on its own row_threads threads
   int row_threads = 0;   // S: threads a row in one CTA; R > 1: a power of two 4 .. 256
-  int64_t capacity() const { return int64_t(row_threads) * cluster * vpt * vec; }
+  int64_t capacity() const { return int64_t(row_threads) * vpt * vec; }
 };
 
 // max_vpt: fused_max_vpt(elem_bytes), or less for tuning sweeps (REDUCEKIT_TUNE_NORM_BWD_MAX_VPT;
@@ -82,21 +84,14 @@ inline FusedNormBackwardLayout plan_fused_norm_backward(int64_t cols, int elem_b
   }
 
   // One row a CTA (the rows left have more than 256 vectors), as the row engine: about 8
-  // elements a thread up to 512 threads, then more vectors a thread, then more CTAs a row.
-  l.threads = static_cast<int>(std::clamp<int64_t>(pow2_ceil(ceil_div(cols, kFusedTargetElems)), kFusedMinThreads,
-                                                   kFusedMaxThreads));
-  const int64_t per_thread = ceil_div(vectors, l.threads);
-  if (per_thread <= max_vpt) {
-    l.vpt = pow2_ceil(per_thread);
-  } else {
-    l.vpt = max_vpt;
-    l.threads = kFusedMaxThreads;  // the cluster below counts 512-thread CTAs (reached with a tile cap only)
-    const int64_t cluster = ceil_div(vectors, int64_t(kFusedMaxThreads) * max_vpt);
-    if (cluster > kFusedMaxCluster) return l;
-    l.cluster = static_cast<int>(cluster);
-  }
-  // Trim whole warps that would hold only padding (float32 N = 12800: 2 x 416 threads, not 2 x 512).
-  l.threads = static_cast<int>(std::min<int64_t>(l.threads, 32 * ceil_div(ceil_div(vectors, int64_t(l.vpt) * l.cluster), 32)));
+  // elements a thread up to 512 threads, then more vectors a thread up to max_vpt.
+  const int64_t threads = std::clamp<int64_t>(pow2_ceil(ceil_div(cols, kFusedTargetElems)), kFusedMinThreads,
+                                              kFusedMaxThreads);
+  const int64_t per_thread = ceil_div(vectors, threads);
+  if (per_thread > max_vpt) return l;
+  l.vpt = pow2_ceil(per_thread);
+  // Trim whole warps that would hold only padding.
+  l.threads = static_cast<int>(std::min<int64_t>(threads, 32 * ceil_div(ceil_div(vectors, int64_t(l.vpt)), 32)));
   l.row_threads = l.threads;
   l.fused = true;
   return l;

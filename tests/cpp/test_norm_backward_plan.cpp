@@ -27,12 +27,9 @@ void check_layout(const FusedNormBackwardLayout& l, int64_t n, int elem) {
   EXPECT_EQ(l.threads % 32, 0);
   EXPECT_GE(l.threads, 32);
   EXPECT_LE(l.threads, kFusedMaxThreads);
-  EXPECT_GE(l.cluster, 1);
-  EXPECT_LE(l.cluster, kFusedMaxCluster);
   EXPECT_GE(l.rows_per_cta, 1);
   if (l.rows_per_cta > 1) {
     // Row lanes: kernels exist for S = 4, 8, 16 (part of a warp) and 32, 64, .. 256, at one tile.
-    EXPECT_EQ(l.cluster, 1);
     EXPECT_TRUE(is_pow2(l.row_threads)) << l.row_threads;
     EXPECT_GE(l.row_threads, kFusedMinRowThreads);
     EXPECT_LE(l.row_threads, kFusedMaxRowThreads);
@@ -42,8 +39,8 @@ void check_layout(const FusedNormBackwardLayout& l, int64_t n, int elem) {
     if (l.row_threads > kFusedMinRowThreads) EXPECT_LT(int64_t(l.row_threads / 2) * l.vpt * l.vec, n);
   } else {
     EXPECT_EQ(l.row_threads, l.threads);
-    // Every CTA of a cluster holds columns (rank r's first vector is r * threads).
-    EXPECT_GT(n, (l.cluster - 1) * int64_t(l.threads) * l.vec);
+    // No whole warp holds only padding.
+    EXPECT_GT(n, int64_t(l.threads - 32) * l.vpt * l.vec);
   }
 }
 
@@ -52,7 +49,7 @@ void check_layout(const FusedNormBackwardLayout& l, int64_t n, int elem) {
 // thread (128 for float64).
 TEST(NormBackwardPlan, EveryRowLengthTo2Pow18) {
   for (int elem : {2, 4, 8}) {
-    const int64_t longest_fused = elem == 8 ? 32768 : 65536;
+    const int64_t longest_fused = elem == 8 ? 4096 : 8192;  // 512 threads x 16 accumulation words
     const int64_t longest_lanes = elem == 8 ? 1024 : 2048;
     int64_t failures = 0;
     for (int64_t n = 1; n <= (int64_t(1) << 18) && failures < 5; ++n) {
@@ -85,7 +82,7 @@ TEST(NormBackwardPlan, FusedLayoutsCoverTheirRows) {
 
 TEST(NormBackwardPlan, Cutoffs) {
   // Short rows share CTAs (row lanes) up to 256 threads a row (float64: 128); longer rows take a
-  // CTA each, then clusters of up to 8 CTAs of 512 threads x 16 accumulation words.
+  // CTA each, up to 512 threads x 16 accumulation words; no clusters.
   struct Case {
     int64_t n;
     int elem;
@@ -95,9 +92,9 @@ TEST(NormBackwardPlan, Cutoffs) {
   const Case cases[] = {{1, 2, true, 128},      {1, 4, true, 128},       {1, 8, true, 64},
                         {2048, 2, true, 2},     {2049, 2, true, 1},      {2048, 4, true, 2},
                         {2049, 4, true, 1},     {1024, 8, true, 2},      {1025, 8, true, 1},
-                        {65536, 4, true, 1},    {65537, 4, false, 1},    {65536, 2, true, 1},
-                        {65537, 2, false, 1},   {32768, 8, true, 1},     {32769, 8, false, 1},
-                        {262144, 4, false, 1}};
+                        {8192, 4, true, 1},     {8193, 4, false, 1},     {8192, 2, true, 1},
+                        {8193, 2, false, 1},    {4096, 8, true, 1},      {4097, 8, false, 1},
+                        {12800, 4, false, 1},   {32768, 2, false, 1},    {262144, 4, false, 1}};
   for (const Case& c : cases) {
     const FusedNormBackwardLayout l = plan_fused_norm_backward(c.n, c.elem, fused_max_vpt(c.elem));
     EXPECT_EQ(l.fused, c.fused) << "n=" << c.n << " elem=" << c.elem;
@@ -109,39 +106,42 @@ TEST(NormBackwardPlan, BenchmarkShapes) {
   struct Case {
     int64_t n;
     int elem, max_vpt;
-    int threads, vpt, cluster, rows_per_cta, row_threads;
+    int threads, vpt, rows_per_cta, row_threads;
     const char* why;
   };
   const Case cases[] = {
-      {128, 2, 2, 512, 1, 1, 32, 16, "bfloat16 128: 32 rows of 16 lanes x 8 values"},
-      {512, 2, 2, 512, 1, 1, 8, 64, "bfloat16 512: 8 rows of 2 warps"},
-      {1024, 2, 2, 512, 1, 1, 4, 128, "bfloat16 1024: 4 rows of 128 threads (one-row CTAs were 128 threads)"},
-      {2048, 2, 2, 512, 1, 1, 2, 256, "bfloat16 2048: 2 rows of 256 threads"},
-      {128, 4, 4, 512, 2, 1, 32, 16, "float32 128: 32 rows of 16 lanes x 2 vectors"},
-      {512, 4, 4, 512, 2, 1, 8, 64, "float32 512: 8 rows of 64 x 2 vectors"},
-      {1024, 4, 4, 512, 2, 1, 4, 128, "float32 1024: 4 rows of 128 x 2"},
-      {2048, 4, 4, 512, 2, 1, 2, 256, "float32 2048: 2 rows of 256 x 2"},
-      {1024, 4, 1, 512, 2, 1, 4, 128, "the tile cap (tuning) leaves row lanes alone"},
-      {100, 8, 4, 256, 4, 1, 16, 16, "float64 100: 256-thread CTAs (4-vector tiles), 16 rows of 16"},
-      {33, 2, 2, 512, 1, 1, 64, 8, "bfloat16 33: 5 vectors on 8 lanes"},
-      {4096, 4, 4, 512, 2, 1, 1, 512, "float32 4096: 512 threads x 2 vectors"},
-      {8192, 4, 4, 512, 4, 1, 1, 512, "float32 8192: 512 x 4"},
-      {12800, 4, 4, 416, 4, 2, 1, 416, "float32 12800: two CTAs of 416 x 4"},
-      {8192, 2, 2, 512, 2, 1, 1, 512, "bfloat16 8192: 512 threads x 2 vectors of 8"},
-      {32768, 2, 2, 512, 2, 4, 1, 512, "bfloat16 32768: 4 CTAs"},
-      {8192, 4, 2, 512, 2, 2, 1, 512, "a smaller tile cap (tuning) moves float32 8192 to two CTAs of 512 x 2"},
-      {8192, 4, 3, 512, 2, 2, 1, 512, "caps round down to a power of two"},
-      {2045, 8, 1, 512, 1, 2, 1, 512, "a tile cap that forces a cluster counts 512-thread CTAs"},
+      {128, 2, 2, 512, 1, 32, 16, "bfloat16 128: 32 rows of 16 lanes x 8 values"},
+      {512, 2, 2, 512, 1, 8, 64, "bfloat16 512: 8 rows of 2 warps"},
+      {1024, 2, 2, 512, 1, 4, 128, "bfloat16 1024: 4 rows of 128 threads (one-row CTAs were 128 threads)"},
+      {2048, 2, 2, 512, 1, 2, 256, "bfloat16 2048: 2 rows of 256 threads"},
+      {128, 4, 4, 512, 2, 32, 16, "float32 128: 32 rows of 16 lanes x 2 vectors"},
+      {512, 4, 4, 512, 2, 8, 64, "float32 512: 8 rows of 64 x 2 vectors"},
+      {1024, 4, 4, 512, 2, 4, 128, "float32 1024: 4 rows of 128 x 2"},
+      {2048, 4, 4, 512, 2, 2, 256, "float32 2048: 2 rows of 256 x 2"},
+      {1024, 4, 1, 512, 2, 4, 128, "the tile cap (tuning) leaves row lanes alone"},
+      {100, 8, 4, 256, 4, 16, 16, "float64 100: 256-thread CTAs (4-vector tiles), 16 rows of 16"},
+      {33, 2, 2, 512, 1, 64, 8, "bfloat16 33: 5 vectors on 8 lanes"},
+      {4096, 4, 4, 512, 2, 1, 512, "float32 4096: 512 threads x 2 vectors"},
+      {8192, 4, 4, 512, 4, 1, 512, "float32 8192: 512 x 4"},
+      {8192, 2, 2, 512, 2, 1, 512, "bfloat16 8192: 512 threads x 2 vectors of 8"},
+      {6000, 4, 4, 384, 4, 1, 384, "float32 6000: 1500 vectors on 384 threads x 4 (warps of padding trimmed)"},
+      {4096, 4, 3, 512, 2, 1, 512, "caps round down to a power of two"},
   };
   for (const Case& c : cases) {
     const FusedNormBackwardLayout l = plan_fused_norm_backward(c.n, c.elem, c.max_vpt);
     EXPECT_TRUE(l.fused) << c.why;
     EXPECT_EQ(l.threads, c.threads) << c.why;
     EXPECT_EQ(l.vpt, c.vpt) << c.why;
-    EXPECT_EQ(l.cluster, c.cluster) << c.why;
     EXPECT_EQ(l.rows_per_cta, c.rows_per_cta) << c.why;
     EXPECT_EQ(l.row_threads, c.row_threads) << c.why;
   }
+}
+
+// A tile cap (tuning) that cannot hold the row in one CTA sends it to the two-kernel path.
+TEST(NormBackwardPlan, TileCapBelowTheRowIsNotFused) {
+  EXPECT_TRUE(plan_fused_norm_backward(8192, 4, 4).fused);
+  EXPECT_FALSE(plan_fused_norm_backward(8192, 4, 3).fused);  // rounds down to 2: 4 vectors a thread needed
+  EXPECT_FALSE(plan_fused_norm_backward(2045, 8, 1).fused);
 }
 
 }  // namespace

@@ -400,14 +400,15 @@ TEST_F(NormGpu, DeterministicAndBatchInvariant) {
   }
 }
 
-// The fused backward (one-row CTAs .. 8-CTA clusters; float32 1024 and the single rows of 509
-// and 1017 run as row lanes, see BackwardRowLanes) with more rows than resident groups, so
-// every group loops over rows and the prefetch ring wraps; M = 1 (one group); N not a multiple
-// of the vector; sliced and unaligned rows. Against the oracle, and run twice (bitwise).
+// The fused backward (one-row CTAs; float32 1024 and the single rows of 509 and 1017 run as
+// row lanes, see BackwardRowLanes; 12800 and 40009 take the two-kernel path) with more rows
+// than resident CTAs, so every CTA loops over rows and the prefetch ring wraps; M = 1 (one CTA);
+// N not a multiple of the vector; sliced and unaligned rows. Against the oracle, and run twice
+// (bitwise).
 TEST_F(NormGpu, BackwardFusedLoopsOverRows) {
   check_backward<float, float>(Kind::kLayer, true, {3000, 1024, 1024, 0}, 501);
   check_backward<float, float>(Kind::kRms, true, {1000, 4096, 4096, 0}, 502);
-  check_backward<float, float>(Kind::kLayer, false, {700, 12800, 12803, 1}, 503);  // cluster of 2, unaligned
+  check_backward<float, float>(Kind::kLayer, false, {700, 12800, 12803, 1}, 503);  // two-kernel path, unaligned
   check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {1500, 4099, 4099 + 5, 3}, 504);
   check_backward<__half, __half>(Kind::kRms, true, {1200, 8192, 8192, 0}, 505);
   check_backward<double, double>(Kind::kLayer, true, {1100, 2045, 2045, 0}, 506);
@@ -515,7 +516,7 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
 
 TEST_F(NormGpu, BackwardBitwiseAcrossBatchesPathsAndLayouts) {
   check_backward_bits<float, float>(Kind::kLayer, 1500, 4096);
-  check_backward_bits<float, float>(Kind::kRms, 700, 12800);               // cluster of 2
+  check_backward_bits<float, float>(Kind::kRms, 700, 12800);               // two-kernel path
   check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 2000, 1024);     // 4 rows of 128 threads a CTA
   check_backward_bits<__nv_bfloat16, float>(Kind::kLayer, 700, 8192);
   check_backward_bits<__half, __half>(Kind::kRms, 900, 4099);
