@@ -3,26 +3,31 @@
 // small second kernel adds the partial rows up in a fixed order. x and dy are read once, where
 // the two-kernel path (norm_ops.cuh) reads them twice.
 //
-// Thread-to-data layout (plan: ops/norm_backward_plan.hpp). G CTAs of T threads; CTA g takes
-// rows g, g + G, g + 2G, ... Inside a row, thread t owns vectors t, t + T, t + 2T, ..., as in
-// the row engine:
+// Thread-to-data layout (plan: ops/norm_backward_plan.hpp). G CTAs of T = R * S threads, R
+// sub-groups of S threads each (R = 1 for rows that fill a CTA; R > 1 puts short rows side by
+// side, so a CTA is not left small). Sub-group j of CTA g takes rows g*R + j, g*R + j + G*R, ...
+// and lays each row out as the row engine would on S threads (thread me owns vectors me,
+// me + S, me + 2S, ...):
 //
-//   row g:       | t0 t1 .. tT-1 | t0 t1 .. tT-1 | ...     (slot 0, slot 1, ... of a tile)
-//   row g + G:   | t0 t1 .. tT-1 | t0 t1 .. tT-1 | ...     same columns, same threads
+//   CTA g:  | sub 0: row gR    | sub 1: row gR+1    | ... | sub R-1: row gR+R-1    |   step 0
+//           | sub 0: row gR+GR | sub 1: row gR+GR+1 | ... | sub R-1: row gR+GR+R-1 |   step 1
 //
 // so a thread meets the same columns on every row, and its dweight/dbias partials stay in
-// registers from the first row to the last. (Short rows put several rows in one CTA instead:
-// norm_backward_rows_kernel, below.) At the end, CTA g writes partial row g ([G, cols] for
-// dweight, then [G, cols] for dbias); norm_param_grad_sum_kernel (norm_ops.cuh) adds the G rows
-// of each column in an order fixed by G. G depends on the row length, the dtype and the device
-// (occupancy), and on the row count only through min(G, rows): no atomics, results are the
-// same bits from run to run.
+// registers from the first row to the last. A row's statistic is reduced over its sub-group
+// only, in an order fixed by S (butterfly within S <= 32 lanes; for S = 32W, W warp sums in
+// warp order), so dx depends on the row length and dtype alone (batch-invariant). At the end the
+// R sub-groups' partials of each column are added in sub-group order through shared memory, and
+// CTA g writes partial row g ([G, cols] for dweight, then [G, cols] for dbias);
+// norm_param_grad_sum_kernel (norm_ops.cuh) adds the G rows of each column in an order fixed by
+// G. G depends on the row length, the dtype and the device (occupancy), and on the row count
+// only through min(G, ceil(rows / R)): no atomics, the same bits from run to run. The whole CTA
+// walks the steps together (sub-groups past the last row take part with an empty row), so
+// shuffles and barriers stay uniform.
 //
-// dx uses NormBackwardOp's fold / finalize / output (the row engine's arithmetic) on the same
-// layout whatever the row count, so dx is batch-invariant. While one row is reduced, the next
-// kFusedRing rows stream into shared memory (cp.async, the engine's RowTile::prefetch), so
-// memory stays busy across the reduction barriers. In-place dx (dx is dy or x) is safe: a
-// thread writes only the elements it has already read, and prefetched rows are other rows.
+// While one step is reduced, the next kFusedRing steps stream into shared memory (cp.async,
+// the engine's RowTile::prefetch), so memory stays busy across the reduction barriers. In-place
+// dx (dx is dy or x) is safe: a thread writes only the elements it has already read, and
+// prefetched rows are other rows.
 #pragma once
 
 #include <cstddef>
@@ -38,103 +43,6 @@ constexpr int kFusedRing = 2;  // rows in flight ahead of the one reduced (an im
 inline std::size_t fused_ring_bytes(int threads, int vpt) {
   return std::size_t(kFusedRing) * 2 * vpt * threads * 16;
 }
-
-// partial: [2][G][cols] accumulation words (dweight, then dbias for layer_norm), or null when
-// only dx is wanted. args.out null: only the partials are wanted.
-template <typename T, bool kLayer, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads)
-norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* partial) {
-  using Op = NormBackwardOp<T, kLayer>;
-  using Acc = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
-  using Tile = RowTile<T, 2, VEC, VPT, kAligned>;
-  constexpr int E = Tile::kElems;
-  __shared__ typename Op::Stat slots[33];
-  extern __shared__ __align__(16) unsigned char ring_bytes[];
-  auto* ring = reinterpret_cast<typename Tile::PackT*>(ring_bytes);
-
-  const int threads = blockDim.x, step = threads, me = threadIdx.x;
-  const int slot_stride = 2 * VPT * threads;
-  const int cols = args.cols;
-  const int64_t groups = gridDim.x;
-  const int64_t group = blockIdx.x;
-  const bool want_dx = args.out != nullptr;  // uniform: the branches below may hold barriers
-  const bool want_params = partial != nullptr;
-
-  auto fetch = [&](int64_t row, int slot) {
-    if (row < args.rows) {
-      const T* in[2] = {args.in[0] + row * args.in_stride[0], args.in[1] + row * args.in_stride[1]};
-      Tile::prefetch(in, cols, me, step, ring + slot * slot_stride, threadIdx.x, threads);
-    }
-    __pipeline_commit();  // one group per row, empty past the end, so the counting holds
-  };
-#pragma unroll
-  for (int k = 0; k < kFusedRing; ++k) fetch(group + k * groups, k);
-
-  Acc dw[E], db[E];
-#pragma unroll
-  for (int j = 0; j < E; ++j) dw[j] = db[j] = Acc(0);
-
-  int slot = 0;
-  for (int64_t row = group; row < args.rows; row += groups, slot = (slot + 1) % kFusedRing) {
-    __pipeline_wait_prior(kFusedRing - 1);  // this row's group is in
-    Tile tile;
-    tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
-    fetch(row + kFusedRing * groups, slot);
-
-    if (want_params) {
-      // Before fold, which turns dy into dy * w. Pads (x = dy = 0) add 0 to columns that are
-      // never written.
-      const Acc mean = kLayer ? extra.saved_mean[row] : Acc(0);
-      const Acc rstd = extra.saved_rstd[row];
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const Acc dy = tile.values[1][j];
-        dw[j] += dy * ((tile.values[0][j] - mean) * rstd);
-        if constexpr (kLayer) db[j] += dy;
-      }
-    }
-    if (want_dx) {
-      const RowSpan span{row, me, step, cols, kAligned};
-      const typename Op::Stat mine = Op::fold(extra, span, tile.values);
-      const typename Op::Stat stat = block_reduce<Op>(mine, slots);
-      const typename Op::Params p = Op::finalize(extra, span, stat);
-      tile.template store<Op>(args.out + row * args.out_stride, nullptr, cols, me, step, Op::local(p, mine), extra);
-    }
-  }
-
-  if (!want_params) return;
-  Acc* dw_row = partial + group * cols;
-  Acc* db_row = partial + (groups + group) * cols;
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int e0 = (me + k * step) * VEC;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      if (e0 + e >= cols) continue;
-      dw_row[e0 + e] = dw[k * VEC + e];
-      if constexpr (kLayer) db_row[e0 + e] = db[k * VEC + e];
-    }
-  }
-}
-
-// ---- row lanes: R short rows side by side in one CTA ----------------------------------------
-//
-// For rows that would leave a one-row CTA small (plan: R > 1). The CTA's T = R * S threads form
-// R sub-groups of S; sub-group j of CTA g takes rows g*R + j, g*R + j + G*R, ... and lays each
-// row out as a one-row CTA of S threads would (thread me owns vectors me, me + S, ...):
-//
-//   CTA g:  | sub 0: row gR    | sub 1: row gR+1    | ... | sub R-1: row gR+R-1    |   step 0
-//           | sub 0: row gR+GR | sub 1: row gR+GR+1 | ... | sub R-1: row gR+GR+R-1 |   step 1
-//
-// so thread (j, me) meets the same columns on every row and keeps its dweight/dbias partials in
-// registers, as above. A row's statistic is reduced over its sub-group only, in an order fixed
-// by S (butterfly within S <= 32 lanes; for S = 32W, W warp sums in warp order), so dx depends
-// on the row length and dtype alone. At the end the R sub-groups' partials of each column are
-// added in sub-group order 0, 1, .., R-1 through shared memory, and CTA g writes the one partial
-// row g: G partial rows, as many as CTAs. The whole CTA walks the steps together (sub-groups past
-// the last row take part with an empty row), so shuffles and barriers stay uniform. The ring
-// works as above, each thread prefetching its own next rows.
 
 // Reduces s over each sub-group of `row_threads` consecutive threads (LANES = min(row_threads,
 // 32)); every thread of a sub-group gets the same bits. Sub-groups of several warps meet in
@@ -159,11 +67,12 @@ __device__ __forceinline__ typename Op::Stat row_lanes_reduce(typename Op::Stat 
   }
 }
 
-// row_threads: S (must equal LANES when LANES < 32). partial, args.out: as in
-// norm_backward_fused_kernel; partial row g belongs to CTA g.
+// row_threads: S (must equal LANES when LANES < 32). partial: [2][G][cols] accumulation words
+// (dweight, then dbias for layer_norm), partial row g belonging to CTA g, or null when only dx
+// is wanted. args.out null: only the partials are wanted.
 template <typename T, bool kLayer, int VPT, int LANES, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads)
-norm_backward_rows_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* partial, int row_threads) {
+norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* partial, int row_threads) {
   using Op = NormBackwardOp<T, kLayer>;
   using Acc = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);

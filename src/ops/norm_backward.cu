@@ -63,27 +63,30 @@ template <typename T, class F> Status with_vpt(int vpt, F&& f) {
   return Status::unsupported("norm backward: no fused kernel for " + std::to_string(vpt) + " vectors a thread");
 }
 
-// f(kernel, tail...) for the fused kernel a layout launches, kLayer and kAligned given; tail:
-// the arguments that kernel takes after (args, extra, partial). One-row layouts: the vpt's
-// norm_backward_fused_kernel; row lanes: norm_backward_rows_kernel for min(S, 32) lanes.
+// f(kernel, row_threads) for the fused kernel a layout launches, kLayer and kAligned given:
+// norm_backward_fused_kernel for the layout's vpt (one-row CTAs: 1, 2 or 4 up to the dtype's
+// cap; row lanes: fused_row_lane_vpt only) and min(S, 32) lanes.
 template <typename T, bool kLayer, bool kAligned, class F>
 Status with_fused_kernel(const FusedNormBackwardLayout& l, F&& f) {
-  if (l.rows_per_cta == 1)
-    return with_vpt<T>(l.vpt, [&](auto vpt) {
-      return f(kernels::norm_backward_fused_kernel<T, kLayer, decltype(vpt)::value, kAligned>);
-    });
+  auto kernel = [&](auto vpt, auto lanes) {
+    return f(kernels::norm_backward_fused_kernel<T, kLayer, decltype(vpt)::value, decltype(lanes)::value, kAligned>,
+             l.row_threads);
+  };
+  if (l.rows_per_cta == 1) {
+    if (l.row_threads % 32 != 0)
+      return Status::unsupported("norm backward: one-row CTAs of " + std::to_string(l.row_threads) + " threads");
+    return with_vpt<T>(l.vpt, [&](auto vpt) { return kernel(vpt, std::integral_constant<int, 32>{}); });
+  }
   constexpr int VPT = fused_row_lane_vpt(sizeof(T));
   if (l.vpt != VPT)
     return Status::unsupported("norm backward: no row-lane kernel for " + std::to_string(l.vpt) + " vectors a thread");
-  auto lanes = [&](auto n) {
-    return f(kernels::norm_backward_rows_kernel<T, kLayer, VPT, decltype(n)::value, kAligned>, l.row_threads);
-  };
+  const std::integral_constant<int, VPT> vpt;
   switch (std::min(l.row_threads, 32)) {
-    case 4: return lanes(std::integral_constant<int, 4>{});
-    case 8: return lanes(std::integral_constant<int, 8>{});
-    case 16: return lanes(std::integral_constant<int, 16>{});
+    case 4: return kernel(vpt, std::integral_constant<int, 4>{});
+    case 8: return kernel(vpt, std::integral_constant<int, 8>{});
+    case 16: return kernel(vpt, std::integral_constant<int, 16>{});
     case 32:
-      if (l.row_threads % 32 == 0) return lanes(std::integral_constant<int, 32>{});
+      if (l.row_threads % 32 == 0) return kernel(vpt, std::integral_constant<int, 32>{});
   }
   return Status::unsupported("norm backward: no row-lane kernel for " + std::to_string(l.row_threads) +
                              " threads a row");
@@ -122,7 +125,7 @@ template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout
   }
   int64_t g[4] = {};
   int i = 0;
-  auto count = [&](auto kernel, auto...) { return fused_kernel_groups(kernel, l, sms, &g[i++]); };
+  auto count = [&](auto kernel, int) { return fused_kernel_groups(kernel, l, sms, &g[i++]); };
   REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, true>(l, count)));
   REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, false>(l, count)));
   REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, true>(l, count)));
@@ -226,10 +229,9 @@ Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::No
   RowKernelConfig config;
   config.threads = l.threads;
   config.smem_bytes = kernels::fused_ring_bytes(l.threads, l.vpt);
-  return with_fused_kernel<T, kLayer, kAligned>(l, [&](auto kernel, auto... tail) {
-    return detail::launch_blocks(kernel, groups, config, stream,
-                                 l.rows_per_cta > 1 ? "norm_backward_rows_kernel" : "norm_backward_fused_kernel", args,
-                                 extra, partial, tail...);
+  return with_fused_kernel<T, kLayer, kAligned>(l, [&](auto kernel, int row_threads) {
+    return detail::launch_blocks(kernel, groups, config, stream, "norm_backward_fused_kernel", args, extra, partial,
+                                 row_threads);
   });
 }
 

@@ -5,8 +5,9 @@
 //
 // A thread holds, for each of its tile's elements, x and dy (the row, for dx) and its running
 // dweight / dbias partial (over every row its CTA sees): 4 accumulation words an element for
-// layer_norm. kFusedTileWords = 16 words per input keeps that at 64 registers, below the 128 a
-// 512-thread CTA may use, so nothing spills. Two shapes:
+// layer_norm. kFusedTileWords = 16 words per input makes that 64 registers of values, which with
+// the rest (ptxas: 61 to 120 in all) stays within the 128 a 512-thread CTA may use, so nothing
+// spills. Two shapes:
 //   - row lanes (rows of up to 256 threads at 8 values a thread: 16-bit and float32 N <= 2048,
 //     float64 N <= 1024): R rows side by side in one CTA, S threads (a power of two, >= 4) a
 //     row, S * R = 512 threads (256 for float64, whose 4-vector tiles would double the ring).
@@ -15,10 +16,10 @@
 //     give R times the threads for the same partial rows.
 //   - one row a CTA (R = 1): 128 .. 512 threads, up to kFusedTileWords a thread (16-bit and
 //     float32 N <= 8192, float64 N <= 4096). Longer rows take the two-kernel path (dx on the
-//     row engine, dweight/dbias by column kernels), although it reads x and dy twice: 8-CTA
-//     clusters of this kernel were 14-26% slower at 4096 x 12800 and 4096 x 32768, each dtype
-//     and norm (bench/results/LOG.md, run 19), the cluster barriers of every row costing more
-//     than the second read.
+//     row engine, dweight/dbias by column kernels), although it reads x and dy twice: clusters
+//     of 2 to 4 CTAs of this kernel were 14-26% slower at 4096 x 12800 and 4096 x 32768, each
+//     dtype and norm (bench/results/LOG.md, run 19), the cluster barriers of every row costing
+//     more than the second read.
 #pragma once
 
 #include <algorithm>
