@@ -1,9 +1,8 @@
-// layer_norm and rms_norm backward. Rows that fit the fused kernels (norm_backward_plan.hpp:
-// several short rows a CTA, then one row a CTA) take one pass over x and
-// dy for dx and the dweight/dbias partials (kernels/norm_backward_fused.cuh), then a small
-// kernel sums the partial rows. Longer rows keep the two-kernel path: dx through the row
-// engine, dweight/dbias through the two-stage column kernels of norm_ops.cuh (a second read of
-// x and dy).
+// layer_norm and rms_norm backward. Rows that fit the fused kernel (norm_backward_plan.hpp:
+// several short rows a CTA, or one row a CTA) take one pass over x and dy for dx and the
+// dweight/dbias partials (kernels/norm_backward_fused.cuh), then a small kernel sums the partial
+// rows. Longer rows take the two-kernel path: dx through the row engine, dweight/dbias through
+// the two-stage column kernels of norm_ops.cuh (a second read of x and dy).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -104,12 +103,11 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
   return Status::ok();
 }
 
-// CTAs that stay resident at once on the current device (each loops over
-// its rows), cached: the fewest over every instantiation a call may pick (layer/rms,
-// aligned/unaligned), so G, and with it the order dweight is summed in, is the same whichever
-// kernel runs, and the workspace (sized without knowing which) fits every one. Never from
-// timing; the row count enters only as min(G, ceil(rows / R)) (fused_groups). Each group writes
-// one partial row, whatever its R.
+// CTAs that stay resident at once on the current device (each loops over its rows), cached:
+// the fewest over every instantiation a call may pick (layer/rms, aligned/unaligned), so G, and
+// with it the order dweight is summed in, is the same whichever kernel runs, and the workspace
+// (sized without knowing which) fits every one. Never from timing; the row count enters only as
+// min(G, ceil(rows / R)) (fused_groups). Each CTA writes one partial row, whatever its R.
 template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout& l, int64_t* groups) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, int>, int64_t> cache;
@@ -150,9 +148,8 @@ Status fused_groups_for(DType x, const FusedNormBackwardLayout& l, int64_t rows,
   }
 }
 
-// Workspace of a call computing dweight/dbias: the fused path's [2][G][cols] partial rows (one a
-// group, R rows a CTA or not), or
-// the two-kernel path's [2][blocks][cols].
+// Workspace of a call computing dweight/dbias: the fused path's [2][G][cols] partial rows (one
+// a CTA, whatever its R), or the two-kernel path's [2][blocks][cols].
 Status param_grad_bytes(int64_t rows, int64_t cols, DType x, std::size_t* bytes) {
   *bytes = 0;
   if (x != DType::kFloat32 && x != DType::kFloat16 && x != DType::kBFloat16 && x != DType::kFloat64)
