@@ -77,7 +77,7 @@ Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormS
 // x's shape, row count and dtype on the current device: pass at least that many bytes (16-byte
 // aligned). Calls without dweight/dbias need none. It holds float32 (float64 for float64 x)
 // partial column sums: 2 x G x cols, where G (at most 4 per SM, and at most the row count) is
-// how many CTAs or clusters the fused backward keeps resident; rows outside the fused range
+// how many CTAs the fused backward keeps resident; rows outside the fused range
 // (norm_backward_plan.hpp) need 2 x ceil(rows / 256) x cols. Asks the device (occupancy).
 Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& normalized_shape,
                                      std::size_t* bytes);
