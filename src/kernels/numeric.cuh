@@ -1,10 +1,13 @@
-// Element types, their accumulation types, and the conversions between them.
+// Element types, their accumulation types, the conversions between them, and the small device
+// helpers every engine shares.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace reducekit::kernels {
 
@@ -23,6 +26,19 @@ template <typename T, typename Acc> __device__ __forceinline__ T from_acc(Acc v)
 template <> __device__ __forceinline__ __half from_acc<__half, float>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// A value another CTA published (a partial statistic, read after its ticket or counter says it is
+// there), loaded at L2 (ld.global.cg) word by word: L1 is not coherent across SMs.
+template <typename S> __device__ __forceinline__ S load_partial(const S* p) {
+  static_assert(sizeof(S) % 4 == 0, "partials are whole 32-bit words");
+  uint32_t w[sizeof(S) / 4];
+  const auto* src = reinterpret_cast<const unsigned int*>(p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __ldcg(src + i);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
 }
 
 // exp of a value <= 0 relative to a max: ex2.approx is accurate to 2 ulp there and runs on

@@ -123,17 +123,6 @@ template <class P> __device__ __forceinline__ typename P::Stat block_reduce(type
   return s;
 }
 
-// Partials written by other CTAs are read from L2 (.cg): L1 is not coherent across SMs.
-template <typename S> __device__ __forceinline__ S load_partial(const S* p) {
-  uint32_t w[sizeof(S) / 4];
-  const auto* src = reinterpret_cast<const unsigned int*>(p);
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) w[i] = __ldcg(src + i);
-  S r;
-  memcpy(&r, w, sizeof(S));
-  return r;
-}
-
 // Every thread of the CTA calls this once its partial (in thread 0) is final. Thread 0 stores
 // it at parts[index] and takes a ticket; the CTA that takes the last of `count` tickets merges
 // parts[0 .. count) in a fixed order (thread t folds t, t + blockDim, ..., then the block tree),

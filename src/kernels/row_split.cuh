@@ -63,15 +63,6 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
-// Statistics published by other CTAs: read at L2 (ld.global.cg), never from a stale L1 line.
-template <typename Acc, int WORDS>
-__device__ __forceinline__ StatVec<Acc, WORDS> load_published(const StatVec<Acc, WORDS>* p) {
-  StatVec<Acc, WORDS> s;
-#pragma unroll
-  for (int i = 0; i < WORDS; ++i) s.w[i] = __ldcg(&p->w[i]);
-  return s;
-}
-
 // cp.async.wait_group takes an immediate: at most `pending` groups may still be in flight.
 __device__ __forceinline__ void wait_pending_groups(int pending) {
   switch (pending) {
@@ -103,7 +94,7 @@ __device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::St
   __syncthreads();
   if (threadIdx.x < 32) {
     Stat s = Op::identity();
-    for (int j = threadIdx.x; j < chunks; j += 32) s = Op::merge(s, load_published(parts + j));
+    for (int j = threadIdx.x; j < chunks; j += 32) s = Op::merge(s, load_partial(parts + j));  // at L2
     s = group_reduce<Op, 32>(s);
     if (threadIdx.x == 0) {
       *merged = s;

@@ -153,27 +153,25 @@ template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, cons
   return launch_status(name);
 }
 
-// A launch configuration for `grid` CTAs in clusters of `cluster` along x (for
-// cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters). Not copyable: config.attrs points
-// at the member attribute.
-struct ClusterLaunch {
+// One cudaLaunchKernelEx launch of `grid` CTAs with one launch attribute (a cluster shape, the
+// cooperative flag). A launch error is cleared and returned as the Status.
+template <class... KernelArgs, class... Args>
+Status launch_with_attribute(void (*kernel)(KernelArgs...), int64_t grid, int threads, std::size_t smem,
+                             cudaStream_t stream, cudaLaunchAttribute attribute, const char* name, Args... args) {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute = {};
-  ClusterLaunch(int64_t grid, int threads, std::size_t smem, int cluster, cudaStream_t stream) {
-    config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear it: the Status carries the error now
+    return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
   }
-  ClusterLaunch(const ClusterLaunch&) = delete;
-  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
-};
+  return launch_status(name);
+}
 
 // One launch of a block-family kernel: `grid` CTAs in clusters of c.cluster.
 template <class... KernelArgs, class... Args>
@@ -187,13 +185,12 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
   }
   if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
     return launch_status(name);
-  const ClusterLaunch launch(grid, c.threads, c.smem_bytes, c.cluster, stream);
-  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kernel, args...);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear it: the Status carries the error now
-    return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
-  }
-  return launch_status(name);
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(c.cluster);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  return launch_with_attribute(kernel, grid, c.threads, c.smem_bytes, stream, cluster, name, args...);
 }
 
 template <typename T, class Op, bool kAligned, class... Extra>

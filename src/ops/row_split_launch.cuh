@@ -65,23 +65,12 @@ Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c,
   // More CTAs than items would only spin up and leave.
   const int64_t grid = std::min<int64_t>(resident, args.rows * s.chunks);
   const kernels::RowSplitArgs split{buffers.counters, buffers.partials, s.chunks, s.chunk_tiles, s.ring};
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(static_cast<unsigned>(s.threads));
-  config.dynamicSmemBytes = s.smem_bytes;
-  config.stream = stream;
-  attribute.id = cudaLaunchAttributeCooperative;  // all CTAs resident together, or no launch
-  attribute.val.cooperative = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args, split);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear it: the Status carries the error now
-    return Status::cuda_error(std::string("row_split_kernel launch failed: ") + cudaGetErrorString(err));
-  }
-  *launched = true;
-  return launch_status("row_split_kernel");
+  cudaLaunchAttribute all_resident = {};
+  all_resident.id = cudaLaunchAttributeCooperative;  // all CTAs resident together, or no launch
+  all_resident.val.cooperative = 1;
+  *launched = true;  // tried: a failed launch is an error, not a reason to fall back
+  return launch_with_attribute(kernel, grid, s.threads, s.smem_bytes, stream, all_resident, "row_split_kernel", args,
+                               split);
 }
 
 }  // namespace detail

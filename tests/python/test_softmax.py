@@ -454,9 +454,8 @@ def test_split_rows_many_calls(op, dtype):
     x = randn(5, 2**20 + 5, dtype=dtype)
     first = check(op, x, -1)
     for m, n in [(1, 2**20 + 5), (7, 3 * 2**19 + 1), (5, 2**20 + 5)]:
-        y = check(op, randn(m, n, dtype=dtype), -1)
+        check(op, randn(m, n, dtype=dtype), -1)
     assert torch.equal(RK[op](x, dim=-1), first), "a later call on the same input differs"
-    assert y.shape == (5, 2**20 + 5)
 
 
 @pytest.mark.parametrize("op", OPS)
