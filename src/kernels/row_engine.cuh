@@ -75,13 +75,18 @@ constexpr int kMaxBlockThreads = 512;
 // Plain block-kernel tiles of up to 32 values a thread fit in 64 registers. Held there, two
 // 512-thread CTAs (or four of 256) stay resident per SM, and a row's loads need that many in
 // flight; left free, the compiler spends 80-90 registers on them and halves the resident CTAs
-// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). Smaller tiles are not held to 32
-// registers (four 512-thread CTAs an SM): they spill there, and run 18 measured it slower (bf16
-// softmax 4096x8192 at 512 x 16 values: 2599 against 2958 GB/s at 256 x 32; ncu: 129 spill
-// requests a row); float32 4096x1024 (64 threads x 16 values, 80 bytes of spills) fell from
-// 2485 GB/s (run 17b) to 2005-2093 (runs 18-19).
-// Ops with per-column parameters (the _ext block kernels) need more and would spill.
-template <int kValues> constexpr int kRowMinCtas = kValues <= 32 ? 2 : 1;
+// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). 16-bit tiles of up to 16 values are
+// held to 32 registers (four 512-thread CTAs an SM, seed Triton's geometry for bf16 softmax
+// 4096x8192), which they fit without spills since a block CTA takes one row and keeps no row
+// loop (ptxas; run 18 measured this cap with the loop: 129 spill requests a row, slower).
+// Run 21, against the kernels with the loop: bf16 softmax 4096x1024 1436 -> 1702 GB/s, 4096x8192
+// 2960 -> 3123, 32768x4096 3704 -> 3908; float32 rows alike or 1-5% faster, except layer_norm
+// float32 4096x32768 (64-value _ext kernel, ptxas spills 4 -> 120 bytes) 2136 -> 1990.
+// float32 tiles of 16 values still spill at 32 (56 bytes) and keep 64 (run 18: 4096x1024
+// ~2050 against 2485 GB/s at 32), as do cluster kernels (12-48 bytes: the cluster reduction's
+// state). Ops with per-column parameters (the _ext block kernels) need more and would spill.
+template <int kElemBytes, int kValues, bool kCluster>
+constexpr int kRowMinCtas = kElemBytes == 2 && kValues <= 16 && !kCluster ? 4 : kValues <= 32 ? 2 : 1;
 // Ring kernels (16-bit one-CTA rows looping over rows, the next ones in shared memory) of up to
 // 32 values a thread are held to 64 registers as well: left free, layer_norm's took 82-84 and
 // one 416-thread CTA an SM; held, 64 with a few spills, and run 19 measured layer_norm bf16
@@ -565,25 +570,30 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_ring_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
 }
 
-// One CTA (or cluster: kCluster) per row, the row read once into registers and written from there.
+// One CTA (or cluster: kCluster) per row, the row read once into registers and written from
+// there. The grid holds exactly one CTA (cluster) a row, so the body keeps no row loop: a loop's
+// live state pushed the 32-register 16-value tiles into spills (ptxas: 24-40 bytes, none without).
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
   constexpr int NIN = Op::kInputs;
-  const RowPlace at = row_place();
-  const int step = at.step, me = at.me;
-  for (int64_t row = at.first; row < args.rows; row += at.groups) {
-    const T* in[NIN];
-#pragma unroll
-    for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
-    RowTile<T, NIN, VEC, VPT, kAligned> tile;
-    tile.template load<Op>(in, args.cols, me, step);
-    const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                      BlockGroup<Op, kCluster>{slots, cluster_slot, args.two_phase}, me == 0);
-    T* out2 = nullptr;
-    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
-    tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
+  int step = blockDim.x, me = threadIdx.x;
+  int64_t row = blockIdx.x;
+  if constexpr (kCluster) {
+    const RowPlace at = row_place();
+    step = at.step, me = at.me, row = at.first;
   }
+  if (row >= args.rows) return;  // uniform over the row's CTAs
+  const T* in[NIN];
+#pragma unroll
+  for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+  RowTile<T, NIN, VEC, VPT, kAligned> tile;
+  tile.template load<Op>(in, args.cols, me, step);
+  const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
+                                                    BlockGroup<Op, kCluster>{slots, cluster_slot, args.two_phase}, me == 0);
+  T* out2 = nullptr;
+  if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
+  tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
 }
 
 // Rows longer than a cluster's registers: each thread streams through `tiles` tiles, the
@@ -651,7 +661,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
-__global__ void __launch_bounds__(kMaxBlockThreads, kRowMinCtas<VEC * VPT * Op::kInputs>)
+__global__ void __launch_bounds__(kMaxBlockThreads, kRowMinCtas<sizeof(T), VEC * VPT * Op::kInputs, kCluster>)
 row_block_kernel(RowArgs<T, Op::kInputs> args) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;

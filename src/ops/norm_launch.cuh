@@ -211,12 +211,15 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   bool aligned = aligned_ptr(c.weight) && aligned_ptr(c.bias);
   for (int i = 0; i < 4; ++i) aligned = aligned && aligned_rows(views[i]->data, plans[i], vec);
   RowKernelLimits limits;
-  // 16-bit layer_norm rows take 16 values a thread, not 32 (tuning knobs still apply on top):
-  // run 17a measured bf16 4096x2048..8192 and 32768x4096 6-17% faster that way, while rms_norm
-  // and softmax gained nothing or lost. Likely cause: the tile, the weight and bias and the two
-  // statistics' code leave the 32-value _ext kernel too few registers for loads in flight.
+  // Rows take 16 values a thread, not 32, in 16-bit layer_norm and in float32 layer_norm and
+  // rms_norm (tuning knobs still apply on top). Run 17a: bf16 layer_norm 4096x2048..8192 and
+  // 32768x4096 6-17% faster, while bf16 rms_norm and softmax gained nothing or lost. Run 21:
+  // float32 4096x2048 / 4096 / 8192 layer_norm 2504 -> 2736 / 3002 -> 3135 / 3076 -> 3406 GB/s,
+  // rms_norm 2761 -> 3079 / 3395 -> 3586 / 3726 -> 3800 (longer rows already take 512 threads;
+  // softmax float32 lost 1-2%). Likely cause: the tile, the weight (and bias) and the statistics'
+  // code leave the 32-value _ext kernel too few registers for loads in flight.
   constexpr bool kLayerNorm = std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>;
-  if (kLayerNorm && !kResidual && elem_bytes == 2) limits.block_elems = 16;
+  if (!kResidual && (elem_bytes == 4 || (kLayerNorm && elem_bytes == 2))) limits.block_elems = 16;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   constexpr int kInputs = kResidual ? 2 : 1;
   const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, kInputs, limits);

@@ -228,6 +228,9 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, Extra...>();
     return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
   }
+  // Block kernels take one row a CTA (cluster) and no more: the grid must hold every row.
+  // (Unreachable in practice: 2^31 rows of a block kernel's length would be terabytes.)
+  if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
   auto kernel = c.cluster > 1 ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kMaxVpt>(c.vpt)
                                : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kMaxVpt>(c.vpt);
   return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);
