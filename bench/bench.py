@@ -18,7 +18,6 @@ import datetime
 import gc
 import importlib
 import math
-import os
 import platform
 import subprocess
 import sys

@@ -13,7 +13,14 @@ statistics (mean, rstd) that the backward ops take. dweight/dbias are determinis
 """
 import torch
 
+from ._dispatch import eager
+
 _ops = torch.ops.reducekit
+
+_layer_norm = eager(_ops.layer_norm)
+_rms_norm = eager(_ops.rms_norm)
+_add_layer_norm = eager(_ops.add_layer_norm)
+_add_rms_norm = eager(_ops.add_rms_norm)
 
 
 def _shape(normalized_shape):
@@ -199,23 +206,23 @@ torch.library.register_autograd("reducekit::add_rms_norm", _add_rms_norm_backwar
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """torch.nn.functional.layer_norm over the trailing dims normalized_shape names."""
-    return _ops.layer_norm(x, _shape(normalized_shape), weight, bias, float(eps))[0]
+    return _layer_norm(x, _shape(normalized_shape), weight, bias, float(eps))[0]
 
 
 def rms_norm(x, normalized_shape, weight=None, eps=None):
     """torch.nn.functional.rms_norm; eps=None is torch.finfo(x.dtype).eps, as torch."""
-    return _ops.rms_norm(x, _shape(normalized_shape), weight, _rms_eps(x, eps))[0]
+    return _rms_norm(x, _shape(normalized_shape), weight, _rms_eps(x, eps))[0]
 
 
 def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(layer_norm(s), s) with s = x + residual, fused."""
-    y, s, _, _ = _ops.add_layer_norm(x, residual, _shape(normalized_shape), weight, bias, float(eps))
+    y, s, _, _ = _add_layer_norm(x, residual, _shape(normalized_shape), weight, bias, float(eps))
     return y, s
 
 
 def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None):
     """(rms_norm(s), s) with s = x + residual, fused."""
-    y, s, _ = _ops.add_rms_norm(x, residual, _shape(normalized_shape), weight, _rms_eps(x, eps))
+    y, s, _ = _add_rms_norm(x, residual, _shape(normalized_shape), weight, _rms_eps(x, eps))
     return y, s
 
 

@@ -17,7 +17,20 @@ import math
 
 import torch
 
+from ._dispatch import eager
+
 _ops = torch.ops.reducekit
+
+_sum = eager(_ops.sum)
+_mean = eager(_ops.mean)
+_prod = eager(_ops.prod)
+_amax = eager(_ops.amax)
+_amin = eager(_ops.amin)
+_logsumexp = eager(_ops.logsumexp)
+_var = eager(_ops.var)
+_std = eager(_ops.std)
+_var_mean = eager(_ops.var_mean)
+_std_mean = eager(_ops.std_mean)
 
 
 # ----------------------------------------------------------------------------- dims and shapes
@@ -217,29 +230,29 @@ for _name, _backward in (("sum", _sum_backward), ("mean", _mean_backward), ("pro
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 (mirrors torch.sum)
     """torch.sum: float32 accumulation (float64 when x or dtype is float64), deterministic."""
-    return _ops.sum(x, _dim_list(dim), keepdim, dtype=dtype)
+    return _sum(x, _dim_list(dim), keepdim, dtype=dtype)
 
 
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     """torch.mean; the mean of an empty set is NaN."""
-    return _ops.mean(x, _dim_list(dim), keepdim, dtype=dtype)
+    return _mean(x, _dim_list(dim), keepdim, dtype=dtype)
 
 
 def prod(x, dim=None, keepdim=False, *, dtype=None):
     """torch.prod (any dims, not only one); dtype casts x first, as torch does."""
     if dtype is not None:
         x = x.to(dtype)
-    return _ops.prod(x, _dim_list(dim), keepdim)
+    return _prod(x, _dim_list(dim), keepdim)
 
 
 def amax(x, dim=(), keepdim=False):
     """torch.amax: NaN propagates; an empty set raises, naming the dim."""
-    return _ops.amax(x, _dim_list(dim), keepdim)
+    return _amax(x, _dim_list(dim), keepdim)
 
 
 def amin(x, dim=(), keepdim=False):
     """torch.amin."""
-    return _ops.amin(x, _dim_list(dim), keepdim)
+    return _amin(x, _dim_list(dim), keepdim)
 
 
 def argmax(x, dim=None, keepdim=False):
@@ -254,7 +267,7 @@ def argmin(x, dim=None, keepdim=False):
 
 def logsumexp(x, dim, keepdim=False):
     """torch.logsumexp: all -inf gives -inf, any +inf gives +inf."""
-    return _ops.logsumexp(x, _dim_list(dim), keepdim)
+    return _logsumexp(x, _dim_list(dim), keepdim)
 
 
 def _correction(dim, unbiased, correction):
@@ -273,25 +286,25 @@ def _correction(dim, unbiased, correction):
 def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.var: M2 / (n - correction); n - correction <= 0 gives inf or NaN."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.var(x, dims, c, keepdim)
+    return _var(x, dims, c, keepdim)
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.std."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.std(x, dims, c, keepdim)
+    return _std(x, dims, c, keepdim)
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.var_mean: (var, mean) from one pass."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.var_mean(x, dims, c, keepdim)
+    return _var_mean(x, dims, c, keepdim)
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.std_mean: (std, mean) from one pass."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.std_mean(x, dims, c, keepdim)
+    return _std_mean(x, dims, c, keepdim)
 
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp", "var", "std", "var_mean",
