@@ -17,7 +17,7 @@
 //                            per-CTA partials in a fixed order.
 //
 // Column path [outer, K, inner], reduce K: a warp is 4 lanes across the inner extent (one
-// vector of columns each) by 8 lanes down K; each lane loads kColumnUnroll rows per step:
+// vector of columns each) by R = 8 lanes down K; each lane loads kColumnUnroll rows per step:
 //
 //   rows of a step:  lanes (ky = 0, cx = 0..3) rows 0..7, (ky = 1) rows 8..15, ... (ky = 7) ..63
 //
@@ -25,7 +25,9 @@
 // the 8 ky lanes of their running statistics; segments s = g, g + 8, ... fold in order into group
 // g, and an output is the butterfly of its 8 groups (see reduce_column_kernel): inside one CTA, or
 // through the workspace with one CTA per group or per segment and the last CTA of a tile folding
-// the parts: the same arithmetic every way.
+// the parts: the same arithmetic every way. Short columns (K under one 64-row step, where most
+// ky lanes would sit idle) take R = 1 instead: 32 lanes across, each folding its whole column,
+// one segment, one group (the choice is a function of K, like the rest of the arithmetic).
 //
 // Aligned and unaligned inputs differ only in how elements are loaded (one 16-byte access or VEC
 // scalar ones), never in which lane folds which element, so both give the same bits.
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_all_kernel(ReduceArgs a
 }
 
 // ---- column path ---------------------------------------------------------------------------------
-template <class P, typename T> struct ColumnLane {
+template <class P, typename T, int R> struct ColumnLane {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
   static constexpr int VEC = kVecOf<T>, U = kColumnUnroll;
@@ -324,10 +326,10 @@ template <class P, typename T> struct ColumnLane {
     }
   }
 
-  // This lane's rows of segment [begin, end): rows ky*8 .. ky*8+7 of every 64-row step.
+  // This lane's rows of segment [begin, end): rows ky*U .. ky*U+U-1 of every R*U-row step.
   template <bool kTwoSteps, int kVector>
   __device__ __forceinline__ void fold_segment_as(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
-    constexpr int64_t kStep = int64_t(kColumnRowLanes) * U;
+    constexpr int64_t kStep = int64_t(R) * U;
     if constexpr (kTwoSteps)
       for (; k + kStep + U <= end; k += 2 * kStep) fold_two_steps<kVector>(s, k, k + kStep, pivot);
     for (; k < end; k += kStep) fold_rows<kVector>(s, k, end, pivot);
@@ -346,18 +348,18 @@ template <class P, typename T> struct ColumnLane {
 template <class P, typename T>
 constexpr bool kColumnTwoSteps = sizeof(typename P::Stat) * kVecOf<T> <= 16 && sizeof(T) == 4;
 
-// The last CTA of a split column tile: lane ky = g left-folds the partials of parts g, g + 8, ...
-// (in that order) into acc. Parts p hold group p % 8's fold of segments p, p + parts, ..., so
-// acc ends as the group accumulator the unsplit route holds in lane ky = g. Loads are issued
-// kBatch rounds at a time ahead of their merges: the fold waits on one L2 round trip per
-// kBatch * 8 parts, and its serial chain is ceil(parts / 8) merges (8 for 64 segments, where
-// the old left fold over segments was 64 merges, run alike by all 8 ky lanes).
-template <class P, typename T>
+// The last CTA of a split column tile: lane ky = g left-folds the partials of parts g, g + G, ...
+// (G = 8 groups, in that order) into acc. Parts p hold group p % G's fold of segments p,
+// p + parts, ..., so acc ends as the group accumulator the unsplit route holds in lane ky = g.
+// Loads are issued kBatch rounds at a time ahead of their merges: the fold waits on one L2 round
+// trip per kBatch * G parts, and its serial chain is ceil(parts / G) merges (8 for 64 segments,
+// where the old left fold over segments was 64 merges, run alike by all 8 ky lanes).
+template <class P, typename T, int G>
 __device__ __forceinline__ void fold_group_partials(typename P::Stat (&acc)[kVecOf<T>],
                                                     const typename P::Stat* column_parts, int64_t part_stride,
                                                     int64_t parts, int columns, int ky) {
   using Stat = typename P::Stat;
-  constexpr int VEC = kVecOf<T>, G = kColumnGroups;
+  constexpr int VEC = kVecOf<T>;
   // 16 to 32 registers of loads in flight per batch (2 rounds of 8 columns spilled the 16-bit
   // Welford kernel; sum float32 takes 4 rounds, Welford float32 2, 16-bit Welford and argmax 1).
   constexpr int kWords = static_cast<int>(VEC * sizeof(Stat) / 4);
@@ -383,10 +385,11 @@ __device__ __forceinline__ void fold_group_partials(typename P::Stat (&acc)[kVec
   }
 }
 
-// The fixed tree over the 8 ky lanes (4 apart, then 2, then 1; lower lanes first); lane ky = 0 gets it.
-template <class P> __device__ __forceinline__ typename P::Stat ky_butterfly(typename P::Stat s) {
+// The fixed tree over the R ky lanes (for 8: 4 apart, then 2, then 1; lower lanes first); lane
+// ky = 0 gets it. Lanes across: 32 / R.
+template <class P, int R> __device__ __forceinline__ typename P::Stat ky_butterfly(typename P::Stat s) {
 #pragma unroll
-  for (int step = kColumnRowLanes / 2; step > 0; step /= 2) s = P::merge(s, shfl_down_stat(s, step * kColumnLanes, 32));
+  for (int step = R / 2; step > 0; step /= 2) s = P::merge(s, shfl_down_stat(s, step * (32 / R), 32));
   return s;
 }
 
@@ -395,6 +398,7 @@ template <class P> __device__ __forceinline__ typename P::Stat ky_butterfly(type
 //              of every 64-row step, kColumnUnroll rows per chunk)
 //   group[g] = left fold of seg[g], seg[g + 8], seg[g + 16], ... (g = 0..7; empty groups are identity)
 //   result   = ky butterfly of group[0..7]
+// (Short columns, R = 1: the one lane's fold of the one segment is the result.)
 // Work is spread three ways (ReduceArgs::parts, from the number of columns only): one CTA per
 // tile (parts = 1: lane ky = g keeps group g while the CTA walks every segment), one CTA per
 // (tile, group) (parts = min(8, segments)) or one per (tile, segment) (parts = segments); with
@@ -404,15 +408,16 @@ template <class P> __device__ __forceinline__ typename P::Stat ky_butterfly(type
 // and run one CTA (8 warps) per SM, too few loads in flight. Two-step folds of 32-bit data
 // keep 3 (80 registers, no spills): at 2 they took 118, and sum/amax float32 lost 5-12% at
 // 4096x32768 and 32768x4096 (run 13).
-template <class P, typename T>
+// R: lanes down K per warp, kColumnRowLanes or 1 (short columns); G = R groups.
+template <class P, typename T, int R>
 __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2)) reduce_column_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
-  constexpr int VEC = kVecOf<T>, U = kColumnUnroll, G = kColumnGroups;
-  constexpr int kLanesPerCta = kReduceThreads / kColumnRowLanes;  // lanes across columns per CTA
-  static_assert(G == kColumnRowLanes, "lane ky keeps group ky");
+  constexpr int VEC = kVecOf<T>, U = kColumnUnroll, G = R, kLanes = 32 / R;
+  constexpr int kLanesPerCta = kReduceThreads / R;  // lanes across columns per CTA
+  static_assert(R == kColumnRowLanes || R == 1, "planned layouts: kColumnRowLanes or 1 lanes down K");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int cx = lane % kColumnLanes, ky = lane / kColumnLanes;
+  const int cx = lane % kLanes, ky = lane / kLanes;
   const int64_t segments = a.chunks, parts = a.parts;
   auto* partials = static_cast<Stat*>(a.partials);
 
@@ -431,9 +436,9 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
     } else {
       slice = item / parts, part = item % parts, o = slice / a.tiles, tile = slice % a.tiles;
     }
-    const int64_t col = (tile * kLanesPerCta + warp * kColumnLanes + cx) * VEC;
+    const int64_t col = (tile * kLanesPerCta + warp * kLanes + cx) * VEC;
     const int64_t left = a.inner - col;
-    ColumnLane<P, T> cl;
+    ColumnLane<P, T, R> cl;
     cl.slab = static_cast<const T*>(a.x) + o * a.outer_stride + col;
     cl.stride = a.reduced_stride;
     cl.columns = left <= 0 ? 0 : (left < VEC ? static_cast<int>(left) : VEC);
@@ -455,7 +460,8 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
       const bool mine = ky == static_cast<int>(seg % G);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const Stat seg_stat = shfl_stat(ky_butterfly<P>(s[j]), cx);  // from lane ky = 0
+        Stat seg_stat = s[j];
+        if constexpr (R > 1) seg_stat = shfl_stat(ky_butterfly<P, R>(s[j]), cx);  // from lane ky = 0
         const Stat merged = P::merge(acc[j], seg_stat);
         if (mine) acc[j] = merged;
       }
@@ -475,7 +481,7 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
       finish = last_cta;
       if (finish) {
         __threadfence();
-        fold_group_partials<P, T>(acc, partials + o * a.inner + col, a.outer * a.inner, parts, cl.columns, ky);
+        fold_group_partials<P, T, G>(acc, partials + o * a.inner + col, a.outer * a.inner, parts, cl.columns, ky);
         if (threadIdx.x == 0) a.tickets[slice] = 0;
       }
       __syncthreads();  // last_cta is rewritten by the next item
@@ -483,7 +489,7 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
     if (finish) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const Stat r = ky_butterfly<P>(acc[j]);
+        const Stat r = ky_butterfly<P, R>(acc[j]);
         if (ky == 0 && j < cl.columns) P::finalize(r, pivot[j], a.reduced, a.outs, o * a.inner + col + j);
       }
     }

@@ -36,17 +36,19 @@ void plan_row(const ReductionPlan& p, ReduceConfig* c) {
 }
 
 void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig* c) {
-  constexpr int64_t kRowsPerStep = int64_t(kColumnRowLanes) * kColumnUnroll;
   c->kernel = ReduceKernel::kColumn;
+  // The warp's layout, from K only (the arithmetic): short columns are one lane's each.
+  c->column_row_lanes = p.reduced < kColumnShortBelowRows ? 1 : kColumnRowLanes;
+  const int64_t rows_per_step = int64_t(c->column_row_lanes) * kColumnUnroll;
   // Segments of whole steps, at most kColumnMaxSegments of them: long enough that their partials
   // stay a few percent of the input and the per-segment butterfly (3 merges and a broadcast per
   // column) is paid per 4 steps a lane at most, short enough to spread small problems over many
-  // CTAs. From K only (the arithmetic).
-  const int64_t min_rows = round_up(std::max<int64_t>(knobs.min_segment_rows, 1), kRowsPerStep);
-  c->chunk = std::max(min_rows, round_up(ceil_div(p.reduced, kColumnMaxSegments), kRowsPerStep));
+  // CTAs. From K only (the arithmetic). Short columns are one segment.
+  const int64_t min_rows = round_up(std::max<int64_t>(knobs.min_segment_rows, 1), rows_per_step);
+  c->chunk = std::max(min_rows, round_up(ceil_div(p.reduced, kColumnMaxSegments), rows_per_step));
+  if (c->column_row_lanes == 1) c->chunk = std::max<int64_t>(p.reduced, 1);
   c->chunks = ceil_div(p.reduced, c->chunk);
-  const int64_t columns_per_cta = int64_t(kReduceThreads / (kColumnLanes * kColumnRowLanes)) *
-                                  kColumnLanes * c->vec;
+  const int64_t columns_per_cta = int64_t(kReduceThreads / c->column_row_lanes) * c->vec;
   c->tiles = ceil_div(p.inner, columns_per_cta);
   // How the work is spread (never the arithmetic): few columns, one CTA per segment; too few
   // tiles to fill the GPU, one CTA per group of segments; else one CTA per tile.
@@ -55,7 +57,7 @@ void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig*
   if (c->chunks > 1 && column_vectors < knobs.split_below_vectors) {
     c->parts = c->chunks;
   } else if (c->chunks > 1 && slices < knobs.groups_below_ctas) {
-    c->parts = std::min<int64_t>(kColumnGroups, c->chunks);
+    c->parts = std::min<int64_t>(c->column_row_lanes, c->chunks);  // one per group (G = lanes down K)
   } else {
     c->parts = 1;
   }

@@ -39,6 +39,8 @@ struct ReduceConfig {
                             // (one per group) or segments (one per segment); CTA p folds segments
                             // p, p + parts, ... (see reduce_engine.cuh)
   int64_t tiles = 0;        // kColumn: CTAs across one outer slice of the inner extent
+  int column_row_lanes = 0; // kColumn: lanes down K per warp (32 / this across): kColumnRowLanes,
+                            // or 1 for short columns (K < kColumnShortBelowRows)
   int64_t grid = 0;         // CTAs to launch
   int64_t tickets = 0;      // completion counters in the workspace
   int64_t partials = 0;     // partial statistics in the workspace

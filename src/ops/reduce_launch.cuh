@@ -50,7 +50,10 @@ template <class P, typename T> Status launch_policy(const ReduceLaunch& l, cudaS
       reduce_row_block_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_row_block_kernel");
     case ReduceKernel::kColumn:
-      reduce_column_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      if (c.column_row_lanes == 1)
+        reduce_column_kernel<P, T, 1><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      else
+        reduce_column_kernel<P, T, kColumnRowLanes><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_column_kernel");
     case ReduceKernel::kAll:
       reduce_all_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);

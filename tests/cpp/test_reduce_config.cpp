@@ -77,11 +77,36 @@ TEST(ReduceConfig, ColumnSegmentsDependOnKOnly) {
     EXPECT_EQ(a.kernel, ReduceKernel::kColumn);
     EXPECT_EQ(a.chunk, b.chunk) << "k=" << k;
     EXPECT_EQ(a.chunks, b.chunks) << "k=" << k;
+    EXPECT_EQ(a.column_row_lanes, b.column_row_lanes) << "k=" << k;
     EXPECT_LE(a.chunks, kColumnMaxSegments);
-    EXPECT_EQ(a.chunk % (kColumnRowLanes * kColumnUnroll), 0);
+    if (a.column_row_lanes > 1) EXPECT_EQ(a.chunk % (kColumnRowLanes * kColumnUnroll), 0);
     EXPECT_GE(a.chunk * a.chunks, k);
     EXPECT_LT(a.chunk * (a.chunks - 1), k);
   }
+}
+
+TEST(ReduceConfig, ShortColumnsTakeOneLaneEach) {
+  // K below one step of the 8-lanes-down layout: 32 lanes across, one lane folds a whole column,
+  // one segment, nothing split, whatever the number of columns.
+  for (int64_t k : {int64_t(1), int64_t(2), int64_t(16), kColumnShortBelowRows - 1}) {
+    for (int64_t inner : {2, 1000, 1 << 20}) {
+      for (int elem : {2, 4, 8}) {
+        const ReduceConfig c = plan_reduce_kernel(column(3, k, inner), elem);
+        const int vec = 16 / elem;
+        EXPECT_EQ(c.kernel, ReduceKernel::kColumn);
+        EXPECT_EQ(c.column_row_lanes, 1) << "k=" << k;
+        EXPECT_EQ(c.chunk, k);
+        EXPECT_EQ(c.chunks, 1);
+        EXPECT_EQ(c.parts, 1);
+        EXPECT_EQ(c.tiles, (inner + kReduceThreads * vec - 1) / (kReduceThreads * vec));
+        EXPECT_EQ(c.grid, 3 * c.tiles);
+        EXPECT_EQ(c.workspace_bytes, 0u);
+      }
+    }
+  }
+  const ReduceConfig step = plan_reduce_kernel(column(1, kColumnShortBelowRows, 1 << 20), 4);
+  EXPECT_EQ(step.column_row_lanes, kColumnRowLanes);
+  EXPECT_EQ(step.tiles, (1 << 20) / (kReduceThreads / kColumnRowLanes * 4));
 }
 
 TEST(ReduceConfig, FewColumnsSplitSegmentsOverCtas) {
@@ -129,6 +154,7 @@ TEST(ReduceConfig, ColumnPartsOnlySpreadWork) {
         const ReduceConfig c = plan_reduce_kernel(column(outer, k, inner), 4);
         EXPECT_EQ(c.chunk, ref.chunk);
         EXPECT_EQ(c.chunks, ref.chunks);
+        EXPECT_EQ(c.column_row_lanes, ref.column_row_lanes);
         EXPECT_TRUE(c.parts == 1 || c.parts == c.chunks || c.parts == std::min<int64_t>(kColumnGroups, c.chunks))
             << "k=" << k << " parts=" << c.parts;
         EXPECT_EQ(c.grid, std::min(outer * c.tiles * c.parts, kMaxGrid));
