@@ -432,6 +432,12 @@ template <typename T> void column_sweep() {
     }
     if (::testing::Test::HasFailure()) return;
   }
+  // Short columns (K < 64: a lane per column, 32 lanes across): several tiles, odd widths and
+  // strides, special values, ties.
+  check_case<T>(columns(16, 3001, "special", 3, 1));
+  check_case<T>(columns(63, 2500, "ties"));
+  check_case<T>(columns(48, 1100, "infs"));
+  check_case<T>(Case{Layout{{5, 40, 700}}, false, {1}, false, "randn"});
   check_case<T>(columns(4099, 5, "infs"));   // split: segments merge through the workspace
   check_case<T>(columns(300, 5000, "infs"));  // one CTA walks the segments
   check_case<T>(columns(4099, 5, "near_one"));
@@ -619,24 +625,28 @@ TEST_F(ReduceGpu, RowsAreDeterministicAndBatchInvariant) {
 TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
   // 20000 columns run one CTA per (tile, group of segments); a 64-column slice (aligned or not)
   // runs one CTA per segment, and a single column is a column problem of inner extent 1: all must
-  // give the same bits (2600 rows: 11 segments, not a multiple of the 8 groups).
-  const int64_t k = 2600, n = 20000;
-  const std::vector<double> logical = make_logical<float>(k * n, "randn", 4);
-  const Layout l{{k, n}};
-  const DeviceBuffer buf(physical_image<float>(logical, l));
-  const int64_t dim = 0;
-  for (ReduceOp op : kInvarianceOps) {
-    SCOPED_TRACE(reduce_op_name(op));
-    const TensorView x = device_view(buf.get(), DType::kFloat32, l);
-    const auto full = output_bits<float>(op, x, DimList::of(&dim, 1));
-    EXPECT_EQ(full, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
-    for (int64_t width : {int64_t(64), int64_t(1)}) {
-      for (int64_t first : {int64_t(0), int64_t(4096), int64_t(7777)}) {
-        TensorView part = x;
-        part.sizes[1] = width;
-        part.data = static_cast<float*>(buf.get()) + first;
-        EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)), slice_bits(full, first, width, n, has_mean(op)))
-            << "columns " << first << "..+" << width << " alone differ from the same columns among " << n;
+  // give the same bits (2600 rows: 11 segments, not a multiple of the 8 groups; 40 rows: short
+  // columns, a lane each).
+  for (const int64_t k : {int64_t(2600), int64_t(40)}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    const int64_t n = 20000;
+    const std::vector<double> logical = make_logical<float>(k * n, "randn", 4);
+    const Layout l{{k, n}};
+    const DeviceBuffer buf(physical_image<float>(logical, l));
+    const int64_t dim = 0;
+    for (ReduceOp op : kInvarianceOps) {
+      SCOPED_TRACE(reduce_op_name(op));
+      const TensorView x = device_view(buf.get(), DType::kFloat32, l);
+      const auto full = output_bits<float>(op, x, DimList::of(&dim, 1));
+      EXPECT_EQ(full, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
+      for (int64_t width : {int64_t(64), int64_t(1)}) {
+        for (int64_t first : {int64_t(0), int64_t(4096), int64_t(7777)}) {
+          TensorView part = x;
+          part.sizes[1] = width;
+          part.data = static_cast<float*>(buf.get()) + first;
+          EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)), slice_bits(full, first, width, n, has_mean(op)))
+              << "columns " << first << "..+" << width << " alone differ from the same columns among " << n;
+        }
       }
     }
   }
