@@ -6,12 +6,14 @@ time as the rest of the call (measured on a CPU toy op: 13 us a call with it, 5 
 backend kernel directly, torch.neg 1.8 us), which an eager caller of a small op pays on every step.
 
 The functional API therefore calls the CUDA kernel directly when that kernel is all the ordinary
-call would reach: eager mode (not torch.compile's tracing), no Python dispatch, torch-function or
-functorch transform active, and every tensor argument a plain CUDA tensor (torch.Tensor or
-nn.Parameter, so no fake, functional or other subclass tensor) that needs no gradient. Any other
-call takes the ordinary route. Results are the same kernels' either way.
+call would reach: eager mode (not torch.compile's tracing, not torch.jit.trace), no Python
+dispatch, torch-function or functorch transform active, no forward-mode AD level open, and every
+tensor argument a plain CUDA tensor (torch.Tensor or nn.Parameter, so no fake, functional or
+other subclass tensor) that needs no gradient. Any other call takes the ordinary route. Results
+are the same kernels' either way.
 """
 import torch
+from torch.autograd import forward_ad as _forward_ad
 
 _C = torch._C
 _CUDA_KEYS = _C.DispatchKeySet(_C.DispatchKey.CUDA)
@@ -21,7 +23,8 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def takes_direct_route(args) -> bool:
     """True when a call with these positional arguments may go straight to the CUDA kernel."""
     if _C._len_torch_dispatch_stack() or _C._is_torch_function_mode_enabled() or \
-            _C._are_functorch_transforms_active():
+            _C._are_functorch_transforms_active() or _C._get_tracing_state() is not None or \
+            _forward_ad._current_level >= 0:
         return False
     grad = _C.is_grad_enabled()
     for a in args:

@@ -25,7 +25,7 @@ def test_plain_cuda_tensors_take_it():
 
 
 @pytest.mark.parametrize("case", ["requires_grad", "parameter_with_grad", "cpu", "meta", "fake", "vmap",
-                                  "dispatch_mode", "function_mode"])
+                                  "dispatch_mode", "function_mode", "jit_trace", "forward_ad"])
 def test_other_calls_take_the_ordinary_route(case):
     x = _x(4, 8)
     if case == "requires_grad":
@@ -51,6 +51,15 @@ def test_other_calls_take_the_ordinary_route(case):
                 return func(*args, **(kwargs or {}))
         with Passthrough():
             assert not takes_direct_route((x, -1))
+    elif case == "jit_trace":
+        seen = []
+        torch.jit.trace(lambda t: seen.append(takes_direct_route((t, -1))) or t * 2, (x,), check_trace=False)
+        assert seen == [False]
+    elif case == "forward_ad":
+        import torch.autograd.forward_ad as fwAD
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(x, torch.ones_like(x))
+            assert not takes_direct_route((dual, -1))
     elif case == "function_mode":
         from torch.overrides import TorchFunctionMode
 
