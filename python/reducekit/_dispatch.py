@@ -7,7 +7,8 @@ backend kernel directly, torch.neg 1.8 us), which an eager caller of a small op 
 
 The functional API therefore calls the CUDA kernel directly when that kernel is all the ordinary
 call would reach: eager mode (not torch.compile's tracing, not torch.jit.trace), no Python
-dispatch, torch-function or functorch transform active, no forward-mode AD level open, and every
+dispatch, torch-function or functorch transform active, no forward-mode AD level open, no
+profiler running (it records ops at the top-level dispatch the direct call skips), and every
 tensor argument a plain CUDA tensor (torch.Tensor or nn.Parameter, so no fake, functional or
 other subclass tensor) that needs no gradient. Any other call takes the ordinary route. Results
 are the same kernels' either way.
@@ -24,7 +25,7 @@ def takes_direct_route(args) -> bool:
     """True when a call with these positional arguments may go straight to the CUDA kernel."""
     if _C._len_torch_dispatch_stack() or _C._is_torch_function_mode_enabled() or \
             _C._are_functorch_transforms_active() or _C._get_tracing_state() is not None or \
-            _forward_ad._current_level >= 0:
+            _forward_ad._current_level >= 0 or _C._autograd._profiler_enabled():
         return False
     grad = _C.is_grad_enabled()
     for a in args:

@@ -25,7 +25,7 @@ def test_plain_cuda_tensors_take_it():
 
 
 @pytest.mark.parametrize("case", ["requires_grad", "parameter_with_grad", "cpu", "meta", "fake", "vmap",
-                                  "dispatch_mode", "function_mode", "jit_trace", "forward_ad"])
+                                  "dispatch_mode", "function_mode", "jit_trace", "forward_ad", "profiler"])
 def test_other_calls_take_the_ordinary_route(case):
     x = _x(4, 8)
     if case == "requires_grad":
@@ -60,6 +60,9 @@ def test_other_calls_take_the_ordinary_route(case):
         with fwAD.dual_level():
             dual = fwAD.make_dual(x, torch.ones_like(x))
             assert not takes_direct_route((dual, -1))
+    elif case == "profiler":
+        with torch.profiler.profile():
+            assert not takes_direct_route((x, -1))
     elif case == "function_mode":
         from torch.overrides import TorchFunctionMode
 
