@@ -6,7 +6,8 @@
 # and the sanitizer log is kept only when it reports something (remote runs bring back few files).
 # pytest reads extra arguments from PYTEST_ADDOPTS (e.g. '-m "not large"' skips the multi-GB tests);
 # REDUCEKIT_CPP_FILTER is the C++ tests' --gtest_filter (default: all), REDUCEKIT_PY_FILES a glob
-# of tests/python files (default test_*.py); REDUCEKIT_TESTS_SIDE_BY_SIDE=1 runs the two suites at once.
+# of tests/python files (default test_*.py); REDUCEKIT_TESTS_SIDE_BY_SIDE=1 runs the two suites at once,
+# REDUCEKIT_CPP_SHARDS=N the C++ tests as N shards at once.
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-${OUT:-$REPO/bench/results/latest}}"
 STAGES="${REDUCEKIT_STAGES:-build cpp py bench san}"
@@ -22,12 +23,29 @@ if stage build; then
   configure_and_build >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log"; exit 1; }
   echo "build: $((SECONDS - start)) s"
 fi
+# REDUCEKIT_CPP_SHARDS=N runs the C++ tests as N gtest shards at once, the logs joined into
+# cpp_tests.log (one process took 208-244 s on the H200 in runs 21-22; whether shards shorten it
+# depends on what bounds it, the CPU oracle or the GPU, which has not been measured).
 run_cpp_tests() {
-  "$BUILD/reducekit_tests" --gtest_brief=1 --gtest_filter="${REDUCEKIT_CPP_FILTER:-*}" >"$OUT_DIR/cpp_tests.log" 2>&1
+  local shards="${REDUCEKIT_CPP_SHARDS:-1}" rc=0 pids=() i
+  if [ "$shards" -le 1 ]; then
+    "$BUILD/reducekit_tests" --gtest_brief=1 --gtest_filter="${REDUCEKIT_CPP_FILTER:-*}" >"$OUT_DIR/cpp_tests.log" 2>&1
+    return
+  fi
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$BUILD/reducekit_tests" --gtest_brief=1 \
+      --gtest_filter="${REDUCEKIT_CPP_FILTER:-*}" >"$OUT_DIR/cpp_tests.shard$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  cat "$OUT_DIR"/cpp_tests.shard*.log >"$OUT_DIR/cpp_tests.log" && rm -f "$OUT_DIR"/cpp_tests.shard*.log
+  return $rc
 }
 report_cpp_tests() {
   echo "== C++ tests (exit $1)"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|Failure|error" "$OUT_DIR/cpp_tests.log" | head -40
+  awk '/^\[==========\] [0-9]+ tests? from/ {ran += $2} /^\[  PASSED  \]/ {passed += $4}
+       END {print "C++ total: " ran " ran, " passed " passed"}' "$OUT_DIR/cpp_tests.log"
   [ "$1" -eq 0 ] || status=1
 }
 # REDUCEKIT_TESTS_SIDE_BY_SIDE=1: the C++ tests run in the background while the Python tests run
