@@ -7,7 +7,7 @@
 # pytest reads extra arguments from PYTEST_ADDOPTS (e.g. '-m "not large"' skips the multi-GB tests);
 # REDUCEKIT_CPP_FILTER is the C++ tests' --gtest_filter (default: all), REDUCEKIT_PY_FILES a glob
 # of tests/python files (default test_*.py); REDUCEKIT_TESTS_SIDE_BY_SIDE=1 runs the two suites at once,
-# REDUCEKIT_CPP_SHARDS=N the C++ tests as N shards at once.
+# REDUCEKIT_CPP_SHARDS=N the C++ tests as N shards at once, REDUCEKIT_PY_PARALLEL=1 the Python files at once.
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-${OUT:-$REPO/bench/results/latest}}"
 STAGES="${REDUCEKIT_STAGES:-build cpp py bench san}"
@@ -62,14 +62,27 @@ if stage cpp; then
 fi
 if stage py; then
   echo "== Python tests"
-  # One pytest per file, so a family that fails a lot stops early without hiding the others.
+  # One pytest per file, so a family that fails a lot stops early without hiding the others;
+  # REDUCEKIT_PY_PARALLEL=1 runs the files at once (reported in file order all the same).
   : >"$OUT_DIR/py_tests.log"
-  for f in "$REPO"/tests/python/${REDUCEKIT_PY_FILES:-test_*.py}; do
-    python3 -m pytest -q "$f" -rs --maxfail=20 --tb=line >"$BUILD.pytest.tmp" 2>&1 || status=1
-    echo "$(basename "$f"): $(tail -1 "$BUILD.pytest.tmp")"
-    cat "$BUILD.pytest.tmp" >>"$OUT_DIR/py_tests.log"
+  files=("$REPO"/tests/python/${REDUCEKIT_PY_FILES:-test_*.py})
+  run_py_file() { python3 -m pytest -q "$1" -rs --maxfail=20 --tb=line >"$2.log" 2>&1; echo $? >"$2.rc"; }
+  py_pids=()
+  for i in "${!files[@]}"; do
+    if [ "${REDUCEKIT_PY_PARALLEL:-0}" = 1 ]; then
+      run_py_file "${files[$i]}" "$BUILD.pytest$i" &
+      py_pids+=($!)
+    else
+      run_py_file "${files[$i]}" "$BUILD.pytest$i"
+    fi
   done
-  rm -f "$BUILD.pytest.tmp"
+  for pid in "${py_pids[@]}"; do wait "$pid"; done
+  for i in "${!files[@]}"; do
+    [ "$(cat "$BUILD.pytest$i.rc")" = 0 ] || status=1
+    echo "$(basename "${files[$i]}"): $(tail -1 "$BUILD.pytest$i.log")"
+    cat "$BUILD.pytest$i.log" >>"$OUT_DIR/py_tests.log"
+    rm -f "$BUILD.pytest$i.log" "$BUILD.pytest$i.rc"
+  done
 fi
 if [ -n "$cpp_pid" ]; then
   wait "$cpp_pid"
