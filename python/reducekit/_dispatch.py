@@ -2,8 +2,9 @@
 
 torch.library.register_autograd puts a Python kernel in front of every call of an op, grad or
 no grad: it checks the inputs, then redispatches below autograd. That costs about as much host
-time as the rest of the call (measured on a CPU toy op: 13 us a call with it, 5 us calling the
-backend kernel directly, torch.neg 1.8 us), which an eager caller of a small op pays on every step.
+time as the rest of the call, which an eager caller of a small op pays on every step (run 22,
+bench/host_overhead.py on the H200's host: torch.ops.reducekit.sum 25 us a call, reducekit.sum
+through this route 11 us, torch.sum 13 us).
 
 The functional API therefore calls the CUDA kernel directly when that kernel is all the ordinary
 call would reach: eager mode (not torch.compile's tracing, not torch.jit.trace), no Python

