@@ -34,21 +34,29 @@ at::ScalarType param_dtype(const Tensor& x, const OptionalTensor& weight, const 
   return x.scalar_type();
 }
 
-// What forward leaves for backward, besides the saved tensors.
-void save_meta(AutogradContext* ctx, IntArrayRef shape, const Tensor& x, const OptionalTensor& weight,
+// What forward leaves for backward, besides the saved tensors. needs_input_grad counts only the
+// tensors given (x, residual when fused, weight and bias when present), so the weight's and the
+// bias's places among them are kept (-1: not given).
+void save_meta(AutogradContext* ctx, IntArrayRef shape, const Tensor& x, bool residual, const OptionalTensor& weight,
                const OptionalTensor& bias) {
+  const int64_t weight_edge = given(weight) ? 1 + residual : -1;
   ctx->saved_data["shape"] = shape.vec();
-  ctx->saved_data["has_weight"] = given(weight);
-  ctx->saved_data["has_bias"] = given(bias);
+  ctx->saved_data["weight_edge"] = weight_edge;
+  ctx->saved_data["bias_edge"] = given(bias) ? 1 + residual + given(weight) : int64_t{-1};
   ctx->saved_data["param_dtype"] = param_dtype(x, weight, bias);
   ctx->set_materialize_grads(false);  // unused outputs' grads stay undefined
 }
 
 OptionalTensor optional_of(const Tensor& t) { return t.defined() ? OptionalTensor(t) : std::nullopt; }
 
+// Whether backward must produce the grad of the tensor kept at `edge` by save_meta.
+bool wanted(AutogradContext* ctx, const char* edge) {
+  const int64_t index = ctx->saved_data[edge].toInt();
+  return index >= 0 && ctx->needs_input_grad(index);
+}
+
 // Inputs as apply() takes them: (x, residual, normalized_shape, weight, bias, eps); residual is
-// undefined for the plain ops, bias for rms_norm. Backward returns one grad per input.
-constexpr int kWeightInput = 3, kBiasInput = 4;
+// absent for the plain ops, bias for rms_norm. Backward returns one grad per argument.
 
 variable_list input_grads(bool residual, Tensor dx, const variable_list& grads, const Tensor& dweight,
                           const Tensor& dbias) {
@@ -58,7 +66,7 @@ variable_list input_grads(bool residual, Tensor dx, const variable_list& grads, 
 
 template <bool kResidual> class LayerNormAutograd : public torch::autograd::Function<LayerNormAutograd<kResidual>> {
  public:
-  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& residual, IntArrayRef shape,
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
                                const OptionalTensor& weight, const OptionalTensor& bias, double eps) {
     Tensor y, s, mean, rstd;
     {
@@ -68,7 +76,7 @@ template <bool kResidual> class LayerNormAutograd : public torch::autograd::Func
             find_op<std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, IntArrayRef,
                                                                const OptionalTensor&, const OptionalTensor&, double)>(
                 "reducekit::add_layer_norm");
-        std::tie(y, s, mean, rstd) = op.call(x, residual, shape, weight, bias, eps);
+        std::tie(y, s, mean, rstd) = op.call(x, *residual, shape, weight, bias, eps);
       } else {
         static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
             const Tensor&, IntArrayRef, const OptionalTensor&, const OptionalTensor&, double)>("reducekit::layer_norm");
@@ -78,7 +86,7 @@ template <bool kResidual> class LayerNormAutograd : public torch::autograd::Func
     }
     ctx->mark_non_differentiable({mean, rstd});
     ctx->save_for_backward({s, mean, rstd, weight.value_or(Tensor())});
-    save_meta(ctx, shape, x, weight, bias);
+    save_meta(ctx, shape, x, kResidual, weight, bias);
     if constexpr (kResidual) return {y, s, mean, rstd};
     return {y, mean, rstd};
   }
@@ -90,21 +98,19 @@ template <bool kResidual> class LayerNormAutograd : public torch::autograd::Func
             "reducekit::layer_norm_backward");
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &s = saved[0], &mean = saved[1], &rstd = saved[2], &weight = saved[3];
-    const bool has_weight = ctx->saved_data["has_weight"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
-    const bool wants = (has_weight && ctx->needs_input_grad(kWeightInput)) ||
-                       (has_bias && ctx->needs_input_grad(kBiasInput));
+    const bool wants_weight = wanted(ctx, "weight_edge"), wants_bias = wanted(ctx, "bias_edge");
+    const bool wants = wants_weight || wants_bias;
     const Tensor dy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s);
     const std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
     auto [dx, dweight, dbias] = op.call(dy, s, shape, mean, rstd, optional_of(weight), wants,
                                         ctx->saved_data["param_dtype"].toScalarType());
-    return input_grads(kResidual, dx, grads, has_weight && wants ? dweight : Tensor(),
-                       has_bias && wants ? dbias : Tensor());
+    return input_grads(kResidual, dx, grads, wants_weight ? dweight : Tensor(), wants_bias ? dbias : Tensor());
   }
 };
 
 template <bool kResidual> class RmsNormAutograd : public torch::autograd::Function<RmsNormAutograd<kResidual>> {
  public:
-  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& residual, IntArrayRef shape,
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
                                const OptionalTensor& weight, const OptionalTensor& /*bias: none*/, double eps) {
     Tensor y, s, rstd;
     {
@@ -112,7 +118,7 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
       if constexpr (kResidual) {
         static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
             const Tensor&, const Tensor&, IntArrayRef, const OptionalTensor&, double)>("reducekit::add_rms_norm");
-        std::tie(y, s, rstd) = op.call(x, residual, shape, weight, eps);
+        std::tie(y, s, rstd) = op.call(x, *residual, shape, weight, eps);
       } else {
         static const auto op =
             find_op<std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, const OptionalTensor&, double)>(
@@ -123,7 +129,7 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
     }
     ctx->mark_non_differentiable({rstd});
     ctx->save_for_backward({s, rstd, weight.value_or(Tensor())});
-    save_meta(ctx, shape, x, weight, std::nullopt);
+    save_meta(ctx, shape, x, kResidual, weight, std::nullopt);
     if constexpr (kResidual) return {y, s, rstd};
     return {y, rstd};
   }
@@ -134,7 +140,7 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
                                            const OptionalTensor&, bool, at::ScalarType)>("reducekit::rms_norm_backward");
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &s = saved[0], &rstd = saved[1], &weight = saved[2];
-    const bool wants = ctx->saved_data["has_weight"].toBool() && ctx->needs_input_grad(kWeightInput);
+    const bool wants = wanted(ctx, "weight_edge");
     const Tensor dy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s);
     const std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
     auto [dx, dweight] =
@@ -145,7 +151,7 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_autograd(const Tensor& x, IntArrayRef shape, const OptionalTensor& weight,
                                                        const OptionalTensor& bias, double eps) {
-  const variable_list out = LayerNormAutograd<false>::apply(x, Tensor(), shape, weight, bias, eps);
+  const variable_list out = LayerNormAutograd<false>::apply(x, OptionalTensor(), shape, weight, bias, eps);
   return {out[0], out[1], out[2]};
 }
 
@@ -158,7 +164,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> add_layer_norm_autograd(const Tensor&
 
 std::tuple<Tensor, Tensor> rms_norm_autograd(const Tensor& x, IntArrayRef shape, const OptionalTensor& weight,
                                              double eps) {
-  const variable_list out = RmsNormAutograd<false>::apply(x, Tensor(), shape, weight, OptionalTensor(), eps);
+  const variable_list out = RmsNormAutograd<false>::apply(x, OptionalTensor(), shape, weight, OptionalTensor(), eps);
   return {out[0], out[1]};
 }
 

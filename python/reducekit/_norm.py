@@ -14,14 +14,13 @@ statistics (mean, rstd) that the backward ops take, and their autograd lives in 
 """
 import torch
 
-from ._dispatch import eager
-
 _ops = torch.ops.reducekit
 
-_layer_norm = eager(_ops.layer_norm)
-_rms_norm = eager(_ops.rms_norm)
-_add_layer_norm = eager(_ops.add_layer_norm)
-_add_rms_norm = eager(_ops.add_rms_norm)
+# Called as they are: their autograd is C++ (see _functional.py on the softmax ops).
+_layer_norm = _ops.layer_norm
+_rms_norm = _ops.rms_norm
+_add_layer_norm = _ops.add_layer_norm
+_add_rms_norm = _ops.add_rms_norm
 
 
 def _shape(normalized_shape):
