@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <initializer_list>
@@ -93,6 +94,35 @@ at::Tensor reject_cpu_binary(const at::Tensor& y, const at::Tensor& dy, int64_t)
   return y;
 }
 
+// Autograd of softmax and log_softmax, in C++: torch.library.register_autograd's Python kernel
+// cost about 25 us of host time a call with grad (run 22: 35 us against torch.softmax's 9).
+// Forward runs the op below autograd and keeps y; backward is the matching backward op.
+template <bool kLog> class SoftmaxAutograd : public torch::autograd::Function<SoftmaxAutograd<kLog>> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow(kLog ? "reducekit::log_softmax" : "reducekit::softmax", "")
+                               .typed<at::Tensor(const at::Tensor&, int64_t)>();
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    at::Tensor y = op.call(x, dim);
+    ctx->save_for_backward({y});
+    ctx->saved_data["dim"] = dim;
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    static const auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow(kLog ? "reducekit::log_softmax_backward" : "reducekit::softmax_backward", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>();
+    const at::Tensor y = ctx->get_saved_variables()[0];
+    return {op.call(y, grads[0], ctx->saved_data["dim"].toInt()), at::Tensor()};
+  }
+};
+
+at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) { return SoftmaxAutograd<false>::apply(x, dim); }
+at::Tensor log_softmax_autograd(const at::Tensor& x, int64_t dim) { return SoftmaxAutograd<true>::apply(x, dim); }
+
 }  // namespace
 
 TORCH_LIBRARY(reducekit, m) {
@@ -107,6 +137,11 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("log_softmax", &log_softmax_cuda);
   m.impl("softmax_backward", &softmax_backward_cuda);
   m.impl("log_softmax_backward", &log_softmax_backward_cuda);
+}
+
+TORCH_LIBRARY_IMPL(reducekit, Autograd, m) {
+  m.impl("softmax", &softmax_autograd);
+  m.impl("log_softmax", &log_softmax_autograd);
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CPU, m) {

@@ -1,4 +1,4 @@
-"""Eager calls that skip the Python autograd kernel where no gradient can flow.
+"""Eager calls of the reductions that skip the Python autograd kernel where no gradient can flow.
 
 torch.library.register_autograd puts a Python kernel in front of every call of an op, grad or
 no grad: it checks the inputs, then redispatches below autograd. That costs about as much host
@@ -13,6 +13,10 @@ profiler running (it records ops at the top-level dispatch the direct call skips
 tensor argument a plain CUDA tensor (torch.Tensor or nn.Parameter, so no fake, functional or
 other subclass tensor) that needs no gradient. Any other call takes the ordinary route. Results
 are the same kernels' either way.
+
+softmax, log_softmax and the norms do not take this route: their autograd is C++
+(python/csrc/ops.cpp, norm_autograd.cpp), and the op called as it is costs less host time than
+this route (run 23: torch.ops.reducekit.softmax 9.9 us a call, through this route 13.5 us).
 """
 import torch
 from torch.autograd import forward_ad as _forward_ad

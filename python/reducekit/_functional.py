@@ -1,12 +1,10 @@
 """Functional API mirroring torch's signatures."""
 import torch
 
-from ._dispatch import eager
-
-_ops = torch.ops.reducekit
-
-_softmax = eager(_ops.softmax)
-_log_softmax = eager(_ops.log_softmax)
+# The ops themselves: their autograd is C++ (python/csrc/ops.cpp), which costs less host time a
+# call than the reductions' direct route (reducekit/_dispatch.py) would save.
+_softmax = torch.ops.reducekit.softmax
+_log_softmax = torch.ops.reducekit.log_softmax
 
 
 def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:

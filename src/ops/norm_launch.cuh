@@ -220,6 +220,11 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   // code leave the 32-value _ext kernel too few registers for loads in flight.
   constexpr bool kLayerNorm = std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>;
   if (!kResidual && (elem_bytes == 4 || (kLayerNorm && elem_bytes == 2))) limits.block_elems = 16;
+  // float32 rms_norm rows past one CTA of 32-value tiles (16384 elements) take clusters of such
+  // tiles rather than one CTA of 64-value tiles: run 22, 4096x32768 2814 -> 3536 GB/s, 1024x65536
+  // 2590 -> 3202 (run 16 alike); layer_norm lost that way (4096x32768 2299 -> 2155), as did
+  // 16-bit rms_norm at 4096x32768 (2998 -> 2694).
+  if (!kLayerNorm && !kResidual && elem_bytes == 4) limits.max_tile_values = 32;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   constexpr int kInputs = kResidual ? 2 : 1;
   const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, kInputs, limits);

@@ -60,7 +60,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_TILE_VALUES")) limits->max_tile_values = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_CHUNK_TILES")) limits->split_chunk_tiles = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_RING")) limits->split_ring = std::clamp(std::atoi(v), 2, 4);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_CLUSTER_ROWS")) limits->split_cluster_rows = std::atoi(v) != 0;
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MIN_CLUSTER")) limits->split_min_cluster = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
   return Status::ok();
 }

@@ -130,7 +130,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
     if (register_tiles <= portable) {
       c.vpt = vpt;
       c.cluster = static_cast<int>(register_tiles);
-      if (limits.split_cluster_rows && c.cluster > 1) c.split = plan_row_split(vectors, elem_bytes, inputs, limits);
+      if (c.cluster > 1 && c.cluster >= limits.split_min_cluster) c.split = plan_row_split(vectors, elem_bytes, inputs, limits);
       return with_ring(c, elem_bytes, inputs, limits);
     }
   }

@@ -50,7 +50,10 @@ struct RowKernelLimits {
   std::size_t max_smem_per_sm = 228 * 1024;
   int split_chunk_tiles = 2;        // tiles (kRowSplitThreads x kRowSplitVpt vectors) a chunk
   int split_ring = 3;               // chunk buffers a CTA cycles through (loads run ahead)
-  bool split_cluster_rows = false;  // split rows that one cluster's registers hold as well
+  // Rows a cluster of at least this many CTAs holds in registers split as well: run 23's sweep of
+  // bfloat16 softmax / log_softmax gained 15% / 26% at 196608 columns (6-CTA clusters) and 6% /
+  // 13% at 262144 (8), was mixed at 131072 (4: -5% / +4%) and lost 16% / 7% at 65536 (2).
+  int split_min_cluster = 5;
   // Only rows of elements this small split: 16-bit rows gain 13-37% at 16 x 2^20 and 4 x 2^21,
   // float32 rows lose 5-6% against the stream kernel, whose 16 CTAs a row then hold the whole
   // row on chip (bench/results/LOG.md, run 16).

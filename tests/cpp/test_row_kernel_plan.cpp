@@ -185,6 +185,8 @@ TEST(RowKernelPlan, SplitByDefaultOnlySixteenBitRows) {
   EXPECT_EQ(plan_row_kernel(1 << 20, 2, 1, limits).split.chunks, 32);
   EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0) << "float32 rows stream";
   EXPECT_EQ(plan_row_kernel(1 << 20, 8, 1, limits).split.chunks, 0) << "float64 rows stream";
+  EXPECT_EQ(plan_row_kernel(262144, 2, 1, limits).split.chunks, 8) << "16-bit 8-CTA cluster rows split";
+  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 0) << "float32 cluster rows do not";
 }
 
 TEST(RowKernelPlan, SplitRowsAreStreamedRowsWhoseChunksTheGridHolds) {
@@ -195,8 +197,8 @@ TEST(RowKernelPlan, SplitRowsAreStreamedRowsWhoseChunksTheGridHolds) {
         SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
         const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
         const RowSplitConfig& s = c.split;
-        if (c.tiles == 1) {
-          EXPECT_EQ(s.chunks, 0) << "rows a cluster holds in registers keep their path";
+        if (c.tiles == 1 && c.cluster < limits.split_min_cluster) {
+          EXPECT_EQ(s.chunks, 0) << "rows a small cluster holds in registers keep their path";
           continue;
         }
         const int64_t vectors = (n + c.vec - 1) / c.vec;
@@ -243,7 +245,7 @@ TEST(RowKernelPlan, SplitChunksOfTheBenchmarkRows) {
   EXPECT_EQ(fp64.split.chunks, 128);
   EXPECT_EQ(plan_row_kernel(3 << 20, 4, 1, limits).split.chunks, 0) << "192 chunks > 132 resident CTAs";
   EXPECT_EQ(plan_row_kernel(3 << 20, 2, 1, limits).split.chunks, 96);
-  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 0) << "cluster rows keep their path by default";
+  EXPECT_EQ(plan_row_kernel(131072, 4, 1, limits).split.chunks, 0) << "4-CTA cluster rows keep their path";
   // The stream plan stays what it was: it runs the row when no workspace is given.
   EXPECT_EQ(fp32.cluster, 16);
   EXPECT_EQ(fp32.tiles, 2);
@@ -289,9 +291,14 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
   limits.sm_count = 40;  // 64 chunks, 40 resident CTAs
   EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0);
   limits = h200_limits();
-  limits.split_cluster_rows = true;  // the tuning knob: cluster rows split as well
-  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 16);
+  // Rows held by clusters of 5 or more CTAs split; smaller clusters do not (run 23).
+  EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 16) << "8-CTA cluster";
   EXPECT_EQ(plan_row_kernel(262144, 2, 1, limits).split.chunks, 8);
+  EXPECT_EQ(plan_row_kernel(196608, 2, 1, limits).split.chunks, 6) << "6-CTA cluster";
+  EXPECT_EQ(plan_row_kernel(131072, 2, 1, limits).split.chunks, 0) << "4-CTA cluster";
+  EXPECT_EQ(plan_row_kernel(65536, 2, 1, limits).split.chunks, 0);
+  limits.split_min_cluster = 2;  // the tuning knob: every cluster row splits
+  EXPECT_EQ(plan_row_kernel(65536, 2, 1, limits).split.chunks, 2);
   EXPECT_EQ(plan_row_kernel(32768, 4, 1, limits).split.chunks, 0) << "one-CTA rows never split";
 }
 

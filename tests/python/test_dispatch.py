@@ -84,15 +84,8 @@ def _same(a, b):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_both_routes_agree(dtype):
-    x, r = _x(64, 1000, dtype=dtype), _x(64, 1000, dtype=dtype)
-    w, b = _x(1000), _x(1000)
+    x = _x(64, 1000, dtype=dtype)
     cases = [
-        (reducekit.softmax(x, -1), ops.softmax(x, -1)),
-        (reducekit.log_softmax(x, 0), ops.log_softmax(x, 0)),
-        (reducekit.layer_norm(x, [1000], w, b), ops.layer_norm(x, [1000], w, b, 1e-5)[0]),
-        (reducekit.rms_norm(x, [1000], w, 1e-6), ops.rms_norm(x, [1000], w, 1e-6)[0]),
-        (reducekit.add_layer_norm(x, r, [1000], w, b), ops.add_layer_norm(x, r, [1000], w, b, 1e-5)[:2]),
-        (reducekit.add_rms_norm(x, r, [1000], w, 1e-6), ops.add_rms_norm(x, r, [1000], w, 1e-6)[:2]),
         (reducekit.sum(x, 1, dtype=torch.float32), ops.sum(x, [1], False, dtype=torch.float32)),
         (reducekit.mean(x, 0, keepdim=True), ops.mean(x, [0], True)),
         (reducekit.prod(x[:, :8], 1), ops.prod(x[:, :8], [1], False)),
@@ -110,14 +103,14 @@ def test_both_routes_agree(dtype):
 
 def test_gradients_still_flow():
     x = _x(16, 100).requires_grad_()
-    y = reducekit.softmax(x, -1)
+    y = reducekit.logsumexp(x, -1)
     assert y.grad_fn is not None
     y.sum().backward()
     assert x.grad is not None
     with torch.no_grad():
-        assert reducekit.softmax(x, -1).grad_fn is None
+        assert reducekit.logsumexp(x, -1).grad_fn is None
 
 
 def test_cpu_input_still_gets_the_clear_error():
     with pytest.raises(RuntimeError, match="x: expected a CUDA tensor"):
-        reducekit.softmax(torch.randn(4, 8), -1)
+        reducekit.sum(torch.randn(4, 8), -1)

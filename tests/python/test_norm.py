@@ -244,6 +244,42 @@ def test_fused_residual_backward(kind):
             torch.testing.assert_close(got.grad, ref.grad, rtol=1e-10, atol=1e-10, msg=name)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_grads_of_any_subset_of_inputs(kind, fused):
+    """Only some inputs need grad (a frozen weight, a detached x, no bias): each gets its grad,
+    the others none, whatever sits before it in the argument list."""
+    n = 24
+    x, r = (torch.randn(5, n, device=DEV, dtype=torch.float64) for _ in range(2))
+    w, b = make_params([n], torch.float64, bias=kind == "layer_norm")
+    names = ["x", "residual", "weight", "bias"] if fused else ["x", "weight", "bias"]
+    given = {"x": x, "residual": r, "weight": w, "bias": b}
+    for mask in range(1, 2 ** len(names)):
+        wanted = {name for i, name in enumerate(names) if mask >> i & 1 and given[name] is not None}
+        if not wanted:
+            continue
+        grads = []
+        for ours in (True, False):
+            t = {k: (v.clone().requires_grad_(k in wanted) if v is not None else None) for k, v in given.items()}
+            s = t["x"] + t["residual"] if fused else t["x"]
+            if not ours:
+                y = torch_norm(kind, s, [n], t["weight"], t["bias"], 1e-5)
+            elif kind == "layer_norm":
+                y = (reducekit.add_layer_norm(t["x"], t["residual"], [n], t["weight"], t["bias"])[0] if fused
+                     else reducekit.layer_norm(t["x"], [n], t["weight"], t["bias"]))
+            else:
+                y = (reducekit.add_rms_norm(t["x"], t["residual"], [n], t["weight"], 1e-5)[0] if fused
+                     else reducekit.rms_norm(t["x"], [n], t["weight"], 1e-5))
+            (y * torch.arange(y.numel(), device=DEV, dtype=y.dtype).view_as(y).sin()).sum().backward()
+            grads.append({k: v.grad for k, v in t.items() if v is not None and k in names})
+        for name in names:
+            got, ref = grads[0].get(name), grads[1].get(name)
+            if name in wanted:
+                torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9, msg=f"{name} of {sorted(wanted)}")
+            else:
+                assert got is None, f"{name} got a grad though only {sorted(wanted)} need one"
+
+
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
 def test_gradcheck(kind):
     x = torch.randn(3, 4, 5, device=DEV, dtype=torch.float64, requires_grad=True)
