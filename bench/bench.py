@@ -123,6 +123,12 @@ def parse_args(argv=None):
 
 
 def git_commit() -> str:
+    """The commit measured: a COMMIT file at the repository root where one exists (a snapshot made
+    with git archive has no .git of its own, and git would answer for whatever repository holds
+    it), else git's HEAD."""
+    stamp = REPO / "COMMIT"
+    if stamp.is_file() and stamp.read_text().strip():
+        return stamp.read_text().strip()
     try:
         res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
         return res.stdout.strip() if res.returncode == 0 and res.stdout.strip() else "unknown"
