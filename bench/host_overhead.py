@@ -3,9 +3,10 @@
     python bench/host_overhead.py [--calls 20000] [--out DIR]
 
 The tensor is so small (8 x 64) that the GPU finishes each kernel before the host issues the
-next: the time a call is the host's (Python, dispatcher, launch). reducekit's functional API
-(direct route, python/reducekit/_dispatch.py), the registered op (its Python autograd kernel
-first) and torch's own op are timed side by side; writes host_overhead.json to --out.
+next: the time a call is the host's (Python, dispatcher, launch). reducekit's functional API, the
+registered op and torch's own op are timed side by side (softmax and layer_norm: autograd in
+C++; sum: Python autograd, which the functional API skips in eager inference, see
+python/reducekit/_dispatch.py); writes host_overhead.json to --out.
 """
 import argparse
 import json

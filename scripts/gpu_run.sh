@@ -24,8 +24,8 @@ if stage build; then
   echo "build: $((SECONDS - start)) s"
 fi
 # REDUCEKIT_CPP_SHARDS=N runs the C++ tests as N gtest shards at once, the logs joined into
-# cpp_tests.log (one process took 208-244 s on the H200 in runs 21-22; whether shards shorten it
-# depends on what bounds it, the CPU oracle or the GPU, which has not been measured).
+# cpp_tests.log (one process took 208-244 s on the H200 in runs 21-22; 4 shards beside the Python
+# files took ~65 s in run 23).
 run_cpp_tests() {
   local shards="${REDUCEKIT_CPP_SHARDS:-1}" rc=0 pids=() i
   if [ "$shards" -le 1 ]; then

@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include "torch_util.hpp"
+
 namespace {
 
 using at::IntArrayRef;
@@ -20,10 +22,7 @@ using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using OptionalTensor = std::optional<Tensor>;
-
-template <class Signature> c10::TypedOperatorHandle<Signature> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
+using reducekit_torch::find_op;
 
 bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
 

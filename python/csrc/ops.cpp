@@ -100,9 +100,8 @@ at::Tensor reject_cpu_binary(const at::Tensor& y, const at::Tensor& dy, int64_t)
 template <bool kLog> class SoftmaxAutograd : public torch::autograd::Function<SoftmaxAutograd<kLog>> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow(kLog ? "reducekit::log_softmax" : "reducekit::softmax", "")
-                               .typed<at::Tensor(const at::Tensor&, int64_t)>();
+    static const auto op = reducekit_torch::find_op<at::Tensor(const at::Tensor&, int64_t)>(
+        kLog ? "reducekit::log_softmax" : "reducekit::softmax");
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     at::Tensor y = op.call(x, dim);
     ctx->save_for_backward({y});
@@ -111,10 +110,8 @@ template <bool kLog> class SoftmaxAutograd : public torch::autograd::Function<So
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow(kLog ? "reducekit::log_softmax_backward" : "reducekit::softmax_backward", "")
-            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>();
+    static const auto op = reducekit_torch::find_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>(
+        kLog ? "reducekit::log_softmax_backward" : "reducekit::softmax_backward");
     const at::Tensor y = ctx->get_saved_variables()[0];
     return {op.call(y, grads[0], ctx->saved_data["dim"].toInt()), at::Tensor()};
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -13,6 +14,12 @@
 #include "reducekit/reducekit.hpp"
 
 namespace reducekit_torch {
+
+// A registered op by name ("reducekit::softmax"), for the C++ autograd Functions that call the
+// op below autograd: look it up once (a static at the call site), call it typed.
+template <class Signature> c10::TypedOperatorHandle<Signature> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
 
 inline reducekit::DType to_dtype(at::ScalarType t, const char* name) {
   switch (t) {

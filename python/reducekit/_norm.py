@@ -16,12 +16,6 @@ import torch
 
 _ops = torch.ops.reducekit
 
-# Called as they are: their autograd is C++ (see _functional.py on the softmax ops).
-_layer_norm = _ops.layer_norm
-_rms_norm = _ops.rms_norm
-_add_layer_norm = _ops.add_layer_norm
-_add_rms_norm = _ops.add_rms_norm
-
 
 def _shape(normalized_shape):
     if isinstance(normalized_shape, int):
@@ -89,23 +83,23 @@ def _rms_norm_backward_fake(dy, x, normalized_shape, rstd, weight, param_grads, 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """torch.nn.functional.layer_norm over the trailing dims normalized_shape names."""
-    return _layer_norm(x, _shape(normalized_shape), weight, bias, float(eps))[0]
+    return _ops.layer_norm(x, _shape(normalized_shape), weight, bias, float(eps))[0]
 
 
 def rms_norm(x, normalized_shape, weight=None, eps=None):
     """torch.nn.functional.rms_norm; eps=None is torch.finfo(x.dtype).eps, as torch."""
-    return _rms_norm(x, _shape(normalized_shape), weight, _rms_eps(x, eps))[0]
+    return _ops.rms_norm(x, _shape(normalized_shape), weight, _rms_eps(x, eps))[0]
 
 
 def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(layer_norm(s), s) with s = x + residual, fused."""
-    y, s, _, _ = _add_layer_norm(x, residual, _shape(normalized_shape), weight, bias, float(eps))
+    y, s, _, _ = _ops.add_layer_norm(x, residual, _shape(normalized_shape), weight, bias, float(eps))
     return y, s
 
 
 def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None):
     """(rms_norm(s), s) with s = x + residual, fused."""
-    y, s, _ = _add_rms_norm(x, residual, _shape(normalized_shape), weight, _rms_eps(x, eps))
+    y, s, _ = _ops.add_rms_norm(x, residual, _shape(normalized_shape), weight, _rms_eps(x, eps))
     return y, s
 
 
