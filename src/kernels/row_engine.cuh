@@ -92,6 +92,11 @@ constexpr int kRowMinCtas = kElemBytes == 2 && kValues <= 16 && !kCluster ? 4 : 
 // 4096x12800 1834 -> 2064 GB/s, rms_norm 3060 -> 3140. Larger ring tiles keep no bound (0
 // leaves it out; a bound of 1 changes ptxas's choices).
 template <int kValues> constexpr int kRingMinCtas = kValues <= 32 ? 2 : 0;
+// Stream kernels of re-read rows' small tiles (kRereadTileWords, row_kernel_plan.hpp) are held
+// to two 512-thread CTAs an SM (64 registers): their point is several rows' reductions
+// overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
+// CTA an SM. The largest tiles keep no bound (0 leaves it out).
+template <int kValues> constexpr int kStreamMinCtas = kValues <= 16 ? 2 : 0;
 
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
@@ -682,7 +687,7 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads)
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<VEC * VPT * Op::kInputs>)
 row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
@@ -690,7 +695,7 @@ row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads)
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<VEC * VPT * Op::kInputs>)
 row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;

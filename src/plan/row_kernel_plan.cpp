@@ -72,17 +72,8 @@ RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const
   return s;
 }
 
-}  // namespace
-
-RowSplitWorkspace row_split_workspace(const RowKernelConfig& c, int64_t rows, std::size_t stat_bytes) {
-  RowSplitWorkspace w;
-  if (c.split.chunks == 0 || rows <= 0) return w;
-  w.zeroed_bytes = (std::size_t(rows) * sizeof(unsigned) + 15) / 16 * 16;
-  w.bytes = w.zeroed_bytes + std::size_t(rows) * c.split.chunks * stat_bytes;
-  return w;
-}
-
-RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+// Rows held on chip: in one CTA's registers, a cluster's, or streamed with a shared-memory stash.
+RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowKernelConfig c;
   c.two_phase = limits.two_phase;
   c.vec = std::max(1, 16 / elem_bytes);
@@ -150,6 +141,40 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   c.smem_bytes = c.stash_tiles * tile_bytes;
   c.split = plan_row_split(vectors, elem_bytes, inputs, limits);
   return c;
+}
+
+// A held plan's row as re-read rows (RowKernelLimits::reread_above_words).
+RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_bytes, int inputs,
+                            const RowKernelLimits& limits) {
+  RowKernelConfig c;
+  c.kind = RowKernelKind::kBlock;
+  c.vec = held.vec;
+  c.two_phase = held.two_phase;
+  const int acc_words = elem_bytes == 8 ? 2 : 1;
+  c.vpt = std::max(1, kRereadTileWords / (c.vec * acc_words * inputs));
+  c.threads = std::max(32, limits.max_block_threads / 32 * 32);
+  c.tiles = static_cast<int>(ceil_div(ceil_div(cols, c.vec), int64_t(c.threads) * c.vpt));
+  c.split = held.split;
+  return c;
+}
+
+}  // namespace
+
+RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
+  if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
+  const int held_words = held.vpt * held.vec * (elem_bytes == 8 ? 2 : 1) * inputs;
+  const bool one_cta = held.cluster == 1 && held.tiles == 1;
+  if (one_cta && held_words <= std::max(limits.reread_above_words, kRereadTileWords)) return held;
+  return reread_plan(held, cols, elem_bytes, inputs, limits);
+}
+
+RowSplitWorkspace row_split_workspace(const RowKernelConfig& c, int64_t rows, std::size_t stat_bytes) {
+  RowSplitWorkspace w;
+  if (c.split.chunks == 0 || rows <= 0) return w;
+  w.zeroed_bytes = (std::size_t(rows) * sizeof(unsigned) + 15) / 16 * 16;
+  w.bytes = w.zeroed_bytes + std::size_t(rows) * c.split.chunks * stat_bytes;
+  return w;
 }
 
 }  // namespace reducekit

@@ -11,7 +11,8 @@
 //                                     read once into registers; past that, several tiles per
 //                                     thread, extra tiles parked in shared memory (16-CTA
 //                                     clusters where that keeps the row on chip), then re-read
-//                                     via L2
+//                                     via L2 (or, with reread_above_words, small tiles re-read via L2
+//                                     in place of clusters and the stash)
 //   longer than a cluster's registers, with a workspace -> split rows (RowSplitConfig): the row
 //                                     is cut into chunks, one CTA each, all CTAs of a
 //                                     cooperative grid resident at once; each chunk stays in
@@ -27,6 +28,8 @@ namespace reducekit {
 // Registers per thread for a tile's values in the accumulation type (float64 takes two per
 // value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
 constexpr int kRowTileWords = 64;
+// Re-read rows (RowKernelLimits::reread_rows): tiles of this many words a thread.
+constexpr int kRereadTileWords = 16;
 
 enum class RowKernelKind { kWarp, kBlock };
 
@@ -58,6 +61,16 @@ struct RowKernelLimits {
   // float32 rows lose 5-6% against the stream kernel, whose 16 CTAs a row then hold the whole
   // row on chip (bench/results/LOG.md, run 16).
   int split_max_elem_bytes = 2;
+  // Re-read rows: rows longer than one CTA's register tile, and one-CTA rows of more than this
+  // many words a thread (0: none), take small tiles (kRereadTileWords words a thread) on the
+  // stream kernel, no stash, no cluster (a row one such tile covers takes the block kernel):
+  // the first pass folds the row, the second reads it again (from L2, just read) to write it.
+  // Few registers a thread, so several CTAs an SM overlap their rows' reductions, as
+  // torch.compile's norm kernels do (run 24: its layer_norm float32 4096x32768 3781 GB/s against
+  // our 2295, whose 64-value tiles leave one CTA an SM; 4096x12800 3344 against 2663). A tuning
+  // knob until measured (REDUCEKIT_TUNE_REREAD_ABOVE_WORDS; 64 re-reads only rows past one CTA).
+  // The split path, where planned, still takes the row when the caller gives a workspace.
+  int reread_above_words = 0;
 };
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -134,5 +135,18 @@ inline TensorView row_view(void* base, DType dtype, const RowLayout& l) {
   v.device = 0;
   return v;
 }
+
+// A planner tuning knob (REDUCEKIT_TUNE_*, read on every launch) set while a test runs, so the
+// test reaches a path the default plan does not take yet.
+class ScopedKnob {
+ public:
+  ScopedKnob(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedKnob() { unsetenv(name_); }
+  ScopedKnob(const ScopedKnob&) = delete;
+  ScopedKnob& operator=(const ScopedKnob&) = delete;
+
+ private:
+  const char* name_;
+};
 
 }  // namespace reducekit::testing_util

@@ -353,6 +353,18 @@ REDUCEKIT_NORM_TESTS(BFloat16, __nv_bfloat16, __nv_bfloat16)
 REDUCEKIT_NORM_TESTS(Float16ParamsFloat32, __half, float)
 REDUCEKIT_NORM_TESTS(BFloat16ParamsFloat32, __nv_bfloat16, float)
 
+// Re-read rows (RowKernelLimits::reread_above_words, a tuning knob until measured): the forwards and
+// backwards of rows past one CTA's tile on small tiles, read twice.
+TEST_F(NormGpu, RereadRows) {
+  const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
+  check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 40009, 40009, 0}, 71);
+  check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, false, "constant"}, {4, 65536, 65600, 0}, 72);
+  check_forward<__half, __half>({Kind::kLayer, true, true, true, "randn"}, {2, 100003, 100004, 1}, 73);
+  check_forward<double, double>({Kind::kRms, false, true, false, "randn"}, {2, 32769, 32769, 0}, 74);
+  check_backward<float, float>(Kind::kLayer, true, {3, 65536, 65536, 0}, 75);
+  check_backward<__nv_bfloat16, float>(Kind::kRms, true, {3, 40009, 40012, 1}, 76);
+}
+
 // normalized_shape over two dims of a rank-3 tensor gives the rows of its flattening.
 TEST_F(NormGpu, MultiDimNormalizedShape) {
   const int64_t a = 7, b = 13, c = 29, cols = b * c;

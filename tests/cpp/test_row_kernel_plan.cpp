@@ -302,6 +302,54 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
   EXPECT_EQ(plan_row_kernel(32768, 4, 1, limits).split.chunks, 0) << "one-CTA rows never split";
 }
 
+// Re-read rows (the tuning knob): rows past one CTA's tile, and one-CTA rows of tiles above the
+// threshold, take small tiles on one CTA, no cluster, no stash; every other row keeps its plan,
+// and the split plan stays as it was.
+TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
+  RowKernelLimits reread = h200_limits();
+  reread.reread_above_words = 64;  // rows past one CTA only
+  for (int elem : {2, 4, 8}) {
+    for (int inputs : {1, 2}) {
+      for (int64_t n : row_lengths()) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
+        const RowKernelConfig held = plan_row_kernel(n, elem, inputs, h200_limits());
+        const RowKernelConfig c = plan_row_kernel(n, elem, inputs, reread);
+        if (held.kind == RowKernelKind::kWarp || (held.cluster == 1 && held.tiles == 1)) {
+          EXPECT_EQ(c.kind, held.kind);
+          EXPECT_EQ(c.threads, held.threads);
+          EXPECT_EQ(c.vpt, held.vpt);
+          EXPECT_EQ(c.tiles, 1);
+          EXPECT_EQ(c.ring, held.ring);
+          continue;
+        }
+        const int acc_words = elem == 8 ? 2 : 1;
+        EXPECT_EQ(c.kind, RowKernelKind::kBlock);
+        EXPECT_EQ(c.cluster, 1);
+        EXPECT_EQ(c.stash_tiles, 0);
+        EXPECT_EQ(c.smem_bytes, 0u);
+        EXPECT_EQ(c.ring, 0);
+        EXPECT_EQ(c.threads, 512);
+        EXPECT_EQ(c.vpt, std::max(1, kRereadTileWords / (c.vec * acc_words * inputs)));
+        EXPECT_GE(c.tiles, 2) << "longer than one CTA's tile, so longer than one small tile";
+        EXPECT_GE(c.capacity(), n);
+        EXPECT_LT(c.capacity() - int64_t(c.threads) * c.vpt * c.vec, n) << "no tile lies wholly past the row";
+        EXPECT_EQ(c.split.chunks, held.split.chunks);
+      }
+    }
+  }
+  EXPECT_EQ(plan_row_kernel(12800, 4, 1, reread).tiles, 1) << "one CTA of 32-value tiles stays";
+  reread.reread_above_words = 16;
+  const RowKernelConfig one_cta = plan_row_kernel(12800, 4, 1, reread);
+  EXPECT_EQ(one_cta.vpt * one_cta.vec, 16);
+  EXPECT_EQ(one_cta.tiles, 2) << "12800 floats in tiles of 512 x 16";
+  EXPECT_EQ(plan_row_kernel(8192, 4, 1, reread).vpt * 4, 16) << "16-value tiles stay held";
+  EXPECT_EQ(plan_row_kernel(8192, 4, 1, reread).tiles, 1);
+  reread.max_block_threads = 256;
+  EXPECT_EQ(plan_row_kernel(32768, 4, 1, reread).threads, 256);
+  EXPECT_EQ(plan_row_kernel(32768, 4, 1, reread).tiles, 8) << "32768 floats in tiles of 256 x 16";
+  EXPECT_EQ(plan_row_kernel(32768, 4, 1, h200_limits()).cluster, 1) << "held: one CTA of 64-value tiles";
+}
+
 TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
   const RowKernelLimits limits = h200_limits();
   const RowKernelConfig c = plan_row_kernel(1 << 20, 4, 1, limits);

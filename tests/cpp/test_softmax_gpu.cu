@@ -227,18 +227,27 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
   check_against_oracle<__half>(Op::kLogSoftmaxBackward, {3000, 2045, 2048, 0}, "randn", 24);
 }
 
+// ---- re-read rows (RowKernelLimits::reread_above_words, a tuning knob until measured) -------------
+
+// Rows past one CTA's tile on small tiles, the second pass reading the row again: 2-CTA cluster
+// lengths, a stream length, odd strides and offsets, -inf / NaN rows, both backward ops.
+TEST_F(SoftmaxGpu, RereadRows) {
+  const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
+  check_against_oracle<float>(Op::kSoftmax, {3, 40009, 40009, 0}, "randn", 61);
+  check_against_oracle<__nv_bfloat16>(Op::kLogSoftmax, {3, 65536, 65537, 1}, "special", 62);
+  check_against_oracle<double>(Op::kSoftmax, {2, 32769, 32769, 0}, "large", 63);
+  check_against_oracle<__half>(Op::kSoftmaxBackward, {3, 100003, 100003, 0}, "randn", 64);
+  check_against_oracle<float>(Op::kLogSoftmaxBackward, {2, 1 << 20, 1 << 20, 0}, "randn", 65);
+}
+
 // ---- split rows: chunks over a cooperative grid, with a workspace ---------------------------
 
 // The default plan splits only 16-bit rows (float32 rows measured faster on the stream kernel);
 // the split kernel serves every dtype, so its float32 and float64 tests widen the rule with the
 // planner's tuning knob while they run.
-class SplitEveryDtype {
+class SplitEveryDtype : ScopedKnob {
  public:
-  SplitEveryDtype() { setenv(kKnob, "8", 1); }
-  ~SplitEveryDtype() { unsetenv(kKnob); }
-
- private:
-  static constexpr const char* kKnob = "REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES";
+  SplitEveryDtype() : ScopedKnob("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES", "8") {}
 };
 
 // Every dtype splits 2^20-element rows (float32 64 chunks, 16-bit 32, float64 128 on an H200);
