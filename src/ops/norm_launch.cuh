@@ -225,6 +225,8 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   // 2590 -> 3202 (run 16 alike); layer_norm lost that way (4096x32768 2299 -> 2155), as did
   // 16-bit rms_norm at 4096x32768 (2998 -> 2694).
   if (!kLayerNorm && !kResidual && elem_bytes == 4) limits.max_tile_values = 32;
+  limits.reread_above_words = reread_above_words_for(
+      kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   constexpr int kInputs = kResidual ? 2 : 1;
   const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, kInputs, limits);

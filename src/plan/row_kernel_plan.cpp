@@ -160,6 +160,21 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
 
 }  // namespace
 
+int reread_above_words_for(RowFamily family, int elem_bytes) {
+  // Run 25 (same run, torch.compile beside): 16-bit rows past one CTA gain in every family
+  // (1024x65536: softmax 2076 -> 2496 GB/s, layer_norm 1246 -> 1756, rms_norm 1704 -> 2304,
+  // layer_norm backward 1255 -> 1363; 256x262144 layer_norm 966 -> 1700), while float32 rows past
+  // one CTA gain only in layer_norm (1024x65536 2042 -> 2425, 256x262144 1705 -> 2440) and lose
+  // in softmax (3475 -> 2806), rms_norm (3192 -> 2595) and the backward (2161 -> 1811): their
+  // clusters hold the row in registers at few registers a value. One-CTA layer_norm rows gain
+  // from tiles above 16 words in float32 (4096x12800 2665 -> 3029, 4096x32768 2118 -> 2596) and
+  // above 32 in 16-bit (4096x32768 1826 -> 2156; 12800, at 32 words, lost 2064 -> 1607); other
+  // one-CTA rows lost (softmax float32 4096x32768 4036 -> 3221).
+  if (elem_bytes == 8) return 0;
+  if (family == RowFamily::kLayerNormForward) return elem_bytes == 2 ? 32 : 16;
+  return elem_bytes == 2 ? kRereadPastOneCta : 0;
+}
+
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;

@@ -11,8 +11,8 @@
 //                                     read once into registers; past that, several tiles per
 //                                     thread, extra tiles parked in shared memory (16-CTA
 //                                     clusters where that keeps the row on chip), then re-read
-//                                     via L2 (or, with reread_above_words, small tiles re-read via L2
-//                                     in place of clusters and the stash)
+//                                     via L2 (or, per reread_above_words_for, small tiles re-read via
+//                                     L2 in place of clusters and the stash)
 //   longer than a cluster's registers, with a workspace -> split rows (RowSplitConfig): the row
 //                                     is cut into chunks, one CTA each, all CTAs of a
 //                                     cooperative grid resident at once; each chunk stays in
@@ -28,7 +28,7 @@ namespace reducekit {
 // Registers per thread for a tile's values in the accumulation type (float64 takes two per
 // value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
 constexpr int kRowTileWords = 64;
-// Re-read rows (RowKernelLimits::reread_rows): tiles of this many words a thread.
+// Re-read rows (RowKernelLimits::reread_above_words): tiles of this many words a thread.
 constexpr int kRereadTileWords = 16;
 
 enum class RowKernelKind { kWarp, kBlock };
@@ -66,12 +66,26 @@ struct RowKernelLimits {
   // stream kernel, no stash, no cluster (a row one such tile covers takes the block kernel):
   // the first pass folds the row, the second reads it again (from L2, just read) to write it.
   // Few registers a thread, so several CTAs an SM overlap their rows' reductions, as
-  // torch.compile's norm kernels do (run 24: its layer_norm float32 4096x32768 3781 GB/s against
-  // our 2295, whose 64-value tiles leave one CTA an SM; 4096x12800 3344 against 2663). A tuning
-  // knob until measured (REDUCEKIT_TUNE_REREAD_ABOVE_WORDS; 64 re-reads only rows past one CTA).
-  // The split path, where planned, still takes the row when the caller gives a workspace.
+  // torch.compile's norm kernels do. Set per op family and element size by
+  // reread_above_words_for (below); REDUCEKIT_TUNE_REREAD_ABOVE_WORDS overrides it (0: never,
+  // kRereadPastOneCta: only rows past one CTA). The split path, where planned, still takes the
+  // row when the caller gives a workspace.
   int reread_above_words = 0;
 };
+
+// reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).
+constexpr int kRereadPastOneCta = kRowTileWords;
+
+// The row op families whose re-read rows were measured apart (bench/results/LOG.md, run 25).
+enum class RowFamily {
+  kRowwise,           // softmax, log_softmax and their backwards
+  kLayerNormForward,  // layer_norm without a residual
+  kNormForward,       // rms_norm, and either norm with a residual
+  kNormBackward,      // layer_norm / rms_norm backward
+};
+
+// The shipped reread_above_words of a family's rows of `elem_bytes` elements.
+int reread_above_words_for(RowFamily family, int elem_bytes);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and

@@ -307,7 +307,7 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
 // and the split plan stays as it was.
 TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
   RowKernelLimits reread = h200_limits();
-  reread.reread_above_words = 64;  // rows past one CTA only
+  reread.reread_above_words = kRereadPastOneCta;
   for (int elem : {2, 4, 8}) {
     for (int inputs : {1, 2}) {
       for (int64_t n : row_lengths()) {
@@ -350,16 +350,32 @@ TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
   EXPECT_EQ(plan_row_kernel(32768, 4, 1, h200_limits()).cluster, 1) << "held: one CTA of 64-value tiles";
 }
 
-TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
-  const RowKernelLimits limits = h200_limits();
-  const RowKernelConfig c = plan_row_kernel(1 << 20, 4, 1, limits);
-  for (int64_t rows : {1, 3, 16, 1000}) {
-    const RowSplitWorkspace w = row_split_workspace(c, rows, 8);
-    EXPECT_EQ(w.zeroed_bytes, std::size_t((rows * 4 + 15) / 16 * 16)) << "one counter a row, 16-byte aligned";
-    EXPECT_EQ(w.bytes, w.zeroed_bytes + std::size_t(rows) * 64 * 8);
+// The shipped re-read rule (run 25): 16-bit rows past one CTA re-read in every family, float32
+// ones only in layer_norm, whose one-CTA rows re-read from tiles above 16 words (float32) or 32
+// (16-bit); float64 keeps its clusters.
+TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
+  const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
+    RowKernelLimits limits = h200_limits();
+    limits.reread_above_words = reread_above_words_for(family, elem);
+    return plan_row_kernel(n, elem, inputs, limits);
+  };
+  const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
+  for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kNormForward, RowFamily::kNormBackward}) {
+    const int inputs = family == RowFamily::kNormBackward ? 2 : 1;
+    SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family));
+    EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
+    EXPECT_TRUE(rereads(plan(family, 262144, 2, inputs)));
+    EXPECT_FALSE(rereads(plan(family, 4096, 2, inputs)));
+    EXPECT_EQ(rereads(plan(family, 65536, 4, inputs)), family == RowFamily::kLayerNormForward);
+    EXPECT_FALSE(rereads(plan(family, 65536, 8, inputs)));
+    EXPECT_EQ(reread_above_words_for(family, 8), 0);
   }
-  EXPECT_EQ(row_split_workspace(c, 0, 8).bytes, 0u);
-  EXPECT_EQ(row_split_workspace(plan_row_kernel(4096, 4, 1, limits), 16, 8).bytes, 0u) << "no split, no workspace";
+  EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 12800, 4, 1))) << "32-word float32 tiles re-read";
+  EXPECT_FALSE(rereads(plan(RowFamily::kLayerNormForward, 8192, 4, 1))) << "16-word float32 tiles stay";
+  EXPECT_FALSE(rereads(plan(RowFamily::kLayerNormForward, 12800, 2, 1))) << "32-word 16-bit tiles stay";
+  EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 32768, 2, 1)));
+  EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 2, 1))) << "one CTA of 64 words stays";
+  EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
 }
 
 }  // namespace
