@@ -178,6 +178,7 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
+  if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
   const int held_words = held.vpt * held.vec * (elem_bytes == 8 ? 2 : 1) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
   if (one_cta && held_words <= std::max(limits.reread_above_words, kRereadTileWords)) return held;

@@ -30,6 +30,10 @@ namespace reducekit {
 constexpr int kRowTileWords = 64;
 // Re-read rows (RowKernelLimits::reread_above_words): tiles of this many words a thread.
 constexpr int kRereadTileWords = 16;
+// ... and rows of at most this many bytes (all inputs): one CTA a row leaves the SMs idle where
+// such long rows come few to a batch (run 25: layer_norm float32 16x2^20 1183 -> 336 GB/s,
+// 256x262144 1705 -> 2440), so longer rows keep their clusters.
+constexpr int64_t kRereadMaxRowBytes = int64_t(1) << 20;
 
 enum class RowKernelKind { kWarp, kBlock };
 
@@ -61,9 +65,10 @@ struct RowKernelLimits {
   // float32 rows lose 5-6% against the stream kernel, whose 16 CTAs a row then hold the whole
   // row on chip (bench/results/LOG.md, run 16).
   int split_max_elem_bytes = 2;
-  // Re-read rows: rows longer than one CTA's register tile, and one-CTA rows of more than this
-  // many words a thread (0: none), take small tiles (kRereadTileWords words a thread) on the
-  // stream kernel, no stash, no cluster (a row one such tile covers takes the block kernel):
+  // Re-read rows: rows longer than one CTA's register tile (up to kRereadMaxRowBytes), and
+  // one-CTA rows of more than this many words a thread (0: none), take small tiles
+  // (kRereadTileWords words a thread) on the stream kernel, no stash, no cluster (a row one such
+  // tile covers takes the block kernel):
   // the first pass folds the row, the second reads it again (from L2, just read) to write it.
   // Few registers a thread, so several CTAs an SM overlap their rows' reductions, as
   // torch.compile's norm kernels do. Set per op family and element size by

@@ -314,11 +314,13 @@ TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
         SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
         const RowKernelConfig held = plan_row_kernel(n, elem, inputs, h200_limits());
         const RowKernelConfig c = plan_row_kernel(n, elem, inputs, reread);
-        if (held.kind == RowKernelKind::kWarp || (held.cluster == 1 && held.tiles == 1)) {
+        if (held.kind == RowKernelKind::kWarp || (held.cluster == 1 && held.tiles == 1) ||
+            n * elem * inputs > kRereadMaxRowBytes) {
           EXPECT_EQ(c.kind, held.kind);
+          EXPECT_EQ(c.cluster, held.cluster);
           EXPECT_EQ(c.threads, held.threads);
           EXPECT_EQ(c.vpt, held.vpt);
-          EXPECT_EQ(c.tiles, 1);
+          EXPECT_EQ(c.tiles, held.tiles);
           EXPECT_EQ(c.ring, held.ring);
           continue;
         }
@@ -368,6 +370,7 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
     EXPECT_FALSE(rereads(plan(family, 4096, 2, inputs)));
     EXPECT_EQ(rereads(plan(family, 65536, 4, inputs)), family == RowFamily::kLayerNormForward);
     EXPECT_FALSE(rereads(plan(family, 65536, 8, inputs)));
+    EXPECT_FALSE(rereads(plan(family, 1 << 20, 2, inputs))) << "2 MiB rows keep their clusters";
     EXPECT_EQ(reread_above_words_for(family, 8), 0);
   }
   EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 12800, 4, 1))) << "32-word float32 tiles re-read";
