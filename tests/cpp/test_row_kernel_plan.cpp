@@ -381,5 +381,17 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
 }
 
+TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
+  const RowKernelLimits limits = h200_limits();
+  const RowKernelConfig c = plan_row_kernel(1 << 20, 4, 1, limits);
+  for (int64_t rows : {1, 3, 16, 1000}) {
+    const RowSplitWorkspace w = row_split_workspace(c, rows, 8);
+    EXPECT_EQ(w.zeroed_bytes, std::size_t((rows * 4 + 15) / 16 * 16)) << "one counter a row, 16-byte aligned";
+    EXPECT_EQ(w.bytes, w.zeroed_bytes + std::size_t(rows) * 64 * 8);
+  }
+  EXPECT_EQ(row_split_workspace(c, 0, 8).bytes, 0u);
+  EXPECT_EQ(row_split_workspace(plan_row_kernel(4096, 4, 1, limits), 16, 8).bytes, 0u) << "no split, no workspace";
+}
+
 }  // namespace
 }  // namespace reducekit
