@@ -3,6 +3,10 @@
     ncu --clock-control none --section SpeedOfLight ... python3 bench/profile_rows.py \
         --shapes 4096x4096,4096x32768 --dtypes bfloat16 --impls reducekit,seed-triton
 
+Impls: reducekit, seed-triton, torch, torch.compile (compiled fresh per shape, as the benchmark
+does; its warm-up launches run outside the NVTX range, so `--nvtx --nvtx-include "torch.compile
+layer_norm float32 4096x32768/"` profiles the timed launch only).
+
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
 sum_col (sum over dim 0). Each launch is inside an NVTX range "impl op dtype shape".
 Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
@@ -15,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
+from peers import compile_fresh  # noqa: E402
 
 
 def main():
@@ -53,12 +58,17 @@ def main():
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype))
             for impl in args.impls.split(","):
-                if impl not in fns:
+                if impl == "torch.compile":
+                    wb(x)  # the parameters exist before tracing, so the graph reads them
+                    fn = compile_fresh(fns["torch"], (x,))[0]
+                elif impl in fns:
+                    fn = fns[impl]
+                else:
                     continue
-                fns[impl](x)  # compiles Triton outside the profiled launch count
+                fn(x)  # compiles Triton outside the profiled launch count
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_push(f"{impl} {args.op} {dtype} {shape}")
-                fns[impl](x)
+                fn(x)
                 torch.cuda.nvtx.range_pop()
                 torch.cuda.synchronize()
                 print(f"ran {impl} {args.op} {dtype} {shape}", flush=True)
