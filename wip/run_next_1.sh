@@ -4,17 +4,11 @@
 # sizes), then sweeps the row ops: the default, small re-read tiles where the default re-reads
 # (small), and small tiles for every block row above one vector (small_all), with torch eager
 # and torch.compile beside. Everything is tarred into $OUT/all.tgz.
-cd "$(dirname "$0")"
-export PYTHONUNBUFFERED=1
-T0=$SECONDS
-R=$OUT/r; mkdir -p $R
-finish() { (cd $R && tar czf $OUT/all.tgz --exclude='*.png' .); echo "end at $((SECONDS-T0)) s"; }
-trap finish EXIT
+cd "$(dirname "$0")" && source scripts/remote_call.sh
+mkdir -p "$R/rows"
 REDUCEKIT_STAGES=build bash scripts/gpu_run.sh $R || exit 1
 echo "build done at $((SECONDS-T0)) s"
-PYTEST_ADDOPTS='-m "not large"' REDUCEKIT_STAGES="cpp py" REDUCEKIT_TESTS_SIDE_BY_SIDE=1 REDUCEKIT_CPP_SHARDS=4 \
-  REDUCEKIT_PY_PARALLEL=1 timeout 150 bash scripts/gpu_run.sh $R
-echo "tests rc $? at $((SECONDS-T0)) s"
+run_tests
 timeout 280 python3 bench/sweep.py --out $R/rows --peers "torch,torch.compile" \
   --ops softmax,layer_norm,rms_norm,layer_norm_backward,rms_norm_backward --dtypes float32,bfloat16 \
   --shapes 4096x2048,4096x4096,4096x8192,4096x12800,4096x32768,1024x65536,256x262144,32768x4096 \

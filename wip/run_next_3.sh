@@ -2,15 +2,9 @@
 # Next GPU session, call 3 (after run_next_2.sh, same build): issue 3's benchmark, the whole grid of
 # every reduction on every path in float32 and bfloat16 against torch eager and torch.compile
 # (seed Triton's sum_all on the all path). Two groups so one timeout loses half at most.
-cd "$(dirname "$0")"
-export PYTHONUNBUFFERED=1
-T0=$SECONDS
-R=$OUT/r; mkdir -p $R
-finish() { (cd $R && tar czf $OUT/all.tgz --exclude='*.png' .); echo "end at $((SECONDS-T0)) s"; }
-trap finish EXIT
+cd "$(dirname "$0")" && source scripts/remote_call.sh
 B="--reps 20 --warmup 5 --dtypes float32,bfloat16"
-S() { grep -E "^(SUMMARY|copy ceiling)" | grep -v "graph replay"; }
 timeout 280 python3 bench/bench.py --out $R/col --ops sum_col,mean_col,amax_col,argmax_col,logsumexp_col,var_mean_col \
-  $B > $R/col.log 2>&1; S < $R/col.log; echo "columns done at $((SECONDS-T0)) s"
+  $B > $R/col.log 2>&1; summary < $R/col.log; echo "columns done at $((SECONDS-T0)) s"
 timeout 280 python3 bench/bench.py --out $R/row_all --ops sum_row,mean_row,amax_row,argmax_row,logsumexp_row,var_mean_row,sum_all,mean_all,amax_all,argmax_all,logsumexp_all,var_mean_all \
-  $B > $R/row_all.log 2>&1; S < $R/row_all.log; echo "rows and all done at $((SECONDS-T0)) s"
+  $B > $R/row_all.log 2>&1; summary < $R/row_all.log; echo "rows and all done at $((SECONDS-T0)) s"

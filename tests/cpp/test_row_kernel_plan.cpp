@@ -9,6 +9,19 @@
 namespace reducekit {
 namespace {
 
+// Two plans lay a row onto threads the same way (every field but the split plan).
+void expect_same_layout(const RowKernelConfig& a, const RowKernelConfig& b) {
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.vpt, b.vpt);
+  EXPECT_EQ(a.lanes, b.lanes);
+  EXPECT_EQ(a.threads, b.threads);
+  EXPECT_EQ(a.cluster, b.cluster);
+  EXPECT_EQ(a.tiles, b.tiles);
+  EXPECT_EQ(a.stash_tiles, b.stash_tiles);
+  EXPECT_EQ(a.ring, b.ring);
+  EXPECT_EQ(a.smem_bytes, b.smem_bytes);
+}
+
 std::vector<int64_t> row_lengths() {
   std::vector<int64_t> n = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
                             257, 511, 512, 513, 781, 1000, 1023, 1024, 1025, 2045, 2048, 4099, 8192, 12800,
@@ -261,15 +274,7 @@ TEST(RowKernelPlan, SplitLeavesEveryOtherFieldAsItWas) {
       same.max_smem_per_block = h200.max_smem_per_block;
       const RowKernelConfig a = plan_row_kernel(n, elem, 1, same), b = plan_row_kernel(n, elem, 1, h200);
       EXPECT_EQ(a.split.chunks, 0);
-      EXPECT_EQ(a.kind, b.kind);
-      EXPECT_EQ(a.vpt, b.vpt);
-      EXPECT_EQ(a.lanes, b.lanes);
-      EXPECT_EQ(a.threads, b.threads);
-      EXPECT_EQ(a.cluster, b.cluster);
-      EXPECT_EQ(a.tiles, b.tiles);
-      EXPECT_EQ(a.stash_tiles, b.stash_tiles);
-      EXPECT_EQ(a.ring, b.ring);
-      EXPECT_EQ(a.smem_bytes, b.smem_bytes);
+      expect_same_layout(a, b);
     }
   }
 }
@@ -316,12 +321,7 @@ TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
         const RowKernelConfig c = plan_row_kernel(n, elem, inputs, reread);
         if (held.kind == RowKernelKind::kWarp || (held.cluster == 1 && held.tiles == 1) ||
             n * elem * inputs > kRereadMaxRowBytes) {
-          EXPECT_EQ(c.kind, held.kind);
-          EXPECT_EQ(c.cluster, held.cluster);
-          EXPECT_EQ(c.threads, held.threads);
-          EXPECT_EQ(c.vpt, held.vpt);
-          EXPECT_EQ(c.tiles, held.tiles);
-          EXPECT_EQ(c.ring, held.ring);
+          expect_same_layout(c, held);
           continue;
         }
         const int acc_words = elem == 8 ? 2 : 1;
