@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# Next GPU session, call 2, on the build to be landed (main after adopting call 1's winners; the
-# snapshot recipe as for call 1, without git am): issue 4's closing benchmark, the norm groups
-# with the fused ops in three dtypes, every peer in the same run. It builds when the snapshot has
-# no library; run the tests first (run_tests) if the code changed after call 1's.
+# Next GPU session, call 2 (right after run_next_1.sh, on its warm build: the wip series touch no
+# reduction code, so this is main's): issue 3's closing benchmark, the whole grid of every
+# reduction on every path in float32 and bfloat16 against torch eager and torch.compile (seed
+# Triton's sum_all on the all path). Two groups so one timeout loses half at most.
 cd "$(dirname "$0")" && source scripts/remote_call.sh
-[ -f python/reducekit/libreducekit_torch.so ] || { REDUCEKIT_STAGES=build bash scripts/gpu_run.sh $R || exit 1; }
-B="--reps 20 --warmup 5"
-timeout 200 python3 bench/bench.py --out $R/norm --ops layer_norm,rms_norm,add_layer_norm,add_rms_norm \
-  --dtypes float32,bfloat16,float16 $B > $R/norm.log 2>&1; summary < $R/norm.log
-timeout 170 python3 bench/bench.py --out $R/norm_bwd --ops layer_norm_backward,rms_norm_backward \
-  --dtypes float32,bfloat16,float16 $B > $R/norm_bwd.log 2>&1; summary < $R/norm_bwd.log
-echo "norms done at $((SECONDS-T0)) s"
+B="--reps 20 --warmup 5 --dtypes float32,bfloat16"
+timeout 280 python3 bench/bench.py --out $R/col --ops sum_col,mean_col,amax_col,argmax_col,logsumexp_col,var_mean_col \
+  $B > $R/col.log 2>&1; summary < $R/col.log; echo "columns done at $((SECONDS-T0)) s"
+timeout 280 python3 bench/bench.py --out $R/row_all --ops sum_row,mean_row,amax_row,argmax_row,logsumexp_row,var_mean_row,sum_all,mean_all,amax_all,argmax_all,logsumexp_all,var_mean_all \
+  $B > $R/row_all.log 2>&1; summary < $R/row_all.log; echo "rows and all done at $((SECONDS-T0)) s"

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Next GPU session, call 3 (after run_next_2.sh, same build): issue 3's benchmark, the whole grid of
-# every reduction on every path in float32 and bfloat16 against torch eager and torch.compile
-# (seed Triton's sum_all on the all path). Two groups so one timeout loses half at most.
+# Next GPU session, call 3, on the build to be landed (main after adopting call 1's winners; the
+# snapshot recipe as for call 1, without git am): build, every test, then issue 4's closing
+# benchmark, the norm groups with the fused ops in float32 and bfloat16 (float16 shares bfloat16's
+# code; no time for it in one call), every peer in the same run.
 cd "$(dirname "$0")" && source scripts/remote_call.sh
+REDUCEKIT_STAGES=build bash scripts/gpu_run.sh $R || exit 1
+run_tests
 B="--reps 20 --warmup 5 --dtypes float32,bfloat16"
-timeout 280 python3 bench/bench.py --out $R/col --ops sum_col,mean_col,amax_col,argmax_col,logsumexp_col,var_mean_col \
-  $B > $R/col.log 2>&1; summary < $R/col.log; echo "columns done at $((SECONDS-T0)) s"
-timeout 280 python3 bench/bench.py --out $R/row_all --ops sum_row,mean_row,amax_row,argmax_row,logsumexp_row,var_mean_row,sum_all,mean_all,amax_all,argmax_all,logsumexp_all,var_mean_all \
-  $B > $R/row_all.log 2>&1; summary < $R/row_all.log; echo "rows and all done at $((SECONDS-T0)) s"
+timeout 100 python3 bench/bench.py --out $R/norm --ops layer_norm,rms_norm $B > $R/norm.log 2>&1; summary < $R/norm.log
+timeout 100 python3 bench/bench.py --out $R/fused --ops add_layer_norm,add_rms_norm $B > $R/fused.log 2>&1
+summary < $R/fused.log
+timeout 110 python3 bench/bench.py --out $R/norm_bwd --ops layer_norm_backward,rms_norm_backward $B > $R/norm_bwd.log 2>&1
+summary < $R/norm_bwd.log
+echo "norms done at $((SECONDS-T0)) s"
