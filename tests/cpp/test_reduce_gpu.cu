@@ -598,27 +598,44 @@ std::vector<unsigned char> slice_bits(const std::vector<unsigned char>& bits, st
 const ReduceOp kInvarianceOps[] = {ReduceOp::kSum, ReduceOp::kArgmax, ReduceOp::kLogsumexp, ReduceOp::kVarMean,
                                    ReduceOp::kAmin, ReduceOp::kProd};
 
+// A view of part of a problem (some of its rows, columns or outer slices) and which of the
+// whole's `total` outputs it computes: [first, first + count).
+struct InvariancePart {
+  TensorView view;
+  int64_t first, count;
+  std::string what;
+};
+
+// Every kInvarianceOps op over `dim` of the float32 tensor x: two runs give the same bits, and
+// each part alone gives the bits of the same outputs of the whole.
+void expect_deterministic_and_invariant(const TensorView& x, int64_t dim, int64_t total,
+                                        const std::vector<InvariancePart>& parts) {
+  for (ReduceOp op : kInvarianceOps) {
+    SCOPED_TRACE(reduce_op_name(op));
+    const auto whole = output_bits<float>(op, x, DimList::of(&dim, 1));
+    EXPECT_EQ(whole, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
+    for (const InvariancePart& p : parts)
+      EXPECT_EQ(output_bits<float>(op, p.view, DimList::of(&dim, 1)),
+                slice_bits(whole, p.first, p.count, total, has_mean(op)))
+          << p.what << " alone differ from the same outputs of the whole";
+  }
+}
+
 TEST_F(ReduceGpu, RowsAreDeterministicAndBatchInvariant) {
   for (int64_t n : {1000, 4096, 100003}) {
     const int64_t m = n > 50000 ? 12 : 600;
     SCOPED_TRACE(testing::Message() << "rows of " << n);
-    const std::vector<double> logical = make_logical<float>(m * n, "randn", 3);
     const Layout l{{m, n}};
-    const DeviceBuffer buf(physical_image<float>(logical, l));
-    const int64_t dim = -1;
-    for (ReduceOp op : kInvarianceOps) {
-      SCOPED_TRACE(reduce_op_name(op));
-      const TensorView x = device_view(buf.get(), DType::kFloat32, l);
-      const auto batch = output_bits<float>(op, x, DimList::of(&dim, 1));
-      EXPECT_EQ(batch, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
-      for (int64_t r : {int64_t(0), m / 2 + 1, m - 1}) {
-        TensorView alone = x;
-        alone.sizes[0] = 1;
-        alone.data = static_cast<float*>(buf.get()) + r * n;
-        EXPECT_EQ(output_bits<float>(op, alone, DimList::of(&dim, 1)), slice_bits(batch, r, 1, m, has_mean(op)))
-            << "row " << r << " alone differs from the same row in the batch";
-      }
+    const DeviceBuffer buf(physical_image<float>(make_logical<float>(m * n, "randn", 3), l));
+    const TensorView x = device_view(buf.get(), DType::kFloat32, l);
+    std::vector<InvariancePart> parts;
+    for (int64_t r : {int64_t(0), m / 2 + 1, m - 1}) {
+      TensorView alone = x;
+      alone.sizes[0] = 1;
+      alone.data = static_cast<float*>(buf.get()) + r * n;
+      parts.push_back({alone, r, 1, "row " + std::to_string(r)});
     }
+    expect_deterministic_and_invariant(x, -1, m, parts);
   }
 }
 
@@ -630,25 +647,19 @@ TEST_F(ReduceGpu, ColumnsAreDeterministicAndBatchInvariant) {
   for (const int64_t k : {int64_t(2600), int64_t(40)}) {
     SCOPED_TRACE("k = " + std::to_string(k));
     const int64_t n = 20000;
-    const std::vector<double> logical = make_logical<float>(k * n, "randn", 4);
     const Layout l{{k, n}};
-    const DeviceBuffer buf(physical_image<float>(logical, l));
-    const int64_t dim = 0;
-    for (ReduceOp op : kInvarianceOps) {
-      SCOPED_TRACE(reduce_op_name(op));
-      const TensorView x = device_view(buf.get(), DType::kFloat32, l);
-      const auto full = output_bits<float>(op, x, DimList::of(&dim, 1));
-      EXPECT_EQ(full, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
-      for (int64_t width : {int64_t(64), int64_t(1)}) {
-        for (int64_t first : {int64_t(0), int64_t(4096), int64_t(7777)}) {
-          TensorView part = x;
-          part.sizes[1] = width;
-          part.data = static_cast<float*>(buf.get()) + first;
-          EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)), slice_bits(full, first, width, n, has_mean(op)))
-              << "columns " << first << "..+" << width << " alone differ from the same columns among " << n;
-        }
+    const DeviceBuffer buf(physical_image<float>(make_logical<float>(k * n, "randn", 4), l));
+    const TensorView x = device_view(buf.get(), DType::kFloat32, l);
+    std::vector<InvariancePart> parts;
+    for (int64_t width : {int64_t(64), int64_t(1)}) {
+      for (int64_t first : {int64_t(0), int64_t(4096), int64_t(7777)}) {
+        TensorView part = x;
+        part.sizes[1] = width;
+        part.data = static_cast<float*>(buf.get()) + first;
+        parts.push_back({part, first, width, "columns " + std::to_string(first) + "..+" + std::to_string(width)});
       }
     }
+    expect_deterministic_and_invariant(x, 0, n, parts);
   }
 }
 
@@ -656,26 +667,20 @@ TEST_F(ReduceGpu, ColumnsAreBatchInvariantAcrossEveryWorkSplit) {
   // [520, 2100, 32] reduced over dim 1 (9 segments): 520 outer slices run one CTA per tile; one
   // outer slice alone (or 100 of them) runs one CTA per segment. Same bits either way.
   const int64_t outer = 520, k = 2100, n = 32;
-  const std::vector<double> logical = make_logical<float>(outer * k * n, "randn", 6);
   const Layout l{{outer, k, n}};
-  const DeviceBuffer buf(physical_image<float>(logical, l));
-  const int64_t dim = 1;
-  for (ReduceOp op : kInvarianceOps) {
-    SCOPED_TRACE(reduce_op_name(op));
-    const TensorView x = device_view(buf.get(), DType::kFloat32, l);
-    const auto full = output_bits<float>(op, x, DimList::of(&dim, 1));
-    EXPECT_EQ(full, output_bits<float>(op, x, DimList::of(&dim, 1))) << "two runs differ";
-    for (int64_t first : {int64_t(0), int64_t(333), int64_t(419)}) {
-      for (int64_t count : {int64_t(1), int64_t(100)}) {
-        TensorView part = x;
-        part.sizes[0] = count;
-        part.data = static_cast<float*>(buf.get()) + first * k * n;
-        EXPECT_EQ(output_bits<float>(op, part, DimList::of(&dim, 1)),
-                  slice_bits(full, first * n, count * n, outer * n, has_mean(op)))
-            << "outer slices " << first << "..+" << count << " alone differ from the same slices among " << outer;
-      }
+  const DeviceBuffer buf(physical_image<float>(make_logical<float>(outer * k * n, "randn", 6), l));
+  const TensorView x = device_view(buf.get(), DType::kFloat32, l);
+  std::vector<InvariancePart> parts;
+  for (int64_t first : {int64_t(0), int64_t(333), int64_t(419)}) {
+    for (int64_t count : {int64_t(1), int64_t(100)}) {
+      TensorView part = x;
+      part.sizes[0] = count;
+      part.data = static_cast<float*>(buf.get()) + first * k * n;
+      parts.push_back({part, first * n, count * n,
+                       "outer slices " + std::to_string(first) + "..+" + std::to_string(count)});
     }
   }
+  expect_deterministic_and_invariant(x, 1, outer * n, parts);
 }
 
 TEST_F(ReduceGpu, TicketsApartFromTheWorkspace) {
