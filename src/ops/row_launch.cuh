@@ -225,7 +225,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   }
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
   if (c.tiles > 1) {  // streamed tiles: the largest size, or the re-read rows' small one
-    constexpr int kRereadVpt = std::max(1, kRereadTileWords / (VEC * kAccWords * Op::kInputs));
+    constexpr int kRereadVpt = reread_vpt(kRereadTileWords, VEC, kAccWords, Op::kInputs);
     static_assert(kRereadVpt < kMaxVpt, "re-read tiles are the smaller streamed size");
     if (c.vpt == kRereadVpt && c.stash_tiles == 0 && c.cluster == 1) {
       auto kernel = stream_kernel<T, Op, VEC, kRereadVpt, kAligned, Extra...>();

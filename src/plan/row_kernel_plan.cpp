@@ -13,6 +13,9 @@ constexpr std::size_t kMaxStashBytes = 200 * 1024;  // leaves room for a second 
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Registers a value takes in the accumulation type: float64 accumulates in two words.
+int acc_words(int elem_bytes) { return elem_bytes == 8 ? 2 : 1; }
+
 int pow2_ceil(int64_t v) {
   int p = 1;
   while (p < v) p *= 2;
@@ -93,11 +96,11 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   // One CTA per row while its registers hold the row: the row is read once and written from
   // registers. Tile values are kept in the accumulation type (two words for float64).
   c.kind = RowKernelKind::kBlock;
-  const int acc_words = elem_bytes == 8 ? 2 : 1;
-  const int max_vpt = std::max(1, kRowTileWords / (c.vec * acc_words * inputs));
+  const int words = acc_words(elem_bytes);
+  const int max_vpt = std::max(1, kRowTileWords / (c.vec * words * inputs));
   // Rows that fit one tile a thread (a CTA or a cluster) take at most limits.max_tile_values
   // values a thread; the streaming kernel always takes max_vpt (the only tile it is built for).
-  const int tile_vpt = std::clamp(pow2_floor(limits.max_tile_values / (c.vec * acc_words * inputs)), 1, max_vpt);
+  const int tile_vpt = std::clamp(pow2_floor(limits.max_tile_values / (c.vec * words * inputs)), 1, max_vpt);
   // limits.block_elems values a thread: each row costs a thread a fixed amount of work (its
   // address, the CTA reduction, the row's parameters), which must be spread over enough
   // elements, while small CTAs, several per SM, keep many rows in flight (run 9 sweep, LOG.md).
@@ -150,8 +153,7 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.kind = RowKernelKind::kBlock;
   c.vec = held.vec;
   c.two_phase = held.two_phase;
-  const int acc_words = elem_bytes == 8 ? 2 : 1;
-  c.vpt = std::max(1, kRereadTileWords / (c.vec * acc_words * inputs));
+  c.vpt = reread_vpt(kRereadTileWords, c.vec, acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
   c.tiles = static_cast<int>(ceil_div(ceil_div(cols, c.vec), int64_t(c.threads) * c.vpt));
   c.split = held.split;
@@ -179,7 +181,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
-  const int held_words = held.vpt * held.vec * (elem_bytes == 8 ? 2 : 1) * inputs;
+  const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
   if (one_cta && held_words <= std::max(limits.reread_above_words, kRereadTileWords)) return held;
   return reread_plan(held, cols, elem_bytes, inputs, limits);

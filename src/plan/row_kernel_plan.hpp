@@ -34,6 +34,11 @@ constexpr int kRereadTileWords = 16;
 // such long rows come few to a batch (run 25: layer_norm float32 16x2^20 1183 -> 336 GB/s,
 // 256x262144 1705 -> 2440), so longer rows keep their clusters.
 constexpr int64_t kRereadMaxRowBytes = int64_t(1) << 20;
+// The vectors a thread of a re-read tile of `words` words holds (at least one): the planner's
+// choice and the kernel the launcher instantiates for it.
+constexpr int reread_vpt(int words, int vec, int acc_words, int inputs) {
+  return words / (vec * acc_words * inputs) > 1 ? words / (vec * acc_words * inputs) : 1;
+}
 
 enum class RowKernelKind { kWarp, kBlock };
 

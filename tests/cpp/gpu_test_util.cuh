@@ -137,7 +137,7 @@ inline TensorView row_view(void* base, DType dtype, const RowLayout& l) {
 }
 
 // A planner tuning knob (REDUCEKIT_TUNE_*, read on every launch) set while a test runs, so the
-// test reaches a path the default plan does not take yet.
+// test reaches a path the default plan does not take for its rows.
 class ScopedKnob {
  public:
   ScopedKnob(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }

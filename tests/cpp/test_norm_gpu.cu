@@ -353,8 +353,9 @@ REDUCEKIT_NORM_TESTS(BFloat16, __nv_bfloat16, __nv_bfloat16)
 REDUCEKIT_NORM_TESTS(Float16ParamsFloat32, __half, float)
 REDUCEKIT_NORM_TESTS(BFloat16ParamsFloat32, __nv_bfloat16, float)
 
-// Re-read rows (RowKernelLimits::reread_above_words, a tuning knob until measured): the forwards and
-// backwards of rows past one CTA's tile on small tiles, read twice.
+// Re-read rows (RowKernelLimits::reread_above_words), forced by the knob for every family and
+// dtype (by default only some re-read): the forwards and backwards of rows past one CTA's tile on
+// small tiles, read twice.
 TEST_F(NormGpu, RereadRows) {
   const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
   check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 40009, 40009, 0}, 71);

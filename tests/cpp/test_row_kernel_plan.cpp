@@ -62,7 +62,7 @@ TEST(RowKernelPlan, CoversEveryRowWithInstantiatedShapes) {
             EXPECT_LE(c.smem_bytes, limits.max_smem_per_block);
             if (c.tiles > 1) {
               EXPECT_GE(c.cluster, 8) << "tiles only once a portable cluster is full";
-              EXPECT_EQ(c.vpt * c.vec * acc_words * inputs, 64) << "row_stream_kernel exists for the largest tile only";
+              EXPECT_EQ(c.vpt * c.vec * acc_words * inputs, 64) << "held rows stream the largest tile only (re-read tiles: RereadRows*)";
             } else {
               EXPECT_EQ(c.stash_tiles, 0);
             }
@@ -307,9 +307,9 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
   EXPECT_EQ(plan_row_kernel(32768, 4, 1, limits).split.chunks, 0) << "one-CTA rows never split";
 }
 
-// Re-read rows (the tuning knob): rows past one CTA's tile, and one-CTA rows of tiles above the
-// threshold, take small tiles on one CTA, no cluster, no stash; every other row keeps its plan,
-// and the split plan stays as it was.
+// Re-read rows (the tuning knob, for every family): rows past one CTA's tile, and one-CTA rows of
+// tiles above the threshold, take small tiles on one CTA, no cluster, no stash; every other row
+// keeps its plan, and the split plan stays as it was.
 TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
   RowKernelLimits reread = h200_limits();
   reread.reread_above_words = kRereadPastOneCta;
@@ -324,14 +324,15 @@ TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
           expect_same_layout(c, held);
           continue;
         }
-        const int acc_words = elem == 8 ? 2 : 1;
         EXPECT_EQ(c.kind, RowKernelKind::kBlock);
         EXPECT_EQ(c.cluster, 1);
         EXPECT_EQ(c.stash_tiles, 0);
         EXPECT_EQ(c.smem_bytes, 0u);
         EXPECT_EQ(c.ring, 0);
         EXPECT_EQ(c.threads, 512);
-        EXPECT_EQ(c.vpt, std::max(1, kRereadTileWords / (c.vec * acc_words * inputs)));
+        const int vector_words = c.vec * (elem == 8 ? 2 : 1) * inputs;
+        EXPECT_EQ(c.vpt * vector_words, std::max(kRereadTileWords, vector_words))
+            << "tiles of 16 words, or of one vector where that is more";
         EXPECT_GE(c.tiles, 2) << "longer than one CTA's tile, so longer than one small tile";
         EXPECT_GE(c.capacity(), n);
         EXPECT_LT(c.capacity() - int64_t(c.threads) * c.vpt * c.vec, n) << "no tile lies wholly past the row";
