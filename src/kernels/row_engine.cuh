@@ -95,8 +95,12 @@ template <int kValues> constexpr int kRingMinCtas = kValues <= 32 ? 2 : 0;
 // Stream kernels of re-read rows' small tiles (kRereadTileWords, row_kernel_plan.hpp) are held
 // to two 512-thread CTAs an SM (64 registers): their point is several rows' reductions
 // overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
-// CTA an SM. The largest tiles keep no bound (0 leaves it out).
-template <int kValues> constexpr int kStreamMinCtas = kValues <= 16 ? 2 : 0;
+// CTA an SM. Small tiles (kRereadSmallTileWords: one vector, 4-8 words) are held to four (32
+// registers), as torch.compile's norm kernels run (run 26). Counted in accumulator words a
+// thread; the largest tiles keep no bound (0 leaves it out).
+template <int kWords> constexpr int kStreamMinCtas = kWords <= 8 ? 4 : kWords <= 16 ? 2 : 0;
+template <typename T, class Op, int VEC, int VPT>
+constexpr int kStreamTileWords = VEC * VPT * Op::kInputs * int(sizeof(acc_t<T>) / sizeof(float));
 
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
@@ -687,7 +691,7 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<VEC * VPT * Op::kInputs>)
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
 row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
@@ -695,7 +699,7 @@ row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<VEC * VPT * Op::kInputs>)
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
 row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;

@@ -62,6 +62,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_RING")) limits->split_ring = std::clamp(std::atoi(v), 2, 4);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MIN_CLUSTER")) limits->split_min_cluster = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS")) limits->reread_above_words = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES")) limits->reread_small_tiles = std::atoi(v) != 0;
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
   return Status::ok();
 }
@@ -226,10 +227,19 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
   if (c.tiles > 1) {  // streamed tiles: the largest size, or the re-read rows' small one
     constexpr int kRereadVpt = reread_vpt(kRereadTileWords, VEC, kAccWords, Op::kInputs);
+    constexpr int kRereadSmallVpt = reread_vpt(kRereadSmallTileWords, VEC, kAccWords, Op::kInputs);
     static_assert(kRereadVpt < kMaxVpt, "re-read tiles are the smaller streamed size");
-    if (c.vpt == kRereadVpt && c.stash_tiles == 0 && c.cluster == 1) {
-      auto kernel = stream_kernel<T, Op, VEC, kRereadVpt, kAligned, Extra...>();
-      return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, 0);
+    if (c.stash_tiles == 0 && c.cluster == 1) {
+      if (c.vpt == kRereadVpt) {
+        auto kernel = stream_kernel<T, Op, VEC, kRereadVpt, kAligned, Extra...>();
+        return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, 0);
+      }
+      if constexpr (kRereadSmallVpt < kRereadVpt) {
+        if (c.vpt == kRereadSmallVpt) {
+          auto kernel = stream_kernel<T, Op, VEC, kRereadSmallVpt, kAligned, Extra...>();
+          return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, 0);
+        }
+      }
     }
     if (c.vpt != kMaxVpt) return Status::unsupported("row plan: streamed tiles must be of the largest size");
     auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, Extra...>();

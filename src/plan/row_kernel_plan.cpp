@@ -153,9 +153,13 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.kind = RowKernelKind::kBlock;
   c.vec = held.vec;
   c.two_phase = held.two_phase;
-  c.vpt = reread_vpt(kRereadTileWords, c.vec, acc_words(elem_bytes), inputs);
+  c.vpt = reread_vpt(limits.reread_small_tiles ? kRereadSmallTileWords : kRereadTileWords, c.vec,
+                     acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
-  c.tiles = static_cast<int>(ceil_div(ceil_div(cols, c.vec), int64_t(c.threads) * c.vpt));
+  const int64_t vectors = ceil_div(cols, c.vec);
+  c.tiles = static_cast<int>(ceil_div(vectors, int64_t(c.threads) * c.vpt));
+  // A row one tile covers takes the block kernel: no warps of padding only.
+  if (c.tiles == 1) c.threads = static_cast<int>(std::min<int64_t>(c.threads, 32 * ceil_div(ceil_div(vectors, c.vpt), 32)));
   c.split = held.split;
   return c;
 }
@@ -183,7 +187,8 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
-  if (one_cta && held_words <= std::max(limits.reread_above_words, kRereadTileWords)) return held;
+  const int tile_words = limits.reread_small_tiles ? kRereadSmallTileWords : kRereadTileWords;
+  if (one_cta && held_words <= std::max(limits.reread_above_words, tile_words)) return held;
   return reread_plan(held, cols, elem_bytes, inputs, limits);
 }
 

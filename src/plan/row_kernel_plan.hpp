@@ -28,8 +28,10 @@ namespace reducekit {
 // Registers per thread for a tile's values in the accumulation type (float64 takes two per
 // value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
 constexpr int kRowTileWords = 64;
-// Re-read rows (RowKernelLimits::reread_above_words): tiles of this many words a thread.
+// Re-read rows (RowKernelLimits::reread_above_words): tiles of this many words a thread, or,
+// with RowKernelLimits::reread_small_tiles, of kRereadSmallTileWords (at least one vector).
 constexpr int kRereadTileWords = 16;
+constexpr int kRereadSmallTileWords = 4;
 // ... and rows of at most this many bytes (all inputs): one CTA a row leaves the SMs idle where
 // such long rows come few to a batch (run 25: layer_norm float32 16x2^20 1183 -> 336 GB/s,
 // 256x262144 1705 -> 2440), so longer rows keep their clusters.
@@ -81,6 +83,12 @@ struct RowKernelLimits {
   // kRereadPastOneCta: only rows past one CTA). The split path, where planned, still takes the
   // row when the caller gives a workspace.
   int reread_above_words = 0;
+  // Re-read rows in tiles of kRereadSmallTileWords (one 16-byte vector a thread in float32) on
+  // CTAs held to 32 registers, four an SM: torch.compile's norm kernels at 4096x8192 / 32768
+  // run 512 / 1024 threads of 32-64 registers at 81% / 43% achieved occupancy and re-read the
+  // row from L1 / L2 (run 26's ncu). A tuning knob until measured
+  // (REDUCEKIT_TUNE_REREAD_SMALL_TILES=1).
+  bool reread_small_tiles = false;
 };
 
 // reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).

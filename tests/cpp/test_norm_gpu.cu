@@ -358,12 +358,17 @@ REDUCEKIT_NORM_TESTS(BFloat16ParamsFloat32, __nv_bfloat16, float)
 // small tiles, read twice.
 TEST_F(NormGpu, RereadRows) {
   const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
-  check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 40009, 40009, 0}, 71);
-  check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, false, "constant"}, {4, 65536, 65600, 0}, 72);
-  check_forward<__half, __half>({Kind::kLayer, true, true, true, "randn"}, {2, 100003, 100004, 1}, 73);
-  check_forward<double, double>({Kind::kRms, false, true, false, "randn"}, {2, 32769, 32769, 0}, 74);
-  check_backward<float, float>(Kind::kLayer, true, {3, 65536, 65536, 0}, 75);
-  check_backward<__nv_bfloat16, float>(Kind::kRms, true, {3, 40009, 40012, 1}, 76);
+  for (const char* small : {"0", "1"}) {  // tiles of 16 words, then of one vector
+    SCOPED_TRACE(testing::Message() << "small tiles " << small);
+    const ScopedKnob small_tiles("REDUCEKIT_TUNE_REREAD_SMALL_TILES", small);
+    check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 40009, 40009, 0}, 71);
+    check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, false, "constant"}, {4, 65536, 65600, 0}, 72);
+    check_forward<__half, __half>({Kind::kLayer, true, true, true, "randn"}, {2, 100003, 100004, 1}, 73);
+    check_forward<double, double>({Kind::kRms, false, true, false, "randn"}, {2, 32769, 32769, 0}, 74);
+    check_backward<float, float>(Kind::kLayer, true, {3, 65536, 65536, 0}, 75);
+    check_backward<__nv_bfloat16, float>(Kind::kRms, true, {3, 40009, 40012, 1}, 76);
+    check_forward<float, float>({Kind::kLayer, true, true, true, "randn"}, {5, 8193, 8196, 0}, 77);
+  }
 }
 
 // normalized_shape over two dims of a rank-3 tensor gives the rows of its flattening.

@@ -382,6 +382,38 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
 }
 
+// Small re-read tiles (the tuning knob): one 16-byte vector a thread (4 words in float32, 8 in
+// 16-bit or with two float32 inputs), 512 threads, as many tiles as the row needs.
+TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
+  RowKernelLimits limits = h200_limits();
+  limits.reread_above_words = 4;
+  limits.reread_small_tiles = true;
+  struct Want { int64_t n; int elem, inputs, tiles; };
+  for (const Want& w : {Want{8192, 4, 1, 4}, Want{8192, 2, 1, 2}, Want{8192, 4, 2, 4}, Want{8192, 8, 1, 8},
+                        Want{40009, 4, 1, 20}, Want{4096, 4, 1, 2}}) {
+    SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem << " inputs=" << w.inputs);
+    const RowKernelConfig c = plan_row_kernel(w.n, w.elem, w.inputs, limits);
+    EXPECT_EQ(c.kind, RowKernelKind::kBlock);
+    EXPECT_EQ(c.vpt, 1);
+    EXPECT_EQ(c.threads, 512);
+    EXPECT_EQ(c.cluster, 1);
+    EXPECT_EQ(c.stash_tiles, 0);
+    EXPECT_EQ(c.tiles, w.tiles);
+    EXPECT_GE(c.capacity(), w.n);
+  }
+  const RowKernelConfig one_tile = plan_row_kernel(2048, 4, 1, limits);
+  EXPECT_EQ(one_tile.tiles, 1);
+  EXPECT_EQ(one_tile.vpt, 1);
+  EXPECT_EQ(one_tile.threads, 512) << "2048 floats: 512 vectors, a thread each";
+  const RowKernelConfig trimmed = plan_row_kernel(1000, 4, 1, limits);
+  EXPECT_EQ(trimmed.tiles, 1);
+  EXPECT_EQ(trimmed.threads, 256) << "250 vectors: whole warps, none of padding only";
+  limits.reread_above_words = 16;
+  limits.block_elems = 16;  // as float32 layer_norm plans: 512 threads x 16 values at 8192
+  EXPECT_EQ(plan_row_kernel(8192, 4, 1, limits).vpt, 4) << "16-word tiles stay held";
+  EXPECT_EQ(plan_row_kernel(8192, 4, 1, limits).tiles, 1);
+}
+
 TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
   const RowKernelLimits limits = h200_limits();
   const RowKernelConfig c = plan_row_kernel(1 << 20, 4, 1, limits);

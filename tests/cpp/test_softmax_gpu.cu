@@ -234,11 +234,16 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
 // lengths, a stream length, odd strides and offsets, -inf / NaN rows, both backward ops.
 TEST_F(SoftmaxGpu, RereadRows) {
   const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
-  check_against_oracle<float>(Op::kSoftmax, {3, 40009, 40009, 0}, "randn", 61);
-  check_against_oracle<__nv_bfloat16>(Op::kLogSoftmax, {3, 65536, 65537, 1}, "special", 62);
-  check_against_oracle<double>(Op::kSoftmax, {2, 32769, 32769, 0}, "large", 63);
-  check_against_oracle<__half>(Op::kSoftmaxBackward, {3, 100003, 100003, 0}, "randn", 64);
-  check_against_oracle<float>(Op::kLogSoftmaxBackward, {2, 131071, 131071, 0}, "randn", 65);
+  for (const char* small : {"0", "1"}) {  // tiles of 16 words, then of one vector
+    SCOPED_TRACE(testing::Message() << "small tiles " << small);
+    const ScopedKnob small_tiles("REDUCEKIT_TUNE_REREAD_SMALL_TILES", small);
+    check_against_oracle<float>(Op::kSoftmax, {3, 40009, 40009, 0}, "randn", 61);
+    check_against_oracle<__nv_bfloat16>(Op::kLogSoftmax, {3, 65536, 65537, 1}, "special", 62);
+    check_against_oracle<double>(Op::kSoftmax, {2, 32769, 32769, 0}, "large", 63);
+    check_against_oracle<__half>(Op::kSoftmaxBackward, {3, 100003, 100003, 0}, "randn", 64);
+    check_against_oracle<float>(Op::kLogSoftmaxBackward, {2, 131071, 131071, 0}, "randn", 65);
+    check_against_oracle<float>(Op::kSoftmax, {5, 8193, 8200, 0}, "randn", 66);
+  }
 }
 
 // ---- split rows: chunks over a cooperative grid, with a workspace ---------------------------
