@@ -53,24 +53,55 @@ struct NormShape {
 };
 
 // ---- forward ---------------------------------------------------------------------------------
+// Workspace: 16-bit rows longer than one cluster of CTAs holds in registers split into chunks over
+// a cooperative grid, as softmax's do (reducekit/softmax.hpp has the contract): the
+// *_requirements functions say how many bytes, and how many of them must be zero on entry; the
+// overloads without a workspace (or with an empty one) run such rows on the stream kernel, which
+// reads them twice. Either path alone is deterministic and batch-invariant; the two may differ in
+// the last bits.
+struct NormRequirements {
+  std::size_t workspace_bytes = 0;         // 0 when the call needs no workspace
+  std::size_t workspace_zeroed_bytes = 0;  // prefix of the workspace that must be zero on entry
+};
+
+// What layer_norm (residual false) or add_layer_norm (true) of x needs. Errors name "x" or
+// "normalized_shape".
+Status layer_norm_requirements(const TensorView& x, const NormShape& normalized_shape, bool residual,
+                               NormRequirements* requirements);
+// The same for rms_norm / add_rms_norm.
+Status rms_norm_requirements(const TensorView& x, const NormShape& normalized_shape, bool residual,
+                             NormRequirements* requirements);
+
 // mean and rstd (may be nullptr) receive one value per row, for backward.
 Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
                   const TensorView* bias, double eps, const TensorView& y, const TensorView* mean,
                   const TensorView* rstd, cudaStream_t stream);
+Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
+                  const TensorView* bias, double eps, const TensorView& y, const TensorView* mean,
+                  const TensorView* rstd, const Workspace& workspace, cudaStream_t stream);
 
 // eps is explicit; torch's eps=None is the dtype's epsilon (torch.finfo(x.dtype).eps).
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
                 const TensorView& y, const TensorView* rstd, cudaStream_t stream);
+Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
+                const TensorView& y, const TensorView* rstd, const Workspace& workspace, cudaStream_t stream);
 
 // y = layer_norm(s), s = x + residual. `sum` receives s.
 Status add_layer_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
                       const TensorView* weight, const TensorView* bias, double eps, const TensorView& y,
                       const TensorView& sum, const TensorView* mean, const TensorView* rstd, cudaStream_t stream);
+Status add_layer_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                      const TensorView* weight, const TensorView* bias, double eps, const TensorView& y,
+                      const TensorView& sum, const TensorView* mean, const TensorView* rstd,
+                      const Workspace& workspace, cudaStream_t stream);
 
 // y = rms_norm(s), s = x + residual. `sum` receives s.
 Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
                     const TensorView* weight, double eps, const TensorView& y, const TensorView& sum,
                     const TensorView* rstd, cudaStream_t stream);
+Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                    const TensorView* weight, double eps, const TensorView& y, const TensorView& sum,
+                    const TensorView* rstd, const Workspace& workspace, cudaStream_t stream);
 
 // ---- backward --------------------------------------------------------------------------------
 // Device scratch (CUB's convention) that a backward call computing dweight or dbias needs for

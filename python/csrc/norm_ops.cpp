@@ -60,6 +60,20 @@ template <class Run> void with_layout_fallback(const at::Tensor& x, const at::Te
   throw_if_failed(run(x.contiguous(), residual.defined() ? residual.contiguous() : residual));
 }
 
+// Forward calls whose rows split over a cooperative grid need a workspace, as softmax's do
+// (torch_util.hpp's CallWorkspace). `requirements`: layer_norm_requirements or rms_norm_requirements.
+using Requirements = reducekit::Status (*)(const reducekit::TensorView&, const reducekit::NormShape&, bool,
+                                           reducekit::NormRequirements*);
+template <class Call>
+reducekit::Status with_workspace(const at::Tensor& x, const reducekit::TensorView& xv, at::IntArrayRef normalized_shape,
+                                 bool residual, Requirements requirements, Call call) {
+  reducekit::NormRequirements req;
+  const reducekit::Status s = requirements(xv, norm_shape(normalized_shape), residual, &req);
+  if (!s.is_ok()) return s;
+  const reducekit_torch::CallWorkspace workspace(x, stream_of(x), req.workspace_bytes, req.workspace_zeroed_bytes);
+  return call(workspace.ws);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
                                                                const std::optional<at::Tensor>& weight,
                                                                const std::optional<at::Tensor>& bias, double eps) {
@@ -71,8 +85,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback(x, at::Tensor(), [&](const at::Tensor& xi, const at::Tensor&) {
-    return reducekit::layer_norm(to_view(xi, "x"), norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &mv, &rv,
-                                 stream_of(x));
+    const auto xv = to_view(xi, "x");
+    return with_workspace(x, xv, normalized_shape, false, reducekit::layer_norm_requirements, [&](const auto& ws) {
+      return reducekit::layer_norm(xv, norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &mv, &rv, ws,
+                                   stream_of(x));
+    });
   });
   return {y, mean, rstd};
 }
@@ -86,7 +103,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArr
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), rv = to_view(rstd, "rstd");
   with_layout_fallback(x, at::Tensor(), [&](const at::Tensor& xi, const at::Tensor&) {
-    return reducekit::rms_norm(to_view(xi, "x"), norm_shape(normalized_shape), w.get(), eps, yv, &rv, stream_of(x));
+    const auto xv = to_view(xi, "x");
+    return with_workspace(x, xv, normalized_shape, false, reducekit::rms_norm_requirements, [&](const auto& ws) {
+      return reducekit::rms_norm(xv, norm_shape(normalized_shape), w.get(), eps, yv, &rv, ws, stream_of(x));
+    });
   });
   return {y, rstd};
 }
@@ -104,8 +124,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback(x, residual, [&](const at::Tensor& xi, const at::Tensor& ri) {
-    return reducekit::add_layer_norm(to_view(xi, "x"), to_view(ri, "residual"), norm_shape(normalized_shape), w.get(),
-                                     b.get(), eps, yv, sv, &mv, &rv, stream_of(x));
+    const auto xv = to_view(xi, "x");
+    return with_workspace(x, xv, normalized_shape, true, reducekit::layer_norm_requirements, [&](const auto& ws) {
+      return reducekit::add_layer_norm(xv, to_view(ri, "residual"), norm_shape(normalized_shape), w.get(), b.get(), eps,
+                                       yv, sv, &mv, &rv, ws, stream_of(x));
+    });
   });
   return {y, sum, mean, rstd};
 }
@@ -122,8 +145,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tenso
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), rv = to_view(rstd, "rstd");
   with_layout_fallback(x, residual, [&](const at::Tensor& xi, const at::Tensor& ri) {
-    return reducekit::add_rms_norm(to_view(xi, "x"), to_view(ri, "residual"), norm_shape(normalized_shape), w.get(),
-                                   eps, yv, sv, &rv, stream_of(x));
+    const auto xv = to_view(xi, "x");
+    return with_workspace(x, xv, normalized_shape, true, reducekit::rms_norm_requirements, [&](const auto& ws) {
+      return reducekit::add_rms_norm(xv, to_view(ri, "residual"), norm_shape(normalized_shape), w.get(), eps, yv, sv,
+                                     &rv, ws, stream_of(x));
+    });
   });
   return {y, sum, rstd};
 }

@@ -106,15 +106,16 @@ __device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::St
   return *merged;
 }
 
-template <typename T, class PlainOp, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kRowSplitThreads, 1)
-row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
-  using Op = PlainRowOp<PlainOp>;
+// The split kernels' work: Op is an extended row op (PlainRowOp<...> for the plain ones), `extra`
+// its per-call arguments (weights, per-row statistics' outputs, a second output). The row's
+// statistics are recorded once, by chunk 0's CTA.
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__device__ __forceinline__ void row_split_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
+                                               RowSplitArgs split, typename Op::Stat* slots,
+                                               typename Op::Stat* merged_slot) {
   using Stat = typename Op::Stat;
   constexpr int NIN = Op::kInputs;
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
-  __shared__ Stat slots[33];
-  __shared__ Stat merged;
   extern __shared__ __align__(16) unsigned char split_bytes[];
   auto* buffers = reinterpret_cast<typename Tile::PackT*>(split_bytes);
 
@@ -158,21 +159,41 @@ row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
     Stat mine = Op::identity();
     for (int t = 0; t < split.chunk_tiles; ++t) {
       tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, first + t * tile_vectors, threads, me, threads);
-      mine = Op::merge(mine, fold_tile<Op, kAligned>(NoRowExtra{}, row, first + t * tile_vectors, threads, cols,
-                                                     tile.values));
+      mine = Op::merge(mine, fold_tile<Op, kAligned>(extra, row, first + t * tile_vectors, threads, cols, tile.values));
     }
     mine = block_reduce<Op>(mine, slots);
-    const Stat stat = row_statistic<Op>(mine, partials + row * chunks, chunk, chunks, split.counters + row, &merged);
-    const typename Op::Params p = finalize_row<Op, kAligned>(NoRowExtra{}, row, first, threads, cols, stat, false);
+    const Stat stat = row_statistic<Op>(mine, partials + row * chunks, chunk, chunks, split.counters + row, merged_slot);
+    const typename Op::Params p =
+        finalize_row<Op, kAligned>(extra, row, first, threads, cols, stat, chunk == 0 && me == 0);
 
     T* out = args.out + row * args.out_stride;
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     for (int t = 0; t < split.chunk_tiles; ++t) {
       const int tile_first = first + t * tile_vectors;
       tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, tile_first, threads, me, threads);
-      const Stat again = fold_tile<Op, kAligned>(NoRowExtra{}, row, tile_first, threads, cols, tile.values);
-      tile.template store<Op>(out, nullptr, cols, tile_first, threads, Op::local(p, again), NoRowExtra{});
+      const Stat again = fold_tile<Op, kAligned>(extra, row, tile_first, threads, cols, tile.values);
+      tile.template store<Op>(out, out2, cols, tile_first, threads, Op::local(p, again), extra);
     }
   }
+}
+
+
+template <typename T, class PlainOp, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kRowSplitThreads, 1)
+row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
+  using Op = PlainRowOp<PlainOp>;
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat merged;
+  row_split_body<T, Op, VEC, VPT, kAligned>(args, NoRowExtra{}, split, slots, &merged);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kRowSplitThreads, 1)
+row_split_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, RowSplitArgs split) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat merged;
+  row_split_body<T, Op, VEC, VPT, kAligned>(args, extra, split, slots, &merged);
 }
 
 }  // namespace reducekit::kernels

@@ -12,6 +12,7 @@
 #include "kernels/norm_ops.cuh"
 #include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
+#include "ops/row_split_launch.cuh"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/norm.hpp"
@@ -125,11 +126,14 @@ struct ForwardCall {
   const TensorView* sum;
   const TensorView* mean;
   const TensorView* rstd;
+  const Workspace* workspace = nullptr;  // split rows' counters and statistics (none: stream kernel)
 };
 
 template <typename T, class Op>
 Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool params_f32,
                       const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
+  RowSplitBuffers split;
+  REDUCEKIT_RETURN_IF_ERROR(split_buffers(c.workspace, config, plans[0].rows, sizeof(typename Op::Stat), &split));
   constexpr int NIN = Op::kInputs;
   const void* in[NIN];
   in[0] = c.x->data;
@@ -147,7 +151,60 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
     extra.sum = static_cast<T*>(c.sum->data);
     extra.sum_stride = plans[3].row_stride;
   }
-  return launch_row_op<T, Op>(args, extra, config, aligned, stream);
+  return launch_row_op_split<T, Op>(args, config, aligned, split, stream, extra);
+}
+
+// The plan of a forward call's rows: depends on the op, the row length and the dtype only.
+template <template <typename, bool> class OpFor, bool kResidual>
+Status forward_config(int64_t cols, int elem_bytes, RowKernelConfig* config) {
+  RowKernelLimits limits;
+  // Rows take 16 values a thread, not 32, in 16-bit layer_norm and in float32 layer_norm and
+  // rms_norm (tuning knobs still apply on top). Run 17a: bf16 layer_norm 4096x2048..8192 and
+  // 32768x4096 6-17% faster, while bf16 rms_norm and softmax gained nothing or lost. Run 21:
+  // float32 4096x2048 / 4096 / 8192 layer_norm 2504 -> 2736 / 3002 -> 3135 / 3076 -> 3406 GB/s,
+  // rms_norm 2761 -> 3079 / 3395 -> 3586 / 3726 -> 3800 (longer rows already take 512 threads;
+  // softmax float32 lost 1-2%). Likely cause: the tile, the weight (and bias) and the statistics'
+  // code leave the 32-value _ext kernel too few registers for loads in flight.
+  constexpr bool kLayerNorm = std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>;
+  if (!kResidual && (elem_bytes == 4 || (kLayerNorm && elem_bytes == 2))) limits.block_elems = 16;
+  // float32 rms_norm rows past one CTA of 32-value tiles (16384 elements) take clusters of such
+  // tiles rather than one CTA of 64-value tiles: run 22, 4096x32768 2814 -> 3536 GB/s, 1024x65536
+  // 2590 -> 3202 (run 16 alike); layer_norm lost that way (4096x32768 2299 -> 2155), as did
+  // 16-bit rms_norm at 4096x32768 (2998 -> 2694).
+  if (!kLayerNorm && !kResidual && elem_bytes == 4) limits.max_tile_values = 32;
+  limits.reread_above_words = reread_above_words_for(
+      kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
+  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
+  *config = plan_row_kernel(cols, elem_bytes, kResidual ? 2 : 1, limits);
+  return Status::ok();
+}
+
+template <template <typename, bool> class OpFor, bool kResidual> std::size_t forward_stat_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return sizeof(typename OpFor<__half, kResidual>::Stat);
+    case DType::kBFloat16: return sizeof(typename OpFor<__nv_bfloat16, kResidual>::Stat);
+    case DType::kFloat64: return sizeof(typename OpFor<double, kResidual>::Stat);
+    default: return sizeof(typename OpFor<float, kResidual>::Stat);
+  }
+}
+
+// The workspace a forward call over x needs (its split rows' counters and chunk statistics).
+template <template <typename, bool> class OpFor, bool kResidual>
+Status forward_requirements(const TensorView& x, const NormShape& shape, NormRequirements* requirements) {
+  *requirements = {};
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_normalized_shape(x, shape));
+  RowwisePlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_norm_rows(x, "x", shape.rank, &plan));
+  if (plan.rows == 0 || plan.cols == 0) return Status::ok();
+  if (plan.cols > kMaxRowLength)
+    return Status::unsupported("x: rows longer than " + std::to_string(kMaxRowLength) + " elements are not supported");
+  RowKernelConfig config;
+  REDUCEKIT_RETURN_IF_ERROR((forward_config<OpFor, kResidual>(plan.cols, static_cast<int>(dtype_size(x.dtype)), &config)));
+  const RowSplitWorkspace need = row_split_workspace(config, plan.rows, forward_stat_bytes<OpFor, kResidual>(x.dtype));
+  requirements->workspace_bytes = need.bytes;
+  requirements->workspace_zeroed_bytes = need.zeroed_bytes;
+  return Status::ok();
 }
 
 // OpFor<T, kResidual>: LayerNormForwardOp or RmsNormForwardOp.
@@ -210,26 +267,8 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   const int vec = 16 / elem_bytes;
   bool aligned = aligned_ptr(c.weight) && aligned_ptr(c.bias);
   for (int i = 0; i < 4; ++i) aligned = aligned && aligned_rows(views[i]->data, plans[i], vec);
-  RowKernelLimits limits;
-  // Rows take 16 values a thread, not 32, in 16-bit layer_norm and in float32 layer_norm and
-  // rms_norm (tuning knobs still apply on top). Run 17a: bf16 layer_norm 4096x2048..8192 and
-  // 32768x4096 6-17% faster, while bf16 rms_norm and softmax gained nothing or lost. Run 21:
-  // float32 4096x2048 / 4096 / 8192 layer_norm 2504 -> 2736 / 3002 -> 3135 / 3076 -> 3406 GB/s,
-  // rms_norm 2761 -> 3079 / 3395 -> 3586 / 3726 -> 3800 (longer rows already take 512 threads;
-  // softmax float32 lost 1-2%). Likely cause: the tile, the weight (and bias) and the statistics'
-  // code leave the 32-value _ext kernel too few registers for loads in flight.
-  constexpr bool kLayerNorm = std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>;
-  if (!kResidual && (elem_bytes == 4 || (kLayerNorm && elem_bytes == 2))) limits.block_elems = 16;
-  // float32 rms_norm rows past one CTA of 32-value tiles (16384 elements) take clusters of such
-  // tiles rather than one CTA of 64-value tiles: run 22, 4096x32768 2814 -> 3536 GB/s, 1024x65536
-  // 2590 -> 3202 (run 16 alike); layer_norm lost that way (4096x32768 2299 -> 2155), as did
-  // 16-bit rms_norm at 4096x32768 (2998 -> 2694).
-  if (!kLayerNorm && !kResidual && elem_bytes == 4) limits.max_tile_values = 32;
-  limits.reread_above_words = reread_above_words_for(
-      kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
-  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
-  constexpr int kInputs = kResidual ? 2 : 1;
-  const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, kInputs, limits);
+  RowKernelConfig config;
+  REDUCEKIT_RETURN_IF_ERROR((forward_config<OpFor, kResidual>(cols, elem_bytes, &config)));
 
   switch (x.dtype) {
     case DType::kFloat32:

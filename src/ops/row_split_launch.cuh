@@ -11,9 +11,11 @@
 #include <string>
 
 #include "kernels/row_split.cuh"
+#include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/status.hpp"
+#include "reducekit/workspace.hpp"
 
 namespace reducekit {
 
@@ -23,6 +25,22 @@ struct RowSplitBuffers {
   unsigned* counters = nullptr;
   void* partials = nullptr;
 };
+
+// The split buffers of a call's workspace: none (the stream kernel runs split rows) when the
+// caller gave none (null, or neither data nor tickets); else checked against what the plan
+// needs for `rows` rows of `stat_bytes` statistics (errors name "workspace").
+inline Status split_buffers(const Workspace* workspace, const RowKernelConfig& c, int64_t rows, std::size_t stat_bytes,
+                            RowSplitBuffers* buffers) {
+  *buffers = {};
+  if (workspace == nullptr || (workspace->data == nullptr && workspace->tickets == nullptr)) return Status::ok();
+  const RowSplitWorkspace need = row_split_workspace(c, rows, stat_bytes);
+  REDUCEKIT_RETURN_IF_ERROR(check_workspace(*workspace, need.bytes, need.zeroed_bytes));
+  if (need.bytes == 0) return Status::ok();
+  const WorkspaceRegions regions = workspace_regions(*workspace, need.zeroed_bytes);
+  buffers->counters = static_cast<unsigned*>(regions.zeroed);
+  buffers->partials = regions.rest;
+  return Status::ok();
+}
 
 namespace detail {
 
@@ -46,9 +64,14 @@ inline Status cooperative_launch_supported(bool* supported) {
 // Launches the split kernel when the device keeps at least one CTA a chunk of a row resident;
 // `launched` says whether it did. Whether it does depends on the device and the plan (row
 // length, dtype), never on the row count, so a row's path, and its bits, are batch-invariant.
-template <typename T, class Op, bool kAligned>
+template <typename T, class Op, int VEC, bool kAligned, class... Extra> auto split_kernel() {
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_split_kernel<T, Op, VEC, kRowSplitVpt, kAligned>;
+  else return kernels::row_split_kernel_ext<T, Op, VEC, kRowSplitVpt, kAligned>;
+}
+
+template <typename T, class Op, bool kAligned, class... Extra>
 Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, const RowSplitBuffers& buffers,
-                        cudaStream_t stream, bool* launched) {
+                        cudaStream_t stream, bool* launched, const Extra&... extra) {
   *launched = false;
   const RowSplitConfig& s = c.split;
   if (s.vpt != kRowSplitVpt || s.threads != kRowSplitThreads || s.ring < 2 || s.ring > 4 || s.chunk_tiles < 1)
@@ -56,7 +79,7 @@ Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c,
   bool cooperative = false;
   REDUCEKIT_RETURN_IF_ERROR(cooperative_launch_supported(&cooperative));
   if (!cooperative) return Status::ok();
-  auto kernel = kernels::row_split_kernel<T, Op, kVec<T>, kRowSplitVpt, kAligned>;
+  auto kernel = split_kernel<T, Op, kVec<T>, kAligned, Extra...>();
   REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, s.smem_bytes, "row_split_kernel"));
   int resident = 0;
   REDUCEKIT_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), s.threads, s.smem_bytes, &resident));
@@ -70,25 +93,27 @@ Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c,
   all_resident.val.cooperative = 1;
   *launched = true;  // tried: a failed launch is an error, not a reason to fall back
   return launch_with_attribute(kernel, grid, s.threads, s.smem_bytes, stream, all_resident, "row_split_kernel", args,
-                               split);
+                               extra..., split);
 }
 
 }  // namespace detail
 
-// launch_row_op (row_launch.cuh) for plain ops, with split rows when the plan has them and
-// the caller gave their buffers; otherwise (no buffers, no cooperative launch, too few
-// resident CTAs) the plan's stream kernel runs the row.
-template <typename T, class Op>
+// launch_row_op (row_launch.cuh), plain or with the op's Extra, with split rows when the plan
+// has them and the caller gave their buffers; otherwise (no buffers, no cooperative launch, too
+// few resident CTAs) the plan's stream kernel runs the row.
+template <typename T, class Op, class... Extra>
 Status launch_row_op_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, bool aligned,
-                           const RowSplitBuffers& buffers, cudaStream_t stream) {
+                           const RowSplitBuffers& buffers, cudaStream_t stream, const Extra&... extra) {
   if (args.rows == 0 || args.cols == 0) return Status::ok();
   if (c.split.chunks > 0 && buffers.counters != nullptr && buffers.partials != nullptr) {
     bool launched = false;
-    if (aligned) REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, true>(args, c, buffers, stream, &launched)));
-    else REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, false>(args, c, buffers, stream, &launched)));
+    if (aligned)
+      REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, true>(args, c, buffers, stream, &launched, extra...)));
+    else
+      REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, false>(args, c, buffers, stream, &launched, extra...)));
     if (launched) return Status::ok();
   }
-  return launch_row_op<T, Op>(args, c, aligned, stream);
+  return launch_row_op<T, Op>(args, extra..., c, aligned, stream);
 }
 
 }  // namespace reducekit

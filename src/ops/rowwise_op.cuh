@@ -135,15 +135,8 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
   const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, NIN, limits);
 
   RowSplitBuffers split;
-  if (NIN == 1 && workspace != nullptr && (workspace->data != nullptr || workspace->tickets != nullptr)) {
-    const RowSplitWorkspace need = row_split_workspace(config, rows, detail::stat_bytes<OpFor>(t.in[0].dtype));
-    REDUCEKIT_RETURN_IF_ERROR(check_workspace(*workspace, need.bytes, need.zeroed_bytes));
-    if (need.bytes > 0) {
-      const WorkspaceRegions regions = workspace_regions(*workspace, need.zeroed_bytes);
-      split.counters = static_cast<unsigned*>(regions.zeroed);
-      split.partials = regions.rest;
-    }
-  }
+  if (NIN == 1)
+    REDUCEKIT_RETURN_IF_ERROR(split_buffers(workspace, config, rows, detail::stat_bytes<OpFor>(t.in[0].dtype), &split));
 
   switch (t.in[0].dtype) {
     case DType::kFloat32: return detail::dispatch_rowwise<float, OpFor>(t, plans, config, aligned, split, stream);

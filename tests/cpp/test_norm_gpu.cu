@@ -84,6 +84,7 @@ struct Case {
   bool weight = true;
   bool bias = true;          // layer_norm only
   std::string values = "randn";  // "randn", "large_mean" (1e3 + randn), "constant" rows mixed in
+  bool split = false;  // with the workspace *_requirements asks for; the rows must split
 };
 
 // x values by kind; every third row constant (variance 0) for "constant".
@@ -140,15 +141,42 @@ template <typename T, typename P> void check_forward(const Case& c, const RowLay
   const TensorView* wp = c.weight ? &wv : nullptr;
   const TensorView* bp = use_bias ? &bv : nullptr;
 
+  // Split rows: counters zeroed, chunk statistics poisoned, so the test sees the split kernel
+  // ran (a silent fallback to the stream kernel would leave them untouched).
+  NormRequirements req;
+  if (c.split) {
+    const Status q = layer ? layer_norm_requirements(dx.view(), shape, c.residual, &req)
+                           : rms_norm_requirements(dx.view(), shape, c.residual, &req);
+    ASSERT_TRUE(q.is_ok()) << q.message();
+    ASSERT_GT(req.workspace_bytes, 0u) << "these rows should split";
+  }
+  DeviceBuffer workspace(req.workspace_bytes);
+  const std::size_t stats_bytes = req.workspace_bytes - req.workspace_zeroed_bytes;
+  if (c.split) {
+    REDUCEKIT_CUDA_OK(cudaMemset(workspace.get(), 0, req.workspace_zeroed_bytes));
+    REDUCEKIT_CUDA_OK(cudaMemset(static_cast<char*>(workspace.get()) + req.workspace_zeroed_bytes, 0xff, stats_bytes));
+  }
+  const Workspace ws = c.split ? Workspace{workspace.get(), req.workspace_bytes} : Workspace{};
+
   Status status;
-  if (layer && !c.residual) status = layer_norm(dx.view(), shape, wp, bp, eps, dy.view(), &mv, &rv, nullptr);
+  if (layer && !c.residual) status = layer_norm(dx.view(), shape, wp, bp, eps, dy.view(), &mv, &rv, ws, nullptr);
   if (layer && c.residual)
-    status = add_layer_norm(dx.view(), dres.view(), shape, wp, bp, eps, dy.view(), dsum.view(), &mv, &rv, nullptr);
-  if (!layer && !c.residual) status = rms_norm(dx.view(), shape, wp, eps, dy.view(), &rv, nullptr);
+    status = add_layer_norm(dx.view(), dres.view(), shape, wp, bp, eps, dy.view(), dsum.view(), &mv, &rv, ws, nullptr);
+  if (!layer && !c.residual) status = rms_norm(dx.view(), shape, wp, eps, dy.view(), &rv, ws, nullptr);
   if (!layer && c.residual)
-    status = add_rms_norm(dx.view(), dres.view(), shape, wp, eps, dy.view(), dsum.view(), &rv, nullptr);
+    status = add_rms_norm(dx.view(), dres.view(), shape, wp, eps, dy.view(), dsum.view(), &rv, ws, nullptr);
   ASSERT_TRUE(status.is_ok()) << status.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  if (c.split) {
+    std::vector<unsigned char> counters(req.workspace_zeroed_bytes);
+    REDUCEKIT_CUDA_OK(cudaMemcpy(counters.data(), workspace.get(), counters.size(), cudaMemcpyDeviceToHost));
+    for (unsigned char byte : counters) ASSERT_EQ(byte, 0) << "the call left an arrival counter nonzero";
+    std::vector<unsigned char> stats(stats_bytes);
+    REDUCEKIT_CUDA_OK(cudaMemcpy(stats.data(), static_cast<char*>(workspace.get()) + req.workspace_zeroed_bytes,
+                                 stats.size(), cudaMemcpyDeviceToHost));
+    ASSERT_TRUE(std::any_of(stats.begin(), stats.end(), [](unsigned char b) { return b != 0xff; }))
+        << "no chunk statistic was written: the split kernel did not run";
+  }
 
   const std::vector<T> y_img = dy.image(), s_img = dsum.image();
   const std::vector<Acc> got_mean = download<Acc>(dmean, rows + 16), got_rstd = download<Acc>(drstd, rows + 16);
@@ -369,6 +397,22 @@ TEST_F(NormGpu, RereadRows) {
     check_backward<__nv_bfloat16, float>(Kind::kRms, true, {3, 40009, 40012, 1}, 76);
     check_forward<float, float>({Kind::kLayer, true, true, true, "randn"}, {5, 8193, 8196, 0}, 77);
   }
+}
+
+// Split rows (16-bit rows of 2^20 elements; float32 and float64 with the planner's knob widened):
+// every forward op, with and without weight and bias, odd lengths (1000003 cuts the last chunk
+// mid-vector), unaligned rows, and more chunks than the grid's CTAs take at once (12 rows x 32).
+TEST_F(NormGpu, SplitRows) {
+  const int64_t mega = 1 << 20, prime = 1000003;
+  check_forward<__nv_bfloat16, float>({Kind::kLayer, false, true, true, "large_mean", true}, {3, mega, mega, 0}, 81);
+  check_forward<__half, __half>({Kind::kRms, false, true, false, "constant", true}, {4, prime, prime + 5, 3}, 82);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, true, false, false, "randn", true}, {2, prime, prime, 0},
+                                              83);
+  check_forward<__half, float>({Kind::kRms, true, true, false, "randn", true}, {3, mega, mega + 8, 0}, 84);
+  check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, false, "randn", true}, {12, mega, mega, 0}, 85);
+  const ScopedKnob every_dtype("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES", "8");
+  check_forward<float, float>({Kind::kLayer, false, true, true, "randn", true}, {3, mega, mega, 0}, 86);
+  check_forward<double, double>({Kind::kRms, true, true, false, "randn", true}, {2, prime, prime, 1}, 87);
 }
 
 // normalized_shape over two dims of a rank-3 tensor gives the rows of its flattening.
