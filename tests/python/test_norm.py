@@ -151,6 +151,54 @@ def test_deterministic_and_batch_invariant():
             assert torch.equal(reducekit.layer_norm(x[r:r + 1], [n], w, b), y[r:r + 1]), f"row {r} alone differs"
 
 
+# ----------------------------------------------------------------------------- split rows (workspace)
+# 16-bit rows of 2**20 elements and more split into chunks over a cooperative grid, as softmax's do
+# (the torch op gives the workspace; every call leaves its arrival counters zero again).
+
+def norm_y(kind, fused, x, r, w, b):
+    n = [x.shape[-1]]
+    if fused:
+        out = reducekit.add_layer_norm(x, r, n, w, b, 1e-5) if kind == "layer_norm" else reducekit.add_rms_norm(
+            x, r, n, w, 1e-5)
+        return out[0]
+    return reducekit.layer_norm(x, n, w, b, 1e-5) if kind == "layer_norm" else reducekit.rms_norm(x, n, w, 1e-5)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("dtype", HALF, ids=dtype_id)
+def test_split_rows(kind, fused, dtype):
+    n = 2**20 + 5  # odd: rows past the first start off 16-byte alignment
+    x = torch.randn(5, n, device=DEV).to(dtype)
+    r = torch.randn_like(x) if fused else None
+    w, b = make_params([n], torch.float32, bias=kind == "layer_norm")
+    y = norm_y(kind, fused, x, r, w, b)
+    s = x + r if fused else x
+    assert_close(y, torch_norm(kind, s, [n], w, b, 1e-5), dtype, y_scale(s, [n], w, b), kind)
+    assert torch.equal(norm_y(kind, fused, x, r, w, b), y), "a second call differs"
+    for row in (0, 3):
+        alone = norm_y(kind, fused, x[row:row + 1], r[row:row + 1] if fused else None, w, b)
+        assert torch.equal(alone, y[row:row + 1]), f"row {row} alone differs"
+
+
+def test_split_rows_cuda_graph_replays():
+    # under capture the workspace comes from the graph's pool with a memset node; replays repeat
+    x = torch.randn(10, 2**20, device=DEV, dtype=torch.bfloat16)
+    w, b = make_params([2**20], torch.float32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        reducekit.layer_norm(x, [2**20], w, b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = reducekit.layer_norm(x, [2**20], w, b)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        assert torch.equal(y, reducekit.layer_norm(x, [2**20], w, b)), "graph replay differs from an eager call"
+
+
 # ----------------------------------------------------------------------------- backward
 
 def grads(fn, inputs, dy):
