@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -134,6 +136,23 @@ inline TensorView row_view(void* base, DType dtype, const RowLayout& l) {
   v.strides[1] = 1;
   v.device = 0;
   return v;
+}
+
+// Split-row workspaces in tests: the arrival counters zeroed and the chunk statistics poisoned,
+// so that after the call expect_split_ran sees whether the split kernel wrote any (a silent
+// fallback to the stream kernel leaves them untouched) and left every counter zero again.
+inline void prepare_split_workspace(void* workspace, std::size_t zeroed_bytes, std::size_t bytes) {
+  REDUCEKIT_CUDA_OK(cudaMemset(workspace, 0, zeroed_bytes));
+  REDUCEKIT_CUDA_OK(cudaMemset(static_cast<char*>(workspace) + zeroed_bytes, 0xff, bytes - zeroed_bytes));
+}
+inline void expect_split_ran(const void* workspace, std::size_t zeroed_bytes, std::size_t bytes) {
+  std::vector<unsigned char> image(bytes);
+  REDUCEKIT_CUDA_OK(cudaMemcpy(image.data(), workspace, bytes, cudaMemcpyDeviceToHost));
+  const auto stats = image.begin() + static_cast<std::ptrdiff_t>(zeroed_bytes);
+  EXPECT_TRUE(std::all_of(image.begin(), stats, [](unsigned char b) { return b == 0; }))
+      << "the call left an arrival counter nonzero";
+  EXPECT_TRUE(std::any_of(stats, image.end(), [](unsigned char b) { return b != 0xff; }))
+      << "no chunk statistic was written: the split kernel did not run";
 }
 
 // A planner tuning knob (REDUCEKIT_TUNE_*, read on every launch) set while a test runs, so the

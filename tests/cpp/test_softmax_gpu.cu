@@ -136,28 +136,13 @@ void check_against_oracle(Op op, const RowLayout& l, const std::string& kind, ui
     ASSERT_GT(req.workspace_bytes, 0u) << "these rows should split";
   }
   DeviceBuffer workspace(req.workspace_bytes);
-  // Counters zeroed; the chunk statistics poisoned, so the test sees the split kernel ran (a
-  // silent fallback to the stream kernel would leave them untouched).
-  const std::size_t stats_bytes = req.workspace_bytes - req.workspace_zeroed_bytes;
-  if (split) {
-    REDUCEKIT_CUDA_OK(cudaMemset(workspace.get(), 0, req.workspace_zeroed_bytes));
-    REDUCEKIT_CUDA_OK(cudaMemset(static_cast<char*>(workspace.get()) + req.workspace_zeroed_bytes, 0xff, stats_bytes));
-  }
+  if (split) prepare_split_workspace(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
   const Workspace ws{workspace.get(), req.workspace_bytes};
   const Status s = run<T>(op, row_view(da.get(), dtype, l), row_view(db.get(), dtype, l), row_view(dout.get(), dtype, l),
                           split ? &ws : nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
-  if (split) {
-    std::vector<unsigned char> counters(req.workspace_zeroed_bytes);
-    REDUCEKIT_CUDA_OK(cudaMemcpy(counters.data(), workspace.get(), counters.size(), cudaMemcpyDeviceToHost));
-    for (unsigned char c : counters) ASSERT_EQ(c, 0) << "the call left an arrival counter nonzero";
-    std::vector<unsigned char> stats(stats_bytes);
-    REDUCEKIT_CUDA_OK(cudaMemcpy(stats.data(), static_cast<char*>(workspace.get()) + req.workspace_zeroed_bytes,
-                                 stats.size(), cudaMemcpyDeviceToHost));
-    ASSERT_TRUE(std::any_of(stats.begin(), stats.end(), [](unsigned char b) { return b != 0xff; }))
-        << "no chunk statistic was written: the split kernel did not run";
-  }
+  if (split) expect_split_ran(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
   std::vector<T> got(out_image.size());
   REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), dout.get(), bytes, cudaMemcpyDeviceToHost));
 
