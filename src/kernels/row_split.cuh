@@ -178,7 +178,6 @@ __device__ __forceinline__ void row_split_body(RowArgs<T, Op::kInputs> args, con
   }
 }
 
-
 template <typename T, class PlainOp, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kRowSplitThreads, 1)
 row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {

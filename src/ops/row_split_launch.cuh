@@ -61,14 +61,15 @@ inline Status cooperative_launch_supported(bool* supported) {
   return Status::ok();
 }
 
-// Launches the split kernel when the device keeps at least one CTA a chunk of a row resident;
-// `launched` says whether it did. Whether it does depends on the device and the plan (row
-// length, dtype), never on the row count, so a row's path, and its bits, are batch-invariant.
+// The split kernel of plain ops (no Extra) or of extended ones (one Extra argument).
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> auto split_kernel() {
   if constexpr (sizeof...(Extra) == 0) return kernels::row_split_kernel<T, Op, VEC, kRowSplitVpt, kAligned>;
   else return kernels::row_split_kernel_ext<T, Op, VEC, kRowSplitVpt, kAligned>;
 }
 
+// Launches the split kernel when the device keeps at least one CTA a chunk of a row resident;
+// `launched` says whether it did. Whether it does depends on the device and the plan (row
+// length, dtype), never on the row count, so a row's path, and its bits, are batch-invariant.
 template <typename T, class Op, bool kAligned, class... Extra>
 Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, const RowSplitBuffers& buffers,
                         cudaStream_t stream, bool* launched, const Extra&... extra) {
