@@ -62,7 +62,8 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_RING")) limits->split_ring = std::clamp(std::atoi(v), 2, 4);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MIN_CLUSTER")) limits->split_min_cluster = std::atoi(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS")) limits->reread_above_words = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES")) limits->reread_small_tiles = std::atoi(v) != 0;
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES"))
+    limits->reread_small_tiles_from_bytes = std::atoll(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
   return Status::ok();
 }

@@ -146,6 +146,11 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   return c;
 }
 
+// Words a thread of a re-read row's tile.
+int reread_tile_words(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  return cols * elem_bytes * inputs >= limits.reread_small_tiles_from_bytes ? kRereadSmallTileWords : kRereadTileWords;
+}
+
 // A held plan's row as re-read rows (RowKernelLimits::reread_above_words).
 RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_bytes, int inputs,
                             const RowKernelLimits& limits) {
@@ -153,14 +158,13 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.kind = RowKernelKind::kBlock;
   c.vec = held.vec;
   c.two_phase = held.two_phase;
-  c.vpt = reread_vpt(limits.reread_small_tiles ? kRereadSmallTileWords : kRereadTileWords, c.vec,
-                     acc_words(elem_bytes), inputs);
+  c.vpt = reread_vpt(reread_tile_words(cols, elem_bytes, inputs, limits), c.vec, acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
   const int64_t vectors = ceil_div(cols, c.vec);
   c.tiles = static_cast<int>(ceil_div(vectors, int64_t(c.threads) * c.vpt));
   // A row one tile covers takes the block kernel: no warps of padding only.
   if (c.tiles == 1) c.threads = static_cast<int>(std::min<int64_t>(c.threads, 32 * ceil_div(ceil_div(vectors, c.vpt), 32)));
-  c.split = held.split;
+  if (!limits.reread_over_split) c.split = held.split;
   return c;
 }
 
@@ -187,7 +191,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
-  const int tile_words = limits.reread_small_tiles ? kRereadSmallTileWords : kRereadTileWords;
+  const int tile_words = reread_tile_words(cols, elem_bytes, inputs, limits);
   if (one_cta && held_words <= std::max(limits.reread_above_words, tile_words)) return held;
   return reread_plan(held, cols, elem_bytes, inputs, limits);
 }

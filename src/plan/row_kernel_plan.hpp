@@ -29,7 +29,8 @@ namespace reducekit {
 // value, each input its own): the planner's cap, and the largest tile the kernels instantiate.
 constexpr int kRowTileWords = 64;
 // Re-read rows (RowKernelLimits::reread_above_words): tiles of this many words a thread, or,
-// with RowKernelLimits::reread_small_tiles, of kRereadSmallTileWords (at least one vector).
+// for rows of RowKernelLimits::reread_small_tiles_from_bytes, of kRereadSmallTileWords (at
+// least one vector).
 constexpr int kRereadTileWords = 16;
 constexpr int kRereadSmallTileWords = 4;
 // ... and rows of at most this many bytes (all inputs): one CTA a row leaves the SMs idle where
@@ -81,14 +82,22 @@ struct RowKernelLimits {
   // torch.compile's norm kernels do. Set per op family and element size by
   // reread_above_words_for (below); REDUCEKIT_TUNE_REREAD_ABOVE_WORDS overrides it (0: never,
   // kRereadPastOneCta: only rows past one CTA). The split path, where planned, still takes the
-  // row when the caller gives a workspace.
+  // row when the caller gives a workspace, unless reread_over_split (below).
   int reread_above_words = 0;
-  // Re-read rows in tiles of kRereadSmallTileWords (one 16-byte vector a thread in float32) on
-  // CTAs held to 32 registers, four an SM: torch.compile's norm kernels at 4096x8192 / 32768
-  // run 512 / 1024 threads of 32-64 registers at 81% / 43% achieved occupancy and re-read the
-  // row from L1 / L2 (run 26's ncu). A tuning knob until measured
-  // (REDUCEKIT_TUNE_REREAD_SMALL_TILES=1).
-  bool reread_small_tiles = false;
+  // Re-read rows of at least this many bytes (all inputs) take tiles of kRereadSmallTileWords
+  // (one 16-byte vector a thread) on CTAs held to 32 registers, four an SM, as torch.compile's
+  // norm kernels run (run 26's ncu: 512-1024 threads of 32-64 registers, the second pass
+  // re-reading from L1 / L2). Run 27, same run: 16-bit layer_norm 4096x32768 2141 -> 2275 GB/s,
+  // 1024x65536 1728 -> 2056, rms_norm 2273 -> 2450, float32 layer_norm 2569 -> 2706 /
+  // 2421 -> 2510, softmax and the backwards within noise; shorter rows keep kRereadTileWords
+  // (float32 layer_norm 4096x12800, 50 KB rows in 7 such tiles, the last a quarter full, lost
+  // 2989 -> 2661). REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES overrides it.
+  int64_t reread_small_tiles_from_bytes = int64_t(64) << 10;
+  // Re-read rows leave the split plan out, so they re-read even where the caller gives a
+  // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
+  // split (run 27: layer_norm 1663 against 1269 GB/s, rms_norm 2114 / 1796, add_layer_norm
+  // 2201 / 1522, add_rms_norm 2250 / 1921); softmax's split rows won there (run 23).
+  bool reread_over_split = false;
 };
 
 // reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).

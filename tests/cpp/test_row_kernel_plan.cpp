@@ -313,6 +313,7 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
 TEST(RowKernelPlan, RereadRowsTakeSmallTilesOnOneCta) {
   RowKernelLimits reread = h200_limits();
   reread.reread_above_words = kRereadPastOneCta;
+  reread.reread_small_tiles_from_bytes = kRereadMaxRowBytes + 1;  // 16-word tiles; small ones below
   for (int elem : {2, 4, 8}) {
     for (int inputs : {1, 2}) {
       for (int64_t n : row_lengths()) {
@@ -382,12 +383,12 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
 }
 
-// Small re-read tiles (the tuning knob): one 16-byte vector a thread (4 words in float32, 8 in
-// 16-bit or with two float32 inputs), 512 threads, as many tiles as the row needs.
+// Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
+// float32 inputs), 512 threads, as many tiles as the row needs; by default for rows of 64 KiB.
 TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   RowKernelLimits limits = h200_limits();
   limits.reread_above_words = 4;
-  limits.reread_small_tiles = true;
+  limits.reread_small_tiles_from_bytes = 0;
   struct Want { int64_t n; int elem, inputs, tiles; };
   for (const Want& w : {Want{8192, 4, 1, 4}, Want{8192, 2, 1, 2}, Want{8192, 4, 2, 4}, Want{8192, 8, 1, 8},
                         Want{40009, 4, 1, 20}, Want{4096, 4, 1, 2}}) {
@@ -412,6 +413,34 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   limits.block_elems = 16;  // as float32 layer_norm plans: 512 threads x 16 values at 8192
   EXPECT_EQ(plan_row_kernel(8192, 4, 1, limits).vpt, 4) << "16-word tiles stay held";
   EXPECT_EQ(plan_row_kernel(8192, 4, 1, limits).tiles, 1);
+
+  RowKernelLimits shipped = h200_limits();
+  shipped.reread_above_words = 16;
+  const auto tile_words = [&](int64_t n, int elem) {
+    const RowKernelConfig c = plan_row_kernel(n, elem, 1, shipped);
+    EXPECT_GT(c.tiles, 1) << "n=" << n << " re-reads";
+    return c.vpt * c.vec * (elem == 8 ? 2 : 1);
+  };
+  EXPECT_EQ(tile_words(12800, 4), 16) << "50 KB rows keep 16-word tiles";
+  EXPECT_EQ(tile_words(32768, 4), 4);
+  EXPECT_EQ(tile_words(32767, 2), 16) << "one element short of 64 KiB";
+  EXPECT_EQ(tile_words(32768, 2), 8) << "16-bit: one 8-element vector";
+}
+
+// Norm forwards re-read their rows even with a workspace (reread_over_split); rows over
+// kRereadMaxRowBytes keep their split plan.
+TEST(RowKernelPlan, RereadOverSplitDropsTheSplitPlanOfRereadRowsOnly) {
+  RowKernelLimits limits = RowKernelLimits{};
+  limits.sm_count = 132;
+  limits.max_smem_per_block = 227 * 1024 - 2048;
+  limits.reread_above_words = kRereadPastOneCta;
+  EXPECT_GT(plan_row_kernel(262144, 2, 1, limits).split.chunks, 0) << "softmax's rows keep both plans";
+  limits.reread_over_split = true;
+  const RowKernelConfig reread = plan_row_kernel(262144, 2, 1, limits);
+  EXPECT_GT(reread.tiles, 1);
+  EXPECT_EQ(reread.split.chunks, 0);
+  EXPECT_GT(plan_row_kernel(1 << 20, 2, 1, limits).split.chunks, 0) << "2 MiB rows are not re-read";
+  EXPECT_GT(plan_row_kernel(1 << 19, 2, 2, limits).split.chunks, 0) << "nor 1 MiB rows of two inputs";
 }
 
 TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {

@@ -219,9 +219,9 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
 // lengths, a stream length, odd strides and offsets, -inf / NaN rows, both backward ops.
 TEST_F(SoftmaxGpu, RereadRows) {
   const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
-  for (const char* small : {"0", "1"}) {  // tiles of 16 words, then of one vector
+  for (const char* small : {"1073741824", "0"}) {  // tiles of 16 words, then of one vector
     SCOPED_TRACE(testing::Message() << "small tiles " << small);
-    const ScopedKnob small_tiles("REDUCEKIT_TUNE_REREAD_SMALL_TILES", small);
+    const ScopedKnob small_tiles("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES", small);
     check_against_oracle<float>(Op::kSoftmax, {3, 40009, 40009, 0}, "randn", 61);
     check_against_oracle<__nv_bfloat16>(Op::kLogSoftmax, {3, 65536, 65537, 1}, "special", 62);
     check_against_oracle<double>(Op::kSoftmax, {2, 32769, 32769, 0}, "large", 63);
