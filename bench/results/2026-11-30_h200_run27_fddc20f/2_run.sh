@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Run 27: call 2 ran this carrying gpu-snapshot/ again, which replaced call 1's build (peers only,
+# 2_peers_only/); call 4 ran it on call 3's build without carry (4_reductions/).
 # Next GPU session, call 2 (right after run_next_1.sh, on its warm build: the wip series touch no
 # reduction code, so this is main's): issue 3's closing benchmark, the whole grid of every
 # reduction on every path in float32 and bfloat16 against torch eager and torch.compile (seed
