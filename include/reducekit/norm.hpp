@@ -53,12 +53,12 @@ struct NormShape {
 };
 
 // ---- forward ---------------------------------------------------------------------------------
-// Workspace: 16-bit rows longer than one cluster of CTAs holds in registers split into chunks over
-// a cooperative grid, as softmax's do (reducekit/softmax.hpp has the contract): the
-// *_requirements functions say how many bytes, and how many of them must be zero on entry; the
-// overloads without a workspace (or with an empty one) run such rows on the stream kernel, which
-// reads them twice. Either path alone is deterministic and batch-invariant; the two may differ in
-// the last bits.
+// Workspace: 16-bit rows of over 1 MiB (x and residual together; shorter ones are re-read from
+// L2), up to the length a grid holds at once, split into chunks over a cooperative grid, as
+// softmax's do (reducekit/softmax.hpp has the contract): the *_requirements functions say how
+// many bytes, and how many of them must be zero on entry; the overloads without a workspace (or
+// with an empty one) run such rows on the stream kernel, which reads them twice. Either path
+// alone is deterministic and batch-invariant; the two may differ in the last bits.
 struct NormRequirements {
   std::size_t workspace_bytes = 0;         // 0 when the call needs no workspace
   std::size_t workspace_zeroed_bytes = 0;  // prefix of the workspace that must be zero on entry
