@@ -7,7 +7,8 @@
 
 Each variant is "name:VAR=value VAR=value" (REDUCEKIT_TUNE_* knobs, see
 src/ops/row_launch.cuh); "peers" is added once with the peer implementations. Every variant's
-results.json lands in OUT/name; the table compares reducekit's GB/s per (op, dtype, shape).
+results.json lands in OUT/name; the table compares reducekit's GB/s per (op, dtype, shape), and a
+second table the CUDA-graph replay GB/s where bench.py timed them (small shapes).
 """
 import argparse
 import json
@@ -43,7 +44,7 @@ def main() -> int:
     p.add_argument("--peers", default="torch,seed-triton", help="peer impls measured once ('' for none)")
     args, bench_args = p.parse_known_args()
     out = Path(args.out)
-    table = {}  # (op, dtype, shape) -> {column: gbps}
+    tables = {"gbps": {}, "graph_gbps": {}}  # metric -> (op, dtype, shape) -> {column: GB/s}
     columns = []
     runs = [(v.partition(":")[0], v.partition(":")[2], "reducekit") for v in args.variant]
     if args.peers:
@@ -55,10 +56,16 @@ def main() -> int:
             col = name if impls == "reducekit" else r["impl"]
             if col not in columns:
                 columns.append(col)
-            table.setdefault((r["op"], r["dtype"], "x".join(map(str, r["shape"]))), {})[col] = r["gbps"]
-    print("op dtype shape | " + " | ".join(columns))
-    for key, row in table.items():
-        print(" ".join(key) + " | " + " | ".join(f"{row.get(c, float('nan')):.0f}" for c in columns))
+            key = (r["op"], r["dtype"], "x".join(map(str, r["shape"])))
+            for metric, table in tables.items():
+                if r.get(metric) is not None:
+                    table.setdefault(key, {})[col] = r[metric]
+    for metric, title in (("gbps", ""), ("graph_gbps", "graph replay: ")):
+        if not tables[metric]:
+            continue
+        print(title + "op dtype shape | " + " | ".join(columns))
+        for key, row in tables[metric].items():
+            print(" ".join(key) + " | " + " | ".join(f"{row.get(c, float('nan')):.0f}" for c in columns))
     return 0
 
 
