@@ -40,12 +40,13 @@ void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig*
   // The warp's layout, from K only (the arithmetic): short columns are one lane's each.
   c->column_row_lanes = p.reduced < kColumnShortBelowRows ? 1 : kColumnRowLanes;
   const int64_t rows_per_step = int64_t(c->column_row_lanes) * kColumnUnroll;
-  // Segments of whole steps, at most kColumnMaxSegments of them: long enough that their partials
+  // Segments of whole steps, at most knobs.max_segments (kColumnMaxSegments) of them: long enough that their partials
   // stay a few percent of the input and the per-segment butterfly (3 merges and a broadcast per
   // column) is paid per 4 steps a lane at most, short enough to spread small problems over many
   // CTAs. From K only (the arithmetic). Short columns are one segment (K < the shortest).
   const int64_t min_rows = round_up(std::max<int64_t>(knobs.min_segment_rows, 1), rows_per_step);
-  c->chunk = std::max(min_rows, round_up(ceil_div(p.reduced, kColumnMaxSegments), rows_per_step));
+  const int64_t max_segments = std::max<int64_t>(knobs.max_segments, 1);
+  c->chunk = std::max(min_rows, round_up(ceil_div(p.reduced, max_segments), rows_per_step));
   c->chunks = ceil_div(p.reduced, c->chunk);
   const int64_t columns_per_cta = int64_t(kReduceThreads / c->column_row_lanes) * c->vec;
   c->tiles = ceil_div(p.inner, columns_per_cta);
@@ -96,6 +97,7 @@ const ColumnKnobs& column_knobs_from_env() {
   static const ColumnKnobs knobs = [] {
     ColumnKnobs k;
     if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS")) k.min_segment_rows = std::atoll(v);
+    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_MAX_SEGMENTS")) k.max_segments = std::atoll(v);
     if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_SPLIT_BELOW_VECTORS")) k.split_below_vectors = std::atoll(v);
     if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_GROUPS_BELOW_CTAS")) k.groups_below_ctas = std::atoll(v);
     return k;

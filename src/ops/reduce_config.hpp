@@ -56,6 +56,7 @@ struct ReduceConfig {
 // only, so deterministic and batch-invariant within one setting); the other two only spread work.
 struct ColumnKnobs {
   int64_t min_segment_rows = kColumnMinSegmentRows;          // REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS (x 64)
+  int64_t max_segments = kColumnMaxSegments;                 // REDUCEKIT_TUNE_COL_MAX_SEGMENTS
   int64_t split_below_vectors = kColumnSplitBelowVectors;    // REDUCEKIT_TUNE_COL_SPLIT_BELOW_VECTORS
   int64_t groups_below_ctas = kColumnGroupsBelowCtas;        // REDUCEKIT_TUNE_COL_GROUPS_BELOW_CTAS
 };

@@ -85,6 +85,23 @@ TEST(ReduceConfig, ColumnSegmentsDependOnKOnly) {
   }
 }
 
+// The segment knobs (tuning only: they change the arithmetic): 64-row segments, up to 256 of them,
+// give a 65536-row column 256 CTAs where the default gives 64.
+TEST(ReduceConfig, ColumnSegmentKnobsBoundTheSegments) {
+  ColumnKnobs knobs;
+  EXPECT_EQ(plan_reduce_kernel(column(1, 65536, 64), 4, knobs).chunks, kColumnMaxSegments);
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, knobs).chunks, 4096 / kColumnMinSegmentRows);
+  knobs.min_segment_rows = 64;
+  knobs.max_segments = 256;
+  const ReduceConfig c = plan_reduce_kernel(column(1, 65536, 64), 4, knobs);
+  EXPECT_EQ(c.chunk, 256);
+  EXPECT_EQ(c.chunks, 256);
+  EXPECT_EQ(c.grid, 256) << "one CTA a segment: few column vectors";
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, knobs).chunks, 64);
+  knobs.max_segments = 0;
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, knobs).chunks, 1) << "at least one segment";
+}
+
 TEST(ReduceConfig, ShortColumnsTakeOneLaneEach) {
   // K below one step of the 8-lanes-down layout: 32 lanes across, one lane folds a whole column,
   // one segment, nothing split, whatever the number of columns.
