@@ -52,8 +52,9 @@ struct ReduceConfig {
 
 // Column-path planner knobs. The defaults ship; REDUCEKIT_TUNE_COL_* environment variables
 // override them for benchmark sweeps only (column_knobs_from_env, read once per process).
-// min_segment_rows changes the arithmetic (segment length is part of it; still a function of K
-// only, so deterministic and batch-invariant within one setting); the other two only spread work.
+// min_segment_rows and max_segments change the arithmetic (segment length is part of it; still a
+// function of K only, so deterministic and batch-invariant within one setting); the other two
+// only spread work.
 struct ColumnKnobs {
   int64_t min_segment_rows = kColumnMinSegmentRows;          // REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS (x 64)
   int64_t max_segments = kColumnMaxSegments;                 // REDUCEKIT_TUNE_COL_MAX_SEGMENTS
