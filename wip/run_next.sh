@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Next GPU session, one call on main (snapshot recipe in bench/results/LOG.md, "GPU plan"): build,
+# Next GPU session, one call on main with wip/column-wide applied (wip/README.md): build,
 # every test, then three same-run sweeps with torch.compile beside, each a question LOG.md's
 # "What to try next (after run 27)" asks: 16-word re-read tiles against the default's one-vector
 # tiles at long rows (`tile16`); one-CTA norm rows re-read (`rr32`, `rr16`, small tiles by the
