@@ -61,17 +61,14 @@ template <class Run> void with_layout_fallback(const at::Tensor& x, const at::Te
 }
 
 // Forward calls whose rows split over a cooperative grid need a workspace, as softmax's do
-// (torch_util.hpp's CallWorkspace). `requirements`: layer_norm_requirements or rms_norm_requirements.
+// (torch_util.hpp). `requirements`: layer_norm_requirements or rms_norm_requirements.
 using Requirements = reducekit::Status (*)(const reducekit::TensorView&, const reducekit::NormShape&, bool,
                                            reducekit::NormRequirements*);
 template <class Call>
 reducekit::Status with_workspace(const at::Tensor& x, const reducekit::TensorView& xv, at::IntArrayRef normalized_shape,
                                  bool residual, Requirements requirements, Call call) {
-  reducekit::NormRequirements req;
-  const reducekit::Status s = requirements(xv, norm_shape(normalized_shape), residual, &req);
-  if (!s.is_ok()) return s;
-  const reducekit_torch::CallWorkspace workspace(x, stream_of(x), req.workspace_bytes, req.workspace_zeroed_bytes);
-  return call(workspace.ws);
+  return reducekit_torch::with_call_workspace<reducekit::NormRequirements>(
+      x, stream_of(x), [&](auto* req) { return requirements(xv, norm_shape(normalized_shape), residual, req); }, call);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,

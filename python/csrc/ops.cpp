@@ -52,11 +52,10 @@ at::Tensor rowwise(std::initializer_list<std::pair<const at::Tensor*, const char
 template <class Forward>
 reducekit::Status run_forward(const at::Tensor& x, const reducekit::TensorView& xv, const reducekit::TensorView& out,
                               int64_t dim, cudaStream_t stream, Forward forward) {
-  reducekit::SoftmaxRequirements req;
-  const reducekit::Status s = reducekit::softmax_requirements(xv, dim, &req);
-  if (!s.is_ok()) return s;  // kUnsupported layouts go through rowwise's contiguous copy
-  const reducekit_torch::CallWorkspace workspace(x, stream, req.workspace_bytes, req.workspace_zeroed_bytes);
-  return forward(xv, out, dim, workspace.ws, stream);
+  // kUnsupported layouts go through rowwise's contiguous copy.
+  return reducekit_torch::with_call_workspace<reducekit::SoftmaxRequirements>(
+      x, stream, [&](auto* req) { return reducekit::softmax_requirements(xv, dim, req); },
+      [&](const reducekit::Workspace& ws) { return forward(xv, out, dim, ws, stream); });
 }
 
 at::Tensor softmax_cuda(const at::Tensor& x, int64_t dim) {

@@ -105,4 +105,16 @@ struct CallWorkspace {
   }
 };
 
+// A core call with the workspace its requirements ask for: `ask(&req)` fills a *Requirements
+// (softmax's, the norms'; workspace_bytes and workspace_zeroed_bytes), `call(workspace)` runs.
+// An error from `ask` is returned as it is (callers fall back on kUnsupported layouts).
+template <class Requirements, class Ask, class Call>
+reducekit::Status with_call_workspace(const at::Tensor& x, cudaStream_t stream, Ask ask, Call call) {
+  Requirements req;
+  const reducekit::Status s = ask(&req);
+  if (!s.is_ok()) return s;
+  const CallWorkspace workspace(x, stream, req.workspace_bytes, req.workspace_zeroed_bytes);
+  return call(workspace.ws);
+}
+
 }  // namespace reducekit_torch

@@ -242,7 +242,8 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
         }
       }
     }
-    if (c.vpt != kMaxVpt) return Status::unsupported("row plan: streamed tiles must be of the largest size");
+    if (c.vpt != kMaxVpt)
+      return Status::unsupported("row plan: streamed tiles must be of the largest size or a re-read size");
     auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, Extra...>();
     return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
   }
