@@ -75,8 +75,9 @@ def parse_shapes(text: str):
     shapes = []
     for item in text.split(","):
         item = item.strip().lower()
-        if item:
-            shapes.append(tuple(int(v) for v in item.split("x")))
+        if item:  # "MxN", or "MxN/S": N-element rows at stride S
+            dims, _, stride = item.partition("/")
+            shapes.append(tuple(int(v) for v in dims.split("x")) + ((int(stride),) if stride else ()))
     return shapes
 
 
@@ -95,6 +96,8 @@ def parse_args(argv=None):
                    "aliases fp32 bf16 fp16 fp64)")
     p.add_argument("--shapes", default=None, help='e.g. "4096x1024,256x262144" (default: the standard grid)')
     p.add_argument("--quick", action="store_true", help="a few shapes per op instead of the grid")
+    p.add_argument("--odd", action="store_true",
+                   help="rows of odd length or stride beside padded twins, for the ops that have them")
     p.add_argument("--impls", default=",".join(IMPL_ORDER), help=f"comma-separated (default {','.join(IMPL_ORDER)})")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles dominate run time)")
     p.add_argument("--seed-triton", default=None, metavar="PATH",
@@ -347,7 +350,7 @@ def main(argv=None):
     records = []
     for op in ops:
         spec = REGISTRY[op]
-        shapes = user_shapes or (spec.quick_shapes if args.quick else spec.shapes)
+        shapes = user_shapes or (spec.odd_shapes if args.odd else spec.quick_shapes if args.quick else spec.shapes)
         for dtype_name in dtypes:
             for shape in shapes:
                 t0 = time.perf_counter()

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from peers import compile_fresh, seed_function
-from registry import ROWWISE_GRID, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register, rowwise_sweep_x
+from registry import (ROWWISE_GRID, ROWWISE_ODD, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register,
+                      rows_of, rows_tensor, rowwise_sweep_x)
 
 EPS = 1e-5
 F = torch.nn.functional
@@ -29,7 +30,7 @@ def _params(n, dtype, bias=True):
 
 
 def _rows_bytes(shape, dtype, arrays, params):
-    m, n = shape
+    m, n = rows_of(shape)
     return arrays * m * n * _elt(dtype) + params * n * _elt(dtype) + 2 * m * 4
 
 
@@ -58,7 +59,8 @@ def _need_reducekit(ctx: BuildContext):
 
 def _spec(name, make_inputs, bytes_moved, reference, impls):
     register(OpSpec(name=name, make_inputs=make_inputs, bytes_moved=bytes_moved, reference=reference, impls=impls,
-                    shapes=list(ROWWISE_GRID), quick_shapes=list(ROWWISE_QUICK), sweep_x=rowwise_sweep_x,
+                    shapes=list(ROWWISE_GRID), quick_shapes=list(ROWWISE_QUICK), odd_shapes=list(ROWWISE_ODD),
+                    sweep_x=rowwise_sweep_x,
                     sweep_label="N (M = 4096)", tolerance=_tolerance))
 
 
@@ -75,8 +77,8 @@ def _register_forward(kind):
     layer = kind == "layer_norm"
 
     def make_inputs(shape, dtype):
-        w, b = _params(shape[-1], dtype, bias=layer)
-        return (torch.randn(shape, device="cuda", dtype=dtype), w, b)
+        w, b = _params(rows_of(shape)[1], dtype, bias=layer)
+        return (rows_tensor(shape, dtype), w, b)
 
     def eager(x, w, b):
         n = x.shape[-1]
@@ -93,6 +95,8 @@ def _register_forward(kind):
     if layer:
         def build_seed(ctx, inputs):
             fn = seed_function(ctx, "layer_norm")
+            if not inputs[0].is_contiguous():
+                raise NotApplicable("the seed kernel writes y at x's row stride")
             return Impl(lambda x, w, b: fn(x, w, b, EPS))
         impls["seed-triton"] = build_seed
 
@@ -105,8 +109,8 @@ def _register_fused(kind):
     name = "add_" + kind
 
     def make_inputs(shape, dtype):
-        w, b = _params(shape[-1], dtype, bias=layer)
-        return (torch.randn(shape, device="cuda", dtype=dtype), torch.randn(shape, device="cuda", dtype=dtype), w, b)
+        w, b = _params(rows_of(shape)[1], dtype, bias=layer)
+        return (rows_tensor(shape, dtype), rows_tensor(shape, dtype), w, b)
 
     def eager(x, r, w, b):
         s = x + r
@@ -134,15 +138,15 @@ def _register_backward(kind):
     name = kind + "_backward"
 
     def make_inputs(shape, dtype):
-        x = torch.randn(shape, device="cuda", dtype=dtype)
-        w, b = _params(shape[-1], dtype, bias=layer)
+        x = rows_tensor(shape, dtype)
+        w, b = _params(rows_of(shape)[1], dtype, bias=layer)
         xf = x.float()
         mean = xf.mean(-1) if layer else torch.zeros(shape[0], device="cuda")
         var = (xf - mean[:, None]).pow(2).mean(-1)
         rstd = torch.rsqrt(var + EPS)
         if dtype == torch.float64:
             mean, rstd = mean.double(), rstd.double()
-        return (torch.randn(shape, device="cuda", dtype=dtype), x, w, b, mean, rstd)
+        return (rows_tensor(shape, dtype), x, w, b, mean, rstd)
 
     def eager(dy, x, w, b, mean, rstd):
         n = x.shape[-1]

@@ -15,7 +15,8 @@ import math
 import torch
 
 from peers import build_seed_sum_all, compile_fresh
-from registry import ROWWISE_GRID, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register, rowwise_sweep_x
+from registry import (ROWWISE_GRID, ROWWISE_ODD, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register,
+                      rows_of, rows_tensor, rowwise_sweep_x)
 
 ALL_GRID = [(2**16,), (2**20,), (2**24,), (2**26,), (2**28,)]
 ALL_QUICK = [(2**20,), (2**28,)]
@@ -38,15 +39,16 @@ PATHS = {  # path -> (dim, shapes, quick shapes, sweep_x, sweep label)
 
 
 def _make_inputs(shape, dtype):
-    return (torch.randn(shape, device="cuda", dtype=dtype),)
+    return (rows_tensor(shape, dtype),)
 
 
 def _bytes_for(op, dim):
     def bytes_moved(shape, dtype):
         elem = torch.empty((), dtype=dtype).element_size()
-        outputs = 1 if dim is None else math.prod(s for d, s in enumerate(shape) if d != dim % len(shape))
+        dims = rows_of(shape) if len(shape) == 3 else shape  # (M, N, S): M x N rows at stride S
+        outputs = 1 if dim is None else math.prod(s for d, s in enumerate(dims) if d != dim % len(dims))
         out_bytes = {"argmax": 8, "var_mean": 2 * elem}.get(op, elem)
-        return math.prod(shape) * elem + outputs * out_bytes
+        return math.prod(dims) * elem + outputs * out_bytes
     return bytes_moved
 
 
@@ -98,6 +100,7 @@ def _register(op, path):
         impls=impls,
         shapes=list(shapes),
         quick_shapes=list(quick),
+        odd_shapes=list(ROWWISE_ODD) if path != "all" else [],
         sweep_x=sweep_x,
         sweep_label=label,
         tolerance=_tolerance_for(op),

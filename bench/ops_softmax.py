@@ -6,8 +6,8 @@ import math
 import torch
 
 from peers import compile_fresh
-from registry import (ROWWISE_GRID, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register,
-                      rowwise_sweep_x)
+from registry import (ROWWISE_GRID, ROWWISE_ODD, ROWWISE_QUICK, BuildContext, Impl, NotApplicable, OpSpec, register,
+                      rows_of, rows_tensor, rowwise_sweep_x)
 
 # The seed Triton kernels hold a whole row in one program's registers; past this they
 # fail to compile or spill into uselessness, so they are not run there.
@@ -15,12 +15,12 @@ SEED_MAX_N = 65536
 
 
 def _make_inputs(shape, dtype):
-    return (torch.randn(shape, device="cuda", dtype=dtype),)
+    return (rows_tensor(shape, dtype),)
 
 
 def _bytes_moved(shape, dtype):
     # x read once, y written once
-    return 2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return 2 * math.prod(rows_of(shape)) * torch.empty((), dtype=dtype).element_size()
 
 
 def _tolerance_for(op_name):
@@ -75,6 +75,7 @@ def _register(name, torch_fn, seed_name):
                "seed-triton": build_seed},
         shapes=list(ROWWISE_GRID),
         quick_shapes=list(ROWWISE_QUICK),
+        odd_shapes=list(ROWWISE_ODD),
         sweep_x=rowwise_sweep_x,
         sweep_label="N (M = 4096)",
         tolerance=_tolerance_for(name),

@@ -32,6 +32,26 @@ ROWWISE_GRID: List[Shape] = [(ROWWISE_SWEEP_M, n) for n in (128, 512, 1024, 2048
     (65536, 64),
 ]
 ROWWISE_QUICK: List[Shape] = [(4096, 512), (4096, 4096), (4096, 32768), (256, 262144), (65536, 64)]
+# Vocabulary rows and rows of odd length or stride (`--odd`), each odd one beside its padded twin
+# (the row engine's target: odd rows within 5% of padded ones). A third entry is a row stride:
+# (M, N, S) is x[:, :N] of an [M, S] tensor, every row starting at its own alignment.
+ROWWISE_ODD: List[Shape] = [(2048, 50257), (2048, 50264), (1024, 128256), (1024, 151936), (512, 256000),
+                            (4096, 11008, 11011), (4096, 11008)]
+
+
+def rows_tensor(shape: Sequence[int], dtype) -> Any:
+    """randn rows of a rowwise shape: [M, N], or the sliced rows of (M, N, S)."""
+    import torch
+
+    if len(shape) == 3:
+        m, n, stride = shape
+        return torch.randn(m, stride, device="cuda", dtype=dtype)[:, :n]
+    return torch.randn(tuple(shape), device="cuda", dtype=dtype)
+
+
+def rows_of(shape: Sequence[int]) -> Tuple[int, int]:
+    """(M, N) of a rowwise shape, stride or not."""
+    return int(shape[0]), int(shape[1])
 
 
 class NotApplicable(Exception):
@@ -72,6 +92,8 @@ class OpSpec:
     impls: Dict[str, Builder]
     shapes: List[Shape]
     quick_shapes: List[Shape]
+    # `--odd`: rows of odd length or stride beside padded ones (empty: the op is not run there)
+    odd_shapes: List[Shape] = field(default_factory=list)
     # shape -> x value on the plots' sweep, or None for shapes off the sweep
     sweep_x: Callable[[Shape], Optional[int]] = lambda shape: None
     sweep_label: str = "N"
@@ -90,7 +112,7 @@ def register(spec: OpSpec) -> OpSpec:
 
 
 def rowwise_sweep_x(shape: Sequence[int]) -> Optional[int]:
-    """The M = 4096 sweep of the standard grid is plotted against N."""
+    """The M = 4096 sweep of the standard grid is plotted against N (sliced rows are off it)."""
     if len(shape) == 2 and shape[0] == ROWWISE_SWEEP_M:
         return int(shape[1])
     return None

@@ -21,6 +21,9 @@ SHORT = {"reducekit": "rk", "torch": "torch", "torch.compile": "compile", "seed-
 
 
 def shape_str(shape) -> str:
+    """"4096x1024"; a rowwise shape with a row stride (M, N, S) as "4096x11008/11011"."""
+    if len(shape) == 3 and shape[2] > shape[1]:
+        return f"{int(shape[0])}x{int(shape[1])}/{int(shape[2])}"
     return "x".join(str(int(s)) for s in shape)
 
 

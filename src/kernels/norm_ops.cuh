@@ -281,8 +281,8 @@ template <typename T> struct ParamGradArgs {
 
 template <typename T, int VEC, bool kAligned>
 __device__ __forceinline__ void load_row_vector(const T* row, int e0, int cols, acc_t<T> (&dst)[VEC]) {
-  if (kAligned && e0 + VEC <= cols) {
-    const auto p = load_pack<Pack<T, VEC>>(row + e0);
+  if (e0 + VEC <= cols) {
+    const auto p = kAligned ? load_pack<Pack<T, VEC>>(row + e0) : pack_of<Pack<T, VEC>>(load_vector16<T, VEC>(row, e0, cols));
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dst[e] = to_acc<acc_t<T>>(p.v[e]);
   } else {

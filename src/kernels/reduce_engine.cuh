@@ -29,8 +29,9 @@
 // ky lanes would sit idle) take R = 1 instead: 32 lanes across, each folding its whole column,
 // one segment, one group (the choice is a function of K, like the rest of the arithmetic).
 //
-// Aligned and unaligned inputs differ only in how elements are loaded (one 16-byte access or VEC
-// scalar ones), never in which lane folds which element, so both give the same bits.
+// Aligned and unaligned inputs differ only in how elements are loaded (one 16-byte access, or
+// for a shifted row two aligned ones shifted into place: vector_io.cuh), never in which lane
+// folds which element, so both give the same bits.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,20 +40,27 @@
 
 #include "kernels/reduce_args.hpp"
 #include "kernels/reduce_stats.cuh"
+#include "kernels/vector_io.cuh"
 
 namespace reducekit::kernels {
 
 template <typename T> constexpr int kVecOf = 16 / sizeof(T);
 
 // ---- loads ---------------------------------------------------------------------------------------
-template <typename T, int VEC> __device__ __forceinline__ void load_vector(const T* p, bool aligned, T (&out)[VEC]) {
+template <typename T, int VEC> __device__ __forceinline__ void load_vector(const T* p, T (&out)[VEC]) {
   static_assert(sizeof(T) * VEC == 16, "vectors are 16 bytes");
-  if (aligned) {
-    const uint4 r = __ldg(reinterpret_cast<const uint4*>(p));
-    memcpy(out, &r, 16);
+  const uint4 r = __ldg(reinterpret_cast<const uint4*>(p));
+  memcpy(out, &r, 16);
+}
+// The VEC elements from e0 of a run of len elements: one 16-byte access when the whole tensor is
+// aligned (kAligned), else as the run's own alignment allows.
+template <bool kAligned, typename T, int VEC>
+__device__ __forceinline__ void load_run_vector(const T* run, int64_t e0, int64_t len, T (&out)[VEC]) {
+  if constexpr (kAligned) {
+    load_vector<T, VEC>(run + e0, out);
   } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) out[e] = p[e];
+    const Bytes16 b = load_vector16<T, VEC>(run, e0, len);
+    memcpy(out, &b, 16);
   }
 }
 
@@ -167,9 +175,11 @@ __device__ __forceinline__ void finish_cta_part(typename P::Stat s, typename P::
 // ---- row and all paths: one lane's share of a contiguous run -------------------------------------
 // Folds the vectors of run[0, len) that lane `lane` of `lanes` owns (see the diagram on top);
 // element e of the run has index index_base + e.
-template <class P, typename T>
+// kAligned: every run of the tensor starts 16-byte aligned. Kernels take it as a template
+// argument: the shifted loads' registers would otherwise lower every aligned launch's occupancy.
+template <class P, bool kAligned, typename T>
 __device__ __forceinline__ void fold_run(typename P::Stat& s, const T* run, int64_t len, int64_t index_base, int lane,
-                                         int lanes, bool aligned, typename P::Accum pivot) {
+                                         int lanes, typename P::Accum pivot) {
   using Acc = typename P::Accum;
   constexpr int VEC = kVecOf<T>, U = kReduceUnroll;
   const int64_t vectors = len / VEC;
@@ -177,7 +187,7 @@ __device__ __forceinline__ void fold_run(typename P::Stat& s, const T* run, int6
   for (; v + int64_t(U - 1) * lanes < vectors; v += int64_t(U) * lanes) {
     T raw[U][VEC];
 #pragma unroll
-    for (int u = 0; u < U; ++u) load_vector<T, VEC>(run + (v + int64_t(u) * lanes) * VEC, aligned, raw[u]);
+    for (int u = 0; u < U; ++u) load_run_vector<kAligned>(run, (v + int64_t(u) * lanes) * VEC, len, raw[u]);
     Acc vals[U * VEC];
 #pragma unroll
     for (int i = 0; i < U * VEC; ++i) vals[i] = value_of<P>(raw[i / VEC][i % VEC], pivot);
@@ -185,7 +195,7 @@ __device__ __forceinline__ void fold_run(typename P::Stat& s, const T* run, int6
   }
   for (; v < vectors; v += lanes) {
     T raw[VEC];
-    load_vector<T, VEC>(run + v * VEC, aligned, raw);
+    load_run_vector<kAligned>(run, v * VEC, len, raw);
     Acc vals[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) vals[i] = value_of<P>(raw[i], pivot);
@@ -195,7 +205,7 @@ __device__ __forceinline__ void fold_run(typename P::Stat& s, const T* run, int6
     for (int64_t e = vectors * VEC; e < len; ++e) P::fold(s, value_of<P>(run[e], pivot), index_base + e);
 }
 
-template <class P, typename T, int LANES>
+template <class P, typename T, int LANES, bool kAligned>
 __global__ void __launch_bounds__(kReduceThreads) reduce_row_warp_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   constexpr int kRowsPerStep = kReduceThreads / LANES;
@@ -210,14 +220,14 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_row_warp_kernel(ReduceA
     if (live) {
       const T* run = x + row * a.outer_stride;
       pivot = pivot_at<P>(run);
-      fold_run<P>(s, run, a.reduced, 0, lane, LANES, a.aligned, pivot);
+      fold_run<P, kAligned>(s, run, a.reduced, 0, lane, LANES, pivot);
     }
     s = group_reduce<P, LANES>(s);
     if (live && lane == 0) P::finalize(s, pivot, a.reduced, a.outs, row);
   }
 }
 
-template <class P, typename T>
+template <class P, typename T, bool kAligned>
 __global__ void __launch_bounds__(kReduceThreads) reduce_row_block_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
@@ -231,13 +241,13 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_row_block_kernel(Reduce
     const int64_t begin = chunk * a.chunk;
     const int64_t len = a.reduced - begin < a.chunk ? a.reduced - begin : a.chunk;
     Stat s = P::identity();
-    fold_run<P>(s, run + begin, len, begin, threadIdx.x, blockDim.x, a.aligned, pivot);
+    fold_run<P, kAligned>(s, run + begin, len, begin, threadIdx.x, blockDim.x, pivot);
     finish_cta_part<P>(s, slots, parts + row * a.chunks, chunk, a.chunks, a.tickets + row, a, pivot, row);
     __syncthreads();  // slots and the ticket flag are reused by the next item
   }
 }
 
-template <class P, typename T>
+template <class P, typename T, bool kAligned>
 __global__ void __launch_bounds__(kReduceThreads) reduce_all_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
@@ -248,13 +258,14 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_all_kernel(ReduceArgs a
   // a.chunks == gridDim.x: the step-to-CTA assignment depends on the element count only.
   for (int64_t begin = int64_t(blockIdx.x) * a.chunk; begin < a.reduced; begin += a.chunks * a.chunk) {
     const int64_t len = a.reduced - begin < a.chunk ? a.reduced - begin : a.chunk;
-    fold_run<P>(s, x + begin, len, begin, threadIdx.x, blockDim.x, a.aligned, pivot);
+    fold_run<P, kAligned>(s, x + begin, len, begin, threadIdx.x, blockDim.x, pivot);
   }
   finish_cta_part<P>(s, slots, static_cast<Stat*>(a.partials), blockIdx.x, a.chunks, a.tickets, a, pivot, 0);
 }
 
 // ---- column path ---------------------------------------------------------------------------------
-template <class P, typename T, int R> struct ColumnLane {
+// kAligned: every row of the tensor starts 16-byte aligned (no shifted lanes compiled in).
+template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
   static constexpr int VEC = kVecOf<T>, U = kColumnUnroll;
@@ -263,16 +274,24 @@ template <class P, typename T, int R> struct ColumnLane {
   int64_t stride;  // between rows k
   int columns;     // columns of this lane inside the inner extent (0..VEC)
   bool vector;     // the lane's VEC columns load as one 16-byte access
+  int64_t col;     // the lane's first column, and the inner extent (a row k of the slab is
+  int64_t inner;   // [slab - col + k * stride, + inner): kShifted reads inside it)
 
   // kVector: the lane's VEC columns load as one 16-byte access (decided once per lane, outside
   // the row loops: a per-row test put a branch and a scalar fallback around every load). kDynamic
   // (16-bit types) keeps the per-row test: a separate scalar path held every 16-bit value in a
   // register of its own (64 for a chunk) and spilled the Welford kernel.
+  // kShifted: VEC columns inside a tensor whose rows are not all aligned: each row as its own
+  // alignment allows (vector_io.cuh).
   static constexpr int kDynamic = 2;
+  static constexpr int kShifted = 3;
   template <int kVector> __device__ __forceinline__ void load_row(int64_t k, T (&out)[VEC]) const {
     const T* p = slab + k * stride;
-    if (kVector == 1 || (kVector == kDynamic && vector)) {
-      load_vector<T, VEC>(p, true, out);
+    if constexpr (kVector == kShifted) {
+      const Bytes16 b = load_vector16<T, VEC>(p - col, col, inner);
+      memcpy(out, &b, 16);
+    } else if (kVector == 1 || (kVector == kDynamic && vector)) {
+      load_vector<T, VEC>(p, out);
     } else {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) out[j] = j < columns ? p[j] : T(0);
@@ -337,6 +356,12 @@ template <class P, typename T, int R> struct ColumnLane {
   template <bool kTwoSteps>
   __device__ __forceinline__ void fold_segment(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
     if (columns == 0) return;
+    if constexpr (!kAligned) {
+      if (columns == VEC) {  // one pass at a time: two steps of shifted loads would spill
+        fold_segment_as<false, kShifted>(s, k, end, pivot);
+        return;
+      }
+    }
     if constexpr (sizeof(T) < 4) fold_segment_as<kTwoSteps, kDynamic>(s, k, end, pivot);
     else if (vector) fold_segment_as<kTwoSteps, 1>(s, k, end, pivot);
     else fold_segment_as<kTwoSteps, 0>(s, k, end, pivot);
@@ -409,7 +434,7 @@ template <class P, int R> __device__ __forceinline__ typename P::Stat ky_butterf
 // keep 3 (80 registers, no spills): at 2 they took 118, and sum/amax float32 lost 5-12% at
 // 4096x32768 and 32768x4096 (run 13).
 // R: lanes down K per warp, kColumnRowLanes or 1 (short columns); G = R groups.
-template <class P, typename T, int R>
+template <class P, typename T, int R, bool kAligned>
 __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2)) reduce_column_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
@@ -438,11 +463,13 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
     }
     const int64_t col = (tile * kLanesPerCta + warp * kLanes + cx) * VEC;
     const int64_t left = a.inner - col;
-    ColumnLane<P, T, R> cl;
+    ColumnLane<P, T, R, kAligned> cl;
     cl.slab = static_cast<const T*>(a.x) + o * a.outer_stride + col;
     cl.stride = a.reduced_stride;
     cl.columns = left <= 0 ? 0 : (left < VEC ? static_cast<int>(left) : VEC);
-    cl.vector = a.aligned && cl.columns == VEC;
+    cl.vector = kAligned && cl.columns == VEC;
+    cl.col = col;
+    cl.inner = a.inner;
     Acc pivot[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) pivot[j] = j < cl.columns ? pivot_at<P>(cl.slab + j) : Acc(0);

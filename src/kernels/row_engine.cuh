@@ -64,6 +64,7 @@
 #include <type_traits>
 
 #include "kernels/numeric.cuh"
+#include "kernels/vector_io.cuh"
 #include "plan/row_kernel_plan.hpp"
 
 namespace reducekit::kernels {
@@ -115,14 +116,19 @@ template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
   memcpy(&p, &r, sizeof(P));
   return p;
 }
-// One 16-byte global store, spelled out: left to itself the compiler splits the block
-// kernel's output stores into 4- and 2-byte pieces (seen in its PTX).
-template <typename P> __device__ __forceinline__ void store_pack_global(void* dst, const P& p) {
+template <typename P> __device__ __forceinline__ Bytes16 bytes_of(const P& p) {
   static_assert(sizeof(P) == 16, "row packs are 16 bytes");
-  uint32_t w[4];
-  memcpy(w, &p, sizeof(P));
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-               : "memory");
+  Bytes16 b;
+  memcpy(&b, &p, sizeof(P));
+  return b;
+}
+template <typename P> __device__ __forceinline__ P pack_of(const Bytes16& b) {
+  P p;
+  memcpy(&p, &b, sizeof(P));
+  return p;
+}
+template <typename P> __device__ __forceinline__ void store_pack_global(void* dst, const P& p) {
+  store_aligned16(dst, bytes_of(p));
 }
 
 template <typename Acc, int WORDS> struct StatVec {
@@ -170,13 +176,14 @@ struct RowSpan {
 };
 
 // Reads VEC per-column parameters of type P from e0 (as Acc), `fill` past the row end or
-// when p is null. Aligned whole vectors move as 16-byte loads (VEC * sizeof(P) is 16 or 32).
+// when p is null. Whole vectors move as 16-byte loads (VEC * sizeof(P) is 16 or 32) when p is
+// aligned: always under kAligned, else as the pointer says (the same for every row).
 template <typename P, int VEC, bool kAligned, typename Acc>
 __device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc fill, Acc (&dst)[VEC]) {
   if (p == nullptr) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dst[e] = fill;
-  } else if (kAligned && e0 + VEC <= cols) {
+  } else if ((kAligned || misalignment16(p) == 0) && e0 + VEC <= cols) {
     constexpr int kPer = 16 / sizeof(P);
     static_assert(VEC % kPer == 0, "column vectors are whole 16-byte packs");
 #pragma unroll
@@ -272,8 +279,9 @@ __device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op
 // once, with elements outside the row set to the op's pad values. Element e of slot k is
 // values[i][k * VEC + e]; slot k covers vector index first + k * step.
 // kAligned: every row start is 16-byte aligned, so whole vectors move as single accesses.
-// Unaligned rows keep the same element-to-thread layout and move element by element, so the
-// arithmetic, and therefore every result bit, is the same for both (batch invariance).
+// Otherwise each row's own alignment decides (vector_io.cuh): aligned rows move as above,
+// shifted ones as aligned granules shifted into place; the element-to-thread layout is the same,
+// so the arithmetic, and therefore every result bit, is the same for all (batch invariance).
 template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using Acc = acc_t<T>;
   using PackT = Pack<T, VEC>;
@@ -295,6 +303,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       for (int i = 0; i < NIN; ++i) {
         if (kAligned && e0 + VEC <= cols) {
           unpack(i, k, load_pack<PackT>(row[i] + e0));
+        } else if (!kAligned && e0 + VEC <= cols) {
+          unpack(i, k, pack_of<PackT>(load_vector16<T, VEC>(row[i], e0, cols)));
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
@@ -332,6 +342,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   __device__ __forceinline__ static void write(T* out, int e0, int cols, const PackT& o) {
     if (kAligned && e0 + VEC <= cols) {
       store_pack_global(out + e0, o);
+    } else if (!kAligned && e0 + VEC <= cols) {
+      store_vector16<sizeof(T)>(out + e0, bytes_of(o));
     } else {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
@@ -342,7 +354,9 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   // Starts asynchronous copies of this thread's slots, still in the storage type, into its
   // shared-memory slots, so a CTA can have every parked tile of a long row in flight at
   // once. Completion: __pipeline_commit() then __pipeline_wait_prior(0) in the same thread.
-  // Cut vectors are copied element by element; elements past the row end are not read.
+  // Cut vectors are copied element by element; elements past the row end are not read. A
+  // shifted row's vectors cannot be copied asynchronously (cp.async takes aligned sources):
+  // they are loaded (vector_io.cuh) and stored to the slot, a synchronous copy.
   __device__ __forceinline__ static void prefetch(const T* const (&row)[NIN], int cols, int first, int step,
                                                   PackT* smem, int thread, int threads) {
 #pragma unroll
@@ -351,8 +365,10 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       for (int k = 0; k < VPT; ++k) {
         const int e0 = (first + k * step) * VEC;
         PackT* slot = &smem[(i * VPT + k) * threads + thread];
-        if (kAligned && e0 + VEC <= cols) {
+        if ((kAligned || misalignment16(row[i]) == 0) && e0 + VEC <= cols) {
           __pipeline_memcpy_async(slot, row[i] + e0, sizeof(PackT));
+        } else if (!kAligned && e0 + VEC <= cols) {
+          *slot = pack_of<PackT>(load_vector16<T, VEC>(row[i], e0, cols));
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)

@@ -20,21 +20,23 @@ inline Status reduce_launch_status(const char* kernel) {
   return Status::cuda_error(std::string(kernel) + " launch failed: " + cudaGetErrorString(err));
 }
 
-template <class P, typename T>
+template <class P, typename T, bool kAligned>
 Status launch_row_warp(const kernels::ReduceArgs& a, int lanes, unsigned grid, cudaStream_t stream) {
   using namespace kernels;
   switch (lanes) {
-    case 1: reduce_row_warp_kernel<P, T, 1><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 2: reduce_row_warp_kernel<P, T, 2><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 4: reduce_row_warp_kernel<P, T, 4><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 8: reduce_row_warp_kernel<P, T, 8><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 16: reduce_row_warp_kernel<P, T, 16><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    default: reduce_row_warp_kernel<P, T, 32><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 1: reduce_row_warp_kernel<P, T, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 2: reduce_row_warp_kernel<P, T, 2, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 4: reduce_row_warp_kernel<P, T, 4, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 8: reduce_row_warp_kernel<P, T, 8, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    case 16: reduce_row_warp_kernel<P, T, 16, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
+    default: reduce_row_warp_kernel<P, T, 32, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
   }
   return reduce_launch_status("reduce_row_warp_kernel");
 }
 
-template <class P, typename T> Status launch_policy(const ReduceLaunch& l, cudaStream_t stream) {
+// kAligned: every row (run) of x starts 16-byte aligned; else rows load as their own alignment
+// allows (vector_io.cuh). The same arithmetic either way.
+template <class P, typename T, bool kAligned> Status launch_policy_aligned(const ReduceLaunch& l, cudaStream_t stream) {
   using namespace kernels;
   const ReduceConfig& c = l.config;
   const unsigned grid = static_cast<unsigned>(c.grid);
@@ -45,21 +47,26 @@ template <class P, typename T> Status launch_policy(const ReduceLaunch& l, cudaS
       reduce_fill_kernel<P><<<grid, kReduceThreads, 0, stream>>>(l.args, l.out_numel);
       return reduce_launch_status("reduce_fill_kernel");
     case ReduceKernel::kRowWarp:
-      return launch_row_warp<P, T>(l.args, c.lanes, grid, stream);
+      return launch_row_warp<P, T, kAligned>(l.args, c.lanes, grid, stream);
     case ReduceKernel::kRowBlock:
-      reduce_row_block_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      reduce_row_block_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_row_block_kernel");
     case ReduceKernel::kColumn:
       if (c.column_row_lanes == 1)
-        reduce_column_kernel<P, T, 1><<<grid, kReduceThreads, 0, stream>>>(l.args);
+        reduce_column_kernel<P, T, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
       else
-        reduce_column_kernel<P, T, kColumnRowLanes><<<grid, kReduceThreads, 0, stream>>>(l.args);
+        reduce_column_kernel<P, T, kColumnRowLanes, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_column_kernel");
     case ReduceKernel::kAll:
-      reduce_all_kernel<P, T><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      reduce_all_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_all_kernel");
   }
   return Status::unsupported("x: no reduction kernel for this problem");
+}
+
+template <class P, typename T> Status launch_policy(const ReduceLaunch& l, cudaStream_t stream) {
+  if (l.args.aligned) return launch_policy_aligned<P, T, true>(l, stream);
+  return launch_policy_aligned<P, T, false>(l, stream);
 }
 
 }  // namespace detail

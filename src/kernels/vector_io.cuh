@@ -1,0 +1,127 @@
+// 16-byte vectors of a row at any element alignment: the loads and stores the row, reduce and
+// norm-gradient kernels share.
+//
+// A row that starts `shift` bytes past a 16-byte boundary (odd length or stride, a sliced or
+// offset view) holds each of its 16-byte vectors across two aligned granules:
+//
+//   granule g               granule g + 1
+//   | . . . . . a a b b c c | d d e e f f g g h h . . . . . . |   shift = 10: the vector is a..h
+//
+// Loads read both granules as aligned 16-byte accesses (a neighbour's read of the same granule
+// hits L1) and funnel-shift the vector out of them; stores write the vector as its natural
+// pieces (2-, 4- and 8-byte stores at their own alignment, at most four). The vector a thread
+// holds is the same as for an aligned row, so every result keeps its bits whatever the alignment.
+// Only a row's first vector and its last one or two (whose granules reach past the row) move
+// element by element.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace reducekit::kernels {
+
+struct Bytes16 {
+  uint32_t w[4];
+};
+
+__device__ __forceinline__ int misalignment16(const void* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15); }
+
+__device__ __forceinline__ Bytes16 load_aligned16(const void* p) {
+  const uint4 r = *reinterpret_cast<const uint4*>(p);
+  return {{r.x, r.y, r.z, r.w}};
+}
+
+// One 16-byte global store, spelled out: left to itself the compiler splits 16-bit packs'
+// stores into 4- and 2-byte pieces (seen in the block kernel's PTX).
+__device__ __forceinline__ void store_aligned16(void* dst, const Bytes16& b) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]),
+               "r"(b.w[3])
+               : "memory");
+}
+
+// Bytes [shift, shift + 16) of lo followed by hi; shift in [0, 16). Word selects and funnel
+// shifts, no indexing by a runtime value (that would put the words in local memory).
+__device__ __forceinline__ Bytes16 funnel16(const Bytes16& lo, const Bytes16& hi, int shift) {
+  const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
+  const int q = shift >> 2;
+  const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
+  uint32_t u[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) u[i] = q == 0 ? w[i] : q == 1 ? w[i + 1] : q == 2 ? w[i + 2] : w[i + 3];
+  Bytes16 r;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(u[j], u[j + 1], bits);
+  return r;
+}
+
+// The VEC elements of `row` from e0 (a multiple of VEC, e0 + VEC <= len), for a row of `len`
+// elements at any alignment. Nothing outside the row is read.
+template <typename T, int VEC, typename Index>
+__device__ __forceinline__ Bytes16 load_vector16(const T* row, Index e0, Index len) {
+  static_assert(sizeof(T) * VEC == 16, "vectors are 16 bytes");
+  const int shift = misalignment16(row);
+  if (shift == 0) return load_aligned16(row + e0);
+  // Both granules inside the row: past its first vector and short of its end.
+  if (e0 >= VEC && e0 + 2 * VEC - shift / static_cast<int>(sizeof(T)) <= len) {
+    const char* granule = reinterpret_cast<const char*>(row + e0) - shift;
+    return funnel16(load_aligned16(granule), load_aligned16(granule + 16), shift);
+  }
+  T v[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) v[e] = row[e0 + e];
+  Bytes16 b;
+  memcpy(&b, v, 16);
+  return b;
+}
+
+namespace detail {
+
+// Bytes [J, J + N) of b as one value of N bytes (J even: element sizes are 2, 4 or 8).
+template <int J> __device__ __forceinline__ uint32_t word_at(const Bytes16& b) {
+  if constexpr (J % 4 == 0) return b.w[J / 4];
+  else return __funnelshift_r(b.w[J / 4], b.w[J / 4 + 1], 16);
+}
+
+// Writes bytes [kPos - kShift, 16) of b to base + kPos.. as naturally aligned pieces.
+template <int kShift, int kPos> __device__ __forceinline__ void store_pieces(char* base, const Bytes16& b) {
+  constexpr int kEnd = kShift + 16;
+  if constexpr (kPos < kEnd) {
+    constexpr int kSize = kPos % 8 == 0 && kPos + 8 <= kEnd ? 8 : kPos % 4 == 0 && kPos + 4 <= kEnd ? 4 : 2;
+    constexpr int J = kPos - kShift;
+    if constexpr (kSize == 8) {
+      *reinterpret_cast<uint2*>(base + kPos) = make_uint2(word_at<J>(b), word_at<J + 4>(b));
+    } else if constexpr (kSize == 4) {
+      *reinterpret_cast<uint32_t*>(base + kPos) = word_at<J>(b);
+    } else {
+      const uint32_t w = b.w[J / 4] >> (J % 4 * 8);
+      *reinterpret_cast<uint16_t*>(base + kPos) = static_cast<uint16_t>(w);
+    }
+    store_pieces<kShift, kPos + kSize>(base, b);
+  }
+}
+
+template <int kShift> __device__ __forceinline__ void store_shifted(char* base, const Bytes16& b) {
+  store_pieces<kShift, kShift>(base, b);
+}
+
+}  // namespace detail
+
+// Writes 16 bytes to dst, aligned to kElemBytes (2, 4 or 8): one store when dst is 16-byte
+// aligned, else its natural pieces. The shift is the row's, so the branch is uniform over a row.
+template <int kElemBytes> __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b) {
+  const int shift = misalignment16(dst);
+  char* base = static_cast<char*>(dst) - shift;
+  switch (shift) {
+    case 0: store_aligned16(dst, b); break;
+    case 8: detail::store_shifted<8>(base, b); break;
+    case 4: if constexpr (kElemBytes <= 4) detail::store_shifted<4>(base, b); break;
+    case 12: if constexpr (kElemBytes <= 4) detail::store_shifted<12>(base, b); break;
+    case 2: if constexpr (kElemBytes <= 2) detail::store_shifted<2>(base, b); break;
+    case 6: if constexpr (kElemBytes <= 2) detail::store_shifted<6>(base, b); break;
+    case 10: if constexpr (kElemBytes <= 2) detail::store_shifted<10>(base, b); break;
+    case 14: if constexpr (kElemBytes <= 2) detail::store_shifted<14>(base, b); break;
+    default: break;  // not a multiple of the element size: no such pointer
+  }
+}
+
+}  // namespace reducekit::kernels

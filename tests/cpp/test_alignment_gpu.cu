@@ -1,0 +1,219 @@
+// Rows at any alignment: the shifted vector loads and stores (vector_io.cuh) copy every byte of
+// a vector and nothing else, and every row-wise op gives the same bits for a row whatever its
+// start address, row stride or row length residue (the thread-to-element layout depends on the
+// length alone). Buffers are allocated to the exact span of their rows, so a read past a row
+// would be an out-of-bounds access for compute-sanitizer's memcheck.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.cuh"
+#include "kernels/vector_io.cuh"
+#include "reducekit/norm.hpp"
+#include "reducekit/reduce.hpp"
+#include "reducekit/softmax.hpp"
+
+namespace reducekit {
+namespace {
+
+using namespace testing_util;
+
+// Thread v copies vector v of `src` (len elements) to `dst` when the vector is whole.
+template <typename T>
+__global__ void copy_vectors_kernel(const T* src, T* dst, int64_t len) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t e0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+  if (e0 + VEC > len) return;
+  kernels::store_vector16<sizeof(T)>(dst + e0, kernels::load_vector16<T, VEC>(src, e0, len));
+}
+
+// Every source and destination shift, and lengths of every residue mod VEC around one, two and
+// many vectors: the whole vectors arrive bit for bit, and nothing else of the destination changes.
+template <typename T> void check_copy_vectors() {
+  constexpr int VEC = 16 / sizeof(T);
+  SCOPED_TRACE(testing::Message() << "element bytes " << sizeof(T));
+  for (int64_t len : {int64_t(VEC), int64_t(VEC + 1), int64_t(2 * VEC - 1), int64_t(2 * VEC), int64_t(2 * VEC + 3),
+                      int64_t(3 * VEC), int64_t(257), int64_t(1000), int64_t(1003), int64_t(4096 + VEC - 1)}) {
+    for (int src_shift = 0; src_shift < VEC; ++src_shift) {
+      for (int dst_shift : {0, 1, VEC / 2, VEC - 1}) {
+        SCOPED_TRACE(testing::Message() << "len " << len << " src shift " << src_shift << " dst shift " << dst_shift);
+        std::vector<T> src(src_shift + len), dst(dst_shift + len + VEC);
+        for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(0x9E3779B97F4A7C15ull * (i + 1) >> 17);
+        for (std::size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<T>(~i);
+        DeviceBuffer dsrc(src), ddst(dst);
+        ASSERT_NE(dsrc.get(), nullptr);
+        ASSERT_NE(ddst.get(), nullptr);
+        const int64_t vectors = len / VEC;
+        copy_vectors_kernel<T><<<static_cast<unsigned>((vectors + 127) / 128), 128>>>(
+            static_cast<const T*>(dsrc.get()) + src_shift, static_cast<T*>(ddst.get()) + dst_shift, len);
+        REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<T> got(dst.size());
+        REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), ddst.get(), got.size() * sizeof(T), cudaMemcpyDeviceToHost));
+        std::vector<T> want = dst;
+        for (int64_t e = 0; e < vectors * VEC; ++e) want[dst_shift + e] = src[src_shift + e];
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0);
+      }
+    }
+  }
+}
+
+TEST(VectorIo, ShiftedVectorsCopyExactly) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_copy_vectors<uint16_t>();
+  check_copy_vectors<uint32_t>();
+  check_copy_vectors<uint64_t>();
+}
+
+// ---- row-wise ops: the same bits at every alignment -------------------------------------------
+
+enum class RowOp { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLayerNorm, kRmsNorm, kAddLayerNorm, kSumRows, kVarColumns };
+
+const char* name_of(RowOp op) {
+  switch (op) {
+    case RowOp::kSoftmax: return "softmax";
+    case RowOp::kLogSoftmax: return "log_softmax";
+    case RowOp::kSoftmaxBackward: return "softmax_backward";
+    case RowOp::kLayerNorm: return "layer_norm";
+    case RowOp::kRmsNorm: return "rms_norm";
+    case RowOp::kAddLayerNorm: return "add_layer_norm";
+    case RowOp::kSumRows: return "sum over rows";
+    case RowOp::kVarColumns: return "var over columns";
+  }
+  return "?";
+}
+
+// Where the rows of the op's inputs and outputs lie: row r of every array at element
+// in_offset / out_offset + r * stride of a buffer of exactly the rows' span.
+struct Placement {
+  int64_t stride_pad, in_offset, out_offset;
+};
+
+template <typename T> class RowBuffers {
+ public:
+  RowBuffers(int64_t rows, int64_t cols, const Placement& p, int64_t offset)
+      : layout_{rows, cols, cols + p.stride_pad, offset}, buffer_(layout_.span() * sizeof(T)) {}
+  TensorView view() const { return row_view(buffer_.get(), dtype_of<T>(), layout_); }
+  void fill(const std::vector<double>& dense) {
+    std::vector<T> image(layout_.span(), from_double<T>(kPoison));
+    for (int64_t r = 0; r < layout_.rows; ++r)
+      for (int64_t c = 0; c < layout_.cols; ++c)
+        image[layout_.offset + r * layout_.stride + c] = from_double<T>(dense[r * layout_.cols + c]);
+    EXPECT_EQ(cudaMemcpy(buffer_.get(), image.data(), image.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // The rows, densely, as raw bits.
+  std::vector<T> rows() const {
+    std::vector<T> image(layout_.span());
+    EXPECT_EQ(cudaMemcpy(image.data(), buffer_.get(), image.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<T> dense(layout_.rows * layout_.cols);
+    for (int64_t r = 0; r < layout_.rows; ++r)
+      std::memcpy(&dense[r * layout_.cols], &image[layout_.offset + r * layout_.stride], layout_.cols * sizeof(T));
+    return dense;
+  }
+
+ private:
+  static constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+  RowLayout layout_;
+  DeviceBuffer buffer_;
+};
+
+template <typename A> std::vector<A> cast_vector(const std::vector<double>& v) {
+  std::vector<A> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_double<A>(v[i]);
+  return out;
+}
+
+// One call of `op` on rows x cols values placed as `p`; its outputs' bits, row by row.
+template <typename T>
+std::vector<std::vector<T>> run_placed(RowOp op, int64_t rows, int64_t cols, const Placement& p) {
+  const std::vector<double> a = make_values(rows * cols, "randn", 71), b = make_values(rows * cols, "randn", 72),
+                            w = make_values(cols, "randn", 73);
+  RowBuffers<T> x(rows, cols, p, p.in_offset), x2(rows, cols, p, p.in_offset), y(rows, cols, p, p.out_offset),
+      y2(rows, cols, p, p.out_offset);
+  x.fill(a);
+  x2.fill(op == RowOp::kSoftmaxBackward ? std::vector<double>(a.size(), 0.5) : b);
+  y.fill(std::vector<double>(a.size(), std::numeric_limits<double>::quiet_NaN()));
+  y2.fill(std::vector<double>(a.size(), std::numeric_limits<double>::quiet_NaN()));
+  DeviceBuffer weight(cast_vector<T>(w)), bias(cast_vector<T>(b));
+  TensorView wv, bv;
+  wv.data = weight.get(), wv.dtype = dtype_of<T>(), wv.rank = 1, wv.sizes[0] = cols, wv.strides[0] = 1, wv.device = 0;
+  bv = wv;
+  bv.data = bias.get();
+  const NormShape shape = NormShape::of({cols});
+  Status s = Status::ok();
+  std::vector<std::vector<T>> out;
+  switch (op) {
+    case RowOp::kSoftmax: s = softmax(x.view(), y.view(), -1, nullptr); break;
+    case RowOp::kLogSoftmax: s = log_softmax(x.view(), y.view(), -1, nullptr); break;
+    case RowOp::kSoftmaxBackward: s = softmax_backward(x2.view(), x.view(), y.view(), -1, nullptr); break;
+    case RowOp::kLayerNorm: s = layer_norm(x.view(), shape, &wv, &bv, 1e-5, y.view(), nullptr, nullptr, nullptr); break;
+    case RowOp::kRmsNorm: s = rms_norm(x.view(), shape, &wv, 1e-6, y.view(), nullptr, nullptr); break;
+    case RowOp::kAddLayerNorm:
+      s = add_layer_norm(x.view(), x2.view(), shape, &wv, &bv, 1e-5, y.view(), y2.view(), nullptr, nullptr, nullptr);
+      break;
+    case RowOp::kSumRows:
+    case RowOp::kVarColumns: {
+      const bool columns = op == RowOp::kVarColumns;
+      const int64_t n = columns ? cols : rows;
+      DeviceBuffer result(n * sizeof(T));
+      TensorView rv;
+      rv.data = result.get(), rv.dtype = dtype_of<T>(), rv.rank = 1, rv.sizes[0] = n, rv.strides[0] = 1, rv.device = 0;
+      ReduceRequirements req;
+      const int64_t dim = columns ? 0 : 1;
+      const DimList dims = DimList::of(&dim, 1);
+      s = reduce_requirements(columns ? ReduceOp::kVar : ReduceOp::kSum, x.view(), dims, false, &req);
+      EXPECT_TRUE(s.is_ok()) << s.message();
+      EXPECT_FALSE(req.needs_copy) << "the rows should be read in place";
+      DeviceBuffer ws(req.workspace_bytes);
+      if (req.workspace_zeroed_bytes > 0) EXPECT_EQ(cudaMemset(ws.get(), 0, req.workspace_zeroed_bytes), cudaSuccess);
+      const Workspace wsv{ws.get(), req.workspace_bytes};
+      s = columns ? var(x.view(), dims, 1.0, false, rv, wsv, nullptr) : sum(x.view(), dims, false, rv, wsv, nullptr);
+      EXPECT_TRUE(s.is_ok()) << s.message();
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<T> r(n);
+      EXPECT_EQ(cudaMemcpy(r.data(), result.get(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+      return {r};
+    }
+  }
+  EXPECT_TRUE(s.is_ok()) << name_of(op) << ": " << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  out.push_back(y.rows());
+  if (op == RowOp::kAddLayerNorm) out.push_back(y2.rows());
+  return out;
+}
+
+// Row lengths of every residue mod 8, over the engine's paths (warp rows, one-CTA rows, 16-bit
+// ring rows, re-read rows, clusters) and the reduce engine's row and column kernels.
+template <typename T> void check_same_bits_at_every_alignment(RowOp op, std::initializer_list<int64_t> lengths) {
+  for (int64_t cols : lengths) {
+    const int64_t rows = cols > 40000 ? 3 : 9;
+    SCOPED_TRACE(testing::Message() << name_of(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << rows
+                                    << " cols=" << cols);
+    const auto want = run_placed<T>(op, rows, cols, {(8 - cols % 8) % 8, 0, 0});  // every row aligned
+    for (const Placement& p : {Placement{0, 1, 1}, Placement{0, 3, 6}, Placement{0, 7, 0}, Placement{1, 0, 5},
+                               Placement{3, 2, 2}, Placement{5, 5, 4}, Placement{8, 4, 4}}) {
+      SCOPED_TRACE(testing::Message() << "stride cols+" << p.stride_pad << " offsets in " << p.in_offset << " out "
+                                      << p.out_offset);
+      const auto got = run_placed<T>(op, rows, cols, p);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
+    }
+  }
+}
+
+TEST(AlignmentGpu, RowOpsGiveTheSameBitsAtEveryOffsetAndStride) {
+  REDUCEKIT_REQUIRE_GPU();
+  for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kSoftmaxBackward, RowOp::kLayerNorm, RowOp::kRmsNorm,
+                   RowOp::kAddLayerNorm, RowOp::kSumRows, RowOp::kVarColumns}) {
+    check_same_bits_at_every_alignment<__nv_bfloat16>(op, {5, 62, 259, 1003, 2044, 4098, 12807, 33001, 50257});
+    check_same_bits_at_every_alignment<float>(op, {7, 61, 1002, 4100, 8195, 50257});
+  }
+  check_same_bits_at_every_alignment<__half>(RowOp::kSoftmax, {1001, 131073});
+  check_same_bits_at_every_alignment<double>(RowOp::kLayerNorm, {3, 1001, 4099});
+}
+
+}  // namespace
+}  // namespace reducekit
