@@ -135,9 +135,16 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
       const typename Op::Stat mine = live ? Op::fold(extra, span, tile.values) : Op::identity();
       const typename Op::Stat stat = row_lanes_reduce<Op, LANES>(mine, slots[parity], S);
       parity ^= 1;
-      if (live) {
-        const typename Op::Params p = Op::finalize(extra, span, stat);
-        tile.template store<Op>(args.out + row * args.out_stride, nullptr, cols, me, S, Op::local(p, mine), extra);
+      if constexpr (kAligned) {
+        if (live) {
+          const typename Op::Params p = Op::finalize(extra, span, stat);
+          tile.template store<Op>(args.out + row * args.out_stride, nullptr, cols, me, S, Op::local(p, mine), extra);
+        }
+      } else {  // the shifted store shuffles: every lane takes part, rows past the end with no columns
+        typename Op::Params p{};
+        if (live) p = Op::finalize(extra, span, stat);
+        tile.template store<Op>(args.out + (live ? row : 0) * args.out_stride, nullptr, live ? cols : 0, me, S,
+                                Op::local(p, mine), extra);
       }
     }
   }

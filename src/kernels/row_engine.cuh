@@ -294,35 +294,95 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 
   // A vector cut by the row end is read element by element so nothing past it is touched.
+  // Without kAligned the whole warp must call it (it shuffles).
   template <class Op>
   __device__ __forceinline__ void load(const T* const (&row)[NIN], int cols, int first, int step) {
+    if constexpr (!kAligned) {
+      load_shifted<Op>(row, cols, first, step);
+    } else {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int e0 = (first + k * step) * VEC;
+      for (int k = 0; k < VPT; ++k) {
+        const int e0 = (first + k * step) * VEC;
 #pragma unroll
-      for (int i = 0; i < NIN; ++i) {
-        if (kAligned && e0 + VEC <= cols) {
-          unpack(i, k, load_pack<PackT>(row[i] + e0));
-        } else if (!kAligned && e0 + VEC <= cols) {
-          unpack(i, k, pack_of<PackT>(load_vector16<T, VEC>(row[i], e0, cols)));
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            values[i][k * VEC + e] = e0 + e < cols ? to_acc<Acc>(row[i][e0 + e]) : Op::pad(i);
+        for (int i = 0; i < NIN; ++i) {
+          if (e0 + VEC <= cols) unpack(i, k, load_pack<PackT>(row[i] + e0));
+          else load_elements<Op>(i, k, row[i], e0, cols);
         }
       }
     }
   }
 
+  template <class Op>
+  __device__ __forceinline__ void load_elements(int i, int k, const T* row, int e0, int cols) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) values[i][k * VEC + e] = e0 + e < cols ? to_acc<Acc>(row[e0 + e]) : Op::pad(i);
+  }
+
+  // Rows at their own alignment, one 16-byte load a vector as for aligned rows. The lanes of a
+  // `width`-lane group hold consecutive vectors of each slot, so the granule after a lane's
+  // vector floor is its right neighbour's floor: each lane loads its floor granule and takes
+  // the next by shuffles; the group's last lane takes its from lanes 0-3, which load one word
+  // each of the granule past the group. Two granules a vector in registers (load_vector16)
+  // held the large tiles' loads back (run 28: float32 2048x50257 softmax at half the speed of
+  // aligned rows). A vector whose granules reach past its row moves element by element.
+  template <class Op>
+  __device__ __forceinline__ void load_shifted(const T* const (&row)[NIN], int cols, int first, int step) {
+    const int width = step < 32 ? step : 32;
+    const int lane = first % width;
+    const int64_t row_bytes = int64_t(cols) * int64_t(sizeof(T));
+    int shift[NIN];
+    const char* floor[NIN];
+#pragma unroll
+    for (int i = 0; i < NIN; ++i) {
+      shift[i] = misalignment16(row[i]);
+      floor[i] = reinterpret_cast<const char*>(row[i]) - shift[i];
+    }
+    Bytes16 lo[NIN][VPT];
+    uint32_t past[NIN][VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t g = int64_t(first + k * step) * 16;  // the floor granule's offset from floor[i]
+      const int64_t gx = g + int64_t(width - lane) * 16;  // the granule past the group
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) {
+        const bool lo_inside = g >= shift[i] && g + 16 <= shift[i] + row_bytes;
+        lo[i][k] = lo_inside ? load_aligned16(floor[i] + g) : Bytes16{};
+        const bool past_inside = lane < 4 && gx + 16 <= shift[i] + row_bytes;
+        past[i][k] = past_inside ? *reinterpret_cast<const uint32_t*>(floor[i] + gx + 4 * lane) : 0u;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (first + k * step) * VEC;
+      const int64_t g = int64_t(first + k * step) * 16;
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) {
+        Bytes16 hi;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const uint32_t next = __shfl_down_sync(0xffffffffu, lo[i][k].w[w], 1, width);
+          const uint32_t tail = __shfl_sync(0xffffffffu, past[i][k], w, width);
+          hi.w[w] = lane == width - 1 ? tail : next;
+        }
+        const bool whole = e0 + VEC <= cols;
+        if (whole && shift[i] == 0) unpack(i, k, pack_of<PackT>(lo[i][k]));
+        else if (whole && g >= shift[i] && g + 32 <= shift[i] + row_bytes)
+          unpack(i, k, pack_of<PackT>(funnel16(lo[i][k], hi, shift[i])));
+        else load_elements<Op>(i, k, row[i], e0, cols);
+      }
+    }
+  }
+
   // Writes out[e] = Op::output(values of element e, l, column parameters of e) for every
-  // element inside the row (and out2[e] = Op::second(values) for two-output ops).
+  // element inside the row (and out2[e] = Op::second(values) for two-output ops). Without
+  // kAligned the whole warp must call it (it shuffles; a lane with no row passes cols = 0).
   template <class Op, class Local>
   __device__ __forceinline__ void store(T* out, T* out2, int cols, int first, int step, const Local& l,
                                         const typename Op::Extra& extra) const {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
-      if (e0 >= cols) continue;
+      if (kAligned && e0 >= cols) continue;
       typename Op::Column c[VEC];
       Op::template columns<VEC, kAligned>(extra, e0, cols, c);
       PackT o, o2;
@@ -334,21 +394,55 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
         o.v[e] = from_acc<T>(Op::output(v, l, c[e]));
         if constexpr (Op::kOutputs == 2) o2.v[e] = from_acc<T>(Op::second(v));
       }
-      write(out, e0, cols, o);
-      if constexpr (Op::kOutputs == 2) write(out2, e0, cols, o2);
+      if constexpr (kAligned) {
+        write(out, e0, cols, o);
+        if constexpr (Op::kOutputs == 2) write(out2, e0, cols, o2);
+      } else {
+        const int width = step < 32 ? step : 32;
+        write_shifted(out, e0, cols, o, first % width, width);
+        if constexpr (Op::kOutputs == 2) write_shifted(out2, e0, cols, o2, first % width, width);
+      }
     }
   }
 
   __device__ __forceinline__ static void write(T* out, int e0, int cols, const PackT& o) {
-    if (kAligned && e0 + VEC <= cols) {
-      store_pack_global(out + e0, o);
-    } else if (!kAligned && e0 + VEC <= cols) {
-      store_vector16<sizeof(T)>(out + e0, bytes_of(o));
-    } else {
+    if (e0 + VEC <= cols) store_pack_global(out + e0, o);
+    else write_elements(out, e0, cols, o, true, true);
+  }
+
+  // The elements of o inside the row: those in its floor granule (head) and/or the rest (tail).
+  __device__ __forceinline__ static void write_elements(T* out, int e0, int cols, const PackT& o, bool head, bool tail) {
+    const int head_elems = (16 - misalignment16(out)) % 16 / static_cast<int>(sizeof(T));
 #pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        if (e0 + e < cols) out[e0 + e] = o.v[e];
+    for (int e = 0; e < VEC; ++e)
+      if (e0 + e < cols && (e < head_elems ? head : tail)) out[e0 + e] = o.v[e];
+  }
+
+  // The store side of load_shifted: lane `lane` of a `width`-lane group holds vector e0 / VEC,
+  // its right neighbour the next one, so the granule after a lane's floor granule (its vector's
+  // tail, the neighbour's head) goes out as one 16-byte store when it lies inside the row; the
+  // rest (a group's first head and last tail, the row's ends) as natural pieces or elements.
+  __device__ __forceinline__ static void write_shifted(T* out, int e0, int cols, const PackT& o, int lane, int width) {
+    const Bytes16 b = bytes_of(o);
+    Bytes16 next;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) next.w[w] = __shfl_down_sync(0xffffffffu, b.w[w], 1, width);
+    if (e0 >= cols) return;
+    const int shift = misalignment16(out);
+    const bool whole = e0 + VEC <= cols;
+    if (shift == 0) {
+      if (whole) store_aligned16(out + e0, b);
+      else write_elements(out, e0, cols, o, true, true);
+      return;
     }
+    const int64_t g = int64_t(e0) * int64_t(sizeof(T));  // the floor granule's offset from the row's floor
+    const int64_t end = shift + int64_t(cols) * int64_t(sizeof(T));
+    char* floor = reinterpret_cast<char*>(out) - shift;
+    const bool tail_by_me = lane != width - 1 && g + 32 <= end;  // with the neighbour's head
+    const bool head_by_left = lane != 0 && g >= 16 && g + 16 <= end;
+    if (tail_by_me) store_aligned16(floor + g + 16, funnel16(b, next, 16 - shift));
+    if (whole) store_vector16<sizeof(T)>(out + e0, b, !head_by_left, !tail_by_me);
+    else write_elements(out, e0, cols, o, !head_by_left, !tail_by_me);
   }
 
   // Starts asynchronous copies of this thread's slots, still in the storage type, into its
@@ -560,15 +654,26 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
     }
     __pipeline_commit();  // one group per row, empty past the end, so the counting holds
   };
+  // Shifted rows (no kAligned) cannot be copied asynchronously (cp.async takes aligned
+  // sources): they load straight into registers, the ring unused (the launcher gives it no memory).
   int64_t row = at.first;
+  if constexpr (kAligned) {
 #pragma unroll
-  for (int k = 0; k < kRing; ++k) fetch(row + k * row_step, k);
+    for (int k = 0; k < kRing; ++k) fetch(row + k * row_step, k);
+  }
 
   for (int slot = 0; row < args.rows; row += row_step, slot = (slot + 1) % kRing) {
-    __pipeline_wait_prior(kRing - 1);  // this row's group is in
     Tile tile;
-    tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
-    fetch(row + kRing * row_step, slot);
+    if constexpr (kAligned) {
+      __pipeline_wait_prior(kRing - 1);  // this row's group is in
+      tile.template unstash<Op>(ring + slot * slot_stride, cols, me, step, threadIdx.x, threads);
+      fetch(row + kRing * row_step, slot);
+    } else {
+      const T* in[NIN];
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+      tile.template load<Op>(in, cols, me, step);
+    }
 
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, cols, tile.values,
                                                       BlockGroup<Op, false>{slots, cluster_slot, args.two_phase}, me == 0);

@@ -9,7 +9,9 @@
 //
 // Loads read both granules as aligned 16-byte accesses (a neighbour's read of the same granule
 // hits L1) and funnel-shift the vector out of them; stores write the vector as its natural
-// pieces (2-, 4- and 8-byte stores at their own alignment, at most four). The vector a thread
+// pieces (2-, 4- and 8-byte stores at their own alignment, at most four). Where a warp holds
+// consecutive vectors the row engine shares granules between lanes by shuffles instead
+// (RowTile in row_engine.cuh): one load and one whole store a vector. The vector a thread
 // holds is the same as for an aligned row, so every result keeps its bits whatever the alignment.
 // Only a row's first vector and its last one or two (whose granules reach past the row) move
 // element by element.
@@ -82,9 +84,10 @@ template <int J> __device__ __forceinline__ uint32_t word_at(const Bytes16& b) {
   else return __funnelshift_r(b.w[J / 4], b.w[J / 4 + 1], 16);
 }
 
-// Writes bytes [kPos - kShift, 16) of b to base + kPos.. as naturally aligned pieces.
-template <int kShift, int kPos> __device__ __forceinline__ void store_pieces(char* base, const Bytes16& b) {
-  constexpr int kEnd = kShift + 16;
+// Writes bytes [kPos - kShift, kEnd - kShift) of b to base + kPos .. base + kEnd as naturally
+// aligned pieces (byte j of b belongs at base + kShift + j).
+template <int kShift, int kPos, int kEnd = kShift + 16>
+__device__ __forceinline__ void store_pieces(char* base, const Bytes16& b) {
   if constexpr (kPos < kEnd) {
     constexpr int kSize = kPos % 8 == 0 && kPos + 8 <= kEnd ? 8 : kPos % 4 == 0 && kPos + 4 <= kEnd ? 4 : 2;
     constexpr int J = kPos - kShift;
@@ -96,30 +99,34 @@ template <int kShift, int kPos> __device__ __forceinline__ void store_pieces(cha
       const uint32_t w = b.w[J / 4] >> (J % 4 * 8);
       *reinterpret_cast<uint16_t*>(base + kPos) = static_cast<uint16_t>(w);
     }
-    store_pieces<kShift, kPos + kSize>(base, b);
+    store_pieces<kShift, kPos + kSize, kEnd>(base, b);
   }
 }
 
-template <int kShift> __device__ __forceinline__ void store_shifted(char* base, const Bytes16& b) {
-  store_pieces<kShift, kShift>(base, b);
+// The vector's bytes in its floor granule (head: [kShift, 16)) and in the next (tail: the rest).
+template <int kShift> __device__ __forceinline__ void store_shifted(char* base, const Bytes16& b, bool head, bool tail) {
+  if (head) store_pieces<kShift, kShift, 16>(base, b);
+  if (tail) store_pieces<kShift, 16, kShift + 16>(base, b);
 }
 
 }  // namespace detail
 
 // Writes 16 bytes to dst, aligned to kElemBytes (2, 4 or 8): one store when dst is 16-byte
-// aligned, else its natural pieces. The shift is the row's, so the branch is uniform over a row.
-template <int kElemBytes> __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b) {
+// aligned, else its natural pieces, the part in dst's floor granule (head) and the part in the
+// next (tail) as asked. The shift is the row's, so the branch is uniform over a row.
+template <int kElemBytes>
+__device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b, bool head = true, bool tail = true) {
   const int shift = misalignment16(dst);
   char* base = static_cast<char*>(dst) - shift;
   switch (shift) {
     case 0: store_aligned16(dst, b); break;
-    case 8: detail::store_shifted<8>(base, b); break;
-    case 4: if constexpr (kElemBytes <= 4) detail::store_shifted<4>(base, b); break;
-    case 12: if constexpr (kElemBytes <= 4) detail::store_shifted<12>(base, b); break;
-    case 2: if constexpr (kElemBytes <= 2) detail::store_shifted<2>(base, b); break;
-    case 6: if constexpr (kElemBytes <= 2) detail::store_shifted<6>(base, b); break;
-    case 10: if constexpr (kElemBytes <= 2) detail::store_shifted<10>(base, b); break;
-    case 14: if constexpr (kElemBytes <= 2) detail::store_shifted<14>(base, b); break;
+    case 8: detail::store_shifted<8>(base, b, head, tail); break;
+    case 4: if constexpr (kElemBytes <= 4) detail::store_shifted<4>(base, b, head, tail); break;
+    case 12: if constexpr (kElemBytes <= 4) detail::store_shifted<12>(base, b, head, tail); break;
+    case 2: if constexpr (kElemBytes <= 2) detail::store_shifted<2>(base, b, head, tail); break;
+    case 6: if constexpr (kElemBytes <= 2) detail::store_shifted<6>(base, b, head, tail); break;
+    case 10: if constexpr (kElemBytes <= 2) detail::store_shifted<10>(base, b, head, tail); break;
+    case 14: if constexpr (kElemBytes <= 2) detail::store_shifted<14>(base, b, head, tail); break;
     default: break;  // not a multiple of the element size: no such pointer
   }
 }

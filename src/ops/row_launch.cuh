@@ -215,14 +215,17 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {
       if (c.cluster > 1) return Status::unsupported("row plan: ring rows are one-CTA rows");
-      // As many CTAs as stay resident; each loops over its rows.
-      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(c.vpt);
-      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_ring_kernel"));
+      // As many CTAs as stay resident; each loops over its rows. Shifted rows load directly
+      // (row_ring_body): no ring memory.
+      RowKernelConfig rc = c;
+      if (!kAligned) rc.smem_bytes = 0;
+      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(rc.vpt);
+      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, rc.smem_bytes, "row_ring_kernel"));
       int resident = 0;
       REDUCEKIT_RETURN_IF_ERROR(
-          resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
-      const int64_t grid = std::min(args.rows, std::max<int64_t>(1, resident / c.cluster)) * c.cluster;
-      return launch_blocks(kernel, grid, c, stream, "row_ring_kernel", args, extra...);
+          resident_ctas(reinterpret_cast<const void*>(kernel), rc.threads, rc.smem_bytes, &resident));
+      const int64_t grid = std::min(args.rows, std::max<int64_t>(1, resident / rc.cluster)) * rc.cluster;
+      return launch_blocks(kernel, grid, rc, stream, "row_ring_kernel", args, extra...);
     }
   }
   const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
