@@ -329,32 +329,27 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   __device__ __forceinline__ void load_shifted(const T* const (&row)[NIN], int cols, int first, int step) {
     const int width = step < 32 ? step : 32;
     const int lane = first % width;
-    const int64_t row_bytes = int64_t(cols) * int64_t(sizeof(T));
-    int shift[NIN];
-    const char* floor[NIN];
+    int shift_elems[NIN];  // granule g of a row spans its elements [g * VEC - shift_elems, + VEC)
 #pragma unroll
-    for (int i = 0; i < NIN; ++i) {
-      shift[i] = misalignment16(row[i]);
-      floor[i] = reinterpret_cast<const char*>(row[i]) - shift[i];
-    }
+    for (int i = 0; i < NIN; ++i) shift_elems[i] = misalignment16(row[i]) / static_cast<int>(sizeof(T));
     Bytes16 lo[NIN][VPT];
     uint32_t past[NIN][VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t g = int64_t(first + k * step) * 16;  // the floor granule's offset from floor[i]
-      const int64_t gx = g + int64_t(width - lane) * 16;  // the granule past the group
+      const int e0 = (first + k * step) * VEC;
+      const int ex = e0 + (width - lane) * VEC;  // the first element of the group's next vector
 #pragma unroll
       for (int i = 0; i < NIN; ++i) {
-        const bool lo_inside = g >= shift[i] && g + 16 <= shift[i] + row_bytes;
-        lo[i][k] = lo_inside ? load_aligned16(floor[i] + g) : Bytes16{};
-        const bool past_inside = lane < 4 && gx + 16 <= shift[i] + row_bytes;
-        past[i][k] = past_inside ? *reinterpret_cast<const uint32_t*>(floor[i] + gx + 4 * lane) : 0u;
+        const int s = shift_elems[i];
+        const bool lo_inside = (s == 0 || e0 >= VEC) && e0 + VEC - s <= cols;
+        lo[i][k] = lo_inside ? load_aligned16(row[i] + e0 - s) : Bytes16{};
+        const bool past_inside = lane < 4 && ex + VEC - s <= cols;
+        past[i][k] = past_inside ? reinterpret_cast<const uint32_t*>(row[i] + ex - s)[lane] : 0u;
       }
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
-      const int64_t g = int64_t(first + k * step) * 16;
 #pragma unroll
       for (int i = 0; i < NIN; ++i) {
         Bytes16 hi;
@@ -364,10 +359,10 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
           const uint32_t tail = __shfl_sync(0xffffffffu, past[i][k], w, width);
           hi.w[w] = lane == width - 1 ? tail : next;
         }
-        const bool whole = e0 + VEC <= cols;
-        if (whole && shift[i] == 0) unpack(i, k, pack_of<PackT>(lo[i][k]));
-        else if (whole && g >= shift[i] && g + 32 <= shift[i] + row_bytes)
-          unpack(i, k, pack_of<PackT>(funnel16(lo[i][k], hi, shift[i])));
+        const int s = shift_elems[i];
+        if (s == 0 && e0 + VEC <= cols) unpack(i, k, pack_of<PackT>(lo[i][k]));
+        else if (s != 0 && e0 >= VEC && e0 + 2 * VEC - s <= cols)
+          unpack(i, k, pack_of<PackT>(funnel16(lo[i][k], hi, s * static_cast<int>(sizeof(T)))));
         else load_elements<Op>(i, k, row[i], e0, cols);
       }
     }
@@ -435,12 +430,11 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       else write_elements(out, e0, cols, o, true, true);
       return;
     }
-    const int64_t g = int64_t(e0) * int64_t(sizeof(T));  // the floor granule's offset from the row's floor
-    const int64_t end = shift + int64_t(cols) * int64_t(sizeof(T));
-    char* floor = reinterpret_cast<char*>(out) - shift;
-    const bool tail_by_me = lane != width - 1 && g + 32 <= end;  // with the neighbour's head
-    const bool head_by_left = lane != 0 && g >= 16 && g + 16 <= end;
-    if (tail_by_me) store_aligned16(floor + g + 16, funnel16(b, next, 16 - shift));
+    // In elements: the next granule ends 2 * VEC - shift_elems past e0, the floor one VEC - shift_elems.
+    const int shift_elems = shift / static_cast<int>(sizeof(T));
+    const bool tail_by_me = lane != width - 1 && e0 + 2 * VEC - shift_elems <= cols;  // with the neighbour's head
+    const bool head_by_left = lane != 0 && e0 >= VEC && e0 + VEC - shift_elems <= cols;
+    if (tail_by_me) store_aligned16(reinterpret_cast<char*>(out + e0) + (16 - shift), funnel16(b, next, 16 - shift));
     if (whole) store_vector16<sizeof(T)>(out + e0, b, !head_by_left, !tail_by_me);
     else write_elements(out, e0, cols, o, !head_by_left, !tail_by_me);
   }
