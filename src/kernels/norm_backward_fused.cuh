@@ -135,7 +135,7 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
       const typename Op::Stat mine = live ? Op::fold(extra, span, tile.values) : Op::identity();
       const typename Op::Stat stat = row_lanes_reduce<Op, LANES>(mine, slots[parity], S);
       parity ^= 1;
-      if constexpr (kAligned) {
+      if constexpr (!Tile::kShareGranules) {
         if (live) {
           const typename Op::Params p = Op::finalize(extra, span, stat);
           tile.template store<Op>(args.out + row * args.out_stride, nullptr, cols, me, S, Op::local(p, mine), extra);

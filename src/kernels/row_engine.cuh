@@ -286,6 +286,12 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using Acc = acc_t<T>;
   using PackT = Pack<T, VEC>;
   static constexpr int kElems = VEC * VPT;
+  // Shifted rows of tiles of 4 vectors and more share granules between lanes (load_shifted,
+  // write_shifted): two granules a vector held their loads back (run 28: float32 2048x50257
+  // softmax 1710 -> 2034 GB/s, sliced 4096x11008 rows 2296 -> 2919). Smaller tiles keep two
+  // loads and piecewise stores a vector: the shuffles' registers spilled the 32-register
+  // one-vector kernels (run 28: bfloat16 2048x50257 softmax 2142 -> 1452).
+  static constexpr bool kShareGranules = !kAligned && VPT >= 4;
   Acc values[NIN][kElems];
 
   __device__ __forceinline__ void unpack(int i, int k, const PackT& p) {
@@ -294,10 +300,10 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 
   // A vector cut by the row end is read element by element so nothing past it is touched.
-  // Without kAligned the whole warp must call it (it shuffles).
+  // With kShareGranules the whole warp must call it (it shuffles).
   template <class Op>
   __device__ __forceinline__ void load(const T* const (&row)[NIN], int cols, int first, int step) {
-    if constexpr (!kAligned) {
+    if constexpr (kShareGranules) {
       load_shifted<Op>(row, cols, first, step);
     } else {
 #pragma unroll
@@ -305,8 +311,9 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
         const int e0 = (first + k * step) * VEC;
 #pragma unroll
         for (int i = 0; i < NIN; ++i) {
-          if (e0 + VEC <= cols) unpack(i, k, load_pack<PackT>(row[i] + e0));
-          else load_elements<Op>(i, k, row[i], e0, cols);
+          if (e0 + VEC > cols) load_elements<Op>(i, k, row[i], e0, cols);
+          else if (kAligned) unpack(i, k, load_pack<PackT>(row[i] + e0));
+          else unpack(i, k, pack_of<PackT>(load_vector16<T, VEC>(row[i], e0, cols)));
         }
       }
     }
@@ -369,15 +376,15 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 
   // Writes out[e] = Op::output(values of element e, l, column parameters of e) for every
-  // element inside the row (and out2[e] = Op::second(values) for two-output ops). Without
-  // kAligned the whole warp must call it (it shuffles; a lane with no row passes cols = 0).
+  // element inside the row (and out2[e] = Op::second(values) for two-output ops). With
+  // kShareGranules the whole warp must call it (it shuffles; a lane with no row passes cols = 0).
   template <class Op, class Local>
   __device__ __forceinline__ void store(T* out, T* out2, int cols, int first, int step, const Local& l,
                                         const typename Op::Extra& extra) const {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (first + k * step) * VEC;
-      if (kAligned && e0 >= cols) continue;
+      if (!kShareGranules && e0 >= cols) continue;
       typename Op::Column c[VEC];
       Op::template columns<VEC, kAligned>(extra, e0, cols, c);
       PackT o, o2;
@@ -389,7 +396,7 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
         o.v[e] = from_acc<T>(Op::output(v, l, c[e]));
         if constexpr (Op::kOutputs == 2) o2.v[e] = from_acc<T>(Op::second(v));
       }
-      if constexpr (kAligned) {
+      if constexpr (!kShareGranules) {
         write(out, e0, cols, o);
         if constexpr (Op::kOutputs == 2) write(out2, e0, cols, o2);
       } else {
@@ -401,8 +408,9 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 
   __device__ __forceinline__ static void write(T* out, int e0, int cols, const PackT& o) {
-    if (e0 + VEC <= cols) store_pack_global(out + e0, o);
-    else write_elements(out, e0, cols, o, true, true);
+    if (e0 + VEC > cols) write_elements(out, e0, cols, o, true, true);
+    else if (kAligned) store_pack_global(out + e0, o);
+    else store_vector16<sizeof(T)>(out + e0, bytes_of(o));
   }
 
   // The elements of o inside the row: those in its floor granule (head) and/or the rest (tail).
