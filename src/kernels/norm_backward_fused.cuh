@@ -3,7 +3,7 @@
 // small second kernel adds the partial rows up in a fixed order. x and dy are read once, where
 // the two-kernel path (norm_ops.cuh) reads them twice.
 //
-// Thread-to-data layout (plan: ops/norm_backward_plan.hpp). G CTAs of T = R * S threads, R
+// Thread-to-data layout (plan: plan/norm_backward_plan.hpp). G CTAs of T = R * S threads, R
 // sub-groups of S threads each (R = 1 for rows that fill a CTA; R > 1 puts short rows side by
 // side, so a CTA is not left small). Sub-group j of CTA g takes rows g*R + j, g*R + j + G*R, ...
 // and lays each row out as the row engine would on S threads (thread me owns vectors me,

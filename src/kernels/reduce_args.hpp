@@ -10,7 +10,7 @@
 namespace reducekit::kernels {
 
 namespace shape {
-// Shapes the kernels are compiled for; ops/reduce_config.cpp plans launches with the same values.
+// Shapes the kernels are compiled for; plan/reduce_config.cpp plans launches with the same values.
 constexpr int kReduceThreads = 256;      // every reduction CTA
 constexpr int kReduceUnroll = 4;         // row/all paths: 16-byte vectors in flight per thread
 constexpr int kRowWarpMaxVectors = 512;  // rows up to this many vectors: a warp or less per row
@@ -60,7 +60,7 @@ struct ReduceArgs {
   int64_t reduced_stride = 1;
   bool aligned = false;  // 16-byte vector loads are safe; changes how bytes move, never a result
   ReduceOutputs outs;
-  // From ReduceConfig (ops/reduce_config.hpp).
+  // From ReduceConfig (plan/reduce_config.hpp).
   int64_t chunk = 0;
   int64_t chunks = 1;
   int64_t tiles = 0;

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "kernels/norm_backward_fused.cuh"
-#include "ops/norm_backward_plan.hpp"
+#include "plan/norm_backward_plan.hpp"
 #include "ops/norm_launch.cuh"
 
 namespace reducekit {

@@ -1,5 +1,5 @@
 // The reduction family's entry points: argument checks, planning (plan/reduction_plan.hpp, then
-// ops/reduce_config.hpp), and dispatch to the per-statistic launchers (reduce_dispatch.hpp).
+// plan/reduce_config.hpp), and dispatch to the per-statistic launchers (reduce_dispatch.hpp).
 // Nothing here touches device memory before every check has passed.
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "ops/checks.hpp"
-#include "ops/reduce_config.hpp"
+#include "plan/reduce_config.hpp"
 #include "ops/reduce_dispatch.hpp"
 #include "plan/reduction_plan.hpp"
 #include "reducekit/reduce.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "kernels/reduce_args.hpp"
-#include "ops/reduce_config.hpp"
+#include "plan/reduce_config.hpp"
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <type_traits>
 
-#include "ops/norm_backward_plan.hpp"
+#include "plan/norm_backward_plan.hpp"
 
 namespace reducekit {
 namespace {

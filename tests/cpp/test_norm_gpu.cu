@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpu_test_util.cuh"
-#include "ops/norm_backward_plan.hpp"
+#include "plan/norm_backward_plan.hpp"
 #include "reducekit/norm.hpp"
 #include "reference/reference.hpp"
 

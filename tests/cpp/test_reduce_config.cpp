@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ops/reduce_config.hpp"
+#include "plan/reduce_config.hpp"
 
 namespace reducekit {
 namespace {

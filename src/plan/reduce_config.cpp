@@ -1,5 +1,5 @@
 // Host planning of a reduction launch (see reduce_config.hpp).
-#include "ops/reduce_config.hpp"
+#include "plan/reduce_config.hpp"
 
 #include <algorithm>
 #include <cstdlib>
