@@ -287,10 +287,9 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using PackT = Pack<T, VEC>;
   static constexpr int kElems = VEC * VPT;
   // Shifted rows of tiles of 4 vectors and more share granules between lanes (load_shifted,
-  // write_shifted): two granules a vector held their loads back (run 28: float32 2048x50257
-  // softmax 1710 -> 2034 GB/s, sliced 4096x11008 rows 2296 -> 2919). Smaller tiles keep two
-  // loads and piecewise stores a vector: the shuffles' registers spilled the 32-register
-  // one-vector kernels (run 28: bfloat16 2048x50257 softmax 2142 -> 1452).
+  // write_shifted): two granules a vector in registers held large tiles' loads back. Smaller
+  // tiles keep two loads and piecewise stores a vector: the shuffles' registers spill the
+  // 32-register one-vector kernels (both measured: bench/results/LOG.md, run 28).
   static constexpr bool kShareGranules = !kAligned && VPT >= 4;
   Acc values[NIN][kElems];
 
@@ -329,9 +328,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   // `width`-lane group hold consecutive vectors of each slot, so the granule after a lane's
   // vector floor is its right neighbour's floor: each lane loads its floor granule and takes
   // the next by shuffles; the group's last lane takes its from lanes 0-3, which load one word
-  // each of the granule past the group. Two granules a vector in registers (load_vector16)
-  // held the large tiles' loads back (run 28: float32 2048x50257 softmax at half the speed of
-  // aligned rows). A vector whose granules reach past its row moves element by element.
+  // each of the granule past the group. A vector whose granules reach past its row moves
+  // element by element.
   template <class Op>
   __device__ __forceinline__ void load_shifted(const T* const (&row)[NIN], int cols, int first, int step) {
     const int width = step < 32 ? step : 32;
