@@ -8,6 +8,13 @@ configure_and_build
 echo "== C++ tests"
 "$BUILD/reducekit_tests" --gtest_brief=1
 
+echo "== C++ package: install, then build and run examples/cpp against the installed package"
+cmake --install "$BUILD" --prefix "$BUILD/install" >"$BUILD.install.log"
+cmake -S "$REPO/examples/cpp" -B "$BUILD/example" -DCMAKE_PREFIX_PATH="$BUILD/install" \
+  >"$BUILD.example.log" 2>&1 || { cat "$BUILD.example.log"; exit 1; }
+cmake --build "$BUILD/example" -j "$JOBS" >>"$BUILD.example.log" 2>&1 || { cat "$BUILD.example.log"; exit 1; }
+"$BUILD/example/reducekit_example"
+
 if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then
   echo "== Python tests"
   python3 -m pytest -q "$REPO/tests/python" -rs "$@"

@@ -6,4 +6,5 @@
 #include "reducekit/softmax.hpp"
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
+#include "reducekit/version.hpp"
 #include "reducekit/workspace.hpp"
