@@ -328,8 +328,9 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   // `width`-lane group hold consecutive vectors of each slot, so the granule after a lane's
   // vector floor is its right neighbour's floor: each lane loads its floor granule and takes
   // the next by shuffles; the group's last lane takes its from lanes 0-3, which load one word
-  // each of the granule past the group. A vector whose granules reach past its row moves
-  // element by element.
+  // each of the granule past the group (groups are 4 to 32 lanes: warp rows and the fused
+  // backward's row lanes start at 4). A vector whose granules reach past its row moves element
+  // by element.
   template <class Op>
   __device__ __forceinline__ void load_shifted(const T* const (&row)[NIN], int cols, int first, int step) {
     const int width = step < 32 ? step : 32;
