@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """reducekit benchmark: effective bandwidth of every registered op against its peers.
 
     python bench/bench.py                      # full grid, softmax + log_softmax, 3 dtypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host time a call: a tiny op called back to back, one synchronization at the end.
 
     python bench/host_overhead.py [--calls 20000] [--out DIR]

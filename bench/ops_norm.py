@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """layer_norm and rms_norm (forward, fused residual add, backward) over the last dim, for the
 benchmark registry.
 

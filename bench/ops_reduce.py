@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reduction family for the benchmark registry: sum, mean, amax, argmax, logsumexp and var_mean,
 each on the three canonical paths:
 

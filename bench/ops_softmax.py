@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """softmax and log_softmax over the last dim, for the benchmark registry."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading the optional implementations: reducekit itself and the seed Triton peers,
 plus the builder for torch.compile peers (fresh compile per shape)."""
 from __future__ import annotations

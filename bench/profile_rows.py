@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Launches each (impl, op, dtype, shape) once so `ncu` can profile the kernels.
 
     ncu --clock-control none --section SpeedOfLight ... python3 bench/profile_rows.py \

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's op registry: one OpSpec per op, filled in by the op-family modules.
 
 An OpSpec says everything the harness needs to run one op on one (shape, dtype):

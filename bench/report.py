@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tables, summary lines, JSON and plots from benchmark records. Plain Python (no torch),
 so results.json can be re-rendered anywhere: python bench/bench.py --from-json results.json
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs bench.py once per planner setting and prints GB/s side by side.
 
     python bench/sweep.py --out OUT --ops softmax --dtypes bfloat16 \

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Symbolic check of the column path's arithmetic (src/kernels/reduce_engine.cuh, reduce_column_kernel).
 
 Builds, for one column, the expression tree of merges that each way of spreading the work computes:

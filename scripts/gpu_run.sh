@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One call on the GPU machine: build, C++ and Python GPU tests, the benchmark, a sanitizer pass.
 # Logs, JSON and the plot go to $1 (default $OUT). Stages: REDUCEKIT_STAGES="build cpp py bench san".
 # The benchmark runs once with REDUCEKIT_BENCH_ARGS into $1, or, with REDUCEKIT_BENCH_GROUPS set

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job: build, check every implemented op against torch, then benchmark against the
 # peers (torch eager, torch.compile, the seed Triton kernels), writing a table to stdout and
 # JSON plus PNG plots to ${1:-bench/results/latest}. Needs a CUDA GPU with torch and triton.

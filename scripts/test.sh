@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every test: configures and builds (installing missing build tools where it can), runs the
 # C++ tests (host planning, the CPU oracle, and GPU tests, which skip with a message where no
 # GPU is present), then the Python tests where torch is importable.

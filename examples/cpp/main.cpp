@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // softmax and layer_norm over the rows of a [rows, cols] float32 matrix in device memory, with
 // reducekit's C++ API: views over raw pointers, a stream, and a Status instead of exceptions.
 #include <cuda_runtime.h>

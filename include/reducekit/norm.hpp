@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layer_norm and rms_norm over the trailing dims of x: forward, fused residual add, backward.
 // Tensors live on the current CUDA device; work is queued on `stream` with no host
 // synchronization and no allocation, so calls are graph-capturable.

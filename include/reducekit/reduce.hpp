@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over any set of dims: sum, mean, prod, amax, amin, argmax, argmin, logsumexp,
 // var, std, var_mean, std_mean, with torch's semantics. Tensors live on the current CUDA device;
 // work is queued on `stream` with no host synchronization and no allocation, so calls are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One include for users of the reducekit C++ API.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Softmax family over one dim. Tensors live on the current CUDA device; work is queued on
 // `stream` with no host synchronization and no allocation, so calls are graph-capturable.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status: how every core entry point reports success or failure.
 // The core never throws; bindings turn a failed Status into an exception.
 #pragma once

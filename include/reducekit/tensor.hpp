@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorView: a non-owning description of a strided tensor in device or host memory.
 // Sizes and strides are int64 and counted in elements, so tensors past 2^31 elements work.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's version: the one source CMake reads (project(VERSION)) and programs can check.
 #pragma once
 

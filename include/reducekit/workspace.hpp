@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Caller-owned device scratch memory for the ops that need it (reductions, split softmax rows).
 // Convention (CUB's): a requirements query says how many bytes a call needs and how many of
 // them, a prefix, must be zero when the call starts; every call leaves that prefix zero again,

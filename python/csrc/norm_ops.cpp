@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit norms: layer_norm, rms_norm, their fused residual forms and backward ops.
 // Thin: outputs and the workspace come from torch's caching allocator, layouts the core cannot
 // read in place (kUnsupported) are retried on contiguous copies, and every check lives in the core.

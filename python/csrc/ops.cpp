@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit.*: thin adapters from at::Tensor to the C++ API. They allocate outputs,
 // pick the current stream and device, and turn a failed Status into a Python exception; all
 // checking and planning lives in the core.

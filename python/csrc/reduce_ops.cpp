@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit reductions: sum, mean, prod, amax, amin, argmax, argmin, logsumexp, var,
 // std, var_mean, std_mean. Thin: outputs and the workspace come from torch's caching allocator,
 // layouts the core cannot read in place go through the permuted contiguous copy the core asks

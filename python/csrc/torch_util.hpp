@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the torch.ops.reducekit adapters: at::Tensor -> TensorView, and a failed
 // Status -> a Python exception carrying the core's message (which names the argument).
 #pragma once

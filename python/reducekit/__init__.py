@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """reducekit: memory-bound reductions and normalizations for NVIDIA GPUs, as PyTorch operators.
 
     import reducekit

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Eager calls of the reductions that skip the Python autograd kernel where no gradient can flow.
 
 torch.library.register_autograd puts a Python kernel in front of every call of an op, grad or

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Functional API mirroring torch's signatures."""
 import torch
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The norm family: layer_norm and rms_norm (plain and with a fused residual add), fake kernels,
 autograd.
 

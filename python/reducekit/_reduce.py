@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reduction family: functional API mirroring torch's signatures, fake kernels, autograd.
 
     reducekit.sum(x, dim=None, keepdim=False, *, dtype=None)      torch.sum

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fake (meta) kernels for torch.ops.reducekit.softmax & co.
 
 Fake kernels let torch.compile trace the ops without running them: every op returns a fresh

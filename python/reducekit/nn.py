@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-in modules for torch.nn's, backed by reducekit's operators."""
 import torch
 

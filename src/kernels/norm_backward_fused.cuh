@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused layer_norm / rms_norm backward: one pass over x and dy writes dx and leaves each CTA's
 // partial column sums of dweight (sum of dy * xhat) and dbias (sum of dy) in a workspace; a
 // small second kernel adds the partial rows up in a fixed order. x and dy are read once, where

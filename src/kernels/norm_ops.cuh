@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layer_norm / rms_norm policies for the row engine (extended interface, see row_engine.cuh),
 // and the column kernels that sum dweight / dbias over rows.
 //

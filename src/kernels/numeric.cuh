@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types, their accumulation types, the conversions between them, and the small device
 // helpers every engine shares.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a reduction kernel is given, and the fixed shapes it is compiled for: the canonical problem (plan/reduction_plan.hpp), where its
 // outputs go, and its workspace. Plain structs, shared by host launch code and device code.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reduction engine: data movement and fixed-order combines for the statistics of
 // reduce_stats.cuh over the three canonical problems (plan/reduction_plan.hpp).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The statistics every reduction is built from, as small policies for reduce_engine.cuh:
 //
 //   Stat                       what one thread, warp, CTA or chunk knows about its elements

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The row engine: one kernel family for every per-row op (softmax today, norms next).
 //
 // An op is a policy (see softmax_ops.cuh) that says

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split rows: rows longer than a cluster's registers, cut into chunks that CTAs of one
 // cooperative grid handle at the same time, so each element is read from memory once and the
 // grid's loads, reductions and writes overlap (row_stream_kernel reads a row twice and leaves

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Softmax-family policies for the row engine (row_engine.cuh).
 //
 // Forward statistic: (max, sum of exp(x - max)), merged online:

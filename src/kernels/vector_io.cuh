@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // 16-byte vectors of a row at any element alignment: the loads and stores the row, reduce and
 // norm-gradient kernels share.
 //

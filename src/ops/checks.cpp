@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "ops/checks.hpp"
 
 #include <cuda_runtime_api.h>

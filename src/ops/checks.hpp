@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Argument checks shared by every op. Each returns a Status whose message starts with the
 // argument's name, so a binding can pass it to the user unchanged.
 #pragma once

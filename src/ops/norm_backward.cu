@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layer_norm and rms_norm backward. Rows that fit the fused kernel (norm_backward_plan.hpp:
 // several short rows a CTA, or one row a CTA) take one pass over x and dy for dx and the
 // dweight/dbias partials (kernels/norm_backward_fused.cuh), then a small kernel sums the partial

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layer_norm and rms_norm forward: validation and planning in norm_launch.cuh, math in
 // kernels/norm_ops.cuh.
 #include "ops/norm_launch.cuh"

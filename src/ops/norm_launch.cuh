@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Validation, row planning and dtype dispatch shared by the layer_norm / rms_norm entry points
 // (norm_forward.cu, norm_residual.cu, norm_backward.cu). Math lives in kernels/norm_ops.cuh.
 #pragma once

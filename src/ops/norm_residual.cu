@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused residual add + layer_norm / rms_norm: one read of x and residual, one write of y and s.
 #include "ops/norm_launch.cuh"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reduction family's entry points: argument checks, planning (plan/reduction_plan.hpp, then
 // plan/reduce_config.hpp), and dispatch to the per-statistic launchers (reduce_dispatch.hpp).
 // Nothing here touches device memory before every check has passed.

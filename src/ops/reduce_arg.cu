@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // argmax and argmin: instantiations (a file of their own so they compile in parallel with amax/amin).
 #include "ops/reduce_launch.cuh"
 

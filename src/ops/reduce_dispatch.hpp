@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Between the op layer (reduce.cpp: checks and planning) and the kernel instantiations, which are
 // spread over one .cu file per statistic so they compile in parallel.
 #pragma once

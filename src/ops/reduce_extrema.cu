@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // amax and amin: instantiations.
 #include "ops/reduce_launch.cuh"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the reduction engine: launches the kernel a ReduceConfig names for one policy and
 // element type, and dispatches on the element type. Included by the per-statistic .cu files.
 #pragma once

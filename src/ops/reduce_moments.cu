@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // var, std, var_mean, std_mean: instantiations.
 #include "ops/reduce_launch.cuh"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // prod: instantiations.
 #include "ops/reduce_launch.cuh"
 

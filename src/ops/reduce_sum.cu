@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sum and mean: instantiations (float64 accumulation too, for dtype=float64 on narrower inputs).
 #include "ops/reduce_launch.cuh"
 

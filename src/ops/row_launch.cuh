@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the row engine: picks the kernel instantiation a RowKernelConfig names and
 // launches it. Every per-row op (softmax today, norms next) goes through launch_row_op.
 #pragma once

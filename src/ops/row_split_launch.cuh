@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the split-row kernel (src/kernels/row_split.cuh): a cooperative launch of at
 // most the resident CTAs, or nothing when the device cannot guarantee them all at once (the
 // caller then runs the stream kernel the same plan names).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Validation, planning and dtype dispatch shared by every op that maps rows to rows of the
 // same shape (softmax family today; norms reuse it).
 #pragma once

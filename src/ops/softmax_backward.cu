@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backward of softmax and log_softmax: one pass over (y, dy) per row.
 #include "kernels/softmax_ops.cuh"
 #include "ops/rowwise_op.cuh"

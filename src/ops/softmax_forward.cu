@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // softmax and log_softmax: validation and planning in rowwise_op.cuh, math in softmax_ops.cuh.
 #include "kernels/softmax_ops.cuh"
 #include "ops/rowwise_op.cuh"

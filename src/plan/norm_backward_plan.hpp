@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the fused layer_norm / rms_norm backward (kernels/norm_backward_fused.cuh) lays a row onto
 // threads. Host only, no CUDA: the layout depends on the row length and the element size alone
 // (never on the row count or the alignment), so dx is batch-invariant and every aligned or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host planning of a reduction launch (see reduce_config.hpp).
 #include "plan/reduce_config.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host planning of a reduction launch: which kernel runs a canonical problem, how its reduced
 // extent is cut, and how much workspace that takes. Plain C++ (no CUDA) so CI tests it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host planning: strided tensor + named dims -> one canonical problem (see reduction_plan.hpp).
 #include "plan/reduction_plan.hpp"
 

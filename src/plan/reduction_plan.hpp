@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host planning: turns a strided tensor plus the dims the user names into one canonical problem.
 // Plain C++17, no CUDA, so it is unit-tested everywhere; kernels only ever see the result.
 //

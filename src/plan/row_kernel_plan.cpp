@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "plan/row_kernel_plan.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Chooses how the row engine (src/kernels/row_engine.cuh) lays a row of length `cols` onto
 // threads. The choice depends only on the row length, the element size and the device
 // limits -- never on the number of rows or the alignment of the tensor -- so a row's result

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // batch_norm over [n, c, hw] (NCHW with H*W flattened): per-channel statistics over n * hw values.
 #include <cmath>
 #include <limits>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cross_entropy = log_softmax + NLL with ignore_index and label smoothing, torch's formulas.
 #include <vector>
 

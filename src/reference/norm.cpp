@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layer_norm and rms_norm over the trailing cols of [rows, cols], forward and backward.
 // Moments are two-pass (mean, then squared deviations) with compensated sums; with cols == 0 the
 // per-row statistics are NaN (0 / 0), and there is nothing else to write.

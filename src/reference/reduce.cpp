@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over any set of dims, and their backward. Every op gathers one reduced set at a time
 // into a buffer (row-major over the reduced dims) and applies a plain function to it, so the
 // numerics of each op read as a few lines and the index bookkeeping lives in one place.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reducekit::reference: the float64 CPU oracle every GPU kernel is checked against.
 // Used by tests only, never by the library. Clarity over speed; semantics follow PyTorch exactly,
 // including NaN propagation, -inf handling, tie-breaking and empty sets (deviations are noted).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Softmax family: torch's formulas, evaluated in float64, one row at a time.
 // A "row" is n values spaced by stride, so the same code serves the last dim and any other dim.
 #include <cmath>

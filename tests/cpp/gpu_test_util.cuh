@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for the GPU tests: device detection, device buffers, host-side dtype
 // conversion and the dtype-aware tolerance DESIGN.md sets.
 #pragma once

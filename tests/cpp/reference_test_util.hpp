@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the CPU-oracle tests: seeded random data and finite-difference gradients.
 #pragma once
 

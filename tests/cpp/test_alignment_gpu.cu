@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rows at any alignment: the shifted vector loads and stores (vector_io.cuh) copy every byte of
 // a vector and nothing else, and every row-wise op gives the same bits for a row whatever its
 // start address, row stride or row length residue (the thread-to-element layout depends on the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests for plan_fused_norm_backward: fused layouts cover their rows with instantiated tile
 // shapes inside the register budget, short rows share CTAs (row lanes) in the shapes the
 // kernels exist for, and the cutoffs to the two-kernel path sit where the header says.

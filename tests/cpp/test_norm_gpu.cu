@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU tests of layer_norm / rms_norm (forward, fused residual add, backward) against the float64
 // CPU oracle. Outputs are poisoned with NaN before each run; the gaps between strided rows and a
 // guard past the end must still hold the poison after it.

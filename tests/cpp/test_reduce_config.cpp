@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests for plan_reduce_kernel: the strategy per extent, the workspace it asks for, and the
 // batch-invariance rule (an output's arithmetic depends on the reduced extent and dtype only).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU tests of the reduction family against the float64 CPU oracle (src/reference). Every case
 // builds a logical tensor, lays it out in device memory (contiguous, padded rows, offset base,
 // transposed), runs the op through reduce(), and compares with the oracle on the same rounded

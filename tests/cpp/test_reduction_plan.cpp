@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests for plan_rowwise and plan_reduction: exact fields on hand-picked layouts, error
 // messages, and a brute-force check that every plan reads exactly the right elements.
 #include <gtest/gtest.h>

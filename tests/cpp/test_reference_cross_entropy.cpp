@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of cross_entropy in the float64 oracle: agreement with -log_softmax[target], torch's label
 // smoothing formula, ignore_index handling per reduction, argument checks and gradients.
 #include <gtest/gtest.h>

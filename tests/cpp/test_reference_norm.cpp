@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of layer_norm, rms_norm and batch_norm in the float64 oracle: closed forms, normalization
 // invariants, running-stat updates and gradients against central finite differences.
 #include <gtest/gtest.h>

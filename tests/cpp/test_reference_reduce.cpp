@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the reductions in the float64 oracle: closed forms, torch's edge-case rules (empty sets,
 // NaN, ties, correction), equality with hand-written loops, and gradients by finite differences.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the softmax family in the float64 oracle: closed forms, invariants, torch's NaN rules
 // and gradients against central finite differences.
 #include <gtest/gtest.h>

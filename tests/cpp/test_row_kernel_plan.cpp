@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests for plan_row_kernel: every row length gets a configuration that covers it with
 // instantiated kernel shapes and fits the device limits.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU tests of the softmax family against the float64 CPU oracle. Outputs are poisoned with
 // NaN before each run, and the gaps between strided rows must still hold the poison after it.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest setup for reducekit's Python tests.
 
 Tests import reducekit from <repo>/python (or from $REDUCEKIT_PYTHON_PATH, to test another

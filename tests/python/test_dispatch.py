@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The functional API's direct route (reducekit/_dispatch.py): taken exactly where no gradient,
 mode or tensor subclass could see the call, and giving the ordinary route's results bit for bit."""
 import pytest

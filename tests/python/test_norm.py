@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """reducekit layer_norm / rms_norm (plain and fused residual) against torch in float64.
 
 The oracle is torch's layer_norm / rms_norm of the inputs cast to float64 (weight and bias too);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """reducekit's reduction family against torch in float64 on the same data.
 
 The oracle is torch's op on x.double(). Tolerances (DESIGN.md, Tests), per output:

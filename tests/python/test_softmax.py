@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """reducekit softmax / log_softmax against torch in float64 on the same data.
 
 The oracle is torch's softmax of x.double(). Tolerances (DESIGN.md, Tests):
