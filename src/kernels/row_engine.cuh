@@ -290,7 +290,7 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   // Shifted rows of tiles of 4 vectors and more share granules between lanes (load_shifted,
   // write_shifted): two granules a vector in registers held large tiles' loads back. Smaller
   // tiles keep two loads and piecewise stores a vector: the shuffles' registers spill the
-  // 32-register one-vector kernels (both measured: bench/results/LOG.md, run 28).
+  // 32-register one-vector kernels.
   static constexpr bool kShareGranules = !kAligned && VPT >= 4;
   Acc values[NIN][kElems];
 
