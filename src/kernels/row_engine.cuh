@@ -110,13 +110,6 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
 
 // Packs move as one uint4: copied member by member, a Pack of __half or __nv_bfloat16
 // compiles to 2-byte accesses.
-template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
-  static_assert(sizeof(P) == 16, "row packs are 16 bytes");
-  const uint4 r = *reinterpret_cast<const uint4*>(src);
-  P p;
-  memcpy(&p, &r, sizeof(P));
-  return p;
-}
 template <typename P> __device__ __forceinline__ Bytes16 bytes_of(const P& p) {
   static_assert(sizeof(P) == 16, "row packs are 16 bytes");
   Bytes16 b;
@@ -127,6 +120,9 @@ template <typename P> __device__ __forceinline__ P pack_of(const Bytes16& b) {
   P p;
   memcpy(&p, &b, sizeof(P));
   return p;
+}
+template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
+  return pack_of<P>(load_aligned16(src));
 }
 template <typename P> __device__ __forceinline__ void store_pack_global(void* dst, const P& p) {
   store_aligned16(dst, bytes_of(p));
