@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "kernels/row_engine.cuh"
+#include "kernels/row_staged.cuh"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/status.hpp"
@@ -66,6 +67,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES"))
     limits->reread_small_tiles_from_bytes = std::atoll(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_STAGED_FROM_ROW_BYTES")) limits->staged_from_row_bytes = std::atoll(v);
   return Status::ok();
 }
 
@@ -110,6 +112,11 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct R
   }
 };
 
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster, class... Extra> auto staged_kernel() {
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_staged_kernel<T, Op, VEC, VPT, kAligned, kCluster>;
+  else return kernels::row_staged_kernel_ext<T, Op, VEC, VPT, kAligned, kCluster>;
+}
+
 // The largest instantiated tile with at most `vpt` vectors a thread, up to kMaxVpt (the
 // planner's cap for the dtype and input count; larger tiles would spill).
 template <class Kernels, int kMaxVpt, int VPT = 16> auto pick_tile(int vpt) {
@@ -146,6 +153,40 @@ inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, i
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
     return launch_status("occupancy query");
   *ctas = cache[key] = std::max(1, per_sm) * sms;
+  return Status::ok();
+}
+
+// Clusters of `cluster` CTAs of `kernel` the whole device holds at once, cached as resident_ctas.
+// Clusters must fit in one GPC, so this can be fewer than the resident CTAs over the cluster size.
+template <class... KernelArgs>
+Status resident_clusters(void (*kernel)(KernelArgs...), int threads, std::size_t smem, int cluster, int* clusters) {
+  if (cluster == 1) return resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, clusters);
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, std::size_t, int, int>, int> cache;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, smem, cluster, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *clusters = it->second;
+    return Status::ok();
+  }
+  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+    return launch_status("occupancy query");
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) return launch_status("occupancy query");
+  *clusters = cache[key] = std::max(1, n);
   return Status::ok();
 }
 
@@ -213,6 +254,18 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
+  if (c.stages > 0) {
+    // As many CTAs (clusters) as stay resident; each loops over its rows.
+    if (c.vpt != kMaxVpt || c.stages > kMaxRowStages)
+      return Status::unsupported("row plan: staged rows take the largest tile and at most two buffers");
+    auto kernel = c.cluster > 1 ? staged_kernel<T, Op, VEC, kMaxVpt, kAligned, true, Extra...>()
+                                : staged_kernel<T, Op, VEC, kMaxVpt, kAligned, false, Extra...>();
+    REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_staged_kernel"));
+    int groups = 0;
+    REDUCEKIT_RETURN_IF_ERROR(resident_clusters(kernel, c.threads, c.smem_bytes, c.cluster, &groups));
+    const int64_t grid = std::min<int64_t>(args.rows, groups) * c.cluster;
+    return launch_blocks(kernel, grid, c, stream, "row_staged_kernel", args, extra..., c.stages);
+  }
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {
       if (c.cluster > 1) return Status::unsupported("row plan: ring rows are one-CTA rows");

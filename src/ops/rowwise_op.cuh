@@ -42,6 +42,7 @@ Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)
 // Device limits with the rowwise ops' settings.
 inline Status rowwise_limits(int elem_bytes, RowKernelLimits* limits) {
   limits->reread_above_words = reread_above_words_for(RowFamily::kRowwise, elem_bytes);
+  limits->staged_from_row_bytes = kStagedFromRowBytes;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(limits));
   // With 32 values a thread, softmax's direct loads keep enough bytes in flight while tiles are
   // small (several CTAs an SM); the ring pays only from 32 KB tiles, 1-2 CTAs an SM (run 11:

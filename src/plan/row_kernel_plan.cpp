@@ -169,6 +169,23 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   return c;
 }
 
+// A held one-tile row as a staged row (RowKernelLimits::staged_from_row_bytes): the same CTAs
+// and tile, looping over rows, with two row buffers where they fit and one otherwise (the
+// registers then hold the current row while the buffer takes the next).
+bool stage_rows(RowKernelConfig* c, int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  const int max_vpt = std::max(1, kRowTileWords / (c->vec * acc_words(elem_bytes) * inputs));
+  if (limits.staged_from_row_bytes <= 0 || c->kind != RowKernelKind::kBlock || c->tiles != 1 || c->vpt != max_vpt ||
+      cols * elem_bytes * inputs < limits.staged_from_row_bytes)
+    return false;
+  const std::size_t buffer = staged_buffer_bytes(c->threads, c->vpt, inputs);
+  if (buffer > limits.max_smem_per_block) return false;
+  c->stages = 2 * buffer <= limits.max_smem_per_block ? 2 : 1;
+  c->smem_bytes = c->stages * buffer;
+  c->ring = 0;
+  c->split = RowSplitConfig{};
+  return true;
+}
+
 }  // namespace
 
 int reread_above_words_for(RowFamily family, int elem_bytes) {
@@ -187,7 +204,8 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 }
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
+  RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
+  if (stage_rows(&held, cols, elem_bytes, inputs, limits)) return held;
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;

@@ -99,7 +99,15 @@ struct RowKernelLimits {
   // split (run 27: layer_norm 1663 against 1269 GB/s, rms_norm 2114 / 1796, add_layer_norm
   // 2201 / 1522, add_rms_norm 2250 / 1921); softmax's split rows won there (run 23).
   bool reread_over_split = false;
+  // One-tile rows of at least this many bytes (all inputs) whose tiles are the largest size
+  // are staged (RowKernelConfig::stages): each CTA's share of the next rows arrives in shared
+  // memory by bulk copies while the current row is reduced from registers. 0: never; the ops
+  // set kStagedFromRowBytes. Staged rows take neither the ring, the re-read nor the split plan.
+  int64_t staged_from_row_bytes = 0;
 };
+
+// The ops' staged_from_row_bytes.
+constexpr int64_t kStagedFromRowBytes = int64_t(64) << 10;
 
 // reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).
 constexpr int kRereadPastOneCta = kRowTileWords;
@@ -146,6 +154,7 @@ struct RowKernelConfig {
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
                                // (max then sum, sum then squared deviations) instead of one merged
+  int stages = 0;    // kBlock, one tile: row buffers a looping CTA fills by bulk copies (0: none)
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols.
@@ -157,6 +166,13 @@ struct RowKernelConfig {
 
 // Rows a looping CTA has streaming into shared memory ahead of the one it reduces.
 constexpr int kRowRing = 2;
+
+// Staged rows (row_staged.cuh): at most this many row buffers a CTA, each holding a tile slot's
+// vectors and the granule after them, per slot and input.
+constexpr int kMaxRowStages = 2;
+constexpr std::size_t staged_buffer_bytes(int threads, int vpt, int inputs) {
+  return std::size_t(inputs) * vpt * (threads + 1) * 16;
+}
 
 // The split kernel's CTA and tile (row_split.cuh): 512 threads x 4 vectors of 16 bytes, 32 KB
 // a tile in every dtype (values held in registers only while a tile is folded).

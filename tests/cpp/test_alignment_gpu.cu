@@ -223,5 +223,42 @@ TEST(AlignmentGpu, RowOpsGiveTheSameBitsAtEveryOffsetAndStride) {
   check_same_bits_at_every_alignment<double>(RowOp::kLayerNorm, {3, 1001, 4099});
 }
 
+// Staged rows (row_staged.cuh) lay a row onto threads as the register kernels do, so they give
+// the same bits as the block kernel (staging and re-reading switched off), at every alignment.
+// More rows than resident CTAs, so every CTA loops and both row buffers turn over.
+template <typename T> void check_staged_like_block_kernels(RowOp op, std::initializer_list<int64_t> lengths) {
+  for (int64_t cols : lengths) {
+    const int64_t rows = cols > 100000 ? 150 : 300;
+    SCOPED_TRACE(testing::Message() << name_of(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << rows
+                                    << " cols=" << cols);
+    for (const Placement& p : {Placement{(8 - cols % 8) % 8, 0, 0}, Placement{1, 3, 3}, Placement{0, 5, 2}}) {
+      SCOPED_TRACE(testing::Message() << "stride cols+" << p.stride_pad << " offsets in " << p.in_offset << " out "
+                                      << p.out_offset);
+      std::vector<std::vector<T>> want;
+      {
+        const ScopedKnob no_staging("REDUCEKIT_TUNE_STAGED_FROM_ROW_BYTES", "0");
+        const ScopedKnob no_reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "0");
+        want = run_placed<T>(op, rows, cols, p);
+      }
+      for (const auto& o : want)
+        ASSERT_TRUE(std::all_of(o.begin(), o.end(), [](T v) { return std::isfinite(to_double(v)); }))
+            << "the block kernel left an output unwritten or not finite";
+      const auto got = run_placed<T>(op, rows, cols, p);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
+    }
+  }
+}
+
+TEST(AlignmentGpu, StagedRowsGiveTheBlockKernelsBits) {
+  REDUCEKIT_REQUIRE_GPU();
+  for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kSoftmaxBackward, RowOp::kLayerNorm, RowOp::kRmsNorm,
+                   RowOp::kAddLayerNorm}) {
+    check_staged_like_block_kernels<__nv_bfloat16>(op, {32768, 33001, 50257, 131073});
+    check_staged_like_block_kernels<float>(op, {32768, 50257});
+  }
+}
+
 }  // namespace
 }  // namespace reducekit
