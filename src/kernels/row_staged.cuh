@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Staged rows: the row engine's one-tile rows (one CTA, or a cluster of CTAs, a row), with each
 // CTA's share of the next rows copied into shared memory by bulk copies (cp.async.bulk, the
-// copy engine of sm_90) while the current row is reduced and written from registers.
+// copy engine of sm_90) while the current row is reduced and written from registers. The
+// planner stages 16-bit softmax / log_softmax rows held by clusters of 5 CTAs and more
+// (staged_min_cluster_for in row_kernel_plan.cpp); the launcher instantiates these kernels for
+// 16-bit one-input plain ops only.
 //
 // CTAs (clusters) stay resident and loop over rows b, b + G, ...; a CTA keeps `stages` buffers
 // (1 or 2), each holding one row's share. Thread 0 starts a row's copies (a handful of large
@@ -99,6 +102,7 @@ __device__ __forceinline__ void load_staged_tile(RowTile<T, NIN, VEC, VPT, kAlig
   }
 }
 
+// Op: a policy of the extended interface (plain ops arrive wrapped in PlainRowOp).
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __device__ __forceinline__ void row_staged_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                 typename Op::Stat* slots, typename Op::Stat* cluster_slot,
@@ -159,14 +163,6 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) row_staged_kernel(RowArgs
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
   row_staged_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kCluster>(args, NoRowExtra{}, slots, &cluster_slot, stages);
-}
-
-template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
-__global__ void __launch_bounds__(kMaxBlockThreads, 1)
-row_staged_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int stages) {
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_staged_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot, stages);
 }
 
 }  // namespace reducekit::kernels

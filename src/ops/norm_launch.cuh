@@ -176,7 +176,6 @@ Status forward_config(int64_t cols, int elem_bytes, RowKernelConfig* config) {
   limits.reread_above_words = reread_above_words_for(
       kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
   limits.reread_over_split = true;
-  limits.staged_from_row_bytes = kStagedFromRowBytes;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   *config = plan_row_kernel(cols, elem_bytes, kResidual ? 2 : 1, limits);
   return Status::ok();

@@ -67,7 +67,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES"))
     limits->reread_small_tiles_from_bytes = std::atoll(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_STAGED_FROM_ROW_BYTES")) limits->staged_from_row_bytes = std::atoll(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_STAGED_MIN_CLUSTER")) limits->staged_min_cluster = std::atoi(v);
   return Status::ok();
 }
 
@@ -111,11 +111,6 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct R
     else return kernels::row_ring_kernel_ext<T, Op, VEC, VPT, kAligned>;
   }
 };
-
-template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster, class... Extra> auto staged_kernel() {
-  if constexpr (sizeof...(Extra) == 0) return kernels::row_staged_kernel<T, Op, VEC, VPT, kAligned, kCluster>;
-  else return kernels::row_staged_kernel_ext<T, Op, VEC, VPT, kAligned, kCluster>;
-}
 
 // The largest instantiated tile with at most `vpt` vectors a thread, up to kMaxVpt (the
 // planner's cap for the dtype and input count; larger tiles would spill).
@@ -239,7 +234,7 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
 }
 
 template <typename T, class Op, bool kAligned, class... Extra>
-Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, cudaStream_t stream,
+Status launch_row_op_aligned(RowArgsFor<T, Op> args, RowKernelConfig c, cudaStream_t stream,
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
   constexpr int64_t kMaxGrid = 0x7fffffff;
@@ -255,16 +250,22 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
   if (c.stages > 0) {
-    // As many CTAs (clusters) as stay resident; each loops over its rows.
-    if (c.vpt != kMaxVpt || c.stages > kMaxRowStages)
-      return Status::unsupported("row plan: staged rows take the largest tile and at most two buffers");
-    auto kernel = c.cluster > 1 ? staged_kernel<T, Op, VEC, kMaxVpt, kAligned, true, Extra...>()
-                                : staged_kernel<T, Op, VEC, kMaxVpt, kAligned, false, Extra...>();
-    REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_staged_kernel"));
-    int groups = 0;
-    REDUCEKIT_RETURN_IF_ERROR(resident_clusters(kernel, c.threads, c.smem_bytes, c.cluster, &groups));
-    const int64_t grid = std::min<int64_t>(args.rows, groups) * c.cluster;
-    return launch_blocks(kernel, grid, c, stream, "row_staged_kernel", args, extra..., c.stages);
+    // Staged kernels exist for the rows the planner stages: 16-bit one-input plain ops. Others
+    // (a tuning knob asked) run the same rows on the block kernels, without the buffers.
+    if constexpr (sizeof(T) == 2 && Op::kInputs == 1 && sizeof...(Extra) == 0) {
+      // As many CTAs (clusters) as stay resident; each loops over its rows.
+      if (c.vpt != kMaxVpt || c.stages > kMaxRowStages)
+        return Status::unsupported("row plan: staged rows take the largest tile and at most two buffers");
+      auto kernel = c.cluster > 1 ? kernels::row_staged_kernel<T, Op, VEC, kMaxVpt, kAligned, true>
+                                  : kernels::row_staged_kernel<T, Op, VEC, kMaxVpt, kAligned, false>;
+      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_staged_kernel"));
+      int groups = 0;
+      REDUCEKIT_RETURN_IF_ERROR(resident_clusters(kernel, c.threads, c.smem_bytes, c.cluster, &groups));
+      const int64_t grid = std::min<int64_t>(args.rows, groups) * c.cluster;
+      return launch_blocks(kernel, grid, c, stream, "row_staged_kernel", args, c.stages);
+    }
+    c.stages = 0;
+    c.smem_bytes = 0;
   }
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {

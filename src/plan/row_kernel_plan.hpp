@@ -99,15 +99,13 @@ struct RowKernelLimits {
   // split (run 27: layer_norm 1663 against 1269 GB/s, rms_norm 2114 / 1796, add_layer_norm
   // 2201 / 1522, add_rms_norm 2250 / 1921); softmax's split rows won there (run 23).
   bool reread_over_split = false;
-  // One-tile rows of at least this many bytes (all inputs) whose tiles are the largest size
-  // are staged (RowKernelConfig::stages): each CTA's share of the next rows arrives in shared
-  // memory by bulk copies while the current row is reduced from registers. 0: never; the ops
-  // set kStagedFromRowBytes. Staged rows take neither the ring, the re-read nor the split plan.
-  int64_t staged_from_row_bytes = 0;
+  // One-tile rows held by a cluster of at least this many CTAs are staged (RowKernelConfig::
+  // stages): CTAs loop over rows, each CTA's share of the next rows arriving in shared memory by
+  // bulk copies while the current row is reduced from registers. 0: never. Staged rows take
+  // neither the ring, the re-read nor the split plan. Set for 16-bit softmax / log_softmax by
+  // staged_min_cluster_for.
+  int staged_min_cluster = 0;
 };
-
-// The ops' staged_from_row_bytes.
-constexpr int64_t kStagedFromRowBytes = int64_t(64) << 10;
 
 // reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).
 constexpr int kRereadPastOneCta = kRowTileWords;
@@ -122,6 +120,9 @@ enum class RowFamily {
 
 // The shipped reread_above_words of a family's rows of `elem_bytes` elements.
 int reread_above_words_for(RowFamily family, int elem_bytes);
+
+// The shipped staged_min_cluster of a family's rows of `elem_bytes` elements and `inputs` inputs.
+int staged_min_cluster_for(RowFamily family, int elem_bytes, int inputs);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and

@@ -444,50 +444,72 @@ TEST(RowKernelPlan, RereadOverSplitDropsTheSplitPlanOfRereadRowsOnly) {
   EXPECT_GT(plan_row_kernel(1 << 19, 2, 2, limits).split.chunks, 0) << "nor 1 MiB rows of two inputs";
 }
 
-// Staged rows (the ops' kStagedFromRowBytes): one-tile rows of the largest tile from 64 KiB keep
-// their CTAs, cluster and tile, and take two row buffers where two fit the CTA's shared memory,
-// else one; no ring, no split plan, no re-read. Everything else plans as without staging.
+// Staged rows: one-tile rows of the largest tile held by clusters of at least staged_min_cluster
+// CTAs keep their CTAs, cluster and tile, and take two row buffers where two fit the CTA's shared
+// memory, else one; no ring, no split plan, no re-read. Everything else plans as without staging.
 TEST(RowKernelPlan, StagedRowsKeepTheirLayoutWithOneOrTwoBuffers) {
-  RowKernelLimits staged = h200_limits();
-  staged.staged_from_row_bytes = kStagedFromRowBytes;
-  staged.reread_above_words = kRereadPastOneCta;
-  for (int elem : {2, 4, 8}) {
-    for (int inputs : {1, 2}) {
-      for (int64_t n : row_lengths()) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
-        RowKernelLimits held_limits = staged;
-        held_limits.staged_from_row_bytes = 0;
-        held_limits.reread_above_words = 0;
-        const RowKernelConfig held = plan_row_kernel(n, elem, inputs, held_limits);
-        const RowKernelConfig c = plan_row_kernel(n, elem, inputs, staged);
-        const int max_vpt = 64 / (16 / elem * (elem == 8 ? 2 : 1) * inputs);
-        const bool want_staged = held.kind == RowKernelKind::kBlock && held.tiles == 1 && held.vpt == max_vpt &&
-                                 n * elem * inputs >= kStagedFromRowBytes;
-        EXPECT_EQ(c.stages > 0, want_staged);
-        if (!want_staged) continue;
-        EXPECT_EQ(c.threads, held.threads);
-        EXPECT_EQ(c.vpt, held.vpt);
-        EXPECT_EQ(c.cluster, held.cluster);
-        EXPECT_EQ(c.tiles, 1);
-        EXPECT_EQ(c.ring, 0);
-        EXPECT_EQ(c.split.chunks, 0);
-        const std::size_t buffer = std::size_t(inputs) * c.vpt * (c.threads + 1) * 16;
-        EXPECT_EQ(c.stages, 2 * buffer <= staged.max_smem_per_block ? 2 : 1);
-        EXPECT_EQ(c.smem_bytes, c.stages * buffer);
-        EXPECT_LE(c.smem_bytes, staged.max_smem_per_block);
+  for (int min_cluster : {1, 5}) {
+    RowKernelLimits staged = h200_limits();
+    staged.staged_min_cluster = min_cluster;
+    staged.reread_above_words = kRereadPastOneCta;
+    RowKernelLimits held_limits = staged;
+    held_limits.staged_min_cluster = 0;
+    held_limits.reread_above_words = 0;
+    for (int elem : {2, 4, 8}) {
+      for (int inputs : {1, 2}) {
+        for (int64_t n : row_lengths()) {
+          SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs << " min cluster "
+                                          << min_cluster);
+          const RowKernelConfig held = plan_row_kernel(n, elem, inputs, held_limits);
+          const RowKernelConfig c = plan_row_kernel(n, elem, inputs, staged);
+          const int max_vpt = 64 / (16 / elem * (elem == 8 ? 2 : 1) * inputs);
+          const bool want_staged = held.kind == RowKernelKind::kBlock && held.tiles == 1 && held.vpt == max_vpt &&
+                                   held.cluster >= min_cluster;
+          EXPECT_EQ(c.stages > 0, want_staged);
+          if (!want_staged) continue;
+          EXPECT_EQ(c.threads, held.threads);
+          EXPECT_EQ(c.vpt, held.vpt);
+          EXPECT_EQ(c.cluster, held.cluster);
+          EXPECT_EQ(c.tiles, 1);
+          EXPECT_EQ(c.ring, 0);
+          EXPECT_EQ(c.split.chunks, 0);
+          const std::size_t buffer = std::size_t(inputs) * c.vpt * (c.threads + 1) * 16;
+          EXPECT_EQ(c.stages, 2 * buffer <= staged.max_smem_per_block ? 2 : 1);
+          EXPECT_EQ(c.smem_bytes, c.stages * buffer);
+          EXPECT_LE(c.smem_bytes, staged.max_smem_per_block);
+        }
       }
     }
   }
-  // The vocabulary rows: 16-bit 50257 on a 2-CTA cluster, two 64 KiB buffers; float32 on a 2-CTA
-  // cluster of 64-value tiles, one 128 KiB buffer.
-  const RowKernelConfig bf16 = plan_row_kernel(50257, 2, 1, staged);
-  EXPECT_EQ(bf16.cluster, 2);
-  EXPECT_EQ(bf16.stages, 2);
-  const RowKernelConfig fp32 = plan_row_kernel(50257, 4, 1, staged);
-  EXPECT_EQ(fp32.cluster, 2);
-  EXPECT_EQ(fp32.stages, 1);
-  EXPECT_EQ(plan_row_kernel(32767, 2, 1, staged).stages, 0) << "one element short of 64 KiB";
-  EXPECT_EQ(plan_row_kernel(16384, 4, 1, staged).stages, 0) << "64 KiB in 32-value tiles: not the largest tile";
+  // Every one-tile row of the largest tile: 16-bit 50257 on a 2-CTA cluster, two 64 KiB buffers;
+  // float32 on a 2-CTA cluster of 64-value tiles, one 128 KiB buffer.
+  RowKernelLimits every = h200_limits();
+  every.staged_min_cluster = 1;
+  EXPECT_EQ(plan_row_kernel(50257, 2, 1, every).cluster, 2);
+  EXPECT_EQ(plan_row_kernel(50257, 2, 1, every).stages, 2);
+  EXPECT_EQ(plan_row_kernel(50257, 4, 1, every).cluster, 2);
+  EXPECT_EQ(plan_row_kernel(50257, 4, 1, every).stages, 1);
+  EXPECT_EQ(plan_row_kernel(16384, 4, 1, every).stages, 0) << "64 KiB in 32-value tiles: not the largest tile";
+}
+
+// The shipped rule: 16-bit softmax / log_softmax rows of 5-CTA clusters and more (the rows that
+// would otherwise split), nothing else.
+TEST(RowKernelPlan, StagedByDefaultOnlySixteenBitSoftmaxRowsOfLargeClusters) {
+  const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
+    RowKernelLimits limits = h200_limits();
+    limits.staged_min_cluster = staged_min_cluster_for(family, elem, inputs);
+    limits.reread_above_words = reread_above_words_for(family, elem);
+    return plan_row_kernel(n, elem, inputs, limits);
+  };
+  EXPECT_EQ(plan(RowFamily::kRowwise, 151936, 2, 1).cluster, 5);
+  EXPECT_GT(plan(RowFamily::kRowwise, 151936, 2, 1).stages, 0);
+  EXPECT_GT(plan(RowFamily::kRowwise, 262144, 2, 1).stages, 0);
+  EXPECT_EQ(plan(RowFamily::kRowwise, 128256, 2, 1).stages, 0) << "4-CTA cluster rows re-read";
+  EXPECT_EQ(plan(RowFamily::kRowwise, 50257, 2, 1).stages, 0);
+  EXPECT_EQ(plan(RowFamily::kRowwise, 262144, 4, 1).stages, 0) << "float32";
+  EXPECT_EQ(plan(RowFamily::kRowwise, 131072, 2, 2).stages, 0) << "backward";
+  for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kNormForward, RowFamily::kNormBackward})
+    for (int elem : {2, 4, 8}) EXPECT_EQ(staged_min_cluster_for(family, elem, 1), 0);
 }
 
 TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
