@@ -94,16 +94,6 @@ constexpr int kRowMinCtas = kElemBytes == 2 && kValues <= 16 && !kCluster ? 4 : 
 // 4096x12800 1834 -> 2064 GB/s, rms_norm 3060 -> 3140. Larger ring tiles keep no bound (0
 // leaves it out; a bound of 1 changes ptxas's choices).
 template <int kValues> constexpr int kRingMinCtas = kValues <= 32 ? 2 : 0;
-// Stream kernels of re-read rows' small tiles (kRereadTileWords, row_kernel_plan.hpp) are held
-// to two 512-thread CTAs an SM (64 registers): their point is several rows' reductions
-// overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
-// CTA an SM. Small tiles (kRereadSmallTileWords: one vector, 4-8 words) are held to four (32
-// registers), as torch.compile's norm kernels run (run 26). Counted in accumulator words a
-// thread; the largest tiles keep no bound (0 leaves it out).
-template <int kWords> constexpr int kStreamMinCtas = kWords <= 8 ? 4 : kWords <= 16 ? 2 : 0;
-template <typename T, class Op, int VEC, int VPT>
-constexpr int kStreamTileWords = VEC * VPT * Op::kInputs * int(sizeof(acc_t<T>) / sizeof(float));
-
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
 };
@@ -729,70 +719,6 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
   }
 }
 
-// Rows longer than a cluster's registers: each thread streams through `tiles` tiles, the
-// statistics merged online (see the engine's description above).
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
-                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
-                                                int stash_tiles) {
-  constexpr int NIN = Op::kInputs;
-  using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
-  extern __shared__ __align__(16) unsigned char stash_bytes[];
-  auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
-
-  const RowPlace at = row_place();
-  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
-  const int threads = blockDim.x;
-  const int tile_vectors = VPT * step;
-  const int stash_stride = NIN * VPT * threads;  // packs per stashed tile
-  const int cols = args.cols;
-
-  for (int64_t row = at.first; row < args.rows; row += at.groups) {
-    const T* in[NIN];
-#pragma unroll
-    for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
-    T* out = args.out + row * args.out_stride;
-    T* out2 = nullptr;
-    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
-
-    // Tiles 0 .. stash_tiles-1 go to shared memory asynchronously, all in flight together,
-    // and are folded first; the rest stream through registers, and the last stays there for
-    // the output pass. One tile is live at a time, so tiles can use all the registers.
-    typename Op::Stat stat = Op::identity(), last = Op::identity();
-    Tile tile;
-    if (stash_tiles > 0) {
-      for (int t = 0; t < stash_tiles; ++t)
-        Tile::prefetch(in, cols, me + t * tile_vectors, step, stash + t * stash_stride, threadIdx.x, threads);
-      __pipeline_commit();
-      __pipeline_wait_prior(0);
-      for (int t = 0; t < stash_tiles; ++t) {
-        tile.template unstash<Op>(stash + t * stash_stride, cols, me + t * tile_vectors, step, threadIdx.x, threads);
-        stat = Op::merge(stat, fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values));
-      }
-    }
-    for (int t = stash_tiles; t < tiles; ++t) {
-      tile.template load<Op>(in, cols, me + t * tile_vectors, step);
-      last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
-      stat = Op::merge(stat, last);
-    }
-    stat = block_reduce<Op>(stat, slots);
-    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
-    const typename Op::Params p =
-        finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
-
-    // Last tile first: it is still in registers, folded. The others are fetched and folded
-    // again (same inputs, same bits): from shared memory if parked, else from global memory.
-    tile.template store<Op>(out, out2, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last), extra);
-    for (int t = tiles - 2; t >= 0; --t) {
-      const int first = me + t * tile_vectors;
-      if (t < stash_tiles) tile.template unstash<Op>(stash + t * stash_stride, cols, first, step, threadIdx.x, threads);
-      else tile.template load<Op>(in, cols, first, step);
-      const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
-      tile.template store<Op>(out, out2, cols, first, step, Op::local(p, again), extra);
-    }
-  }
-}
-
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinCtas<sizeof(T), VEC * VPT * Op::kInputs, kCluster>)
 row_block_kernel(RowArgs<T, Op::kInputs> args) {
@@ -807,22 +733,6 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
   row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot);
-}
-
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
-row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_stream_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot, tiles, stash_tiles);
-}
-
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
-row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_stream_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot, tiles, stash_tiles);
 }
 
 }  // namespace reducekit::kernels

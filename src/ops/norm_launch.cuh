@@ -176,6 +176,7 @@ Status forward_config(int64_t cols, int elem_bytes, RowKernelConfig* config) {
   limits.reread_above_words = reread_above_words_for(
       kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
   limits.reread_over_split = true;
+  limits.reread_stash_bytes = kRereadStashBytes;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   *config = plan_row_kernel(cols, elem_bytes, kResidual ? 2 : 1, limits);
   return Status::ok();

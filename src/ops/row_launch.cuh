@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "kernels/row_engine.cuh"
-#include "kernels/row_staged.cuh"
+#include "kernels/row_stream.cuh"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/status.hpp"
@@ -67,7 +67,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES"))
     limits->reread_small_tiles_from_bytes = std::atoll(v);
   if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_STAGED_MIN_CLUSTER")) limits->staged_min_cluster = std::atoi(v);
+  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_STASH_BYTES")) limits->reread_stash_bytes = std::atoll(v);
   return Status::ok();
 }
 
@@ -101,9 +101,10 @@ template <typename T, class Op, int VEC, bool kAligned, bool kCluster, class... 
     else return kernels::row_block_kernel_ext<T, Op, VEC, VPT, kAligned, kCluster>;
   }
 };
-template <typename T, class Op, int VEC, int VPT, bool kAligned, class... Extra> auto stream_kernel() {
-  if constexpr (sizeof...(Extra) == 0) return kernels::row_stream_kernel<T, Op, VEC, VPT, kAligned>;
-  else return kernels::row_stream_kernel_ext<T, Op, VEC, VPT, kAligned>;
+// kBulkStash: re-read rows' stash (bulk copies); held rows' stash takes cp.async.
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash, class... Extra> auto stream_kernel() {
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_stream_kernel<T, Op, VEC, VPT, kAligned, kBulkStash>;
+  else return kernels::row_stream_kernel_ext<T, Op, VEC, VPT, kAligned, kBulkStash>;
 }
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
   template <int VPT> static auto get() {
@@ -148,40 +149,6 @@ inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, i
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
     return launch_status("occupancy query");
   *ctas = cache[key] = std::max(1, per_sm) * sms;
-  return Status::ok();
-}
-
-// Clusters of `cluster` CTAs of `kernel` the whole device holds at once, cached as resident_ctas.
-// Clusters must fit in one GPC, so this can be fewer than the resident CTAs over the cluster size.
-template <class... KernelArgs>
-Status resident_clusters(void (*kernel)(KernelArgs...), int threads, std::size_t smem, int cluster, int* clusters) {
-  if (cluster == 1) return resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, clusters);
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, std::size_t, int, int>, int> cache;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, smem, cluster, device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache.find(key); it != cache.end()) {
-    *clusters = it->second;
-    return Status::ok();
-  }
-  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-    return launch_status("occupancy query");
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = smem;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) return launch_status("occupancy query");
-  *clusters = cache[key] = std::max(1, n);
   return Status::ok();
 }
 
@@ -234,7 +201,7 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
 }
 
 template <typename T, class Op, bool kAligned, class... Extra>
-Status launch_row_op_aligned(RowArgsFor<T, Op> args, RowKernelConfig c, cudaStream_t stream,
+Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, cudaStream_t stream,
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
   constexpr int64_t kMaxGrid = 0x7fffffff;
@@ -249,24 +216,6 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, RowKernelConfig c, cudaStre
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
-  if (c.stages > 0) {
-    // Staged kernels exist for the rows the planner stages: 16-bit one-input plain ops. Others
-    // (a tuning knob asked) run the same rows on the block kernels, without the buffers.
-    if constexpr (sizeof(T) == 2 && Op::kInputs == 1 && sizeof...(Extra) == 0) {
-      // As many CTAs (clusters) as stay resident; each loops over its rows.
-      if (c.vpt != kMaxVpt || c.stages > kMaxRowStages)
-        return Status::unsupported("row plan: staged rows take the largest tile and at most two buffers");
-      auto kernel = c.cluster > 1 ? kernels::row_staged_kernel<T, Op, VEC, kMaxVpt, kAligned, true>
-                                  : kernels::row_staged_kernel<T, Op, VEC, kMaxVpt, kAligned, false>;
-      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_staged_kernel"));
-      int groups = 0;
-      REDUCEKIT_RETURN_IF_ERROR(resident_clusters(kernel, c.threads, c.smem_bytes, c.cluster, &groups));
-      const int64_t grid = std::min<int64_t>(args.rows, groups) * c.cluster;
-      return launch_blocks(kernel, grid, c, stream, "row_staged_kernel", args, c.stages);
-    }
-    c.stages = 0;
-    c.smem_bytes = 0;
-  }
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {
       if (c.cluster > 1) return Status::unsupported("row plan: ring rows are one-CTA rows");
@@ -288,21 +237,20 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, RowKernelConfig c, cudaStre
     constexpr int kRereadVpt = reread_vpt(kRereadTileWords, VEC, kAccWords, Op::kInputs);
     constexpr int kRereadSmallVpt = reread_vpt(kRereadSmallTileWords, VEC, kAccWords, Op::kInputs);
     static_assert(kRereadVpt < kMaxVpt, "re-read tiles are the smaller streamed size");
-    if (c.stash_tiles == 0 && c.cluster == 1) {
+    if (c.cluster == 1 && (c.vpt == kRereadVpt || c.vpt == kRereadSmallVpt)) {
+      if (c.stash_tiles > kMaxBulkStashTiles) return Status::unsupported("row plan: too many re-read tiles parked");
       if (c.vpt == kRereadVpt) {
-        auto kernel = stream_kernel<T, Op, VEC, kRereadVpt, kAligned, Extra...>();
-        return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, 0);
+        auto kernel = stream_kernel<T, Op, VEC, kRereadVpt, kAligned, true, Extra...>();
+        return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
       }
       if constexpr (kRereadSmallVpt < kRereadVpt) {
-        if (c.vpt == kRereadSmallVpt) {
-          auto kernel = stream_kernel<T, Op, VEC, kRereadSmallVpt, kAligned, Extra...>();
-          return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, 0);
-        }
+        auto kernel = stream_kernel<T, Op, VEC, kRereadSmallVpt, kAligned, true, Extra...>();
+        return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
       }
     }
     if (c.vpt != kMaxVpt)
       return Status::unsupported("row plan: streamed tiles must be of the largest size or a re-read size");
-    auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, Extra...>();
+    auto kernel = stream_kernel<T, Op, VEC, kMaxVpt, kAligned, false, Extra...>();
     return launch_blocks(kernel, grid, c, stream, "row_stream_kernel", args, extra..., c.tiles, c.stash_tiles);
   }
   // Block kernels take one row a CTA (cluster) and no more: the grid must hold every row.

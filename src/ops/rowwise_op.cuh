@@ -39,10 +39,11 @@ Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)
   else return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
 }
 
-// Device limits with the rowwise ops' settings, for ops of `inputs` inputs.
-inline Status rowwise_limits(int elem_bytes, int inputs, RowKernelLimits* limits) {
+// Device limits with the rowwise ops' settings.
+inline Status rowwise_limits(int elem_bytes, RowKernelLimits* limits) {
   limits->reread_above_words = reread_above_words_for(RowFamily::kRowwise, elem_bytes);
-  limits->staged_min_cluster = staged_min_cluster_for(RowFamily::kRowwise, elem_bytes, inputs);
+  limits->reread_stash_bytes = kRereadStashBytes;
+  limits->reread_over_split = true;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(limits));
   // With 32 values a thread, softmax's direct loads keep enough bytes in flight while tiles are
   // small (several CTAs an SM); the ring pays only from 32 KB tiles, 1-2 CTAs an SM (run 11:
@@ -91,7 +92,7 @@ Status rowwise_workspace(const TensorView& x, const char* x_name, int64_t dim, R
   REDUCEKIT_RETURN_IF_ERROR(detail::check_row_length(plan.cols, x_name));
   RowKernelLimits limits;
   const int elem_bytes = static_cast<int>(dtype_size(x.dtype));
-  REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(elem_bytes, 1, &limits));
+  REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(elem_bytes, &limits));
   const RowKernelConfig config = plan_row_kernel(plan.cols, elem_bytes, 1, limits);
   *need = row_split_workspace(config, plan.rows, detail::stat_bytes<OpFor>(x.dtype));
   return Status::ok();
@@ -133,7 +134,7 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
     aligned = aligned && reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (rows == 1 || plans[i].row_stride % vec == 0);
   }
   RowKernelLimits limits;
-  REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(elem_bytes, NIN, &limits));
+  REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(elem_bytes, &limits));
   const RowKernelConfig config = plan_row_kernel(cols, elem_bytes, NIN, limits);
 
   RowSplitBuffers split;

@@ -166,24 +166,12 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   // A row one tile covers takes the block kernel: no warps of padding only.
   if (c.tiles == 1) c.threads = static_cast<int>(std::min<int64_t>(c.threads, 32 * ceil_div(ceil_div(vectors, c.vpt), 32)));
   if (!limits.reread_over_split) c.split = held.split;
+  const std::size_t tile_bytes = bulk_stash_tile_bytes(c.threads, c.vpt, inputs);
+  const std::size_t budget = std::min(limits.reread_stash_bytes, limits.max_smem_per_block);
+  c.stash_tiles = static_cast<int>(std::min<int64_t>({c.tiles - 1, static_cast<int64_t>(budget / tile_bytes),
+                                                      int64_t(kMaxBulkStashTiles)}));
+  c.smem_bytes = c.stash_tiles * tile_bytes;
   return c;
-}
-
-// A held one-tile row as a staged row (RowKernelLimits::staged_min_cluster): the same CTAs
-// and tile, looping over rows, with two row buffers where they fit and one otherwise (the
-// registers then hold the current row while the buffer takes the next).
-bool stage_rows(RowKernelConfig* c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  const int max_vpt = std::max(1, kRowTileWords / (c->vec * acc_words(elem_bytes) * inputs));
-  if (limits.staged_min_cluster <= 0 || c->kind != RowKernelKind::kBlock || c->tiles != 1 || c->vpt != max_vpt ||
-      c->cluster < limits.staged_min_cluster)
-    return false;
-  const std::size_t buffer = staged_buffer_bytes(c->threads, c->vpt, inputs);
-  if (buffer > limits.max_smem_per_block) return false;
-  c->stages = 2 * buffer <= limits.max_smem_per_block ? 2 : 1;
-  c->smem_bytes = c->stages * buffer;
-  c->ring = 0;
-  c->split = RowSplitConfig{};
-  return true;
 }
 
 }  // namespace
@@ -203,16 +191,8 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
   return elem_bytes == 2 ? kRereadPastOneCta : 0;
 }
 
-int staged_min_cluster_for(RowFamily family, int elem_bytes, int inputs) {
-  // Measured against the shipped plans (bench/results/LOG.md, "Staged rows"): 16-bit softmax
-  // rows of 5-8-CTA clusters gain 17-26% over split rows; shorter rows lose to re-read rows,
-  // float32 rows to the block kernel, and every norm to its shipped plan.
-  return family == RowFamily::kRowwise && elem_bytes == 2 && inputs == 1 ? 5 : 0;
-}
-
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
-  if (stage_rows(&held, elem_bytes, inputs, limits)) return held;
+  const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;

@@ -99,13 +99,14 @@ struct RowKernelLimits {
   // split (run 27: layer_norm 1663 against 1269 GB/s, rms_norm 2114 / 1796, add_layer_norm
   // 2201 / 1522, add_rms_norm 2250 / 1921); softmax's split rows won there (run 23).
   bool reread_over_split = false;
-  // One-tile rows held by a cluster of at least this many CTAs are staged (RowKernelConfig::
-  // stages): CTAs loop over rows, each CTA's share of the next rows arriving in shared memory by
-  // bulk copies while the current row is reduced from registers. 0: never. Staged rows take
-  // neither the ring, the re-read nor the split plan. Set for 16-bit softmax / log_softmax by
-  // staged_min_cluster_for.
-  int staged_min_cluster = 0;
+  // Re-read rows park up to this many bytes of their tiles (all but the last) in shared memory,
+  // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
+  // first has the whole stash in flight at once. 0: none (both passes read global memory).
+  std::size_t reread_stash_bytes = 0;
 };
+
+// The ops' reread_stash_bytes: two such CTAs fit an SM.
+constexpr std::size_t kRereadStashBytes = 110 * 1024;
 
 // reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).
 constexpr int kRereadPastOneCta = kRowTileWords;
@@ -120,9 +121,6 @@ enum class RowFamily {
 
 // The shipped reread_above_words of a family's rows of `elem_bytes` elements.
 int reread_above_words_for(RowFamily family, int elem_bytes);
-
-// The shipped staged_min_cluster of a family's rows of `elem_bytes` elements and `inputs` inputs.
-int staged_min_cluster_for(RowFamily family, int elem_bytes, int inputs);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and
@@ -155,7 +153,6 @@ struct RowKernelConfig {
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
                                // (max then sum, sum then squared deviations) instead of one merged
-  int stages = 0;    // kBlock, one tile: row buffers a looping CTA fills by bulk copies (0: none)
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols.
@@ -168,10 +165,11 @@ struct RowKernelConfig {
 // Rows a looping CTA has streaming into shared memory ahead of the one it reduces.
 constexpr int kRowRing = 2;
 
-// Staged rows (row_staged.cuh): at most this many row buffers a CTA, each holding a tile slot's
-// vectors and the granule after them, per slot and input.
-constexpr int kMaxRowStages = 2;
-constexpr std::size_t staged_buffer_bytes(int threads, int vpt, int inputs) {
+// Re-read rows' parked tiles (RowKernelLimits::reread_stash_bytes) arrive by bulk copies into
+// buffers of one 16-byte granule more than the tile a slot (row_stream.cuh), each tile on its own
+// barrier: at most this many.
+constexpr int kMaxBulkStashTiles = 32;
+constexpr std::size_t bulk_stash_tile_bytes(int threads, int vpt, int inputs) {
   return std::size_t(inputs) * vpt * (threads + 1) * 16;
 }
 

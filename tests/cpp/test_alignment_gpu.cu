@@ -223,31 +223,28 @@ TEST(AlignmentGpu, RowOpsGiveTheSameBitsAtEveryOffsetAndStride) {
   check_same_bits_at_every_alignment<double>(RowOp::kLayerNorm, {3, 1001, 4099});
 }
 
-// Staged rows (row_staged.cuh) lay a row onto threads as the register kernels do, so they give
-// the same bits as the block kernel (staging and re-reading switched off), at every alignment.
-// Every row the staged kernels can take is staged here (one CTA, 2- and 5-CTA clusters), and
-// there are more rows than resident CTAs, so every CTA loops and both row buffers turn over.
-template <typename T> void check_staged_like_block_kernels(RowOp op, std::initializer_list<int64_t> lengths) {
+// Re-read rows park their first tiles in shared memory by bulk copies (row_stream.cuh); the
+// tiles, thread layout and combine order are those of the unparked rows, so both give the same
+// bits at every alignment. Lengths of 13 and 65 tiles (all but the last parked; the stash budget
+// holds 13, the rest read again through L2), one or two inputs, with and without per-column
+// parameters.
+template <typename T> void check_parked_like_unparked(RowOp op, std::initializer_list<int64_t> lengths) {
   for (int64_t cols : lengths) {
-    const int64_t rows = cols <= 32768 ? 400 : cols <= 65536 ? 200 : 100;
+    const int64_t rows = cols > 100000 ? 40 : 150;
     SCOPED_TRACE(testing::Message() << name_of(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << rows
                                     << " cols=" << cols);
-    for (const Placement& p : {Placement{(8 - cols % 8) % 8, 0, 0}, Placement{1, 3, 6}}) {
+    for (const Placement& p : {Placement{(8 - cols % 8) % 8, 0, 0}, Placement{1, 3, 6}, Placement{0, 5, 2}}) {
       SCOPED_TRACE(testing::Message() << "stride cols+" << p.stride_pad << " offsets in " << p.in_offset << " out "
                                       << p.out_offset);
-      std::vector<std::vector<T>> want, got;
+      std::vector<std::vector<T>> want;
       {
-        const ScopedKnob no_staging("REDUCEKIT_TUNE_STAGED_MIN_CLUSTER", "0");
-        const ScopedKnob no_reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "0");
+        const ScopedKnob unparked("REDUCEKIT_TUNE_REREAD_STASH_BYTES", "0");
         want = run_placed<T>(op, rows, cols, p);
-      }
-      {
-        const ScopedKnob every_row("REDUCEKIT_TUNE_STAGED_MIN_CLUSTER", "1");
-        got = run_placed<T>(op, rows, cols, p);
       }
       for (const auto& o : want)
         ASSERT_TRUE(std::all_of(o.begin(), o.end(), [](T v) { return std::isfinite(to_double(v)); }))
-            << "the block kernel left an output unwritten or not finite";
+            << "the unparked run left an output unwritten or not finite";
+      const auto got = run_placed<T>(op, rows, cols, p);
       ASSERT_EQ(got.size(), want.size());
       for (std::size_t o = 0; o < got.size(); ++o)
         EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
@@ -255,12 +252,12 @@ template <typename T> void check_staged_like_block_kernels(RowOp op, std::initia
   }
 }
 
-TEST(AlignmentGpu, StagedRowsGiveTheBlockKernelsBits) {
+TEST(AlignmentGpu, ParkedRereadRowsGiveTheUnparkedBits) {
   REDUCEKIT_REQUIRE_GPU();
-  for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax}) {
-    check_staged_like_block_kernels<__nv_bfloat16>(op, {32768, 50257, 131073});
-    check_staged_like_block_kernels<__half>(op, {151937});
-  }
+  for (RowOp op : {RowOp::kSoftmax, RowOp::kSoftmaxBackward, RowOp::kLayerNorm, RowOp::kRmsNorm, RowOp::kAddLayerNorm})
+    check_parked_like_unparked<__nv_bfloat16>(op, {50257});
+  check_parked_like_unparked<__nv_bfloat16>(RowOp::kSoftmax, {262147});
+  check_parked_like_unparked<float>(RowOp::kLayerNorm, {50257});
 }
 
 }  // namespace

@@ -444,72 +444,42 @@ TEST(RowKernelPlan, RereadOverSplitDropsTheSplitPlanOfRereadRowsOnly) {
   EXPECT_GT(plan_row_kernel(1 << 19, 2, 2, limits).split.chunks, 0) << "nor 1 MiB rows of two inputs";
 }
 
-// Staged rows: one-tile rows of the largest tile held by clusters of at least staged_min_cluster
-// CTAs keep their CTAs, cluster and tile, and take two row buffers where two fit the CTA's shared
-// memory, else one; no ring, no split plan, no re-read. Everything else plans as without staging.
-TEST(RowKernelPlan, StagedRowsKeepTheirLayoutWithOneOrTwoBuffers) {
-  for (int min_cluster : {1, 5}) {
-    RowKernelLimits staged = h200_limits();
-    staged.staged_min_cluster = min_cluster;
-    staged.reread_above_words = kRereadPastOneCta;
-    RowKernelLimits held_limits = staged;
-    held_limits.staged_min_cluster = 0;
-    held_limits.reread_above_words = 0;
-    for (int elem : {2, 4, 8}) {
-      for (int inputs : {1, 2}) {
-        for (int64_t n : row_lengths()) {
-          SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs << " min cluster "
-                                          << min_cluster);
-          const RowKernelConfig held = plan_row_kernel(n, elem, inputs, held_limits);
-          const RowKernelConfig c = plan_row_kernel(n, elem, inputs, staged);
-          const int max_vpt = 64 / (16 / elem * (elem == 8 ? 2 : 1) * inputs);
-          const bool want_staged = held.kind == RowKernelKind::kBlock && held.tiles == 1 && held.vpt == max_vpt &&
-                                   held.cluster >= min_cluster;
-          EXPECT_EQ(c.stages > 0, want_staged);
-          if (!want_staged) continue;
-          EXPECT_EQ(c.threads, held.threads);
-          EXPECT_EQ(c.vpt, held.vpt);
-          EXPECT_EQ(c.cluster, held.cluster);
-          EXPECT_EQ(c.tiles, 1);
-          EXPECT_EQ(c.ring, 0);
-          EXPECT_EQ(c.split.chunks, 0);
-          const std::size_t buffer = std::size_t(inputs) * c.vpt * (c.threads + 1) * 16;
-          EXPECT_EQ(c.stages, 2 * buffer <= staged.max_smem_per_block ? 2 : 1);
-          EXPECT_EQ(c.smem_bytes, c.stages * buffer);
-          EXPECT_LE(c.smem_bytes, staged.max_smem_per_block);
+// Re-read rows park all their tiles but the last in shared memory, as many as the stash budget
+// and kMaxBulkStashTiles allow, each tile in a buffer of one granule more a slot; everything
+// else about the plan stays as without a stash, and rows that do not re-read park nothing new.
+TEST(RowKernelPlan, RereadRowsParkTilesUpToTheStashBudget) {
+  RowKernelLimits parked = h200_limits();
+  parked.reread_above_words = kRereadPastOneCta;
+  parked.reread_stash_bytes = kRereadStashBytes;
+  RowKernelLimits unparked = parked;
+  unparked.reread_stash_bytes = 0;
+  for (int elem : {2, 4, 8}) {
+    for (int inputs : {1, 2}) {
+      for (int64_t n : row_lengths()) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
+        const RowKernelConfig u = plan_row_kernel(n, elem, inputs, unparked);
+        const RowKernelConfig c = plan_row_kernel(n, elem, inputs, parked);
+        const bool reread = u.kind == RowKernelKind::kBlock && u.cluster == 1 && u.tiles > 1;
+        if (!reread) {
+          expect_same_layout(c, u);
+          continue;
         }
+        EXPECT_EQ(c.vpt, u.vpt);
+        EXPECT_EQ(c.threads, u.threads);
+        EXPECT_EQ(c.tiles, u.tiles);
+        EXPECT_EQ(c.cluster, 1);
+        EXPECT_EQ(u.stash_tiles, 0);
+        const std::size_t tile = std::size_t(inputs) * c.vpt * (c.threads + 1) * 16;
+        EXPECT_EQ(c.stash_tiles, std::min<int64_t>({c.tiles - 1, int64_t(kRereadStashBytes / tile), 32}));
+        EXPECT_EQ(c.smem_bytes, c.stash_tiles * tile);
+        EXPECT_LE(c.smem_bytes, kRereadStashBytes);
       }
     }
   }
-  // Every one-tile row of the largest tile: 16-bit 50257 on a 2-CTA cluster, two 64 KiB buffers;
-  // float32 on a 2-CTA cluster of 64-value tiles, one 128 KiB buffer.
-  RowKernelLimits every = h200_limits();
-  every.staged_min_cluster = 1;
-  EXPECT_EQ(plan_row_kernel(50257, 2, 1, every).cluster, 2);
-  EXPECT_EQ(plan_row_kernel(50257, 2, 1, every).stages, 2);
-  EXPECT_EQ(plan_row_kernel(50257, 4, 1, every).cluster, 2);
-  EXPECT_EQ(plan_row_kernel(50257, 4, 1, every).stages, 1);
-  EXPECT_EQ(plan_row_kernel(16384, 4, 1, every).stages, 0) << "64 KiB in 32-value tiles: not the largest tile";
-}
-
-// The shipped rule: 16-bit softmax / log_softmax rows of 5-CTA clusters and more (the rows that
-// would otherwise split), nothing else.
-TEST(RowKernelPlan, StagedByDefaultOnlySixteenBitSoftmaxRowsOfLargeClusters) {
-  const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
-    RowKernelLimits limits = h200_limits();
-    limits.staged_min_cluster = staged_min_cluster_for(family, elem, inputs);
-    limits.reread_above_words = reread_above_words_for(family, elem);
-    return plan_row_kernel(n, elem, inputs, limits);
-  };
-  EXPECT_EQ(plan(RowFamily::kRowwise, 151936, 2, 1).cluster, 5);
-  EXPECT_GT(plan(RowFamily::kRowwise, 151936, 2, 1).stages, 0);
-  EXPECT_GT(plan(RowFamily::kRowwise, 262144, 2, 1).stages, 0);
-  EXPECT_EQ(plan(RowFamily::kRowwise, 128256, 2, 1).stages, 0) << "4-CTA cluster rows re-read";
-  EXPECT_EQ(plan(RowFamily::kRowwise, 50257, 2, 1).stages, 0);
-  EXPECT_EQ(plan(RowFamily::kRowwise, 262144, 4, 1).stages, 0) << "float32";
-  EXPECT_EQ(plan(RowFamily::kRowwise, 131072, 2, 2).stages, 0) << "backward";
-  for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kNormForward, RowFamily::kNormBackward})
-    for (int elem : {2, 4, 8}) EXPECT_EQ(staged_min_cluster_for(family, elem, 1), 0);
+  const RowKernelConfig vocab = plan_row_kernel(50257, 2, 1, parked);
+  EXPECT_EQ(vocab.tiles, 13) << "6283 vectors, 512 a tile";
+  EXPECT_EQ(vocab.stash_tiles, 12) << "the whole row but its last tile";
+  EXPECT_EQ(plan_row_kernel(262144, 2, 1, parked).stash_tiles, 13) << "64 tiles: the budget's 13 parked";
 }
 
 TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {

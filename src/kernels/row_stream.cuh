@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+// The row engine's stream kernels (row_engine.cuh describes the engine): rows longer than a CTA's
+// (or cluster's) register tile, each thread streaming through several tiles, the first ones
+// parked in shared memory, the statistics merged online, then a second pass that folds each tile
+// again and writes it. Held rows (the largest tiles, clusters of 8-16) park what fits on chip;
+// re-read rows (small tiles, one CTA, row_kernel_plan.hpp) park up to their plan's stash by bulk
+// copies and read the rest again through L2.
+#pragma once
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+#include "kernels/bulk_stash.cuh"
+#include "kernels/row_engine.cuh"
+
+namespace reducekit::kernels {
+
+// Stream kernels of re-read rows' small tiles (kRereadTileWords, row_kernel_plan.hpp) are held
+// to two 512-thread CTAs an SM (64 registers): their point is several rows' reductions
+// overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
+// CTA an SM. Small tiles (kRereadSmallTileWords: one vector, 4-8 words) are held to four (32
+// registers), as torch.compile's norm kernels run (run 26). Counted in accumulator words a
+// thread; the largest tiles keep no bound (0 leaves it out).
+template <int kWords> constexpr int kStreamMinCtas = kWords <= 8 ? 4 : kWords <= 16 ? 2 : 0;
+template <typename T, class Op, int VEC, int VPT>
+constexpr int kStreamTileWords = VEC * VPT * Op::kInputs * int(sizeof(acc_t<T>) / sizeof(float));
+
+// Rows longer than a cluster's registers: each thread streams through `tiles` tiles, the
+// statistics merged online (see row_engine.cuh). kBulkStash: the parked tiles arrive by bulk
+// copies (bulk_stash.cuh: any row alignment, each tile on its own mbarrier, at most
+// kMaxBulkStashTiles); otherwise by each thread's cp.async of its own vectors (aligned rows; a
+// shifted row's are loaded and stored, a synchronous copy).
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
+__device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
+                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
+                                                int stash_tiles) {
+  constexpr int NIN = Op::kInputs;
+  using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
+  extern __shared__ __align__(128) unsigned char stash_bytes[];
+  auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
+  auto* bulk = reinterpret_cast<Bytes16*>(stash_bytes);
+  __shared__ uint64_t tile_in[kBulkStash ? kMaxBulkStashTiles : 1];
+
+  const RowPlace at = row_place();
+  const int cluster_size = at.cluster_size, step = at.step, me = at.me;
+  const int threads = blockDim.x;
+  const int tile_vectors = VPT * step;
+  const int stash_stride = NIN * VPT * threads;  // packs per stashed tile
+  const int cols = args.cols;
+  const int bulk_tile_granules = NIN * VPT * bulk_slot_granules(threads);
+  auto unstash = [&](Tile& tile, int t, int first, const T* const (&in)[NIN]) {
+    if constexpr (kBulkStash) load_bulk_tile<Op>(tile, bulk + t * bulk_tile_granules, in, cols, first, step, threads);
+    else tile.template unstash<Op>(stash + t * stash_stride, cols, first, step, threadIdx.x, threads);
+  };
+  uint32_t parity = 0;  // of every tile's mbarrier: each completes once a row
+  if constexpr (kBulkStash) {
+    if (threadIdx.x == 0) {
+      for (int t = 0; t < stash_tiles; ++t) cuda::ptx::mbarrier_init(&tile_in[t], 1);
+      cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+    }
+  }
+
+  for (int64_t row = at.first; row < args.rows; row += at.groups) {
+    const T* in[NIN];
+#pragma unroll
+    for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+    T* out = args.out + row * args.out_stride;
+    T* out2 = nullptr;
+    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
+
+    // Tiles 0 .. stash_tiles-1 go to shared memory asynchronously, all in flight together,
+    // and are folded first; the rest stream through registers, and the last stays there for
+    // the output pass. One tile is live at a time, so tiles can use all the registers.
+    typename Op::Stat stat = Op::identity(), last = Op::identity();
+    Tile tile;
+    if (stash_tiles > 0) {
+      if constexpr (kBulkStash) {
+        __syncthreads();  // the barriers are set up, and the last row's output pass has left the stash
+        if (threadIdx.x == 0)
+          start_bulk_tiles<T, NIN, VEC, VPT, kAligned>(in, cols, me - static_cast<int>(threadIdx.x), step, tile_vectors,
+                                                       stash_tiles, threads, bulk, tile_in);
+      } else {
+        for (int t = 0; t < stash_tiles; ++t)
+          Tile::prefetch(in, cols, me + t * tile_vectors, step, stash + t * stash_stride, threadIdx.x, threads);
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+      }
+      for (int t = 0; t < stash_tiles; ++t) {
+        if constexpr (kBulkStash) wait_bulk_tile(&tile_in[t], parity);
+        unstash(tile, t, me + t * tile_vectors, in);
+        stat = Op::merge(stat, fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values));
+      }
+      parity ^= 1;
+    }
+    for (int t = stash_tiles; t < tiles; ++t) {
+      tile.template load<Op>(in, cols, me + t * tile_vectors, step);
+      last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
+      stat = Op::merge(stat, last);
+    }
+    stat = block_reduce<Op>(stat, slots);
+    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+    const typename Op::Params p =
+        finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
+
+    // Last tile first: it is still in registers, folded. The others are fetched and folded
+    // again (same inputs, same bits): from shared memory if parked, else from global memory.
+    tile.template store<Op>(out, out2, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last), extra);
+    for (int t = tiles - 2; t >= 0; --t) {
+      const int first = me + t * tile_vectors;
+      if (t < stash_tiles) unstash(tile, t, first, in);
+      else tile.template load<Op>(in, cols, first, step);
+      const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
+      tile.template store<Op>(out, out2, cols, first, step, Op::local(p, again), extra);
+    }
+  }
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
+row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_stream_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kBulkStash>(args, NoRowExtra{}, slots, &cluster_slot, tiles, stash_tiles);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
+row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_stream_body<T, Op, VEC, VPT, kAligned, kBulkStash>(args, extra, slots, &cluster_slot, tiles, stash_tiles);
+}
+
+}  // namespace reducekit::kernels
