@@ -176,7 +176,8 @@ Status forward_config(int64_t cols, int elem_bytes, RowKernelConfig* config) {
   limits.reread_above_words = reread_above_words_for(
       kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
   limits.reread_over_split = true;
-  limits.reread_stash_bytes = kRereadStashBytes;
+  // No stash for re-read rows (reread_stash_bytes): parked, the norm forwards' 16-bit and float32
+  // vocabulary rows lost 4-19% (bench/results/LOG.md, "Parked re-read rows").
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   *config = plan_row_kernel(cols, elem_bytes, kResidual ? 2 : 1, limits);
   return Status::ok();
