@@ -40,12 +40,13 @@
 //   row_block_kernel  one CTA per row, or one cluster of CTAs per row (sm_90 distributed
 //                     shared memory combines their statistics); the row is read once into
 //                     registers and written from there.
-//   row_stream_kernel the same groups for rows longer than their registers: each thread
-//                     covers `tiles` tiles (only at the largest tile size). The
-//                     first `stash_tiles` are copied asynchronously into shared memory, the
-//                     last stays in registers, any between are read again from global memory
-//                     (L2) for the output pass, where every tile but the last is folded again.
-//                     Tiles hold up to kRowTileWords accumulation words per thread.
+//   row_stream_kernel the same groups for rows longer than their registers (row_stream.cuh):
+//                     each thread covers `tiles` tiles (the largest tile size, or re-read
+//                     rows' small one). The first `stash_tiles` are copied asynchronously
+//                     into shared memory, the last stays in registers, any between are read
+//                     again from global memory (L2) for the output pass, where every tile but
+//                     the last is folded again. Tiles hold up to kRowTileWords accumulation
+//                     words per thread.
 //
 // Thread-to-data layout: the row is a sequence of VEC-element vectors (16 bytes when aligned).
 // Thread g of a group of G threads owns vectors g, g + G, g + 2G, ... so every warp load is
