@@ -15,6 +15,7 @@
 
 #include "gpu_test_util.cuh"
 #include "kernels/vector_io.cuh"
+#include "plan/row_kernel_plan.hpp"
 #include "reducekit/norm.hpp"
 #include "reducekit/reduce.hpp"
 #include "reducekit/softmax.hpp"
@@ -187,6 +188,19 @@ std::vector<std::vector<T>> run_placed(RowOp op, int64_t rows, int64_t cols, con
   return out;
 }
 
+// `got` has the bits of `want`, output by output. Outputs start as NaN and the inputs are finite:
+// a call that wrote nothing would otherwise compare equal to another that wrote nothing, so the
+// reference must be finite throughout.
+template <typename T>
+void expect_same_bits(const std::vector<std::vector<T>>& got, const std::vector<std::vector<T>>& want) {
+  for (const auto& o : want)
+    ASSERT_TRUE(std::all_of(o.begin(), o.end(), [](T v) { return std::isfinite(to_double(v)); }))
+        << "the reference run left an output unwritten or not finite";
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t o = 0; o < got.size(); ++o)
+    EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
+}
+
 // Row lengths of every residue mod 8, over the engine's paths (warp rows, one-CTA rows, 16-bit
 // ring rows, re-read rows, clusters) and the reduce engine's row and column kernels.
 template <typename T> void check_same_bits_at_every_alignment(RowOp op, std::initializer_list<int64_t> lengths) {
@@ -195,19 +209,11 @@ template <typename T> void check_same_bits_at_every_alignment(RowOp op, std::ini
     SCOPED_TRACE(testing::Message() << name_of(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << rows
                                     << " cols=" << cols);
     const auto want = run_placed<T>(op, rows, cols, {(8 - cols % 8) % 8, 0, 0});  // every row aligned
-    // Outputs start as NaN and the inputs are finite: a call that wrote nothing would otherwise
-    // compare equal to another that wrote nothing.
-    for (const auto& o : want)
-      ASSERT_TRUE(std::all_of(o.begin(), o.end(), [](T v) { return std::isfinite(to_double(v)); }))
-          << "the aligned run left an output unwritten or not finite";
     for (const Placement& p : {Placement{0, 1, 1}, Placement{0, 3, 6}, Placement{0, 7, 0}, Placement{1, 0, 5},
                                Placement{3, 2, 2}, Placement{5, 5, 4}, Placement{8, 4, 4}}) {
       SCOPED_TRACE(testing::Message() << "stride cols+" << p.stride_pad << " offsets in " << p.in_offset << " out "
                                       << p.out_offset);
-      const auto got = run_placed<T>(op, rows, cols, p);
-      ASSERT_EQ(got.size(), want.size());
-      for (std::size_t o = 0; o < got.size(); ++o)
-        EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
+      expect_same_bits(run_placed<T>(op, rows, cols, p), want);
     }
   }
 }
@@ -227,7 +233,7 @@ TEST(AlignmentGpu, RowOpsGiveTheSameBitsAtEveryOffsetAndStride) {
 // tiles, thread layout and combine order are those of the unparked rows, so both give the same
 // bits at every alignment. Lengths of 13 and 65 tiles (all but the last parked; the stash budget
 // holds 13, the rest read again through L2), one or two inputs, with and without per-column
-// parameters.
+// parameters. Both sides set the stash explicitly (the norm forwards park none by default).
 template <typename T> void check_parked_like_unparked(RowOp op, std::initializer_list<int64_t> lengths) {
   for (int64_t cols : lengths) {
     const int64_t rows = cols > 100000 ? 40 : 150;
@@ -236,18 +242,16 @@ template <typename T> void check_parked_like_unparked(RowOp op, std::initializer
     for (const Placement& p : {Placement{(8 - cols % 8) % 8, 0, 0}, Placement{1, 3, 6}, Placement{0, 5, 2}}) {
       SCOPED_TRACE(testing::Message() << "stride cols+" << p.stride_pad << " offsets in " << p.in_offset << " out "
                                       << p.out_offset);
-      std::vector<std::vector<T>> want;
+      std::vector<std::vector<T>> want, got;
       {
         const ScopedKnob unparked("REDUCEKIT_TUNE_REREAD_STASH_BYTES", "0");
         want = run_placed<T>(op, rows, cols, p);
       }
-      for (const auto& o : want)
-        ASSERT_TRUE(std::all_of(o.begin(), o.end(), [](T v) { return std::isfinite(to_double(v)); }))
-            << "the unparked run left an output unwritten or not finite";
-      const auto got = run_placed<T>(op, rows, cols, p);
-      ASSERT_EQ(got.size(), want.size());
-      for (std::size_t o = 0; o < got.size(); ++o)
-        EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
+      {
+        const ScopedKnob parked("REDUCEKIT_TUNE_REREAD_STASH_BYTES", std::to_string(kRereadStashBytes).c_str());
+        got = run_placed<T>(op, rows, cols, p);
+      }
+      expect_same_bits(got, want);
     }
   }
 }
