@@ -8,9 +8,11 @@
 The operators live in a compiled library (libreducekit_torch.so, built by CMake into this
 folder); REDUCEKIT_TORCH_LIBRARY may point at another copy.
 """
-import os as _os
+__version__ = "0.1.0"  # the same as include/reducekit/version.hpp (CMake checks)
 
-import torch as _torch
+import os as _os  # noqa: E402
+
+import torch as _torch  # noqa: E402
 
 
 def _library_path():
