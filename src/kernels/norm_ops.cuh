@@ -126,9 +126,12 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
   }
 
   // The row's mean and 1 / sqrt(biased variance + eps), from the mean and the sum of squared
-  // deviations; the variance clamped at 0 (it cannot go negative here, but stays safe), as torch.
+  // deviations; the variance clamped at 0 (it cannot go negative here, but stays safe) by a
+  // compare, not fmax, so a NaN variance (a row holding inf or NaN) stays NaN and every output of
+  // the row is NaN, as torch's (fmax returned 0, leaving -+inf at the row's finite elements).
   __device__ static Params params(const Extra& x, const RowSpan& at, Acc mean, Acc m2) {
-    const Acc var = fmax(m2 / Acc(at.cols), Acc(0));
+    const Acc biased = m2 / Acc(at.cols);
+    const Acc var = biased < Acc(0) ? Acc(0) : biased;
     return {mean, Acc(1) / sqrt(var + x.eps)};
   }
   __device__ static Params finalize(const Extra& x, const RowSpan& at, const Stat& s) {

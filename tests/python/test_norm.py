@@ -119,6 +119,25 @@ def test_forward_cases(kind, dtype):
                  y_scale(transposed, [64], None, None), "transposed")
 
 
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("n", [64, 4096, 50001])
+def test_forward_non_finite_rows(kind, dtype, n):
+    """Rows holding +inf, -inf or NaN give torch's non-finite pattern (layer_norm: NaN throughout,
+    its variance being NaN; rms_norm: 0 at finite elements, NaN at the non-finite one); the finite
+    row beside them is unaffected."""
+    fn = reducekit.layer_norm if kind == "layer_norm" else reducekit.rms_norm
+    x = torch.randn(4, n, device=DEV).to(dtype)
+    x[0, n // 3], x[1, 5], x[2, n - 1] = float("inf"), float("-inf"), float("nan")
+    out = fn(x, [n], None, eps=1e-5)
+    ref = torch_norm(kind, x, [n], None, None, 1e-5)
+    assert torch.equal(out.isnan(), ref.isnan()), f"NaN at {(out.isnan() != ref.isnan()).nonzero()[:5].tolist()}"
+    assert torch.equal(out.isinf(), ref.isinf()), f"inf at {(out.isinf() != ref.isinf()).nonzero()[:5].tolist()}"
+    finite = ref[:3].isfinite()  # rms_norm's zeros (rstd = 1 / inf); layer_norm has none
+    assert torch.equal(out[:3][finite].double(), ref[:3][finite]), "finite elements of the non-finite rows"
+    assert_close(out[3:], ref[3:], dtype, y_scale(x[3:], [n], None, None), "the finite row")
+
+
 def test_rms_norm_default_eps():
     x = torch.randn(4, 64, device=DEV, dtype=torch.bfloat16) * 1e-3
     ref = torch.nn.functional.rms_norm(x.double(), [64], None, torch.finfo(torch.bfloat16).eps)
