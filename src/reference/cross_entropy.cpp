@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// cross_entropy = log_softmax + NLL with ignore_index and label smoothing, torch's formulas.
+// cross_entropy = log_softmax + NLL with ignore_index, class weights and label smoothing (torch's
+// formulas), plus a z-loss term and logit soft-capping as large-model training uses them.
+#include <cmath>
 #include <vector>
 
 #include "reference/reference.hpp"
@@ -18,10 +20,19 @@ bool valid_arguments(const int64_t* targets, int64_t rows, int64_t classes,
   return true;
 }
 
-int64_t count_kept(const int64_t* targets, int64_t rows, int64_t ignore_index) {
-  int64_t count = 0;
-  for (int64_t r = 0; r < rows; ++r) count += targets[r] != ignore_index;
-  return count;
+// The denominator of kMean: sum of w[t] over the kept rows (their count without weights).
+double kept_weight(const int64_t* targets, int64_t rows, const CrossEntropyOptions& options) {
+  CompensatedSum total;
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets[r] != options.ignore_index) total.add(options.weight ? options.weight[targets[r]] : 1.0);
+  return total.value();
+}
+
+double class_weight(const CrossEntropyOptions& options, int64_t j) { return options.weight ? options.weight[j] : 1.0; }
+
+// z = softcap * tanh(x / softcap), or x.
+void capped_row(const double* x, double* z, int64_t classes, double softcap) {
+  for (int64_t j = 0; j < classes; ++j) z[j] = softcap > 0.0 ? softcap * std::tanh(x[j] / softcap) : x[j];
 }
 
 }  // namespace
@@ -30,25 +41,30 @@ bool cross_entropy_forward(const double* logits, const int64_t* targets, double*
                            int64_t classes, const CrossEntropyOptions& options) {
   if (!valid_arguments(targets, rows, classes, options)) return false;
   const double ls = options.label_smoothing;
-  std::vector<double> logp(static_cast<size_t>(classes));
+  std::vector<double> z(static_cast<size_t>(classes)), logp(static_cast<size_t>(classes));
   CompensatedSum total;
   for (int64_t r = 0; r < rows; ++r) {
     double row_loss = 0.0;  // ignored rows contribute exactly 0
-    if (targets[r] != options.ignore_index) {
-      log_softmax_rows(logits + r * classes, logp.data(), 1, classes);
-      row_loss = -logp[targets[r]];
+    const int64_t t = targets[r];
+    if (t != options.ignore_index) {
+      capped_row(logits + r * classes, z.data(), classes, options.softcap);
+      log_softmax_rows(z.data(), logp.data(), 1, classes);
+      row_loss = class_weight(options, t) * -logp[t];
       if (ls > 0.0) {  // torch forms the smoothing term only then (so 0 * inf never appears)
-        CompensatedSum logp_sum;
-        for (double v : logp) logp_sum.add(v);
-        row_loss = (1.0 - ls) * row_loss + (ls / static_cast<double>(classes)) * -logp_sum.value();
+        CompensatedSum smooth;
+        for (int64_t j = 0; j < classes; ++j) smooth.add(class_weight(options, j) * -logp[j]);
+        row_loss = (1.0 - ls) * row_loss + (ls / static_cast<double>(classes)) * smooth.value();
+      }
+      if (options.lse_square_scale != 0.0) {
+        const double lse = z[t] - logp[t];
+        row_loss += options.lse_square_scale * lse * lse;
       }
     }
     if (options.reduction == LossReduction::kNone) loss[r] = row_loss;
     total.add(row_loss);
   }
   if (options.reduction == LossReduction::kSum) loss[0] = total.value();
-  if (options.reduction == LossReduction::kMean)
-    loss[0] = total.value() / static_cast<double>(count_kept(targets, rows, options.ignore_index));
+  if (options.reduction == LossReduction::kMean) loss[0] = total.value() / kept_weight(targets, rows, options);
   return true;
 }
 
@@ -56,22 +72,33 @@ bool cross_entropy_backward(const double* logits, const int64_t* targets, const 
                             double* dlogits, int64_t rows, int64_t classes,
                             const CrossEntropyOptions& options) {
   if (!valid_arguments(targets, rows, classes, options)) return false;
-  const double ls = options.label_smoothing;
-  const double kept = static_cast<double>(count_kept(targets, rows, options.ignore_index));
+  const double ls = options.label_smoothing, c = options.softcap;
+  const double kept = kept_weight(targets, rows, options);
+  CompensatedSum weight_sum;  // sum_j w[j]: the smoothing term's softmax factor
+  for (int64_t j = 0; j < classes; ++j) weight_sum.add(class_weight(options, j));
+  std::vector<double> z(static_cast<size_t>(classes)), logp(static_cast<size_t>(classes));
   for (int64_t r = 0; r < rows; ++r) {
     double* g = dlogits + r * classes;
-    if (targets[r] == options.ignore_index) {
+    const int64_t t = targets[r];
+    if (t == options.ignore_index) {
       for (int64_t j = 0; j < classes; ++j) g[j] = 0.0;
       continue;
     }
     double scale = dloss[0];
     if (options.reduction == LossReduction::kNone) scale = dloss[r];
     if (options.reduction == LossReduction::kMean) scale = dloss[0] / kept;
-    // d/dz_j of (1 - ls) * -logp_t + (ls / C) * -sum_k logp_k = p_j - (1 - ls) [j == t] - ls / C.
-    softmax_rows(logits + r * classes, g, 1, classes);
+    capped_row(logits + r * classes, z.data(), classes, c);
+    log_softmax_rows(z.data(), logp.data(), 1, classes);
+    const double lse = z[t] - logp[t];
+    // d/dz_j: (1 - ls) w[t] (p_j - [j == t]) + (ls / C) (sum_k w[k] p_j - w[j]) + 2 s lse p_j;
+    // then dz/dx = 1 - (z / softcap)^2 under the cap.
+    const double wt = (1.0 - ls) * class_weight(options, t), smooth = ls / static_cast<double>(classes);
     for (int64_t j = 0; j < classes; ++j) {
-      const double target_part = j == targets[r] ? 1.0 - ls : 0.0;
-      g[j] = scale * (g[j] - target_part - ls / static_cast<double>(classes));
+      const double p = std::exp(logp[j]);
+      double dz = wt * (p - (j == t ? 1.0 : 0.0)) + 2.0 * options.lse_square_scale * lse * p;
+      if (ls > 0.0) dz += smooth * (weight_sum.value() * p - class_weight(options, j));
+      const double dx = c > 0.0 ? dz * (1.0 - (z[j] / c) * (z[j] / c)) : dz;
+      g[j] = scale * dx;
     }
   }
   return true;

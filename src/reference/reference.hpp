@@ -169,18 +169,23 @@ void channels_last_to_first(const double* x, double* y, int64_t n, int64_t c, in
 void channels_first_to_last(const double* x, double* y, int64_t n, int64_t c, int64_t hw);
 
 // ---- cross_entropy: logits [rows, classes], integer targets [rows] ---------------------------
-// Class-index targets without class weights (no probability targets).
+// Class-index targets (no probability targets).
 enum class LossReduction { kNone, kMean, kSum };
 
 struct CrossEntropyOptions {
   LossReduction reduction = LossReduction::kMean;
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;  // in [0, 1]
+  const double* weight = nullptr;  // per-class weights [classes], or none (all 1)
+  double lse_square_scale = 0.0;   // z-loss: adds scale * logsumexp(z)^2 to each kept row
+  double softcap = 0.0;            // > 0: z = softcap * tanh(logits / softcap), else z = logits
 };
 
-// Per row: (1 - ls) * -logp[target] + (ls / C) * -sum_j logp[j]; ignored rows are 0 (the
-// smoothing term is only formed when ls > 0, as torch). kNone writes [rows], kSum/kMean write one
-// value; kMean divides by the number of non-ignored rows (0/0 = NaN when all are ignored).
+// With z the (soft-capped) logits, logp = log_softmax(z), w the class weights and t the target,
+// per kept row: (1 - ls) * w[t] * -logp[t] + (ls / C) * sum_j w[j] * -logp[j] + s * lse(z)^2;
+// ignored rows are 0 (the smoothing term is only formed when ls > 0, as torch). kNone writes
+// [rows], kSum/kMean write one value; kMean divides by sum of w[t] over the kept rows (their
+// count without weights; 0/0 = NaN when all are ignored), as torch.
 // False when a target is outside [0, classes) and not ignore_index, or ls is outside [0, 1].
 bool cross_entropy_forward(const double* logits, const int64_t* targets, double* loss, int64_t rows,
                            int64_t classes, const CrossEntropyOptions& options = {});

@@ -148,14 +148,21 @@ TEST(ReferenceCrossEntropy, RejectsBadTargetsAndSmoothing) {
                                          options(LossReduction::kMean, 0.0, -1)));
 }
 
-// sum(dloss * loss) differentiated by central differences against the analytic backward.
-void check_gradient(LossReduction reduction, double ls) {
+// sum(dloss * loss) differentiated by central differences against the analytic backward, with
+// the options' extras (class weights, z-loss, soft-cap) switched on by `extras`.
+void check_gradient(LossReduction reduction, double ls, bool extras = false) {
   const int64_t rows = 4, classes = 6;
   const auto logits = randn(rows * classes, 65, 2.0);
   const std::vector<int64_t> targets = {5, -100, 0, 2};
   const size_t outputs = reduction == LossReduction::kNone ? rows : 1;
   const auto dloss = randn(outputs, 66);
-  const auto opts = options(reduction, ls);
+  const std::vector<double> weight = {0.5, 2.0, 1.0, 0.25, 3.0, 1.5};
+  auto opts = options(reduction, ls);
+  if (extras) {
+    opts.weight = weight.data();
+    opts.lse_square_scale = 0.01;
+    opts.softcap = 3.0;
+  }
   std::vector<double> dlogits(logits.size());
   ASSERT_TRUE(ref::cross_entropy_backward(logits.data(), targets.data(), dloss.data(),
                                           dlogits.data(), rows, classes, opts));
@@ -175,11 +182,72 @@ void check_gradient(LossReduction reduction, double ls) {
 }
 
 TEST(ReferenceCrossEntropy, BackwardMatchesFiniteDifferences) {
-  for (auto reduction : {LossReduction::kNone, LossReduction::kSum, LossReduction::kMean})
-    for (double ls : {0.0, 0.1, 1.0}) {
-      SCOPED_TRACE(static_cast<int>(reduction) * 10 + ls);
-      check_gradient(reduction, ls);
+  for (bool extras : {false, true})
+    for (auto reduction : {LossReduction::kNone, LossReduction::kSum, LossReduction::kMean})
+      for (double ls : {0.0, 0.1, 1.0}) {
+        SCOPED_TRACE(testing::Message() << "reduction " << static_cast<int>(reduction) << " ls " << ls
+                                        << (extras ? " with weights, z-loss, soft-cap" : ""));
+        check_gradient(reduction, ls, extras);
+      }
+}
+
+// Class weights scale each kept row by w[target], and kMean divides by the kept rows' weights;
+// with smoothing the smoothing term weighs class j by w[j] (torch's formulas, spelled out here
+// from log_softmax).
+TEST(ReferenceCrossEntropy, ClassWeights) {
+  const int64_t rows = 3, classes = 5;
+  const auto logits = randn(rows * classes, 71, 2.0);
+  const std::vector<int64_t> targets = {4, -100, 1};
+  const std::vector<double> weight = {0.5, 2.0, 1.0, 0.25, 3.0};
+  std::vector<double> logp(logits.size());
+  ref::log_softmax_rows(logits.data(), logp.data(), rows, classes);
+  for (double ls : {0.0, 0.2}) {
+    auto opts = options(LossReduction::kNone, ls);
+    opts.weight = weight.data();
+    std::vector<double> loss(rows), mean(1);
+    ASSERT_TRUE(ref::cross_entropy_forward(logits.data(), targets.data(), loss.data(), rows, classes, opts));
+    double total = 0;
+    for (int64_t r : {0, 2}) {
+      double smooth = 0;
+      for (int64_t j = 0; j < classes; ++j) smooth += weight[j] * -logp[r * classes + j];
+      const double want = (1 - ls) * weight[targets[r]] * -logp[r * classes + targets[r]] + ls / classes * smooth;
+      EXPECT_NEAR(loss[r], want, 1e-12) << "row " << r << " ls " << ls;
+      total += want;
     }
+    EXPECT_EQ(loss[1], 0.0);
+    opts.reduction = LossReduction::kMean;
+    ASSERT_TRUE(ref::cross_entropy_forward(logits.data(), targets.data(), mean.data(), rows, classes, opts));
+    EXPECT_NEAR(mean[0], total / (weight[4] + weight[1]), 1e-12) << "ls " << ls;
+  }
+}
+
+// The z-loss adds s * lse^2 to each kept row; soft-capping equals the plain loss of the capped
+// logits.
+TEST(ReferenceCrossEntropy, ZLossAndSoftcap) {
+  const int64_t rows = 3, classes = 7;
+  const auto logits = randn(rows * classes, 72, 6.0);
+  const std::vector<int64_t> targets = {6, 0, -100};
+  std::vector<double> plain(rows), with_z(rows), logp(logits.size());
+  ASSERT_TRUE(ref::cross_entropy_forward(logits.data(), targets.data(), plain.data(), rows, classes,
+                                         options(LossReduction::kNone)));
+  auto z = options(LossReduction::kNone);
+  z.lse_square_scale = 1e-3;
+  ASSERT_TRUE(ref::cross_entropy_forward(logits.data(), targets.data(), with_z.data(), rows, classes, z));
+  ref::log_softmax_rows(logits.data(), logp.data(), rows, classes);
+  for (int64_t r : {0, 1}) {
+    const double lse = logits[r * classes + targets[r]] - logp[r * classes + targets[r]];
+    EXPECT_NEAR(with_z[r] - plain[r], 1e-3 * lse * lse, 1e-12) << "row " << r;
+  }
+  EXPECT_EQ(with_z[2], 0.0) << "ignored rows get no z-loss";
+
+  std::vector<double> capped_logits(logits.size()), capped(rows), direct(rows);
+  for (size_t i = 0; i < logits.size(); ++i) capped_logits[i] = 4.0 * std::tanh(logits[i] / 4.0);
+  auto cap = options(LossReduction::kNone);
+  cap.softcap = 4.0;
+  ASSERT_TRUE(ref::cross_entropy_forward(logits.data(), targets.data(), capped.data(), rows, classes, cap));
+  ASSERT_TRUE(ref::cross_entropy_forward(capped_logits.data(), targets.data(), direct.data(), rows, classes,
+                                         options(LossReduction::kNone)));
+  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(capped[r], direct[r], 1e-12) << "row " << r;
 }
 
 TEST(ReferenceCrossEntropy, LongVocabularyIsFast) {
