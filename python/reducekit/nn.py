@@ -3,6 +3,7 @@
 import torch
 
 from ._functional import log_softmax, softmax
+from ._loss import cross_entropy
 from ._norm import layer_norm, rms_norm
 
 
@@ -35,3 +36,17 @@ class RMSNorm(torch.nn.RMSNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
+    """torch.nn.CrossEntropyLoss (same arguments and buffers) running reducekit.cross_entropy, with
+    the z-loss and soft-capping extras as keyword arguments."""
+
+    def __init__(self, *args, lse_square_scale: float = 0.0, softcap: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lse_square_scale = lse_square_scale
+        self.softcap = softcap
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return cross_entropy(input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing,
+                             lse_square_scale=self.lse_square_scale, softcap=self.softcap)

@@ -66,6 +66,7 @@ template <> inline DType dtype_of<float>() { return DType::kFloat32; }
 template <> inline DType dtype_of<double>() { return DType::kFloat64; }
 template <> inline DType dtype_of<__half>() { return DType::kFloat16; }
 template <> inline DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
+template <> inline DType dtype_of<int64_t>() { return DType::kInt64; }
 
 template <typename T> T from_double(double v) { return static_cast<T>(v); }
 template <> inline __half from_double<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cross-entropy of logits against class-index targets, per row, on raw device memory.
+//
+// logits: [..., classes] over its last dim (the other dims merge into rows; the last dim must be
+// innermost, rows at any stride and alignment); target: int64, one per row, contiguous. With z
+// the logits (soft-capped when `softcap` > 0: z = softcap * tanh(logits / softcap)), lse the
+// row's logsumexp of z, w the class weights (1 without) and t the row's target, a kept row's
+// loss is
+//   (1 - ls) * w[t] * (lse - z[t]) + (ls / classes) * sum_j w[j] * (lse - z[j]) + s * lse^2
+// (ls: label_smoothing, s: lse_square_scale); a row whose target is ignore_index has loss 0. A
+// target outside [0, classes) that is not ignore_index reads and writes nothing out of bounds:
+// its row's loss is NaN (and its gradient NaN). torch's 'mean' reduction is sum(loss) / sum of
+// w[t] over the kept rows, its 'sum' sum(loss): fixed-order sums of the per-row losses.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "reducekit/status.hpp"
+#include "reducekit/tensor.hpp"
+
+namespace reducekit {
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;   // in [0, 1]
+  double lse_square_scale = 0.0;  // the z-loss factor s (finite)
+  double softcap = 0.0;           // 0: none; else > 0 and finite
+};
+
+// loss and lse: [rows] each, contiguous, float32 (float64 for float64 logits); lse is what the
+// backward needs. weight: null or [classes], contiguous, the same dtype as loss.
+Status cross_entropy_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                             const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
+                             cudaStream_t stream);
+
+// dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]), the shape and dtype of logits (its own
+// row stride), not overlapping logits. grad_loss: [rows], the dtype of loss (for torch's 'mean',
+// the upstream gradient over the mean's denominator). lse: the forward's.
+Status cross_entropy_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                              const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
+                              const TensorView& dlogits, cudaStream_t stream);
+
+}  // namespace reducekit

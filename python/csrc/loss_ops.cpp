@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, and
+// the gradient of the per-row losses. Thin: outputs come from torch's caching allocator, logits
+// the core cannot read in place (kUnsupported) are retried as a contiguous copy, class weights
+// are cast to the per-row values' dtype, and every check lives in the core.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "reducekit/reducekit.hpp"
+#include "torch_util.hpp"
+
+namespace {
+
+using reducekit_torch::check_cuda;
+using reducekit_torch::throw_if_failed;
+using reducekit_torch::to_view;
+
+at::ScalarType row_value_type(const at::Tensor& logits) {
+  return logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+reducekit::CrossEntropyOptions options_of(int64_t ignore_index, double label_smoothing, double lse_square_scale,
+                                          double softcap) {
+  reducekit::CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.label_smoothing = label_smoothing;
+  o.lse_square_scale = lse_square_scale;
+  o.softcap = softcap;
+  return o;
+}
+
+// One value per row: logits' leading dims.
+std::vector<int64_t> row_shape(const at::Tensor& logits) {
+  return std::vector<int64_t>(logits.sizes().begin(), logits.sizes().end() - (logits.dim() > 0 ? 1 : 0));
+}
+
+struct Inputs {
+  at::Tensor target, weight;
+  reducekit::TensorView target_view, weight_view;
+  bool has_weight = false;
+  Inputs(const at::Tensor& logits, const at::Tensor& t, const std::optional<at::Tensor>& w) {
+    check_cuda(t, "target");
+    target = t.contiguous();
+    target_view = to_view(target, "target");
+    if (w.has_value() && w->defined()) {
+      check_cuda(*w, "weight");
+      weight = w->to(row_value_type(logits)).contiguous();
+      weight_view = to_view(weight, "weight");
+      has_weight = true;
+    }
+  }
+  const reducekit::TensorView* weight_ptr() const { return has_weight ? &weight_view : nullptr; }
+};
+
+// Runs run(logits) as given; where the core cannot address the layout, on a contiguous copy.
+template <class Run> at::Tensor with_contiguous_fallback(const at::Tensor& logits, Run run) {
+  const reducekit::Status s = run(logits);
+  if (s.code() != reducekit::StatusCode::kUnsupported) {
+    throw_if_failed(s);
+    return logits;
+  }
+  const at::Tensor dense = logits.contiguous();
+  throw_if_failed(run(dense));
+  return dense;
+}
+
+std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& target,
+                                                              const std::optional<at::Tensor>& weight,
+                                                              int64_t ignore_index, double label_smoothing,
+                                                              double lse_square_scale, double softcap) {
+  check_cuda(logits, "logits");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(logits, target, weight);
+  const auto options = logits.options().dtype(row_value_type(logits));
+  at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
+  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
+  with_contiguous_fallback(logits, [&](const at::Tensor& x) {
+    return reducekit::cross_entropy_forward(to_view(x, "logits"), in.target_view, in.weight_ptr(), o,
+                                            to_view(loss, "loss"), to_view(lse, "lse"), stream);
+  });
+  return {loss, lse};
+}
+
+at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tensor& target,
+                                       const std::optional<at::Tensor>& weight, const at::Tensor& lse,
+                                       const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing,
+                                       double lse_square_scale, double softcap) {
+  check_cuda(logits, "logits");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(logits, target, weight);
+  const at::Tensor lse_c = lse.contiguous(), grad_c = grad_loss.to(row_value_type(logits)).contiguous();
+  at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
+  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
+  with_contiguous_fallback(logits, [&](const at::Tensor& x) {
+    return reducekit::cross_entropy_backward(to_view(x, "logits"), in.target_view, in.weight_ptr(),
+                                             to_view(lse_c, "lse"), to_view(grad_c, "grad_loss"), o,
+                                             to_view(dlogits, "dlogits"), stream);
+  });
+  return dlogits;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(reducekit, m) {
+  m.def("cross_entropy_forward(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100,"
+        " float label_smoothing=0.0, float lse_square_scale=0.0, float softcap=0.0) -> (Tensor, Tensor)");
+  m.def("cross_entropy_backward(Tensor logits, Tensor target, Tensor? weight, Tensor lse, Tensor grad_loss,"
+        " int ignore_index, float label_smoothing, float lse_square_scale, float softcap) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
+  m.impl("cross_entropy_forward", &cross_entropy_forward_cuda);
+  m.impl("cross_entropy_backward", &cross_entropy_backward_cuda);
+}

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// cross_entropy_forward / cross_entropy_backward: argument checks, row planning and dtype
+// dispatch; the kernels are in kernels/cross_entropy.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cross_entropy.cuh"
+#include "ops/checks.hpp"
+#include "plan/reduction_plan.hpp"
+#include "reducekit/loss.hpp"
+
+namespace reducekit {
+namespace {
+
+// The per-row values' dtype: float32, or float64 for float64 logits.
+DType row_value_dtype(DType logits) { return logits == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
+Status check_dense_vector(const TensorView& t, const char* name, DType dtype, int64_t numel, const char* what) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return Status::invalid_argument(std::string(name) + ": rank " + std::to_string(t.rank) + " is outside 0.." +
+                                    std::to_string(kMaxRank));
+  if (t.dtype != dtype)
+    return Status::invalid_argument(std::string(name) + ": expected " + dtype_name(dtype) + ", got " +
+                                    dtype_name(t.dtype));
+  if (t.device == kHostDevice) return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || t.device != current)
+    return Status::invalid_argument(std::string(name) + ": not on the current CUDA device");
+  if (t.numel() != numel)
+    return Status::invalid_argument(std::string(name) + ": " + std::to_string(t.numel()) + " elements, expected " +
+                                    std::to_string(numel) + " (" + what + ")");
+  if (!t.is_contiguous()) return Status::unsupported(std::string(name) + ": must be contiguous");
+  if (t.data == nullptr && numel > 0) return Status::invalid_argument(std::string(name) + ": null data pointer");
+  return Status::ok();
+}
+
+Status check_options(const CrossEntropyOptions& o) {
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
+    return Status::invalid_argument("label_smoothing: expected a value in [0, 1], got " +
+                                    std::to_string(o.label_smoothing));
+  if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
+    return Status::invalid_argument("softcap: expected 0 (none) or a finite positive value, got " +
+                                    std::to_string(o.softcap));
+  if (!std::isfinite(o.lse_square_scale))
+    return Status::invalid_argument("lse_square_scale: expected a finite value, got " +
+                                    std::to_string(o.lse_square_scale));
+  return Status::ok();
+}
+
+// The rows of `logits` (its last dim, innermost) and the checks every call shares.
+Status plan_logits(const TensorView& logits, const char* name, const TensorView& target, const TensorView* weight,
+                   const CrossEntropyOptions& options, RowwisePlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(logits, name));
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(logits, -1, plan));
+  if (!plan->row_major)
+    return Status::unsupported(std::string(name) + ": the class dim must be innermost (stride 1) with the other dims "
+                               "mergeable into rows; make the tensor contiguous first");
+  if (plan->cols == 0 && plan->rows > 0) return Status::invalid_argument(std::string(name) + ": no classes");
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(target, "target", DType::kInt64, plan->rows, "one per row"));
+  if (weight != nullptr)
+    REDUCEKIT_RETURN_IF_ERROR(
+        check_dense_vector(*weight, "weight", row_value_dtype(logits.dtype), plan->cols, "one per class"));
+  return check_options(options);
+}
+
+int grid_for(int64_t rows) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    sms = 132;
+  }
+  // Eight 256-thread CTAs an SM; each loops over its rows.
+  return static_cast<int>(std::min<int64_t>(rows, int64_t(sms) * 8));
+}
+
+template <typename T>
+kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan& plan, const TensorView& target,
+                                     const TensorView* weight, const CrossEntropyOptions& o) {
+  using Acc = kernels::acc_t<T>;
+  kernels::CrossEntropyArgs<T> a{};
+  a.logits = static_cast<const T*>(logits.data);
+  a.logits_stride = plan.row_stride;
+  a.target = static_cast<const int64_t*>(target.data);
+  a.weight = weight != nullptr ? static_cast<const Acc*>(weight->data) : nullptr;
+  a.rows = plan.rows;
+  a.classes = plan.cols;
+  a.ignore_index = o.ignore_index;
+  a.smoothing = static_cast<Acc>(o.label_smoothing);
+  a.z_scale = static_cast<Acc>(o.lse_square_scale);
+  a.softcap = static_cast<Acc>(o.softcap);
+  return a;
+}
+
+Status launched(const char* name) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
+}
+
+template <class Run> Status by_dtype(DType dtype, Run run) {
+  switch (dtype) {
+    case DType::kFloat32: return run(float{});
+    case DType::kFloat16: return run(__half{});
+    case DType::kBFloat16: return run(__nv_bfloat16{});
+    case DType::kFloat64: return run(double{});
+    default: return Status::invalid_argument("logits: unsupported dtype");
+  }
+}
+
+}  // namespace
+
+Status cross_entropy_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                             const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
+                             cudaStream_t stream) {
+  RowwisePlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
+  const DType values = row_value_dtype(logits.dtype);
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+  if (plan.rows == 0) return Status::ok();
+  return by_dtype(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
+    a.loss = static_cast<Acc*>(loss.data);
+    a.lse = static_cast<Acc*>(lse.data);
+    kernels::cross_entropy_forward_kernel<T><<<grid_for(plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    return launched("cross_entropy_forward");
+  });
+}
+
+Status cross_entropy_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                              const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
+                              const TensorView& dlogits, cudaStream_t stream) {
+  RowwisePlan plan, out_plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
+  const DType values = row_value_dtype(logits.dtype);
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(dlogits, "dlogits"));
+  REDUCEKIT_RETURN_IF_ERROR(check_matches(dlogits, "dlogits", logits, "logits"));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dlogits, "dlogits", logits, "logits"));
+  if (dlogits.data == logits.data && plan.rows > 0)
+    return Status::unsupported("dlogits: writing the gradient over logits is not supported yet");
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(dlogits, -1, &out_plan));
+  if (!out_plan.row_major)
+    return Status::unsupported("dlogits: the class dim must be innermost (stride 1) with the other dims mergeable");
+  if (plan.rows == 0) return Status::ok();
+  return by_dtype(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
+    a.saved_lse = static_cast<const Acc*>(lse.data);
+    a.grad = static_cast<const Acc*>(grad_loss.data);
+    a.dlogits = static_cast<T*>(dlogits.data);
+    a.dlogits_stride = out_plan.row_stride;
+    kernels::cross_entropy_backward_kernel<T><<<grid_for(plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    return launched("cross_entropy_backward");
+  });
+}
+
+}  // namespace reducekit

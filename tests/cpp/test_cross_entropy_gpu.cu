@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cross-entropy on the GPU against the float64 oracle: every dtype, class counts of several
+// residues mod 8 (odd vocabularies), sliced and offset rows, ignored and out-of-range targets,
+// class weights, label smoothing, z-loss and soft-capping, forward and backward; bitwise
+// determinism and batch invariance; argument errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gpu_test_util.cuh"
+#include "reducekit/loss.hpp"
+#include "reference/reference.hpp"
+
+namespace reducekit {
+namespace {
+
+using namespace testing_util;
+
+struct Case {
+  int64_t rows, classes;
+  int64_t stride_pad = 0, in_offset = 0, out_offset = 0;  // row stride classes + stride_pad
+  double smoothing = 0, z_scale = 0, softcap = 0;
+  bool weights = false;
+};
+
+template <typename A> TensorView vector_view(void* data, int64_t n) {
+  TensorView v;
+  v.data = data, v.dtype = dtype_of<A>(), v.rank = 1, v.sizes[0] = n, v.strides[0] = 1, v.device = 0;
+  return v;
+}
+
+// Target of row r: spread over the classes, row 1 ignored.
+std::vector<int64_t> targets_for(int64_t rows, int64_t classes) {
+  std::vector<int64_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r) t[r] = r == 1 ? -100 : (r * 7919 + 3) % classes;
+  return t;
+}
+
+std::vector<double> weights_for(int64_t classes) {
+  std::vector<double> w(classes);
+  for (int64_t j = 0; j < classes; ++j) w[j] = 0.5 + 0.25 * static_cast<double>(j % 7);
+  return w;
+}
+
+template <typename T> void check_case(const Case& c) {
+  using Acc = std::conditional_t<sizeof(T) == 8, double, float>;
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " rows " << c.rows << " classes " << c.classes
+                                  << " stride +" << c.stride_pad << " offsets " << c.in_offset << "/"
+                                  << c.out_offset << " ls " << c.smoothing << " z " << c.z_scale << " cap "
+                                  << c.softcap << (c.weights ? " weighted" : ""));
+  const RowLayout in{c.rows, c.classes, c.classes + c.stride_pad, c.in_offset};
+  const RowLayout out{c.rows, c.classes, c.classes + c.stride_pad, c.out_offset};
+  const std::vector<double> values = make_values(c.rows * c.classes, "randn", 91);
+  std::vector<T> image(in.span());
+  std::vector<double> logits(c.rows * c.classes);  // what the kernel sees, in float64
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t j = 0; j < c.classes; ++j) {
+      const T v = from_double<T>(3.0 * values[r * c.classes + j]);
+      image[in.offset + r * in.stride + j] = v;
+      logits[r * c.classes + j] = to_double(v);
+    }
+  const std::vector<int64_t> targets = targets_for(c.rows, c.classes);
+  const std::vector<double> weight = weights_for(c.classes);
+  std::vector<Acc> weight_acc(weight.begin(), weight.end()), grad_acc(c.rows);
+  const std::vector<double> grad_values = make_values(c.rows, "randn", 92);
+  std::vector<double> grad(c.rows);
+  for (int64_t r = 0; r < c.rows; ++r) grad[r] = to_double(grad_acc[r] = static_cast<Acc>(grad_values[r]));
+
+  DeviceBuffer dx(image), dtarget(targets), dweight(weight_acc), dgrad(grad_acc);
+  DeviceBuffer dloss(c.rows * sizeof(Acc)), dlse(c.rows * sizeof(Acc)), ddlogits(out.span() * sizeof(T));
+  ASSERT_TRUE(dx.get() && dtarget.get() && dweight.get() && dgrad.get() && dloss.get() && dlse.get() && ddlogits.get());
+  REDUCEKIT_CUDA_OK(cudaMemset(ddlogits.get(), 0xff, out.span() * sizeof(T)));  // NaN where unwritten
+
+  CrossEntropyOptions o;
+  o.label_smoothing = c.smoothing, o.lse_square_scale = c.z_scale, o.softcap = c.softcap;
+  const TensorView xv = row_view(dx.get(), dtype_of<T>(), in), gv = row_view(ddlogits.get(), dtype_of<T>(), out);
+  const TensorView tv = vector_view<int64_t>(dtarget.get(), c.rows), wv = vector_view<Acc>(dweight.get(), c.classes);
+  const TensorView lossv = vector_view<Acc>(dloss.get(), c.rows), lsev = vector_view<Acc>(dlse.get(), c.rows);
+  const TensorView* w = c.weights ? &wv : nullptr;
+  Status s = cross_entropy_forward(xv, tv, w, o, lossv, lsev, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  s = cross_entropy_backward(xv, tv, w, lsev, vector_view<Acc>(dgrad.get(), c.rows), o, gv, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+
+  std::vector<Acc> loss(c.rows), lse(c.rows);
+  std::vector<T> dlogits(out.span());
+  REDUCEKIT_CUDA_OK(cudaMemcpy(loss.data(), dloss.get(), c.rows * sizeof(Acc), cudaMemcpyDeviceToHost));
+  REDUCEKIT_CUDA_OK(cudaMemcpy(lse.data(), dlse.get(), c.rows * sizeof(Acc), cudaMemcpyDeviceToHost));
+  REDUCEKIT_CUDA_OK(cudaMemcpy(dlogits.data(), ddlogits.get(), out.span() * sizeof(T), cudaMemcpyDeviceToHost));
+
+  reference::CrossEntropyOptions ro;
+  ro.reduction = reference::LossReduction::kNone;
+  ro.label_smoothing = c.smoothing, ro.lse_square_scale = c.z_scale, ro.softcap = c.softcap;
+  ro.weight = c.weights ? weight.data() : nullptr;
+  std::vector<double> want_loss(c.rows), want_grad(c.rows * c.classes);
+  ASSERT_TRUE(reference::cross_entropy_forward(logits.data(), targets.data(), want_loss.data(), c.rows, c.classes, ro));
+  ASSERT_TRUE(reference::cross_entropy_backward(logits.data(), targets.data(), grad.data(), want_grad.data(), c.rows,
+                                                c.classes, ro));
+  const double max_w = c.weights ? 2.0 : 1.0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    // The loss is a difference of terms as large as the logsumexp and the logits.
+    double zmax = 0;
+    for (int64_t j = 0; j < c.classes; ++j) zmax = std::max(zmax, std::fabs(logits[r * c.classes + j]));
+    const double lse_scale = zmax + std::log(static_cast<double>(c.classes)) + 1;
+    const double scale = max_w * lse_scale * (1 + 2 * c.z_scale * lse_scale) * 4;
+    EXPECT_TRUE(close_enough<Acc>(loss[r], want_loss[r], scale)) << "loss row " << r << ": " << loss[r] << " vs "
+                                                                  << want_loss[r];
+    const double gscale = std::fabs(grad[r]) * max_w * (2 + 2 * c.z_scale * lse_scale) * 4;
+    for (int64_t j = 0; j < c.classes; ++j) {
+      const double got = to_double(dlogits[out.offset + r * out.stride + j]), want = want_grad[r * c.classes + j];
+      if (!close_enough<T>(got, want, gscale)) {
+        ADD_FAILURE() << "dlogits row " << r << " class " << j << ": " << got << " vs " << want;
+        return;
+      }
+    }
+  }
+  // The row's logsumexp, as the backward uses it (of the soft-capped logits).
+  for (int64_t r = 0; r < c.rows; ++r) {
+    std::vector<double> z(c.classes);
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < c.classes; ++j) {
+      const double x = logits[r * c.classes + j];
+      z[j] = c.softcap > 0 ? c.softcap * std::tanh(x / c.softcap) : x;
+      m = std::max(m, z[j]);
+    }
+    double sum = 0;
+    for (double v : z) sum += std::exp(v - m);
+    EXPECT_TRUE(close_enough<Acc>(lse[r], m + std::log(sum), std::fabs(m) + 1)) << "lse row " << r;
+  }
+}
+
+template <typename T> void check_every_case() {
+  for (const Case& c : {Case{5, 1}, Case{37, 7}, Case{64, 1000, 3, 1, 2}, Case{9, 50257}, Case{9, 50257, 1, 3, 0},
+                        Case{4, 131073, 0, 0, 5}, Case{40, 1000, 0, 0, 0, 0.1, 0, 0, true},
+                        Case{12, 4099, 5, 2, 7, 0.2, 1e-3, 30.0, true}, Case{12, 4099, 0, 0, 0, 0, 1e-4, 0},
+                        Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true}}) {
+    check_case<T>(c);
+    if (testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(CrossEntropyGpu, MatchesTheOracleInEveryDtype) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_every_case<float>();
+  check_every_case<__nv_bfloat16>();
+  check_every_case<__half>();
+  check_every_case<double>();
+}
+
+// Bits of the per-row losses of `rows` rows of `classes` from row `first` of x (float32, dense).
+std::vector<float> loss_bits(const DeviceBuffer& x, const DeviceBuffer& target, int64_t first, int64_t rows,
+                             int64_t classes) {
+  DeviceBuffer loss(rows * sizeof(float)), lse(rows * sizeof(float));
+  const TensorView xv = row_view(static_cast<float*>(x.get()) + first * classes, DType::kFloat32,
+                                 {rows, classes, classes, 0});
+  const Status s = cross_entropy_forward(xv, vector_view<int64_t>(static_cast<int64_t*>(target.get()) + first, rows),
+                                         nullptr, {}, vector_view<float>(loss.get(), rows),
+                                         vector_view<float>(lse.get(), rows), nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  std::vector<float> out(rows);
+  EXPECT_EQ(cudaMemcpy(out.data(), loss.get(), rows * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+TEST(CrossEntropyGpu, DeterministicAndBatchInvariant) {
+  REDUCEKIT_REQUIRE_GPU();
+  const int64_t rows = 300, classes = 50257;
+  std::vector<float> x(rows * classes);
+  const std::vector<double> v = make_values(rows * classes, "randn", 93);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(4 * v[i]);
+  DeviceBuffer dx(x), dt(targets_for(rows, classes));
+  const std::vector<float> all = loss_bits(dx, dt, 0, rows, classes);
+  EXPECT_EQ(std::memcmp(all.data(), loss_bits(dx, dt, 0, rows, classes).data(), rows * sizeof(float)), 0)
+      << "two calls differ";
+  for (int64_t first : {0, 7, 299}) {
+    const std::vector<float> one = loss_bits(dx, dt, first, 1, classes);
+    EXPECT_EQ(std::memcmp(one.data(), &all[first], sizeof(float)), 0) << "row " << first << " alone";
+  }
+}
+
+// A target outside [0, classes) that is not ignore_index gives its row a NaN loss and NaN
+// gradients, reads and writes nothing out of bounds, and leaves the other rows as they are.
+TEST(CrossEntropyGpu, OutOfRangeTargetsGiveNaNRows) {
+  REDUCEKIT_REQUIRE_GPU();
+  const int64_t rows = 4, classes = 1000;
+  std::vector<float> x(rows * classes);
+  const std::vector<double> v = make_values(rows * classes, "randn", 94);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(v[i]);
+  const std::vector<int64_t> targets = {3, classes, -5, -100};
+  DeviceBuffer dx(x), dt(targets), loss(rows * 4), lse(rows * 4), grad(std::vector<float>(rows, 1.0f)),
+      dl(rows * classes * 4);
+  const TensorView xv = row_view(dx.get(), DType::kFloat32, {rows, classes, classes, 0});
+  const TensorView tv = vector_view<int64_t>(dt.get(), rows), lv = vector_view<float>(loss.get(), rows),
+                   sv = vector_view<float>(lse.get(), rows);
+  ASSERT_TRUE(cross_entropy_forward(xv, tv, nullptr, {}, lv, sv, nullptr).is_ok());
+  ASSERT_TRUE(cross_entropy_backward(xv, tv, nullptr, sv, vector_view<float>(grad.get(), rows), {},
+                                     row_view(dl.get(), DType::kFloat32, {rows, classes, classes, 0}), nullptr)
+                  .is_ok());
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> l(rows), g(rows * classes);
+  REDUCEKIT_CUDA_OK(cudaMemcpy(l.data(), loss.get(), rows * 4, cudaMemcpyDeviceToHost));
+  REDUCEKIT_CUDA_OK(cudaMemcpy(g.data(), dl.get(), g.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(std::isfinite(l[0]));
+  EXPECT_TRUE(std::isnan(l[1]));
+  EXPECT_TRUE(std::isnan(l[2]));
+  EXPECT_EQ(l[3], 0.0f) << "ignored";
+  for (int64_t j = 0; j < classes; ++j) {
+    EXPECT_TRUE(std::isfinite(g[j]));
+    EXPECT_TRUE(std::isnan(g[classes + j]));
+    EXPECT_TRUE(std::isnan(g[2 * classes + j]));
+    EXPECT_EQ(g[3 * classes + j], 0.0f);
+  }
+}
+
+TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
+  REDUCEKIT_REQUIRE_GPU();
+  const int64_t rows = 4, classes = 10;
+  DeviceBuffer x(rows * classes * 4), t(std::vector<int64_t>(rows, 1)), f(rows * 8), g(rows * classes * 4);
+  const TensorView xv = row_view(x.get(), DType::kFloat32, {rows, classes, classes, 0});
+  const TensorView tv = vector_view<int64_t>(t.get(), rows), lv = vector_view<float>(f.get(), rows);
+  const TensorView sv = vector_view<float>(static_cast<float*>(f.get()) + rows, rows);
+  const auto fails = [](const Status& s, const char* name) {
+    EXPECT_FALSE(s.is_ok()) << name;
+    EXPECT_EQ(s.message().rfind(name, 0), 0u) << s.message();
+  };
+  TensorView bad_target = tv;
+  bad_target.dtype = DType::kFloat32;
+  fails(cross_entropy_forward(xv, bad_target, nullptr, {}, lv, sv, nullptr), "target");
+  fails(cross_entropy_forward(xv, vector_view<int64_t>(t.get(), rows - 1), nullptr, {}, lv, sv, nullptr), "target");
+  TensorView double_loss = lv;
+  double_loss.dtype = DType::kFloat64;
+  fails(cross_entropy_forward(xv, tv, nullptr, {}, double_loss, sv, nullptr), "loss");
+  const TensorView short_weight = vector_view<float>(g.get(), classes - 1);
+  fails(cross_entropy_forward(xv, tv, &short_weight, {}, lv, sv, nullptr), "weight");
+  CrossEntropyOptions o;
+  o.label_smoothing = 1.5;
+  fails(cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr), "label_smoothing");
+  o = {};
+  o.softcap = -1;
+  fails(cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr), "softcap");
+  fails(cross_entropy_backward(xv, tv, nullptr, sv, lv, {}, xv, nullptr), "dlogits");
+  TensorView transposed = xv;
+  std::swap(transposed.sizes[0], transposed.sizes[1]);
+  transposed.strides[0] = 1, transposed.strides[1] = classes;
+  fails(cross_entropy_forward(transposed, vector_view<int64_t>(t.get(), classes), nullptr, {}, lv, sv, nullptr),
+        "logits");
+}
+
+}  // namespace
+}  // namespace reducekit
