@@ -20,7 +20,7 @@ namespace reducekit::kernels {
 // to two 512-thread CTAs an SM (64 registers): their point is several rows' reductions
 // overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
 // CTA an SM. Small tiles (kRereadSmallTileWords: one vector, 4-8 words) are held to four (32
-// registers), as torch.compile's norm kernels run (run 26). Counted in accumulator words a
+// registers), as torch.compile's norm kernels run. Counted in accumulator words a
 // thread; the largest tiles keep no bound (0 leaves it out).
 template <int kWords> constexpr int kStreamMinCtas = kWords <= 8 ? 4 : kWords <= 16 ? 2 : 0;
 template <typename T, class Op, int VEC, int VPT>
