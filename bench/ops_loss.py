@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cross_entropy over vocabulary rows, for the benchmark registry: the forward ('mean' over the
+rows) and the forward with its backward (the gradient of the logits, as training runs it)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from peers import compile_fresh
+from registry import BuildContext, Impl, NotApplicable, OpSpec, register, rows_of, rows_tensor
+
+# Language-model vocabularies (GPT-2, Llama 2 / 3, Qwen, Gemma) at token counts of a step.
+SHAPES = [(4096, 32000), (8192, 50257), (4096, 128256), (2048, 151936), (1024, 256000), (32768, 8192)]
+QUICK = [(8192, 50257), (4096, 128256)]
+ODD = [(2048, 50257), (2048, 50264), (1024, 151936)]
+
+
+def _make_inputs(shape, dtype):
+    x = rows_tensor(shape, dtype)
+    m, n = rows_of(shape)
+    target = torch.randint(0, n, (m,), device="cuda")
+    return x, target
+
+
+def _element_bytes(dtype):
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _forward_bytes(shape, dtype):
+    m, n = rows_of(shape)
+    return m * n * _element_bytes(dtype) + m * 8  # logits once, targets once
+
+
+def _training_bytes(shape, dtype):
+    m, n = rows_of(shape)
+    return 3 * m * n * _element_bytes(dtype) + m * 8  # logits twice (forward, backward), dlogits once
+
+
+def _with_grad(loss_fn):
+    def step(x, target):
+        x = x.detach().requires_grad_()
+        loss_fn(x, target).backward()
+        return x.grad
+    return step
+
+
+def _register(name, training):
+    torch_fn = (lambda x, t: F.cross_entropy(x, t))
+
+    def build_reducekit(ctx: BuildContext, inputs):
+        if ctx.reducekit is None or not hasattr(ctx.reducekit, "cross_entropy"):
+            raise NotApplicable("reducekit.cross_entropy is not built")
+        fn = ctx.reducekit.cross_entropy
+        return Impl(_with_grad(fn) if training else fn)
+
+    def build_torch(ctx, inputs):
+        return Impl(_with_grad(torch_fn) if training else torch_fn)
+
+    def build_compile(ctx, inputs):
+        compiled, seconds = compile_fresh(_with_grad(torch_fn) if training else torch_fn, inputs)
+        return Impl(compiled, {"compile_s": round(seconds, 2)})
+
+    def reference(x, target):
+        if not training:
+            return F.cross_entropy(x.double(), target)
+        return _with_grad(torch_fn)(x.double(), target)
+
+    def tolerance(dtype):
+        if dtype == torch.float64:
+            return 1e-12, 1e-10
+        if dtype == torch.float32:
+            return 1e-6, 2e-5
+        return 1e-4, 2e-2
+
+    register(OpSpec(name=name, make_inputs=_make_inputs, bytes_moved=_training_bytes if training else _forward_bytes,
+                    reference=reference,
+                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile},
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance))
+
+
+_register("cross_entropy", training=False)
+_register("cross_entropy_training", training=True)
