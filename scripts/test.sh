@@ -6,8 +6,10 @@
 source "$(dirname "$0")/common.sh"
 configure_and_build
 
-echo "== C++ tests"
-"$BUILD/reducekit_tests" --gtest_brief=1
+echo "== C++ tests (ctest, $JOBS at once)"
+ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure >"$BUILD.ctest.log" 2>&1 || { cat "$BUILD.ctest.log"; exit 1; }
+grep -E "tests passed|Total Test time" "$BUILD.ctest.log"
+echo "$(grep -c '(Skipped)' "$BUILD.ctest.log" || true) skipped (GPU tests without a GPU)"
 
 echo "== C++ package: install, then build and run examples/cpp against the installed package"
 cmake --install "$BUILD" --prefix "$BUILD/install" >"$BUILD.install.log"
