@@ -190,8 +190,11 @@ template <typename T, bool kResidual> struct RmsNormForwardOp : NormForwardBase<
     Base::prepare(v);
     return {{fold_chains<N>(Plus{}, [&](int j) { return v[0][j] * v[0][j]; })}};
   }
+  // A row holding +-inf has no finite scale: its rstd is NaN, so the whole row is NaN, as torch's
+  // (1 / sqrt(inf) = 0 would leave zeros at the finite elements and NaN at the infinite ones).
   __device__ static Params finalize(const Extra& x, const RowSpan& at, const Stat& s) {
-    return Acc(1) / sqrt(s.w[0] / Acc(at.cols) + x.eps);
+    const Acc mean_square = s.w[0] / Acc(at.cols);
+    return isinf(mean_square) ? Acc(NAN) : Acc(1) / sqrt(mean_square + x.eps);
   }
   __device__ static void row_done(const Extra& x, const RowSpan& at, const Params& rstd) {
     if (x.rstd != nullptr) x.rstd[at.row] = rstd;

@@ -83,7 +83,8 @@ void rms_norm_forward(const double* x, const double* weight, double* y, double* 
     const double* xr = x + r * cols;
     CompensatedSum squares;
     for (int64_t j = 0; j < cols; ++j) squares.add(xr[j] * xr[j]);
-    const double rs = 1.0 / std::sqrt(squares.value() / n + eps);
+    const double mean_square = squares.value() / n;  // inf: the row has no finite scale, all NaN
+    const double rs = std::isinf(mean_square) ? std::nan("") : 1.0 / std::sqrt(mean_square + eps);
     for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = xr[j] * rs * weight_at(weight, j);
     if (rstd != nullptr) rstd[r] = rs;
   }

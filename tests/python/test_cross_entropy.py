@@ -135,7 +135,7 @@ def test_nn_module():
     x, t = _inputs(16, 50, torch.float32, seed=8)
     w = torch.rand(50, device=DEV) + 0.5
     ours = reducekit.nn.CrossEntropyLoss(weight=w, label_smoothing=0.05)
-    theirs = torch.nn.CrossEntropyLoss(weight=w, label_smoothing=0.05)
+    theirs = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.05)
     _close(ours(x, t), theirs(x.double(), t), torch.float32)
 
 
