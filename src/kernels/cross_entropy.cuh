@@ -46,21 +46,47 @@ template <typename Acc> __device__ __forceinline__ Acc soft_capped(Acc x, Acc so
   return softcap > Acc(0) ? softcap * tanh(x / softcap) : x;
 }
 
-// The (soft-capped) values of the VEC elements from e0 of a row of `len`; past the end, `pad`.
+// Vector v of a row of `len` elements as raw bytes. A vector reaching past the row is read
+// element by element, inside the row only (its missing elements zero); values_of masks them.
+template <typename T, int VEC>
+__device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int64_t len) {
+  const int64_t e0 = v * VEC;
+  if (e0 + VEC <= len) return load_vector16<T, VEC>(row, e0, len);
+  T part[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) part[e] = e0 + e < len ? row[e0 + e] : from_acc<T>(acc_t<T>(0));
+  Bytes16 b;
+  memcpy(&b, part, 16);
+  return b;
+}
+
+// The (soft-capped) logits of vector v, elements past the row's end replaced by `pad`.
 template <typename T, int VEC, typename Acc>
-__device__ __forceinline__ void load_capped(const T* row, int64_t e0, int64_t len, Acc softcap, Acc pad,
-                                            Acc (&z)[VEC]) {
-  if (e0 + VEC <= len) {
-    const Bytes16 b = load_vector16<T, VEC>(row, e0, len);
-    T v[VEC];
-    memcpy(v, &b, 16);
+__device__ __forceinline__ void values_of(const Bytes16& b, int64_t v, int64_t len, Acc softcap, Acc pad,
+                                          Acc* z) {
+  T raw[VEC];
+  memcpy(raw, &b, 16);
+  const int64_t e0 = v * VEC;
+  const bool full = e0 + VEC <= len;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) z[e] = soft_capped(to_acc<Acc>(v[e]), softcap);
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) z[e] = e0 + e < len ? soft_capped(to_acc<Acc>(row[e0 + e]), softcap) : pad;
+  for (int e = 0; e < VEC; ++e) {
+    z[e] = soft_capped(to_acc<Acc>(raw[e]), softcap);
+    if (!full && e0 + e >= len) z[e] = pad;
   }
 }
+
+// The kCrossEntropyUnroll vectors a thread takes in one step: v0, v0 + threads, ...
+template <typename T> struct VectorBatch {
+  static constexpr int VEC = 16 / sizeof(T);
+  Bytes16 raw[kCrossEntropyUnroll];
+  __device__ __forceinline__ void load(const T* row, int64_t v0, int64_t vectors, int64_t len) {
+#pragma unroll
+    for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+      const int64_t v = v0 + int64_t(u) * blockDim.x;
+      if (v < vectors) raw[u] = load_row_vector<T, VEC>(row, v, len);
+    }
+  }
+};
 
 // sum_j w[j] over the classes, the same for every row: once a CTA, where the smoothing term needs it.
 template <typename Acc>
@@ -71,51 +97,67 @@ __device__ __forceinline__ Acc class_weight_sum(const Acc* weight, int64_t class
   return block_reduce<RowSum<Acc>>({{s}}, slots).w[0];
 }
 
-template <typename T>
+// Forward: a thread folds each step's U vectors into its (max, sum of exp(z - max)) at once, the
+// step's max first, so a step costs one exp an element and one rescale; the next step's loads are
+// in flight meanwhile. The target's logit is read at the row's start, off the critical path.
+// kExtras: label smoothing or soft-capping in use; without them the kernel is lean enough for
+// more CTAs an SM.
+template <typename T, bool kExtras>
 __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_kernel(CrossEntropyArgs<T> a) {
   using Acc = acc_t<T>;
   using Lse = SoftmaxForwardOp<T, false>;  // its (max, sum of exp) statistic and merge
-  constexpr int VEC = 16 / sizeof(T);
+  constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
   __shared__ typename Lse::Stat lse_slots[33];
   __shared__ StatVec<Acc, 1> sum_slots[33];
-  const bool smooth = a.smoothing > Acc(0);
+  const bool smooth = kExtras && a.smoothing > Acc(0);
+  const Acc softcap = kExtras ? a.softcap : Acc(0);
   const Acc weight_sum = smooth ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
   const int64_t vectors = (a.classes + VEC - 1) / VEC;
+  const int64_t step = int64_t(U) * blockDim.x;
 
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = a.logits + row * a.logits_stride;
-    typename Lse::Stat stat = Lse::identity();
+    int64_t t = 0;
+    T target_logit = from_acc<T>(Acc(0));
+    if (threadIdx.x == 0) {
+      t = a.target[row];
+      if (t >= 0 && t < a.classes) target_logit = x[t];
+    }
+    Acc m = negative_infinity<Acc>(), s = Acc(0);
     Acc wz = Acc(0);  // sum_j w[j] z[j], smoothing only
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += int64_t(kCrossEntropyUnroll) * blockDim.x) {
-      Acc z[kCrossEntropyUnroll][VEC];
+    VectorBatch<T> cur, next;
+    cur.load(x, threadIdx.x, vectors, a.classes);
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
+      if (v0 + step < vectors) next.load(x, v0 + step, vectors, a.classes);
+      Acc z[U * VEC];
 #pragma unroll
-      for (int u = 0; u < kCrossEntropyUnroll; ++u)
-        load_capped<T, VEC>(x, (v0 + int64_t(u) * blockDim.x) * VEC, a.classes, a.softcap, negative_infinity<Acc>(), z[u]);
+      for (int u = 0; u < U; ++u)
+        values_of<T, VEC>(cur.raw[u], v0 + int64_t(u) * blockDim.x, a.classes, softcap, negative_infinity<Acc>(),
+                          z + u * VEC);
+      // fmax skips NaN, the sum catches it; an all -inf max subtracts 0 so -inf gives exp = 0.
+      const Acc top = fmax(m, fold_chains<U * VEC>(Max{}, [&](int i) { return z[i]; }));
+      const Acc base = top == negative_infinity<Acc>() ? Acc(0) : top;
+      s = s * fast_exp(m - base) + fold_chains<U * VEC>(Plus{}, [&](int i) { return fast_exp(z[i] - base); });
+      m = top;
+      if (smooth) {
 #pragma unroll
-      for (int u = 0; u < kCrossEntropyUnroll; ++u) {
-        Acc v[1][VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) v[0][e] = z[u][e];
-        stat = Lse::merge(stat, Lse::template fold<VEC>(v));  // pads (-inf) add exp(-inf) = 0
-        if (smooth) {
-          const int64_t e0 = (v0 + int64_t(u) * blockDim.x) * VEC;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            if (e0 + e < a.classes) wz += (a.weight ? a.weight[e0 + e] : Acc(1)) * z[u][e];
+        for (int i = 0; i < U * VEC; ++i) {
+          const int64_t j = (v0 + int64_t(i / VEC) * blockDim.x) * VEC + i % VEC;
+          if (j < a.classes) wz += (a.weight ? a.weight[j] : Acc(1)) * z[i];
         }
       }
+      cur = next;
     }
-    stat = block_reduce<Lse>(stat, lse_slots);
+    const typename Lse::Stat stat = block_reduce<Lse>({{m, s}}, lse_slots);
     if (smooth) wz = block_reduce<RowSum<Acc>>({{wz}}, sum_slots).w[0];
     if (threadIdx.x == 0) {
       const Acc lse = stat.w[0] + precise_log(stat.w[1]);  // -inf for an all -inf row
-      const int64_t t = a.target[row];
       Acc loss = Acc(0);
       if (t != a.ignore_index) {
         if (t < 0 || t >= a.classes) {
           loss = Acc(NAN);  // read nothing out of bounds; the row's loss says the target was bad
         } else {
-          const Acc zt = soft_capped(to_acc<Acc>(x[t]), a.softcap);
+          const Acc zt = soft_capped(to_acc<Acc>(target_logit), softcap);
           loss = (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1)) * (lse - zt);
           if (smooth) loss += a.smoothing / Acc(a.classes) * (weight_sum * lse - wz);
           if (a.z_scale != Acc(0)) loss += a.z_scale * lse * lse;
@@ -127,14 +169,16 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_ke
   }
 }
 
-template <typename T>
+template <typename T, bool kExtras>
 __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_kernel(CrossEntropyArgs<T> a) {
   using Acc = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
+  constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
   __shared__ StatVec<Acc, 1> sum_slots[33];
-  const bool smooth = a.smoothing > Acc(0);
+  const bool smooth = kExtras && a.smoothing > Acc(0);
+  const Acc softcap = kExtras ? a.softcap : Acc(0);
   const Acc weight_sum = smooth ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
   const int64_t vectors = (a.classes + VEC - 1) / VEC;
+  const int64_t step = int64_t(U) * blockDim.x;
 
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = a.logits + row * a.logits_stride;
@@ -148,25 +192,28 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
     const Acc smooth_part = g * a.smoothing / Acc(a.classes);
     const Acc p_factor = target_part + smooth_part * weight_sum + Acc(2) * a.z_scale * g * lse;
     const Acc fill = bad ? Acc(NAN) : Acc(0);  // ignored rows: 0; bad targets: NaN
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += int64_t(kCrossEntropyUnroll) * blockDim.x) {
-      Acc z[kCrossEntropyUnroll][VEC];
+    VectorBatch<T> cur, next;
+    cur.load(x, threadIdx.x, vectors, a.classes);
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
+      if (v0 + step < vectors) next.load(x, v0 + step, vectors, a.classes);
 #pragma unroll
-      for (int u = 0; u < kCrossEntropyUnroll; ++u)
-        load_capped<T, VEC>(x, (v0 + int64_t(u) * blockDim.x) * VEC, a.classes, a.softcap, Acc(0), z[u]);
-#pragma unroll
-      for (int u = 0; u < kCrossEntropyUnroll; ++u) {
-        const int64_t e0 = (v0 + int64_t(u) * blockDim.x) * VEC;
-        if (e0 >= a.classes) continue;
+      for (int u = 0; u < U; ++u) {
+        const int64_t v = v0 + int64_t(u) * blockDim.x;
+        if (v >= vectors) break;
+        const int64_t e0 = v * VEC;
+        Acc z[VEC];
+        values_of<T, VEC>(cur.raw[u], v, a.classes, softcap, Acc(0), z);
         T out[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int64_t j = e0 + e;
           Acc d = fill;
           if (!ignored && !bad) {
-            d = fast_exp(z[u][e] - lse) * p_factor;
+            d = fast_exp(z[e] - lse) * p_factor;
             if (j == t) d -= target_part;
             if (smooth) d -= smooth_part * (a.weight ? (j < a.classes ? a.weight[j] : Acc(0)) : Acc(1));
-            if (a.softcap > Acc(0)) d *= Acc(1) - (z[u][e] / a.softcap) * (z[u][e] / a.softcap);
+            if constexpr (kExtras)
+              if (softcap > Acc(0)) d *= Acc(1) - (z[e] / softcap) * (z[e] / softcap);
           }
           out[e] = from_acc<T>(d);
         }
@@ -180,6 +227,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
             if (e0 + e < a.classes) dx[e0 + e] = out[e];
         }
       }
+      cur = next;
     }
   }
 }

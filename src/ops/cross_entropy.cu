@@ -67,14 +67,17 @@ Status plan_logits(const TensorView& logits, const char* name, const TensorView&
   return check_options(options);
 }
 
-int grid_for(int64_t rows) {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+// As many CTAs as fit on the device at once (each loops over its rows), at most one a row.
+template <class Kernel> int grid_for(Kernel kernel, int64_t rows) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kCrossEntropyThreads, 0) != cudaSuccess) {
     cudaGetLastError();
     sms = 132;
+    per_sm = 2;
   }
-  // Eight 256-thread CTAs an SM; each loops over its rows.
-  return static_cast<int>(std::min<int64_t>(rows, int64_t(sms) * 8));
+  return static_cast<int>(std::min<int64_t>(rows, int64_t(sms) * std::max(per_sm, 1)));
 }
 
 template <typename T>
@@ -128,7 +131,9 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
     kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
     a.loss = static_cast<Acc*>(loss.data);
     a.lse = static_cast<Acc*>(lse.data);
-    kernels::cross_entropy_forward_kernel<T><<<grid_for(plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
+    const auto kernel = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
+    kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
     return launched("cross_entropy_forward");
   });
 }
@@ -158,7 +163,9 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
     a.grad = static_cast<const Acc*>(grad_loss.data);
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
-    kernels::cross_entropy_backward_kernel<T><<<grid_for(plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
+    const auto kernel = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
+    kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
     return launched("cross_entropy_backward");
   });
 }
