@@ -2,10 +2,13 @@
 """pytest setup for reducekit's Python tests.
 
 Tests import reducekit from <repo>/python (or from $REDUCEKIT_PYTHON_PATH, to test another
-build). Every test module here needs torch, a CUDA device and a built reducekit; when one
-is missing, each module is reported as skipped with the reason, instead of failing at import.
+build); with REDUCEKIT_TEST_INSTALLED=1 they test the reducekit that `pip install` put on the
+path instead, and leave sys.path alone. Every test module here needs torch, a CUDA device and a
+built reducekit; when one is missing, each module is reported as skipped with the reason,
+instead of failing at import.
 """
 import functools
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -13,9 +16,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE_PATH = os.environ.get("REDUCEKIT_PYTHON_PATH") or str(REPO / "python")
-if PACKAGE_PATH not in sys.path:
-    sys.path.insert(0, PACKAGE_PATH)
+if os.environ.get("REDUCEKIT_TEST_INSTALLED") == "1":
+    # The folder holding the installed package (found without importing it, so torch loads no
+    # sooner); test_bad_inputs' child processes put it first on their path too.
+    _spec = importlib.util.find_spec("reducekit")
+    PACKAGE_PATH = (str(Path(_spec.origin).parents[1]) if _spec is not None and _spec.origin
+                    else "the installed packages (none found)")
+else:
+    PACKAGE_PATH = os.environ.get("REDUCEKIT_PYTHON_PATH") or str(REPO / "python")
+    if PACKAGE_PATH not in sys.path:
+        sys.path.insert(0, PACKAGE_PATH)
 
 
 @functools.lru_cache(maxsize=None)
