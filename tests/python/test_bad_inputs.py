@@ -138,18 +138,7 @@ def results():
     return _run_all()
 
 
-# Known to crash (issue 20): a rank-9 CUDA tensor kills the process inside the op call (faulthandler:
-# in the dispatcher's call of the CUDA kernel), although the C++ layer checks the rank first.
-KNOWN_CRASHES = {name for name in CASES if name.endswith("_rank9")}
-
-
-def _case(name):
-    if name in KNOWN_CRASHES:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="issue 20: rank-9 tensors crash"))
-    return name
-
-
-@pytest.mark.parametrize("name", [_case(name) for name in CASES])
+@pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_gets_an_answer_or_a_clear_error(results, name):
     expect, words, _ = CASES[name]
     r = results[name]
