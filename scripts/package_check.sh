@@ -8,7 +8,7 @@
 # while there is time) against the installed package (REDUCEKIT_TEST_INSTALLED=1). Also checks
 # that the build wrote nothing into the snapshot. scikit-build-core and its dependencies are
 # installed from the wheels in .whl/ (carried beside the snapshot's files) when python3 lacks it.
-# Runs from the snapshot's root (copied there as the other run_next scripts) or from wip/.
+# Runs from the repository root or from scripts/ (carry .whl/ where python3 lacks scikit-build-core).
 # Logs under $OUT/r, packed into $OUT/all.tgz.
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ -f "$here/pyproject.toml" ]; then cd "$here"; else cd "$here/.."; fi
