@@ -59,8 +59,14 @@ def _register(name, training):
         return Impl(_with_grad(torch_fn) if training else torch_fn)
 
     def build_compile(ctx, inputs):
-        compiled, seconds = compile_fresh(_with_grad(torch_fn) if training else torch_fn, inputs)
-        return Impl(compiled, {"compile_s": round(seconds, 2)})
+        # The loss is compiled; the training step's leaf and backward stay outside (dynamo does not
+        # trace requires_grad_()). Warmed on a leaf that requires grad, as the step calls it.
+        if not training:
+            compiled, seconds = compile_fresh(torch_fn, inputs)
+            return Impl(compiled, {"compile_s": round(seconds, 2)})
+        x, target = inputs
+        compiled, seconds = compile_fresh(torch_fn, (x.detach().requires_grad_(), target))
+        return Impl(_with_grad(compiled), {"compile_s": round(seconds, 2)})
 
     def reference(x, target):
         if not training:
