@@ -2,6 +2,7 @@
 // One include for users of the reducekit C++ API.
 #pragma once
 
+#include "reducekit/batch_norm.hpp"
 #include "reducekit/loss.hpp"
 #include "reducekit/norm.hpp"
 #include "reducekit/reduce.hpp"

@@ -62,6 +62,7 @@ if not _os.path.exists(_path):
 _torch.ops.load_library(_path)
 
 from . import _registrations  # noqa: E402,F401  fake kernels and autograd formulas
+from ._batch_norm import batch_norm  # noqa: E402
 from ._functional import log_softmax, softmax  # noqa: E402
 from ._loss import cross_entropy  # noqa: E402
 from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm  # noqa: E402
@@ -71,4 +72,4 @@ from . import nn  # noqa: E402
 
 __all__ = ["softmax", "log_softmax", "nn", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp",
            "var", "std", "var_mean", "std_mean", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-           "cross_entropy"]
+           "cross_entropy", "batch_norm"]

@@ -2,6 +2,7 @@
 """Drop-in modules for torch.nn's, backed by reducekit's operators."""
 import torch
 
+from ._batch_norm import batch_norm_module_forward
 from ._functional import log_softmax, softmax
 from ._loss import cross_entropy
 from ._norm import layer_norm, rms_norm
@@ -36,6 +37,27 @@ class RMSNorm(torch.nn.RMSNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class BatchNorm1d(torch.nn.BatchNorm1d):
+    """torch.nn.BatchNorm1d (same parameters, buffers and state dict) running reducekit.batch_norm."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return batch_norm_module_forward(self, input)
+
+
+class BatchNorm2d(torch.nn.BatchNorm2d):
+    """torch.nn.BatchNorm2d (same parameters, buffers and state dict) running reducekit.batch_norm."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return batch_norm_module_forward(self, input)
+
+
+class BatchNorm3d(torch.nn.BatchNorm3d):
+    """torch.nn.BatchNorm3d (same parameters, buffers and state dict) running reducekit.batch_norm."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return batch_norm_module_forward(self, input)
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):

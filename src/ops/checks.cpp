@@ -83,6 +83,27 @@ Status check_float_device_tensor(const TensorView& t, const char* name) {
   return Status::ok();
 }
 
+Status check_dense_vector(const TensorView& t, const char* name, DType dtype, int64_t numel, const char* what) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return Status::invalid_argument(std::string(name) + ": rank " + std::to_string(t.rank) + " is outside 0.." +
+                                    std::to_string(kMaxRank));
+  if (t.dtype != dtype)
+    return Status::invalid_argument(std::string(name) + ": expected " + dtype_name(dtype) + ", got " +
+                                    dtype_name(t.dtype));
+  if (t.device == kHostDevice) return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || t.device != current) {
+    cudaGetLastError();
+    return Status::invalid_argument(std::string(name) + ": not on the current CUDA device");
+  }
+  if (t.numel() != numel)
+    return Status::invalid_argument(std::string(name) + ": " + std::to_string(t.numel()) + " elements, expected " +
+                                    std::to_string(numel) + " (" + what + ")");
+  if (!t.is_contiguous()) return Status::unsupported(std::string(name) + ": must be contiguous");
+  if (t.data == nullptr && numel > 0) return Status::invalid_argument(std::string(name) + ": null data pointer");
+  return Status::ok();
+}
+
 Status check_matches(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) {
   if (t.device != ref.device)
     return Status::invalid_argument(std::string(name) + ": on device " + std::to_string(t.device) + " but " +

@@ -14,6 +14,10 @@ namespace reducekit {
 // A floating-point tensor on the current CUDA device with a data pointer when non-empty.
 Status check_float_device_tensor(const TensorView& t, const char* name);
 
+// A contiguous tensor of `numel` elements of `dtype` on the current CUDA device (a per-row or
+// per-channel vector); `what` says where numel comes from ("one per row").
+Status check_dense_vector(const TensorView& t, const char* name, DType dtype, int64_t numel, const char* what);
+
 // Same sizes, dtype and device as `ref`.
 Status check_matches(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name);
 

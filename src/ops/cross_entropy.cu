@@ -19,25 +19,6 @@ namespace {
 // The per-row values' dtype: float32, or float64 for float64 logits.
 DType row_value_dtype(DType logits) { return logits == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
-Status check_dense_vector(const TensorView& t, const char* name, DType dtype, int64_t numel, const char* what) {
-  if (t.rank < 0 || t.rank > kMaxRank)
-    return Status::invalid_argument(std::string(name) + ": rank " + std::to_string(t.rank) + " is outside 0.." +
-                                    std::to_string(kMaxRank));
-  if (t.dtype != dtype)
-    return Status::invalid_argument(std::string(name) + ": expected " + dtype_name(dtype) + ", got " +
-                                    dtype_name(t.dtype));
-  if (t.device == kHostDevice) return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || t.device != current)
-    return Status::invalid_argument(std::string(name) + ": not on the current CUDA device");
-  if (t.numel() != numel)
-    return Status::invalid_argument(std::string(name) + ": " + std::to_string(t.numel()) + " elements, expected " +
-                                    std::to_string(numel) + " (" + what + ")");
-  if (!t.is_contiguous()) return Status::unsupported(std::string(name) + ": must be contiguous");
-  if (t.data == nullptr && numel > 0) return Status::invalid_argument(std::string(name) + ": null data pointer");
-  return Status::ok();
-}
-
 Status check_options(const CrossEntropyOptions& o) {
   if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
     return Status::invalid_argument("label_smoothing: expected a value in [0, 1], got " +

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// batch_norm on raw device memory: training forward (batch statistics, running-statistics
+// update), inference forward (running statistics) and backward, in the channels-first (NCHW)
+// and channels-last (NHWC / NDHWC) layouts.
+//
+// x: [N, C, *spatial], rank 2..5, dense in one of two layouts: contiguous (channels-first), or
+// channels-last (C innermost, then the spatial dims, then N: torch's channels_last and
+// channels_last_3d). y, dy and dx have x's sizes, dtype and strides. Per-channel tensors
+// (weight, bias, running_mean, running_var, save_mean, save_invstd, dweight, dbias): [C],
+// contiguous, float32 (float64 for float64 x), as torch keeps them for 16-bit inputs.
+//
+// The statistics of a channel are merged in an order fixed by the shape (Welford within a CTA,
+// Chan's merge across CTAs, no atomics): the results are deterministic.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "reducekit/status.hpp"
+#include "reducekit/tensor.hpp"
+#include "reducekit/workspace.hpp"
+
+namespace reducekit {
+
+struct BatchNormOptions {
+  // running = (1 - momentum) * running + momentum * batch statistic (the variance unbiased).
+  // torch's momentum=None (the cumulative average) is momentum = 1 / num_batches_tracked.
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+
+// Workspace of a training forward or a backward on x (see workspace.hpp for the convention).
+struct BatchNormRequirements {
+  std::size_t workspace_bytes = 0;
+  std::size_t workspace_zeroed_bytes = 0;
+};
+Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req);
+
+// Training forward: save_mean, save_invstd = the batch mean and 1 / sqrt(biased variance + eps)
+// per channel; y = (x - mean) * invstd * weight + bias; running_mean / running_var (both or
+// neither; may be null) updated in place. weight, bias: may be null (1 and 0). A channel must
+// have more than one value (N * spatial > 1), as torch requires; with N * spatial == 0 nothing
+// is read or written except save_mean and save_invstd, which become NaN.
+Status batch_norm_training_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
+                                   const TensorView* running_mean, const TensorView* running_var,
+                                   const BatchNormOptions& options, const TensorView& y, const TensorView& save_mean,
+                                   const TensorView& save_invstd, const Workspace& workspace, cudaStream_t stream);
+
+// Inference forward: y = (x - running_mean) / sqrt(running_var + eps) * weight + bias. save_mean
+// and save_invstd (may be null) receive running_mean and 1 / sqrt(running_var + eps), what the
+// backward of an inference forward reads. One read of x and one write of y; no workspace.
+Status batch_norm_inference_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
+                                    const TensorView& running_mean, const TensorView& running_var, double eps,
+                                    const TensorView& y, const TensorView* save_mean, const TensorView* save_invstd,
+                                    cudaStream_t stream);
+
+// Backward from dy, x and the forward's save_mean / save_invstd. With `batch_statistics` (the
+// forward was a training forward) dx = weight * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)),
+// the statistics' dependence on x included; without, dx = weight * invstd * dy. dweight =
+// sum(dy * xhat), dbias = sum(dy) per channel. dx, dweight, dbias: each may be null (not wanted).
+Status batch_norm_backward(const TensorView& dy, const TensorView& x, const TensorView* weight,
+                           const TensorView& save_mean, const TensorView& save_invstd, bool batch_statistics,
+                           const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
+                           const Workspace& workspace, cudaStream_t stream);
+
+}  // namespace reducekit

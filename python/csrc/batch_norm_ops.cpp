@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: Apache-2.0
+// torch.ops.reducekit.batch_norm (training or inference forward; the running statistics are
+// updated in place) and batch_norm_backward, with the autograd that joins them. Thin: outputs
+// from torch's caching allocator with x's memory format; x in a layout the core cannot read
+// (neither contiguous nor channels-last) is made contiguous first; per-channel tensors in
+// another dtype than the core's (float32, float64 for float64 x) go through a float copy.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <array>
+#include <optional>
+#include <tuple>
+
+#include "reducekit/reducekit.hpp"
+#include "torch_util.hpp"
+
+namespace {
+
+using at::Tensor;
+using OptionalTensor = std::optional<Tensor>;
+using reducekit_torch::check_cuda;
+using reducekit_torch::find_op;
+using reducekit_torch::throw_if_failed;
+using reducekit_torch::to_view;
+
+bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
+
+at::ScalarType channel_type(const Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Channels-last in the core's sense: C innermost, then the spatial dims in order, then N.
+bool channels_last_dense(const Tensor& x) {
+  if (x.dim() < 2) return false;
+  int64_t expected = 1;
+  const auto check = [&](int64_t d) {
+    if (x.size(d) == 1) return true;
+    const bool ok = x.stride(d) == expected;
+    expected *= x.size(d);
+    return ok;
+  };
+  if (!check(1)) return false;
+  for (int64_t d = x.dim() - 1; d >= 2; --d)
+    if (!check(d)) return false;
+  return check(0);
+}
+
+// x as the core reads it: contiguous or channels-last as it is, else a copy in the memory
+// format torch suggests for it.
+Tensor readable(const Tensor& x) {
+  return x.is_contiguous() || channels_last_dense(x) ? x : x.contiguous(x.suggest_memory_format());
+}
+
+// A per-channel tensor in the core's dtype, contiguous (a copy where it is not already).
+OptionalTensor channel_input(const OptionalTensor& t, const Tensor& x, const char* name) {
+  if (!given(t)) return std::nullopt;
+  check_cuda(*t, name);
+  return t->to(channel_type(x)).contiguous();
+}
+
+struct ChannelViews {
+  std::optional<reducekit::TensorView> weight, bias;
+  ChannelViews(const OptionalTensor& w, const OptionalTensor& b) {
+    if (given(w)) weight = to_view(*w, "weight");
+    if (given(b)) bias = to_view(*b, "bias");
+  }
+};
+const reducekit::TensorView* ptr(const std::optional<reducekit::TensorView>& v) { return v ? &*v : nullptr; }
+
+cudaStream_t stream_of(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const OptionalTensor& weight,
+                                                   const OptionalTensor& bias, const OptionalTensor& running_mean,
+                                                   const OptionalTensor& running_var, bool training, double momentum,
+                                                   double eps) {
+  check_cuda(input, "x");
+  TORCH_CHECK(given(running_mean) == given(running_var),
+              "running_var: running_mean and running_var come together (both or neither)");
+  TORCH_CHECK(training || given(running_mean), "running_mean: inference (training=False) needs the running statistics");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor x = readable(input);
+  const OptionalTensor w = channel_input(weight, x, "weight"), b = channel_input(bias, x, "bias");
+  // The running statistics are updated in place: a float copy (when they are kept in another
+  // dtype or layout) is written back afterwards.
+  const OptionalTensor rm = channel_input(running_mean, x, "running_mean");
+  const OptionalTensor rv = channel_input(running_var, x, "running_var");
+  const ChannelViews params(w, b);
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 0;
+  const auto stat_options = x.options().dtype(channel_type(x));
+  Tensor y = at::empty_like(x), save_mean = at::empty({channels}, stat_options),
+         save_invstd = at::empty({channels}, stat_options);
+  const reducekit::TensorView xv = to_view(x, "x"), yv = to_view(y, "y");
+  const reducekit::TensorView mv = to_view(save_mean, "save_mean"), iv = to_view(save_invstd, "save_invstd");
+  if (training) {
+    std::optional<reducekit::TensorView> rmv, rvv;
+    if (rm) {
+      rmv = to_view(*rm, "running_mean");
+      rvv = to_view(*rv, "running_var");
+    }
+    reducekit::BatchNormOptions o;
+    o.momentum = momentum;
+    o.eps = eps;
+    throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
+        x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
+        [&](const reducekit::Workspace& ws) {
+          return reducekit::batch_norm_training_forward(xv, ptr(params.weight), ptr(params.bias), ptr(rmv), ptr(rvv),
+                                                        o, yv, mv, iv, ws, stream);
+        }));
+    if (rm && !rm->is_same(*running_mean)) running_mean->copy_(*rm);
+    if (rv && !rv->is_same(*running_var)) running_var->copy_(*rv);
+  } else {
+    throw_if_failed(reducekit::batch_norm_inference_forward(xv, ptr(params.weight), ptr(params.bias),
+                                                            to_view(*rm, "running_mean"), to_view(*rv, "running_var"),
+                                                            eps, yv, &mv, &iv, stream));
+  }
+  return {y, save_mean, save_invstd};
+}
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_cuda(const Tensor& grad_out, const Tensor& input,
+                                                            const OptionalTensor& weight, const Tensor& save_mean,
+                                                            const Tensor& save_invstd, bool training,
+                                                            std::array<bool, 3> output_mask) {
+  check_cuda(input, "x");
+  check_cuda(grad_out, "dy");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor x = readable(input);
+  // dy in x's layout (a copy where it differs).
+  const Tensor dy = grad_out.strides() == x.strides() && grad_out.sizes() == x.sizes()
+                        ? grad_out
+                        : at::empty_like(x, grad_out.options()).copy_(grad_out);
+  const OptionalTensor w = channel_input(weight, x, "weight");
+  const Tensor mean = save_mean.to(channel_type(x)).contiguous(), invstd = save_invstd.to(channel_type(x)).contiguous();
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 0;
+  const auto param_options = x.options().dtype(channel_type(x));
+  // An output the mask leaves out is an empty tensor (the schema's results are all Tensors).
+  Tensor dx = output_mask[0] ? at::empty_like(x) : at::empty({0}, x.options());
+  Tensor dweight = at::empty({output_mask[1] ? channels : 0}, param_options);
+  Tensor dbias = at::empty({output_mask[2] ? channels : 0}, param_options);
+  std::optional<reducekit::TensorView> dxv, dwv, dbv, wv;
+  if (output_mask[0]) dxv = to_view(dx, "dx");
+  if (output_mask[1]) dwv = to_view(dweight, "dweight");
+  if (output_mask[2]) dbv = to_view(dbias, "dbias");
+  if (w) wv = to_view(*w, "weight");
+  const reducekit::TensorView xv = to_view(x, "x"), dyv = to_view(dy, "dy");
+  throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
+      x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
+      [&](const reducekit::Workspace& ws) {
+        return reducekit::batch_norm_backward(dyv, xv, ptr(wv), to_view(mean, "save_mean"),
+                                              to_view(invstd, "save_invstd"), training, ptr(dxv), ptr(dwv), ptr(dbv),
+                                              ws, stream);
+      }));
+  return {dx, dweight, dbias};
+}
+
+// ---- autograd: forward below autograd, backward through batch_norm_backward ----------------
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class BatchNormAutograd : public torch::autograd::Function<BatchNormAutograd> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const OptionalTensor& weight,
+                               const OptionalTensor& bias, const OptionalTensor& running_mean,
+                               const OptionalTensor& running_var, bool training, double momentum, double eps) {
+    static const auto op =
+        find_op<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptionalTensor&, const OptionalTensor&,
+                                                   const OptionalTensor&, const OptionalTensor&, bool, double, double)>(
+            "reducekit::batch_norm");
+    Tensor y, save_mean, save_invstd;
+    {
+      const at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(y, save_mean, save_invstd) = op.call(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    }
+    // The running statistics changed in place: their version counters say so (inference
+    // tensors keep none).
+    if (training && given(running_mean) && !running_mean->is_inference()) {
+      torch::autograd::impl::bump_version(*running_mean);
+      torch::autograd::impl::bump_version(*running_var);
+    }
+    ctx->mark_non_differentiable({save_mean, save_invstd});
+    ctx->save_for_backward({x, weight.value_or(Tensor()), save_mean, save_invstd});
+    ctx->saved_data["training"] = training;
+    // needs_input_grad counts the tensors given: x, then weight and bias where present.
+    ctx->saved_data["weight_edge"] = given(weight) ? int64_t{1} : int64_t{-1};
+    ctx->saved_data["bias_edge"] = given(bias) ? int64_t{1} + given(weight) : int64_t{-1};
+    ctx->set_materialize_grads(false);
+    return {y, save_mean, save_invstd};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
+        const Tensor&, const Tensor&, const OptionalTensor&, const Tensor&, const Tensor&, bool, std::array<bool, 3>)>(
+        "reducekit::batch_norm_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &weight = saved[1], &save_mean = saved[2], &save_invstd = saved[3];
+    const bool wants_x = ctx->needs_input_grad(0);
+    const auto wants = [&](const char* edge) {
+      const int64_t index = ctx->saved_data[edge].toInt();
+      return index >= 0 && ctx->needs_input_grad(index);
+    };
+    const bool wants_weight = wants("weight_edge"), wants_bias = wants("bias_edge");
+    variable_list out(8);
+    if (!grads[0].defined() || !(wants_x || wants_weight || wants_bias)) return out;
+    auto [dx, dweight, dbias] =
+        op.call(grads[0], x, weight.defined() ? OptionalTensor(weight) : std::nullopt, save_mean, save_invstd,
+                ctx->saved_data["training"].toBool(), {wants_x, wants_weight, wants_bias});
+    if (wants_x) out[0] = dx;
+    if (wants_weight) out[1] = dweight;
+    if (wants_bias) out[2] = dbias;
+    return out;
+  }
+};
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_autograd(const Tensor& x, const OptionalTensor& weight,
+                                                       const OptionalTensor& bias, const OptionalTensor& running_mean,
+                                                       const OptionalTensor& running_var, bool training,
+                                                       double momentum, double eps) {
+  const variable_list out =
+      BatchNormAutograd::apply(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(reducekit, m) {
+  m.def("batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, Tensor(b!)? running_var,"
+        " bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("batch_norm_backward(Tensor grad_out, Tensor input, Tensor? weight, Tensor save_mean, Tensor save_invstd,"
+        " bool training, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
+  m.impl("batch_norm", &batch_norm_cuda);
+  m.impl("batch_norm_backward", &batch_norm_backward_cuda);
+}
+
+TORCH_LIBRARY_IMPL(reducekit, Autograd, m) { m.impl("batch_norm", &batch_norm_autograd); }

@@ -1,0 +1,405 @@
+// SPDX-License-Identifier: Apache-2.0
+// batch_norm's two kernels, on the CTA layout of plan/batch_norm_plan.hpp:
+//
+//   batch_norm_stats_kernel   each CTA folds its chunk of a tile into per-channel partials
+//                             (forward: Welford (count, mean, M2); backward: sum(dy) and
+//                             sum(dy * (x - mean))); the last CTA of a tile to finish merges the
+//                             tile's partials in chunk order and turns them into the channel's
+//                             outputs (save_mean / save_invstd and the running statistics, or
+//                             dweight / dbias) and the apply pass's parameters.
+//   batch_norm_apply_kernel   out = p * (x - mean) + q * dy + r per channel: y (q = 0) or dx.
+//
+// Every combine runs in an order fixed by the plan, so the results are deterministic.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/numeric.cuh"
+#include "plan/batch_norm_plan.hpp"
+
+namespace reducekit::kernels {
+
+template <typename Acc> struct BatchNormArgs {
+  const void* x = nullptr;
+  const void* dy = nullptr;  // backward
+  void* out = nullptr;       // y or dx
+  int64_t n = 0, c = 0, s = 0, chunk = 0, chunks = 0, tiles = 0;
+  int tile_vectors = 1;
+  const Acc* weight = nullptr;  // null: 1
+  const Acc* bias = nullptr;    // null: 0
+  Acc momentum = 0, eps = 0;
+  Acc* running_mean = nullptr;  // training forward: updated; inference: read
+  Acc* running_var = nullptr;
+  Acc* save_mean = nullptr;     // forward: written
+  Acc* save_invstd = nullptr;
+  const Acc* mean = nullptr;    // backward: the forward's save_mean / save_invstd
+  const Acc* invstd = nullptr;
+  bool batch_statistics = true;  // backward: dx includes the statistics' dependence on x
+  Acc* dweight = nullptr;
+  Acc* dbias = nullptr;
+  unsigned* tickets = nullptr;   // [tiles], zero on entry and on exit
+  Acc* partials = nullptr;       // [c][chunks][2]
+  Acc* params = nullptr;         // [c][4]: mean, p, q, r
+};
+
+// ---- element access ------------------------------------------------------------------------
+
+template <int Bytes> struct BitsOf;
+template <> struct BitsOf<16> { using type = uint4; };
+template <> struct BitsOf<8> { using type = uint2; };
+template <> struct BitsOf<4> { using type = unsigned int; };
+template <> struct BitsOf<2> { using type = unsigned short; };
+
+// VEC elements at p (VEC * sizeof(T) bytes, aligned to that), as Acc. kLastUse: the apply pass's
+// reads, which evict first so that the chunks still to be read again stay in L2.
+template <typename T, int VEC, bool kLastUse, typename Acc>
+__device__ __forceinline__ void load_values(const T* p, Acc (&v)[VEC]) {
+  using B = typename BitsOf<sizeof(T) * VEC>::type;
+  const B bits = kLastUse ? __ldcs(reinterpret_cast<const B*>(p)) : *reinterpret_cast<const B*>(p);
+  T e[VEC];
+  memcpy(e, &bits, sizeof(bits));
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) v[i] = to_acc<Acc>(e[i]);
+}
+
+// Written streaming: y and dx are not read again by this op.
+template <typename T, int VEC, typename Acc> __device__ __forceinline__ void store_values(T* p, const Acc (&v)[VEC]) {
+  using B = typename BitsOf<sizeof(T) * VEC>::type;
+  T e[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) e[i] = from_acc<T>(v[i]);
+  B bits;
+  memcpy(&bits, e, sizeof(bits));
+  __stcs(reinterpret_cast<B*>(p), bits);
+}
+
+// Where a CTA's vectors lie. Channels-first: the channel's n * s elements in run order, vectors
+// t, t + 256, ... of the chunk (a vector never crosses a run: s % VEC == 0 where VEC > 1).
+// Channels-last: rows r0 + t / W, r0 + t / W + 256 / W, ... at the tile's column vector t % W.
+// `offset` is the current vector's element offset in x; next() steps one vector on.
+template <BatchNormLayout L, int VEC> struct ChunkWalk {
+  int64_t offset = 0, pos = 0, end = 0;
+  int64_t channel = 0;      // channels-first: the CTA's; channels-last: the thread's first
+  bool column_valid = true;  // channels-last: the thread's column holds channels
+  int64_t s = 0, run = 0, in_run = 0, run_step = 0, in_run_step = 0, run_stride = 0;  // channels-first
+  int64_t row_step = 0, offset_step = 0;                                              // channels-last
+
+  template <typename Acc> __device__ ChunkWalk(const BatchNormArgs<Acc>& a, int64_t tile, int64_t k) {
+    const int t = threadIdx.x;
+    end = min(a.n * a.s, (k + 1) * a.chunk);
+    if constexpr (L == BatchNormLayout::kChannelsFirst) {
+      constexpr int64_t kStep = int64_t(kBatchNormThreads) * VEC;
+      channel = tile;
+      s = a.s;
+      pos = k * a.chunk + int64_t(t) * VEC;
+      run = pos / s;
+      in_run = pos % s;
+      run_step = kStep / s;
+      in_run_step = kStep % s;
+      run_stride = a.c * s;
+      offset = run * run_stride + channel * s + in_run;
+    } else {
+      const int w = a.tile_vectors;
+      channel = (tile * w + t % w) * VEC;
+      column_valid = channel < a.c;
+      row_step = kBatchNormThreads / w;
+      pos = k * a.chunk + t / w;
+      offset = pos * a.c + channel;
+      offset_step = row_step * a.c;
+    }
+  }
+  __device__ __forceinline__ bool valid() const { return column_valid && pos < end; }
+  __device__ __forceinline__ void next() {
+    if constexpr (L == BatchNormLayout::kChannelsFirst) {
+      pos += int64_t(kBatchNormThreads) * VEC;
+      run += run_step;
+      in_run += in_run_step;
+      if (in_run >= s) {
+        in_run -= s;
+        ++run;
+      }
+      offset = run * run_stride + channel * s + in_run;
+    } else {
+      pos += row_step;
+      offset += offset_step;
+    }
+  }
+};
+
+// Channels a thread accumulates: one (the CTA's) channels-first, one a vector lane channels-last.
+template <BatchNormLayout L, int VEC> constexpr int kLanesOf = L == BatchNormLayout::kChannelsFirst ? 1 : VEC;
+
+// ---- statistics ----------------------------------------------------------------------------
+
+template <typename Acc> struct Moments {
+  int64_t n;
+  Acc mean, m2;
+};
+
+// Chan's merge of two disjoint sets.
+template <typename Acc> __device__ __forceinline__ Moments<Acc> merge(const Moments<Acc>& a, const Moments<Acc>& b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const int64_t n = a.n + b.n;
+  const Acc wb = static_cast<Acc>(b.n) / static_cast<Acc>(n);
+  const Acc delta = b.mean - a.mean;
+  return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * static_cast<Acc>(a.n) * wb};
+}
+
+template <typename Acc> struct Sums {
+  Acc dy, dy_xc;  // sum(dy), sum(dy * (x - mean))
+};
+template <typename Acc> __device__ __forceinline__ Sums<Acc> merge(const Sums<Acc>& a, const Sums<Acc>& b) {
+  return {a.dy + b.dy, a.dy_xc + b.dy_xc};
+}
+
+// s[r * cols + j] for r < rows (a power of two) merged into s[j], pairwise in a fixed order.
+template <class Slot> __device__ __forceinline__ void merge_rows(Slot* s, int rows, int cols) {
+  for (int half = rows / 2; half > 0; half /= 2) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < half * cols; i += blockDim.x) s[i] = merge(s[i], s[i + half * cols]);
+  }
+  __syncthreads();
+}
+
+// The values of channel `ch`'s statistics that the CTA of chunk k covered.
+template <typename Acc> __device__ __forceinline__ int64_t chunk_count(const BatchNormArgs<Acc>& a, int64_t k) {
+  return min(a.chunk, a.n * a.s - k * a.chunk);
+}
+
+// What the last CTA of a tile makes of a channel's merged statistics.
+template <typename Acc> __device__ void finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Moments<Acc>& st) {
+  const int64_t count = a.n * a.s;
+  const Acc var = st.m2 / static_cast<Acc>(count);
+  const Acc invstd = Acc(1) / sqrt(var + a.eps);
+  a.save_mean[ch] = st.mean;
+  a.save_invstd[ch] = invstd;
+  if (a.running_mean != nullptr) {
+    const Acc keep = Acc(1) - a.momentum;
+    a.running_mean[ch] = keep * a.running_mean[ch] + a.momentum * st.mean;
+    a.running_var[ch] = keep * a.running_var[ch] + a.momentum * (st.m2 / static_cast<Acc>(count - 1));
+  }
+  const Acc w = a.weight != nullptr ? a.weight[ch] : Acc(1);
+  Acc* p = a.params + ch * 4;
+  p[0] = st.mean;
+  p[1] = w * invstd;
+  p[2] = 0;
+  p[3] = a.bias != nullptr ? a.bias[ch] : Acc(0);
+}
+
+template <typename Acc> __device__ void finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Sums<Acc>& st) {
+  const Acc invstd = a.invstd[ch];
+  if (a.dbias != nullptr) a.dbias[ch] = st.dy;
+  if (a.dweight != nullptr) a.dweight[ch] = st.dy_xc * invstd;
+  const Acc k = (a.weight != nullptr ? a.weight[ch] : Acc(1)) * invstd;
+  const Acc inv_count = Acc(1) / static_cast<Acc>(a.n * a.s);
+  Acc* p = a.params + ch * 4;
+  p[0] = a.mean[ch];
+  p[1] = a.batch_statistics ? -k * invstd * invstd * st.dy_xc * inv_count : Acc(0);
+  p[2] = k;
+  p[3] = a.batch_statistics ? -k * st.dy * inv_count : Acc(0);
+}
+
+// Folds a batch of M values (the first `valid` of them real, the rest 0) into st: the batch's
+// exact two-pass moments, then one merge.
+template <int M, typename Acc> __device__ __forceinline__ void fold_batch(Moments<Acc>& st, const Acc (&v)[M], int valid) {
+  Acc sum = 0;
+#pragma unroll
+  for (int i = 0; i < M; ++i) sum += v[i];
+  const Acc mean = sum / static_cast<Acc>(valid);
+  Acc m2 = 0;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const Acc d = v[i] - mean;
+    m2 += i < valid ? d * d : Acc(0);
+  }
+  st = merge(st, Moments<Acc>{valid, mean, m2});
+}
+
+// One CTA a (tile, chunk), CTA b = k * tiles + tile: neighbouring CTAs read neighbouring memory.
+template <typename T, BatchNormLayout L, int VEC, bool kBackward>
+__global__ void __launch_bounds__(kBatchNormThreads) batch_norm_stats_kernel(const BatchNormArgs<acc_t<T>> a) {
+  using Acc = acc_t<T>;
+  using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
+  constexpr int kLanes = kLanesOf<L, VEC>;
+  constexpr int U = batch_norm_unroll(VEC, sizeof(T));
+  __shared__ Slot slots[kBatchNormThreads * kLanes];
+  __shared__ bool last_cta;
+
+  const int64_t tile = blockIdx.x % a.tiles, k = blockIdx.x / a.tiles;
+  ChunkWalk<L, VEC> walk(a, tile, k);
+  const T* x = static_cast<const T*>(a.x);
+  const T* dy = static_cast<const T*>(a.dy);
+
+  Slot st[kLanes];
+  Acc mean[kLanes];
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) {
+    st[j] = Slot{};
+    if constexpr (kBackward) mean[j] = walk.column_valid ? a.mean[walk.channel + j] : Acc(0);
+  }
+  for (;;) {
+    Acc xv[U][VEC], gv[U][VEC];
+    int valid = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) xv[u][i] = gv[u][i] = 0;
+      if (walk.valid()) {
+        load_values<T, VEC, false>(x + walk.offset, xv[u]);
+        if constexpr (kBackward) load_values<T, VEC, false>(dy + walk.offset, gv[u]);
+        ++valid;
+      }
+      walk.next();
+    }
+    if (valid == 0) break;
+    if constexpr (kBackward) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const int j = kLanes == 1 ? 0 : i;
+          st[j].dy += gv[u][i];
+          st[j].dy_xc += u < valid ? gv[u][i] * (xv[u][i] - mean[j]) : Acc(0);
+        }
+    } else if constexpr (kLanes == 1) {
+      Acc flat[U * VEC];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) flat[u * VEC + i] = xv[u][i];
+      fold_batch(st[0], flat, valid * VEC);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        Acc lane[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) lane[u] = xv[u][i];
+        fold_batch(st[i], lane, valid);
+      }
+    }
+    if (valid < U) break;
+  }
+
+  // The CTA's partial per channel: thread t's lanes are columns t * kLanes + j of a
+  // [256 / W][W * kLanes] table (W = 1 channels-first), merged down its rows.
+  const int w = L == BatchNormLayout::kChannelsFirst ? 1 : a.tile_vectors;
+  const int cols = w * kLanes;
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) slots[threadIdx.x * kLanes + j] = st[j];
+  merge_rows(slots, kBatchNormThreads / w, cols);
+  const int64_t first_channel = L == BatchNormLayout::kChannelsFirst ? tile : tile * cols;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const int64_t ch = first_channel + j;
+    if (ch >= a.c) continue;
+    Acc* part = a.partials + (ch * a.chunks + k) * 2;
+    if constexpr (kBackward) {
+      part[0] = slots[j].dy;
+      part[1] = slots[j].dy_xc;
+    } else {
+      part[0] = slots[j].mean;
+      part[1] = slots[j].m2;
+    }
+  }
+
+  // The last CTA of the tile merges the tile's partials in chunk order: thread t takes chunks
+  // g, g + G, ... of column t % cols (g = t / cols, G = 256 / cols), then the G rows merge.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // the partials are visible device-wide before the ticket says so
+    last_cta = atomicAdd(a.tickets + tile, 1u) == static_cast<unsigned>(a.chunks - 1);
+  }
+  __syncthreads();
+  if (!last_cta) return;
+  __threadfence();
+  const int groups = kBatchNormThreads / cols;
+  const int j = threadIdx.x % cols, g = threadIdx.x / cols;
+  const int64_t ch = first_channel + j;
+  Slot total{};
+  if (ch < a.c) {
+    for (int64_t kk = g; kk < a.chunks; kk += groups) {
+      const Acc* part = a.partials + (ch * a.chunks + kk) * 2;
+      const Acc first = load_partial(part), second = load_partial(part + 1);
+      if constexpr (kBackward) total = merge(total, Slot{first, second});
+      else total = merge(total, Slot{chunk_count(a, kk), first, second});
+    }
+  }
+  slots[threadIdx.x] = total;
+  merge_rows(slots, groups, cols);
+  if (g == 0 && ch < a.c) finish_channel(a, ch, slots[j]);
+  if (threadIdx.x == 0) a.tickets[tile] = 0;
+}
+
+// ---- apply ---------------------------------------------------------------------------------
+
+// out = p * (x - mean) + q * dy + r per channel. The parameters come from the workspace
+// (training forward, backward) or, kFromRunning, from the running statistics (inference, where
+// the chunk-0 CTAs also write save_mean / save_invstd). CTAs run in the reverse of the
+// statistics kernel's order: its last chunks are still in L2.
+template <typename T, BatchNormLayout L, int VEC, bool kBackward, bool kFromRunning>
+__global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(const BatchNormArgs<acc_t<T>> a) {
+  using Acc = acc_t<T>;
+  constexpr int kLanes = kLanesOf<L, VEC>;
+  constexpr int U = batch_norm_unroll(VEC, sizeof(T));
+  const int64_t b = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t tile = b % a.tiles, k = b / a.tiles;
+  ChunkWalk<L, VEC> walk(a, tile, k);
+  const T* x = static_cast<const T*>(a.x);
+  const T* dy = static_cast<const T*>(a.dy);
+  T* out = static_cast<T*>(a.out);
+  if (!walk.column_valid) return;
+
+  Acc mean[kLanes], p[kLanes], q[kLanes], r[kLanes];
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) {
+    const int64_t ch = walk.channel + j;
+    if constexpr (kFromRunning) {
+      const Acc invstd = Acc(1) / sqrt(a.running_var[ch] + a.eps);
+      mean[j] = a.running_mean[ch];
+      p[j] = (a.weight != nullptr ? a.weight[ch] : Acc(1)) * invstd;
+      q[j] = 0;
+      r[j] = a.bias != nullptr ? a.bias[ch] : Acc(0);
+      const bool writer = k == 0 && (L == BatchNormLayout::kChannelsFirst ? threadIdx.x == 0
+                                                                           : int(threadIdx.x) < a.tile_vectors);
+      if (writer && a.save_mean != nullptr) a.save_mean[ch] = mean[j];
+      if (writer && a.save_invstd != nullptr) a.save_invstd[ch] = invstd;
+    } else {
+      const Acc* prm = a.params + ch * 4;
+      mean[j] = prm[0];
+      p[j] = prm[1];
+      q[j] = prm[2];
+      r[j] = prm[3];
+    }
+  }
+  while (walk.valid()) {
+    Acc xv[U][VEC], gv[U][VEC];
+    int64_t offset[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ok[u] = walk.valid();
+      offset[u] = walk.offset;
+      if (ok[u]) {
+        load_values<T, VEC, true>(x + offset[u], xv[u]);
+        if constexpr (kBackward) load_values<T, VEC, true>(dy + offset[u], gv[u]);
+      }
+      walk.next();
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!ok[u]) continue;
+      Acc o[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int j = kLanes == 1 ? 0 : i;
+        o[i] = p[j] * (xv[u][i] - mean[j]) + r[j];
+        if constexpr (kBackward) o[i] += q[j] * gv[u][i];
+      }
+      store_values<T, VEC>(out + offset[u], o);
+    }
+  }
+}
+
+}  // namespace reducekit::kernels

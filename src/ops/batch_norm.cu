@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+// batch_norm: argument checks, the plan (plan/batch_norm_plan.hpp) and dtype / layout dispatch
+// of the kernels in kernels/batch_norm.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/batch_norm.cuh"
+#include "ops/checks.hpp"
+#include "plan/batch_norm_plan.hpp"
+#include "reducekit/batch_norm.hpp"
+
+namespace reducekit {
+namespace {
+
+using kernels::BatchNormArgs;
+
+// Per-channel tensors are float32, float64 for float64 x.
+DType channel_dtype(DType x) { return x == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
+Status plan_of(const TensorView& x, BatchNormPlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
+  const bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  return plan_batch_norm(x.rank, x.sizes, x.strides, static_cast<int>(dtype_size(x.dtype)),
+                         static_cast<int>(dtype_size(channel_dtype(x.dtype))), aligned, plan);
+}
+
+// y, dy, dx: x's sizes, dtype and layout.
+Status check_like_x(const TensorView& t, const char* name, const TensorView& x) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(t, name));
+  REDUCEKIT_RETURN_IF_ERROR(check_matches(t, name, x, "x"));
+  for (int d = 0; d < x.rank; ++d)
+    if (x.sizes[d] > 1 && t.strides[d] != x.strides[d])
+      return Status::invalid_argument(std::string(name) + ": must have x's strides (x's memory layout)");
+  return Status::ok();
+}
+
+Status check_channel_vector(const TensorView* t, const char* name, const TensorView& x) {
+  if (t == nullptr) return Status::ok();
+  return check_dense_vector(*t, name, channel_dtype(x.dtype), x.sizes[1], "one per channel");
+}
+
+template <typename Acc> const Acc* data_of(const TensorView* t) {
+  return t != nullptr ? static_cast<const Acc*>(t->data) : nullptr;
+}
+template <typename Acc> Acc* mutable_data_of(const TensorView* t) {
+  return t != nullptr ? static_cast<Acc*>(t->data) : nullptr;
+}
+
+template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const BatchNormPlan& plan) {
+  BatchNormArgs<Acc> a;
+  a.x = x.data;
+  a.n = plan.n;
+  a.c = plan.c;
+  a.s = plan.s;
+  a.chunk = plan.chunk;
+  a.chunks = plan.chunks;
+  a.tiles = plan.tiles;
+  a.tile_vectors = plan.tile_vectors;
+  return a;
+}
+
+template <typename Acc> Status bind_workspace(const BatchNormPlan& plan, const Workspace& ws, BatchNormArgs<Acc>* a) {
+  REDUCEKIT_RETURN_IF_ERROR(check_workspace(ws, plan.workspace_bytes, plan.ticket_bytes));
+  const WorkspaceRegions regions = workspace_regions(ws, plan.ticket_bytes);
+  auto* rest = static_cast<unsigned char*>(regions.rest);
+  const std::size_t rest_base = plan.partials_offset;  // the rest starts where the tickets end
+  a->tickets = static_cast<unsigned*>(regions.zeroed);
+  a->partials = reinterpret_cast<Acc*>(rest + (plan.partials_offset - rest_base));
+  a->params = reinterpret_cast<Acc*>(rest + (plan.params_offset - rest_base));
+  return Status::ok();
+}
+
+Status launched(const char* name) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
+}
+
+// run(T{}, layout tag, vector-width tag) for x's dtype and the plan's layout and vector width.
+template <BatchNormLayout L> struct LayoutTag { static constexpr BatchNormLayout value = L; };
+template <int V> struct VecTag { static constexpr int value = V; };
+
+template <typename T, class Run> Status by_shape(const BatchNormPlan& plan, Run run) {
+  constexpr int kFull = 16 / sizeof(T);
+  const bool full = plan.vec == kFull;
+  if (plan.layout == BatchNormLayout::kChannelsFirst) {
+    constexpr auto L = LayoutTag<BatchNormLayout::kChannelsFirst>{};
+    return full ? run(T{}, L, VecTag<kFull>{}) : run(T{}, L, VecTag<1>{});
+  }
+  constexpr auto L = LayoutTag<BatchNormLayout::kChannelsLast>{};
+  return full ? run(T{}, L, VecTag<kFull>{}) : run(T{}, L, VecTag<1>{});
+}
+
+template <class Run> Status by_dtype(DType dtype, const BatchNormPlan& plan, Run run) {
+  switch (dtype) {
+    case DType::kFloat32: return by_shape<float>(plan, run);
+    case DType::kFloat16: return by_shape<__half>(plan, run);
+    case DType::kBFloat16: return by_shape<__nv_bfloat16>(plan, run);
+    case DType::kFloat64: return by_shape<double>(plan, run);
+    default: return Status::invalid_argument("x: unsupported dtype");
+  }
+}
+
+// save_mean and save_invstd of an empty batch: NaN (all-ones bytes are a NaN in float32 and float64).
+Status fill_nan(const TensorView& t, cudaStream_t stream) {
+  if (t.numel() == 0) return Status::ok();
+  const cudaError_t err = cudaMemsetAsync(t.data, 0xff, t.numel() * dtype_size(t.dtype), stream);
+  return err == cudaSuccess ? Status::ok() : Status::cuda_error(std::string("batch_norm: ") + cudaGetErrorString(err));
+}
+
+Status fill_zero(const TensorView* t, cudaStream_t stream) {
+  if (t == nullptr || t->numel() == 0) return Status::ok();
+  const cudaError_t err = cudaMemsetAsync(t->data, 0, t->numel() * dtype_size(t->dtype), stream);
+  return err == cudaSuccess ? Status::ok() : Status::cuda_error(std::string("batch_norm: ") + cudaGetErrorString(err));
+}
+
+std::string shape_of(const TensorView& x) {
+  std::string s = "[";
+  for (int d = 0; d < x.rank; ++d) s += (d ? ", " : "") + std::to_string(x.sizes[d]);
+  return s + "]";
+}
+
+}  // namespace
+
+Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  req->workspace_bytes = plan.workspace_bytes;
+  req->workspace_zeroed_bytes = plan.ticket_bytes;
+  return Status::ok();
+}
+
+Status batch_norm_training_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
+                                   const TensorView* running_mean, const TensorView* running_var,
+                                   const BatchNormOptions& options, const TensorView& y, const TensorView& save_mean,
+                                   const TensorView& save_invstd, const Workspace& workspace, cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(bias, "bias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(running_mean, "running_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(running_var, "running_var", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
+  if ((running_mean == nullptr) != (running_var == nullptr))
+    return Status::invalid_argument("running_var: running_mean and running_var come together (both or neither)");
+  if (!std::isfinite(options.momentum))
+    return Status::invalid_argument("momentum: expected a finite value, got " + std::to_string(options.momentum));
+  if (!(options.eps >= 0.0) || !std::isfinite(options.eps))
+    return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(options.eps));
+  if (plan.channel_count() == 1)
+    return Status::invalid_argument("x: expected more than 1 value per channel when training, got input of size " +
+                                    shape_of(x));
+  if (plan.channel_count() == 0) {
+    REDUCEKIT_RETURN_IF_ERROR(fill_nan(save_mean, stream));
+    return fill_nan(save_invstd, stream);
+  }
+  return by_dtype(x.dtype, plan, [&](auto tag, auto layout, auto vec) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    constexpr BatchNormLayout L = decltype(layout)::value;
+    constexpr int V = decltype(vec)::value;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(plan, workspace, &a));
+    a.out = y.data;
+    a.weight = data_of<Acc>(weight);
+    a.bias = data_of<Acc>(bias);
+    a.running_mean = mutable_data_of<Acc>(running_mean);
+    a.running_var = mutable_data_of<Acc>(running_var);
+    a.momentum = static_cast<Acc>(options.momentum);
+    a.eps = static_cast<Acc>(options.eps);
+    a.save_mean = static_cast<Acc*>(save_mean.data);
+    a.save_invstd = static_cast<Acc*>(save_invstd.data);
+    const auto grid = static_cast<unsigned>(plan.ctas());
+    kernels::batch_norm_stats_kernel<T, L, V, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm statistics"));
+    kernels::batch_norm_apply_kernel<T, L, V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    return launched("batch_norm");
+  });
+}
+
+Status batch_norm_inference_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
+                                    const TensorView& running_mean, const TensorView& running_var, double eps,
+                                    const TensorView& y, const TensorView* save_mean, const TensorView* save_invstd,
+                                    cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(bias, "bias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&running_mean, "running_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&running_var, "running_var", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(save_mean, "save_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(save_invstd, "save_invstd", x));
+  if (!(eps >= 0.0) || !std::isfinite(eps))
+    return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(eps));
+  // An empty batch still gets its saved statistics: one (empty) chunk a tile.
+  plan.chunks = std::max<int64_t>(plan.chunks, 1);
+  return by_dtype(x.dtype, plan, [&](auto tag, auto layout, auto vec) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    constexpr BatchNormLayout L = decltype(layout)::value;
+    constexpr int V = decltype(vec)::value;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    a.out = y.data;
+    a.weight = data_of<Acc>(weight);
+    a.bias = data_of<Acc>(bias);
+    a.running_mean = static_cast<Acc*>(running_mean.data);
+    a.running_var = static_cast<Acc*>(running_var.data);
+    a.eps = static_cast<Acc>(eps);
+    a.save_mean = mutable_data_of<Acc>(save_mean);
+    a.save_invstd = mutable_data_of<Acc>(save_invstd);
+    const auto grid = static_cast<unsigned>(plan.ctas());
+    kernels::batch_norm_apply_kernel<T, L, V, false, true><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    return launched("batch_norm inference");
+  });
+}
+
+Status batch_norm_backward(const TensorView& dy, const TensorView& x, const TensorView* weight,
+                           const TensorView& save_mean, const TensorView& save_invstd, bool batch_statistics,
+                           const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
+                           const Workspace& workspace, cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(dy, "dy", x));
+  if (dx != nullptr) {
+    REDUCEKIT_RETURN_IF_ERROR(check_like_x(*dx, "dx", x));
+    REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*dx, "dx", x, "x"));
+    REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*dx, "dx", dy, "dy"));
+  }
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dweight, "dweight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dbias, "dbias", x));
+  if (plan.channel_count() == 0) {  // sums over nothing
+    REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
+    return fill_zero(dbias, stream);
+  }
+  return by_dtype(x.dtype, plan, [&](auto tag, auto layout, auto vec) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    constexpr BatchNormLayout L = decltype(layout)::value;
+    constexpr int V = decltype(vec)::value;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(plan, workspace, &a));
+    a.dy = dy.data;
+    a.out = dx != nullptr ? dx->data : nullptr;
+    a.weight = data_of<Acc>(weight);
+    a.mean = static_cast<const Acc*>(save_mean.data);
+    a.invstd = static_cast<const Acc*>(save_invstd.data);
+    a.batch_statistics = batch_statistics;
+    a.dweight = mutable_data_of<Acc>(dweight);
+    a.dbias = mutable_data_of<Acc>(dbias);
+    const auto grid = static_cast<unsigned>(plan.ctas());
+    kernels::batch_norm_stats_kernel<T, L, V, true><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward statistics"));
+    if (dx == nullptr) return Status::ok();
+    kernels::batch_norm_apply_kernel<T, L, V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    return launched("batch_norm backward");
+  });
+}
+
+}  // namespace reducekit

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plan/batch_norm_plan.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+namespace reducekit {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Dense in the order given by `order` (innermost last); size-1 dims may have any stride.
+bool dense_in_order(int rank, const int64_t* sizes, const int64_t* strides, const int* order) {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    const int d = order[i];
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// Chunks of a tile: enough CTAs in all for kBatchNormTargetCtas, none under the minimum
+// size, whole unrolled rounds (`round` units) each; returns the chunk in units.
+int64_t chunk_units(int64_t units, int64_t round, int64_t tiles, int64_t unit_bytes) {
+  const int64_t rounds = ceil_div(units, round);
+  const int64_t by_size = std::max<int64_t>(1, units * unit_bytes / kBatchNormMinChunkBytes);
+  const int64_t wanted = std::clamp<int64_t>(ceil_div(kBatchNormTargetCtas, tiles), 1, std::min(by_size, rounds));
+  return ceil_div(rounds, wanted) * round;
+}
+
+}  // namespace
+
+Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, int elem_size, int acc_size,
+                       bool base_aligned16, BatchNormPlan* plan) {
+  if (rank < 2 || rank > 5)
+    return Status::invalid_argument("x: batch_norm takes [N, C, *spatial] of rank 2 to 5, got rank " +
+                                    std::to_string(rank));
+  BatchNormPlan p;
+  p.n = sizes[0];
+  p.c = sizes[1];
+  p.s = 1;
+  for (int d = 2; d < rank; ++d) p.s *= sizes[d];
+  if (p.c == 0) return Status::invalid_argument("x: no channels (size 0 in dim 1)");
+
+  int first[5], last[5];  // dim orders, innermost last
+  for (int d = 0; d < rank; ++d) first[d] = d;
+  last[0] = 0;
+  for (int d = 2; d < rank; ++d) last[d - 1] = d;
+  last[rank - 1] = 1;
+  const bool is_first = dense_in_order(rank, sizes, strides, first);
+  const bool is_last = dense_in_order(rank, sizes, strides, last);
+  if (!is_first && !is_last)
+    return Status::unsupported("x: neither contiguous nor channels-last; make it one of the two first");
+  // One value a position (s == 1) is a [N, C] matrix: the channels-last kernels read its rows whole.
+  p.layout = (is_last && (!is_first || p.s == 1)) ? BatchNormLayout::kChannelsLast : BatchNormLayout::kChannelsFirst;
+  if (p.c == 1) p.layout = BatchNormLayout::kChannelsFirst;  // one channel: the whole tensor, run by run
+
+  const int full_vec = 16 / elem_size;
+  const int64_t inner = p.layout == BatchNormLayout::kChannelsFirst ? p.s : p.c;
+  p.vec = (base_aligned16 && inner % full_vec == 0) ? full_vec : 1;
+
+  const int64_t per_channel = p.channel_count();
+  if (p.layout == BatchNormLayout::kChannelsFirst) {
+    p.tiles = p.c;
+    p.chunk = per_channel == 0 ? 0
+                               : chunk_units(per_channel, int64_t(kBatchNormThreads) * p.vec * batch_norm_unroll(p.vec, elem_size),
+                                             p.tiles, elem_size);
+  } else {
+    const int64_t row_vectors = ceil_div(p.c, p.vec);
+    int w = 1;
+    while (w < 32 && w < row_vectors) w *= 2;
+    p.tile_vectors = w;
+    p.tiles = ceil_div(row_vectors, w);
+    const int64_t rows_a_round = int64_t(kBatchNormThreads / w) * batch_norm_unroll(p.vec, elem_size);
+    p.chunk = per_channel == 0 ? 0 : chunk_units(per_channel, rows_a_round, p.tiles, int64_t(w) * p.vec * elem_size);
+  }
+  p.chunks = per_channel == 0 ? 0 : ceil_div(per_channel, p.chunk);
+  if (p.ctas() > std::numeric_limits<int>::max())
+    return Status::unsupported("x: " + std::to_string(p.c) + " channels need more CTAs than one launch takes");
+
+  const auto align16 = [](std::size_t b) { return (b + 15) / 16 * 16; };
+  p.ticket_bytes = align16(static_cast<std::size_t>(p.tiles) * sizeof(unsigned));
+  p.partials_offset = p.ticket_bytes;
+  p.params_offset = p.partials_offset + align16(static_cast<std::size_t>(p.c * p.chunks * 2) * acc_size);
+  p.workspace_bytes = p.params_offset + align16(static_cast<std::size_t>(p.c * 4) * acc_size);
+  *plan = p;
+  return Status::ok();
+}
+
+}  // namespace reducekit
