@@ -34,7 +34,7 @@ from registry import IMPL_ORDER, OURS, REGISTRY, BuildContext, NotApplicable  # 
 
 REPO = HERE.parent
 # Modules that register op families; a new family adds its module here.
-FAMILIES = ["ops_softmax", "ops_reduce", "ops_norm", "ops_loss"]
+FAMILIES = ["ops_softmax", "ops_reduce", "ops_norm", "ops_loss", "ops_batchnorm"]
 
 DTYPES = {
     "float32": "float32", "fp32": "float32", "f32": "float32", "float": "float32",

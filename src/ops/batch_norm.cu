@@ -4,7 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "kernels/batch_norm.cuh"
@@ -20,9 +22,13 @@ using kernels::BatchNormArgs;
 // Per-channel tensors are float32, float64 for float64 x.
 DType channel_dtype(DType x) { return x == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
-Status plan_of(const TensorView& x, BatchNormPlan* plan) {
+// `others`: the tensors read or written beside x with x's layout (y, dy, dx; null where absent):
+// vectors are 16-byte loads and stores in every one of them.
+Status plan_of(const TensorView& x, BatchNormPlan* plan, std::initializer_list<const TensorView*> others = {}) {
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
-  const bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  for (const TensorView* t : others)
+    if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
   return plan_batch_norm(x.rank, x.sizes, x.strides, static_cast<int>(dtype_size(x.dtype)),
                          static_cast<int>(dtype_size(channel_dtype(x.dtype))), aligned, plan);
 }
@@ -62,14 +68,31 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
   return a;
 }
 
-template <typename Acc> Status bind_workspace(const BatchNormPlan& plan, const Workspace& ws, BatchNormArgs<Acc>* a) {
-  REDUCEKIT_RETURN_IF_ERROR(check_workspace(ws, plan.workspace_bytes, plan.ticket_bytes));
-  const WorkspaceRegions regions = workspace_regions(ws, plan.ticket_bytes);
+// The vector width (and with it the tiles and chunks) of a call depends on the alignment of y,
+// dy and dx too, which a requirements query does not see: the workspace is sized for the larger
+// of the two plans, and its zeroed prefix is that size in every call, so a call never writes
+// partials into tickets a call with the other plan expects zero.
+Status workspace_need(const TensorView& x, BatchNormRequirements* need) {
+  BatchNormPlan vectors, scalars;
+  const int elem = static_cast<int>(dtype_size(x.dtype)), acc = static_cast<int>(dtype_size(channel_dtype(x.dtype)));
+  REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, true, &vectors));
+  REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, false, &scalars));
+  need->workspace_zeroed_bytes = std::max(vectors.ticket_bytes, scalars.ticket_bytes);
+  need->workspace_bytes = need->workspace_zeroed_bytes + std::max(vectors.workspace_bytes - vectors.ticket_bytes,
+                                                                  scalars.workspace_bytes - scalars.ticket_bytes);
+  return Status::ok();
+}
+
+template <typename Acc>
+Status bind_workspace(const TensorView& x, const BatchNormPlan& plan, const Workspace& ws, BatchNormArgs<Acc>* a) {
+  BatchNormRequirements need;
+  REDUCEKIT_RETURN_IF_ERROR(workspace_need(x, &need));
+  REDUCEKIT_RETURN_IF_ERROR(check_workspace(ws, need.workspace_bytes, need.workspace_zeroed_bytes));
+  const WorkspaceRegions regions = workspace_regions(ws, need.workspace_zeroed_bytes);
   auto* rest = static_cast<unsigned char*>(regions.rest);
-  const std::size_t rest_base = plan.partials_offset;  // the rest starts where the tickets end
   a->tickets = static_cast<unsigned*>(regions.zeroed);
-  a->partials = reinterpret_cast<Acc*>(rest + (plan.partials_offset - rest_base));
-  a->params = reinterpret_cast<Acc*>(rest + (plan.params_offset - rest_base));
+  a->partials = reinterpret_cast<Acc*>(rest);
+  a->params = reinterpret_cast<Acc*>(rest + (plan.params_offset - plan.partials_offset));
   return Status::ok();
 }
 
@@ -126,11 +149,8 @@ std::string shape_of(const TensorView& x) {
 }  // namespace
 
 Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req) {
-  BatchNormPlan plan;
-  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
-  req->workspace_bytes = plan.workspace_bytes;
-  req->workspace_zeroed_bytes = plan.ticket_bytes;
-  return Status::ok();
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
+  return workspace_need(x, req);
 }
 
 Status batch_norm_training_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
@@ -138,7 +158,7 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
                                    const BatchNormOptions& options, const TensorView& y, const TensorView& save_mean,
                                    const TensorView& save_invstd, const Workspace& workspace, cudaStream_t stream) {
   BatchNormPlan plan;
-  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
@@ -166,7 +186,7 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     constexpr BatchNormLayout L = decltype(layout)::value;
     constexpr int V = decltype(vec)::value;
     BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(plan, workspace, &a));
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.out = y.data;
     a.weight = data_of<Acc>(weight);
     a.bias = data_of<Acc>(bias);
@@ -189,7 +209,7 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
                                     const TensorView& y, const TensorView* save_mean, const TensorView* save_invstd,
                                     cudaStream_t stream) {
   BatchNormPlan plan;
-  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
@@ -227,7 +247,7 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
                            const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
                            const Workspace& workspace, cudaStream_t stream) {
   BatchNormPlan plan;
-  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&dy, dx}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(dy, "dy", x));
   if (dx != nullptr) {
     REDUCEKIT_RETURN_IF_ERROR(check_like_x(*dx, "dx", x));
@@ -249,7 +269,7 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     constexpr BatchNormLayout L = decltype(layout)::value;
     constexpr int V = decltype(vec)::value;
     BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(plan, workspace, &a));
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.dy = dy.data;
     a.out = dx != nullptr ? dx->data : nullptr;
     a.weight = data_of<Acc>(weight);

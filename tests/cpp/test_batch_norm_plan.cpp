@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host tests for plan_batch_norm: layout detection and rejection, vector width, how the chunks
+// and tiles cover x (the invariants batch_norm.cuh relies on), CTA counts and workspace layout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/batch_norm_plan.hpp"
+
+namespace reducekit {
+namespace {
+
+using Sizes = std::vector<int64_t>;
+
+Sizes contiguous_strides(const Sizes& sizes) {
+  Sizes strides(sizes.size());
+  int64_t stride = 1;
+  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= sizes[d];
+  }
+  return strides;
+}
+
+// C innermost, then the spatial dims in order, then N (torch's channels_last / channels_last_3d).
+Sizes channels_last_strides(const Sizes& sizes) {
+  Sizes strides(sizes.size());
+  strides[1] = 1;
+  int64_t stride = sizes[1];
+  for (int d = static_cast<int>(sizes.size()) - 1; d >= 2; --d) {
+    strides[d] = stride;
+    stride *= sizes[d];
+  }
+  strides[0] = stride;
+  return strides;
+}
+
+Status plan_of(const Sizes& sizes, const Sizes& strides, int elem, BatchNormPlan* plan, bool aligned = true) {
+  const int acc = elem == 8 ? 8 : 4;
+  return plan_batch_norm(static_cast<int>(sizes.size()), sizes.data(), strides.data(), elem, acc, aligned, plan);
+}
+
+BatchNormPlan must_plan(const Sizes& sizes, bool channels_last, int elem, bool aligned = true) {
+  BatchNormPlan p;
+  const Status s = plan_of(sizes, channels_last ? channels_last_strides(sizes) : contiguous_strides(sizes), elem, &p,
+                           aligned);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return p;
+}
+
+bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Everything the kernels and the workspace binding assume of a plan.
+void check_invariants(const BatchNormPlan& p, int elem) {
+  const int acc = elem == 8 ? 8 : 4;
+  const int64_t units = p.n * p.s;  // channels-first: elements of a channel; channels-last: rows
+  EXPECT_TRUE(p.vec == 1 || p.vec == 16 / elem) << p.vec;
+  const int u = batch_norm_unroll(p.vec, elem);
+  EXPECT_GE(u, 1);
+  EXPECT_LE(u, 8);
+  int64_t unit_bytes = elem;
+  if (p.layout == BatchNormLayout::kChannelsFirst) {
+    EXPECT_EQ(p.tiles, p.c);
+    EXPECT_EQ(p.s % p.vec, 0) << "a vector would cross a run of the channel";
+    if (units > 0) {
+      EXPECT_EQ(p.chunk % (int64_t(kBatchNormThreads) * p.vec * u), 0) << "chunk not whole rounds";
+    }
+  } else {
+    const int w = p.tile_vectors;
+    EXPECT_TRUE(is_pow2(w) && w <= 32) << w;
+    EXPECT_EQ(p.c % p.vec, 0) << "a vector would cross the end of a row";
+    const int64_t row_vectors = ceil_div(p.c, p.vec);
+    EXPECT_GE(p.tiles * w * p.vec, p.c) << "tiles miss channels";
+    EXPECT_LT((p.tiles - 1) * w, row_vectors) << "a tile holds no channel";
+    // The narrowest tile that holds the row, up to 32 vectors: no wasted columns.
+    if (w > 1) {
+      EXPECT_LT(w / 2, row_vectors);
+    }
+    if (units > 0) {
+      EXPECT_EQ(p.chunk % (int64_t(kBatchNormThreads / w) * u), 0) << "chunk not whole rounds";
+    }
+    unit_bytes = int64_t(w) * p.vec * elem;
+  }
+  if (units == 0) {
+    EXPECT_EQ(p.chunks, 0);
+    EXPECT_EQ(p.ctas(), 0);
+  } else {
+    EXPECT_GE(p.chunk, 1);
+    EXPECT_GE(p.chunks * p.chunk, units) << "chunks miss values";
+    EXPECT_LT((p.chunks - 1) * p.chunk, units) << "an empty chunk";
+    // Split only while every chunk keeps the minimum size, and no further than the target.
+    if (p.chunks > 1) {
+      EXPECT_GE(p.chunk * unit_bytes, kBatchNormMinChunkBytes);
+    }
+    EXPECT_LE(p.chunks, std::max<int64_t>(1, units * unit_bytes / kBatchNormMinChunkBytes));
+    EXPECT_LE(p.ctas(), std::max(p.tiles, kBatchNormTargetCtas + p.tiles - 1));
+  }
+  // Tickets [tiles] unsigned, partials [c][chunks][2], params [c][4], 16-byte aligned, in order.
+  EXPECT_GE(p.ticket_bytes, static_cast<std::size_t>(p.tiles) * 4);
+  EXPECT_EQ(p.ticket_bytes % 16, 0u);
+  EXPECT_GE(p.partials_offset, p.ticket_bytes);
+  EXPECT_EQ(p.partials_offset % 16, 0u);
+  EXPECT_GE(p.params_offset, p.partials_offset + static_cast<std::size_t>(p.c * p.chunks * 2 * acc));
+  EXPECT_EQ(p.params_offset % 16, 0u);
+  EXPECT_GE(p.workspace_bytes, p.params_offset + static_cast<std::size_t>(p.c * 4 * acc));
+}
+
+TEST(BatchNormPlan, ContiguousIsChannelsFirstUnlessOneValueAPosition) {
+  for (const Sizes& sizes : {Sizes{4, 3, 5}, Sizes{2, 3, 7, 7}, Sizes{2, 5, 3, 4, 5}, Sizes{1, 8, 2}}) {
+    SCOPED_TRACE(testing::Message() << "rank " << sizes.size());
+    const BatchNormPlan p = must_plan(sizes, false, 4);
+    EXPECT_EQ(p.layout, BatchNormLayout::kChannelsFirst);
+    EXPECT_EQ(p.n, sizes[0]);
+    EXPECT_EQ(p.c, sizes[1]);
+    int64_t s = 1;
+    for (std::size_t d = 2; d < sizes.size(); ++d) s *= sizes[d];
+    EXPECT_EQ(p.s, s);
+  }
+  // s == 1: [N, C] rows, read whole by the channels-last kernels.
+  for (const Sizes& sizes : {Sizes{2, 3}, Sizes{6, 4, 1, 1}, Sizes{6, 4, 1, 1, 1}, Sizes{64, 1024}}) {
+    const BatchNormPlan p = must_plan(sizes, false, 4);
+    EXPECT_EQ(p.layout, BatchNormLayout::kChannelsLast) << "rank " << sizes.size();
+    EXPECT_EQ(p.s, 1);
+  }
+  // ... except with one channel, which is one run a sample.
+  EXPECT_EQ(must_plan({6, 1}, false, 4).layout, BatchNormLayout::kChannelsFirst);
+  EXPECT_EQ(must_plan({6, 1, 1, 1}, false, 4).layout, BatchNormLayout::kChannelsFirst);
+}
+
+TEST(BatchNormPlan, ChannelsLastStridesAreChannelsLast) {
+  for (const Sizes& sizes : {Sizes{4, 3, 5}, Sizes{2, 3, 7, 7}, Sizes{8, 64, 4, 4}, Sizes{2, 5, 3, 4, 5}}) {
+    const Sizes strides = channels_last_strides(sizes);
+    EXPECT_EQ(strides[1], 1);
+    BatchNormPlan p;
+    ASSERT_TRUE(plan_of(sizes, strides, 2, &p).is_ok());
+    EXPECT_EQ(p.layout, BatchNormLayout::kChannelsLast) << "rank " << sizes.size();
+  }
+  // NHWC strides by hand: (N, C, H, W) = (2, 3, 4, 5) -> {H*W*C, 1, W*C, C}.
+  BatchNormPlan p;
+  ASSERT_TRUE(plan_of({2, 3, 4, 5}, {60, 1, 15, 3}, 4, &p).is_ok());
+  EXPECT_EQ(p.layout, BatchNormLayout::kChannelsLast);
+  EXPECT_EQ(p.s, 20);
+  // One channel: channels-last strides are contiguous too, and the plan reads runs.
+  EXPECT_EQ(must_plan({5, 1, 6, 6}, true, 4).layout, BatchNormLayout::kChannelsFirst);
+  EXPECT_EQ(must_plan({5, 1, 1, 1}, true, 4).layout, BatchNormLayout::kChannelsFirst);
+  // Size-1 dims may carry any stride.
+  ASSERT_TRUE(plan_of({1, 3, 4, 5}, {999, 1, 15, 3}, 4, &p).is_ok());
+  EXPECT_EQ(p.layout, BatchNormLayout::kChannelsLast);
+}
+
+TEST(BatchNormPlan, OtherLayoutsAreUnsupported) {
+  BatchNormPlan p;
+  // H and W transposed.
+  Status s = plan_of({2, 3, 4, 5}, {60, 20, 1, 4}, 4, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+  EXPECT_EQ(s.message().rfind("x:", 0), 0u) << s.message();
+  // N innermost.
+  s = plan_of({2, 3, 4, 5}, {1, 40, 10, 2}, 4, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+  // Channels-first with padded rows (not dense).
+  s = plan_of({2, 3, 4, 5}, {72, 24, 6, 1}, 4, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+  // Channels-last with padded channels.
+  s = plan_of({2, 3, 4, 5}, {80, 1, 20, 4}, 4, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+  // More CTAs than one launch takes.
+  s = plan_of({2, int64_t(3) << 30, 2}, contiguous_strides({2, int64_t(3) << 30, 2}), 4, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+}
+
+TEST(BatchNormPlan, BadRanksAndNoChannelsAreInvalid) {
+  BatchNormPlan p;
+  for (const Sizes& sizes : {Sizes{8}, Sizes{2, 3, 2, 2, 2, 2}}) {
+    const Status s = plan_of(sizes, contiguous_strides(sizes), 4, &p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "rank " << sizes.size();
+    EXPECT_EQ(s.message().rfind("x:", 0), 0u) << s.message();
+  }
+  for (const Sizes& sizes : {Sizes{4, 0}, Sizes{2, 0, 3, 3}}) {
+    const Status s = plan_of(sizes, contiguous_strides(sizes), 4, &p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  }
+}
+
+TEST(BatchNormPlan, VectorWidth) {
+  // Channels-first: the inner extent is s.
+  EXPECT_EQ(must_plan({2, 3, 4, 4}, false, 4).vec, 4);
+  EXPECT_EQ(must_plan({2, 3, 4, 4}, false, 2).vec, 8);
+  EXPECT_EQ(must_plan({2, 3, 4, 4}, false, 8).vec, 2);
+  EXPECT_EQ(must_plan({2, 3, 7, 7}, false, 8).vec, 1);
+  EXPECT_EQ(must_plan({2, 3, 3, 4}, false, 2).vec, 1);  // 12 % 8
+  EXPECT_EQ(must_plan({2, 3, 3, 4}, false, 4).vec, 4);
+  // Channels-last: the inner extent is c.
+  EXPECT_EQ(must_plan({8, 64, 4, 4}, true, 4).vec, 4);
+  EXPECT_EQ(must_plan({8, 40, 3, 3}, true, 2).vec, 8);
+  EXPECT_EQ(must_plan({8, 36, 3, 3}, true, 2).vec, 1);
+  EXPECT_EQ(must_plan({8, 36, 3, 3}, true, 4).vec, 4);
+  EXPECT_EQ(must_plan({2, 3, 7, 7}, true, 4).vec, 1);
+  EXPECT_EQ(must_plan({6, 4}, false, 4).vec, 4);  // [N, C] rows
+  // A misaligned base: scalar loads, with unchanged layout.
+  for (bool last : {false, true}) {
+    const BatchNormPlan a = must_plan({8, 64, 4, 4}, last, 4, true), b = must_plan({8, 64, 4, 4}, last, 4, false);
+    EXPECT_GT(a.vec, 1);
+    EXPECT_EQ(b.vec, 1);
+    EXPECT_EQ(a.layout, b.layout);
+    check_invariants(b, 4);
+  }
+}
+
+TEST(BatchNormPlan, InvariantsOverManyShapes) {
+  const std::vector<Sizes> shapes = {
+      {2, 3},          {4, 3, 5},        {2, 3, 7, 7},      {3, 16, 8, 8},     {8, 64, 4, 4},    {2, 5, 3, 4, 5},
+      {16, 8, 64, 64}, {64, 32, 32, 32}, {5, 1, 6, 6},      {6, 4, 1, 1},      {8, 100, 3, 3},   {1, 7, 1000003},
+      {256, 33},       {3, 1000, 1},     {2, 37, 129},      {128, 2048, 7, 7}, {1, 2, 65536, 3}, {7, 4096},
+      {0, 3, 4, 4},    {0, 5},           {32, 64, 112, 112}};
+  for (const Sizes& sizes : shapes)
+    for (bool last : {false, true})
+      for (int elem : {2, 4, 8})
+        for (bool aligned : {true, false}) {
+          SCOPED_TRACE(testing::Message() << "shape [" << sizes[0] << ", " << sizes[1] << ", ...] rank " << sizes.size()
+                                          << (last ? " channels-last" : " contiguous") << " elem " << elem
+                                          << (aligned ? "" : " misaligned"));
+          check_invariants(must_plan(sizes, last, elem, aligned), elem);
+          if (testing::Test::HasFailure()) return;
+        }
+}
+
+TEST(BatchNormPlan, LargeInputsFillTheGpuSmallOnesStayFew) {
+  for (const Sizes& sizes : {Sizes{32, 64, 112, 112}, Sizes{128, 32, 56, 56}, Sizes{64, 2048, 7, 7}})
+    for (bool last : {false, true})
+      for (int elem : {2, 4, 8}) {
+        const BatchNormPlan p = must_plan(sizes, last, elem);
+        EXPECT_GE(p.ctas(), 132) << "[" << sizes[0] << ", " << sizes[1] << ", ...] " << (last ? "channels-last" : "contiguous")
+                                 << " elem " << elem;
+      }
+  // Mid-sized x: as many CTAs as the minimum chunk size allows (about one per 16 KiB), not the target.
+  for (bool last : {false, true})
+    for (int elem : {2, 4}) {
+      const BatchNormPlan p = must_plan({16, 8, 64, 64}, last, elem);
+      const int64_t chunks_of_min_size = int64_t(16) * 8 * 64 * 64 * elem / kBatchNormMinChunkBytes;
+      EXPECT_LE(p.ctas(), chunks_of_min_size);
+      EXPECT_GE(2 * p.ctas(), chunks_of_min_size);
+    }
+  // Several chunks a channel where the channel is large.
+  EXPECT_GT(must_plan({16, 8, 64, 64}, false, 4).chunks, 1);
+  EXPECT_GT(must_plan({64, 32, 32, 32}, true, 4).chunks, 100);
+  // A tiny tensor: one CTA a tile, one tile (channels-last) or one a channel (channels-first).
+  for (int elem : {2, 4, 8}) {
+    const BatchNormPlan first = must_plan({2, 3, 4, 4}, false, elem), last = must_plan({2, 3, 4, 4}, true, elem);
+    EXPECT_EQ(first.chunks, 1);
+    EXPECT_EQ(first.ctas(), 3);
+    EXPECT_EQ(last.ctas(), 1);
+    EXPECT_EQ(must_plan({2, 3}, false, elem).ctas(), 1);
+  }
+}
+
+TEST(BatchNormPlan, ChannelsLastTiles) {
+  // c = 64 float32: 16 vectors of 4, one tile of 16.
+  BatchNormPlan p = must_plan({8, 64, 4, 4}, true, 4);
+  EXPECT_EQ(p.vec, 4);
+  EXPECT_EQ(p.tile_vectors, 16);
+  EXPECT_EQ(p.tiles, 1);
+  // c = 100 scalar (bfloat16, 100 % 8 != 0): 32-vector tiles, the last one partly empty.
+  p = must_plan({8, 100, 3, 3}, true, 2);
+  EXPECT_EQ(p.vec, 1);
+  EXPECT_EQ(p.tile_vectors, 32);
+  EXPECT_EQ(p.tiles, 4);
+  // c = 3: a tile of 4 vectors, one of them empty.
+  p = must_plan({2, 3, 7, 7}, true, 4);
+  EXPECT_EQ(p.tile_vectors, 4);
+  EXPECT_EQ(p.tiles, 1);
+  // 2048 float32 channels: 512 vectors, 16 tiles of 32.
+  p = must_plan({64, 2048, 7, 7}, true, 4);
+  EXPECT_EQ(p.tile_vectors, 32);
+  EXPECT_EQ(p.tiles, 16);
+}
+
+TEST(BatchNormPlan, EmptyBatchHasNoChunksButTickets) {
+  for (bool last : {false, true}) {
+    const BatchNormPlan p = must_plan({0, 3, 4, 4}, last, 4);
+    EXPECT_EQ(p.channel_count(), 0);
+    EXPECT_EQ(p.chunk, 0);
+    EXPECT_EQ(p.chunks, 0);
+    EXPECT_EQ(p.ctas(), 0);
+    EXPECT_GE(p.tiles, 1);
+    EXPECT_GE(p.ticket_bytes, static_cast<std::size_t>(p.tiles) * 4);
+    EXPECT_GE(p.workspace_bytes, p.params_offset + 3 * 4 * 4);
+  }
+}
+
+TEST(BatchNormPlan, WorkspaceLayoutExactSizes) {
+  // (3, 16, 8, 8) float32, contiguous: 16 tiles, one chunk each.
+  BatchNormPlan p = must_plan({3, 16, 8, 8}, false, 4);
+  EXPECT_EQ(p.chunks, 1);
+  EXPECT_EQ(p.ticket_bytes, 64u);
+  EXPECT_EQ(p.partials_offset, 64u);
+  EXPECT_EQ(p.params_offset, 64u + 16 * 1 * 2 * 4);
+  EXPECT_EQ(p.workspace_bytes, p.params_offset + 16 * 4 * 4);
+  // float64 accumulation doubles the partials and parameters; 5 tiles' tickets round up to 32.
+  p = must_plan({2, 5, 3, 4, 5}, false, 8);
+  EXPECT_EQ(p.ticket_bytes, 32u);
+  EXPECT_EQ(p.params_offset, p.partials_offset + (5 * p.chunks * 2 * 8 + 15) / 16 * 16);
+  EXPECT_EQ(p.workspace_bytes, p.params_offset + 5 * 4 * 8);
+}
+
+}  // namespace
+}  // namespace reducekit
