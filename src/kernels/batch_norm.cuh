@@ -25,7 +25,7 @@ template <typename Acc> struct BatchNormArgs {
   const void* x = nullptr;
   const void* dy = nullptr;  // backward
   void* out = nullptr;       // y or dx
-  int64_t n = 0, c = 0, s = 0, chunk = 0, chunks = 0, tiles = 0;
+  int64_t n = 0, c = 0, s = 0, chunk = 0, chunks = 0, tiles = 0, stats_ctas = 0;
   int tile_vectors = 1;
   const Acc* weight = nullptr;  // null: 1
   const Acc* bias = nullptr;    // null: 0
@@ -40,7 +40,7 @@ template <typename Acc> struct BatchNormArgs {
   Acc* dweight = nullptr;
   Acc* dbias = nullptr;
   unsigned* tickets = nullptr;   // [tiles], zero on entry and on exit
-  Acc* partials = nullptr;       // [c][chunks][2]
+  Acc* partials = nullptr;       // [c][stats_ctas][2]
   Acc* params = nullptr;         // [c][4]: mean, p, q, r
 };
 
@@ -164,9 +164,13 @@ template <class Slot> __device__ __forceinline__ void merge_rows(Slot* s, int ro
   __syncthreads();
 }
 
-// The values of channel `ch`'s statistics that the CTA of chunk k covered.
-template <typename Acc> __device__ __forceinline__ int64_t chunk_count(const BatchNormArgs<Acc>& a, int64_t k) {
-  return min(a.chunk, a.n * a.s - k * a.chunk);
+// The values of a channel that statistics CTA r of its tile folded: chunks r, r + stats_ctas, ...,
+// all whole but the tile's last.
+template <typename Acc> __device__ __forceinline__ int64_t stats_cta_count(const BatchNormArgs<Acc>& a, int64_t r) {
+  if (r >= a.chunks) return 0;
+  const int64_t taken = (a.chunks - r + a.stats_ctas - 1) / a.stats_ctas;
+  const int64_t short_by = (a.chunks - 1) % a.stats_ctas == r ? a.chunks * a.chunk - a.n * a.s : 0;
+  return taken * a.chunk - short_by;
 }
 
 // What the last CTA of a tile makes of a channel's merged statistics.
@@ -218,69 +222,75 @@ template <int M, typename Acc> __device__ __forceinline__ void fold_batch(Moment
   st = merge(st, Moments<Acc>{valid, mean, m2});
 }
 
-// One CTA a (tile, chunk), CTA b = k * tiles + tile: neighbouring CTAs read neighbouring memory.
+// stats_ctas CTAs a tile, CTA b = r * tiles + tile: CTA r folds chunks r, r + stats_ctas, ... of
+// the tile (neighbouring CTAs read neighbouring memory).
 template <typename T, BatchNormLayout L, int VEC, bool kBackward>
-__global__ void __launch_bounds__(kBatchNormThreads) batch_norm_stats_kernel(const BatchNormArgs<acc_t<T>> a) {
+__global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
+    batch_norm_stats_kernel(const BatchNormArgs<acc_t<T>> a) {
   using Acc = acc_t<T>;
   using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
   constexpr int kLanes = kLanesOf<L, VEC>;
-  constexpr int U = batch_norm_unroll(VEC, sizeof(T));
+  // The backward reads two tensors: as many bytes in flight at the apply pass's unroll.
+  constexpr int U = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
   __shared__ Slot slots[kBatchNormThreads * kLanes];
   __shared__ bool last_cta;
 
-  const int64_t tile = blockIdx.x % a.tiles, k = blockIdx.x / a.tiles;
-  ChunkWalk<L, VEC> walk(a, tile, k);
+  const int64_t tile = blockIdx.x % a.tiles, r = blockIdx.x / a.tiles;
   const T* x = static_cast<const T*>(a.x);
   const T* dy = static_cast<const T*>(a.dy);
+  const ChunkWalk<L, VEC> home(a, tile, r);  // the thread's channels
 
   Slot st[kLanes];
   Acc mean[kLanes];
 #pragma unroll
   for (int j = 0; j < kLanes; ++j) {
     st[j] = Slot{};
-    if constexpr (kBackward) mean[j] = walk.column_valid ? a.mean[walk.channel + j] : Acc(0);
+    if constexpr (kBackward) mean[j] = home.column_valid ? a.mean[home.channel + j] : Acc(0);
   }
-  for (;;) {
-    Acc xv[U][VEC], gv[U][VEC];
-    int valid = 0;
+  for (int64_t k = r; home.column_valid && k < a.chunks; k += a.stats_ctas) {
+    ChunkWalk<L, VEC> walk(a, tile, k);
+    for (;;) {
+      Acc xv[U][VEC], gv[U][VEC];
+      int valid = 0;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+      for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) xv[u][i] = gv[u][i] = 0;
-      if (walk.valid()) {
-        load_values<T, VEC, false>(x + walk.offset, xv[u]);
-        if constexpr (kBackward) load_values<T, VEC, false>(dy + walk.offset, gv[u]);
-        ++valid;
+        for (int i = 0; i < VEC; ++i) xv[u][i] = gv[u][i] = 0;
+        if (walk.valid()) {
+          load_values<T, VEC, false>(x + walk.offset, xv[u]);
+          if constexpr (kBackward) load_values<T, VEC, false>(dy + walk.offset, gv[u]);
+          ++valid;
+        }
+        walk.next();
       }
-      walk.next();
-    }
-    if (valid == 0) break;
-    if constexpr (kBackward) {
+      if (valid == 0) break;
+      if constexpr (kBackward) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const int j = kLanes == 1 ? 0 : i;
+            st[j].dy += gv[u][i];
+            st[j].dy_xc += u < valid ? gv[u][i] * (xv[u][i] - mean[j]) : Acc(0);
+          }
+      } else if constexpr (kLanes == 1) {
+        Acc flat[U * VEC];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) flat[u * VEC + i] = xv[u][i];
+        fold_batch(st[0], flat, valid * VEC);
+      } else {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const int j = kLanes == 1 ? 0 : i;
-          st[j].dy += gv[u][i];
-          st[j].dy_xc += u < valid ? gv[u][i] * (xv[u][i] - mean[j]) : Acc(0);
+          Acc lane[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) lane[u] = xv[u][i];
+          fold_batch(st[i], lane, valid);
         }
-    } else if constexpr (kLanes == 1) {
-      Acc flat[U * VEC];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) flat[u * VEC + i] = xv[u][i];
-      fold_batch(st[0], flat, valid * VEC);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        Acc lane[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) lane[u] = xv[u][i];
-        fold_batch(st[i], lane, valid);
       }
+      if (valid < U) break;
     }
-    if (valid < U) break;
   }
 
   // The CTA's partial per channel: thread t's lanes are columns t * kLanes + j of a
@@ -294,7 +304,7 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_stats_kernel(con
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     const int64_t ch = first_channel + j;
     if (ch >= a.c) continue;
-    Acc* part = a.partials + (ch * a.chunks + k) * 2;
+    Acc* part = a.partials + (ch * a.stats_ctas + r) * 2;
     if constexpr (kBackward) {
       part[0] = slots[j].dy;
       part[1] = slots[j].dy_xc;
@@ -304,12 +314,12 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_stats_kernel(con
     }
   }
 
-  // The last CTA of the tile merges the tile's partials in chunk order: thread t takes chunks
-  // g, g + G, ... of column t % cols (g = t / cols, G = 256 / cols), then the G rows merge.
+  // The last CTA of the tile merges the tile's partials in a fixed order: thread t takes
+  // partials g, g + G, ... of column t % cols (g = t / cols, G = 256 / cols), then the G rows merge.
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();  // the partials are visible device-wide before the ticket says so
-    last_cta = atomicAdd(a.tickets + tile, 1u) == static_cast<unsigned>(a.chunks - 1);
+    last_cta = atomicAdd(a.tickets + tile, 1u) == static_cast<unsigned>(a.stats_ctas - 1);
   }
   __syncthreads();
   if (!last_cta) return;
@@ -319,11 +329,11 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_stats_kernel(con
   const int64_t ch = first_channel + j;
   Slot total{};
   if (ch < a.c) {
-    for (int64_t kk = g; kk < a.chunks; kk += groups) {
-      const Acc* part = a.partials + (ch * a.chunks + kk) * 2;
+    for (int64_t q = g; q < a.stats_ctas; q += groups) {
+      const Acc* part = a.partials + (ch * a.stats_ctas + q) * 2;
       const Acc first = load_partial(part), second = load_partial(part + 1);
       if constexpr (kBackward) total = merge(total, Slot{first, second});
-      else total = merge(total, Slot{chunk_count(a, kk), first, second});
+      else total = merge(total, Slot{stats_cta_count(a, q), first, second});
     }
   }
   slots[threadIdx.x] = total;

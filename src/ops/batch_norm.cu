@@ -22,6 +22,15 @@ using kernels::BatchNormArgs;
 // Per-channel tensors are float32, float64 for float64 x.
 DType channel_dtype(DType x) { return x == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
+// The SMs of x's device: the statistics pass runs two CTAs an SM.
+Status sm_count(const TensorView& x, int* sms) {
+  if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, x.device) != cudaSuccess) {
+    cudaGetLastError();
+    return Status::cuda_error("x: cannot query the SM count of CUDA device " + std::to_string(x.device));
+  }
+  return Status::ok();
+}
+
 // `others`: the tensors read or written beside x with x's layout (y, dy, dx; null where absent):
 // vectors are 16-byte loads and stores in every one of them.
 Status plan_of(const TensorView& x, BatchNormPlan* plan, std::initializer_list<const TensorView*> others = {}) {
@@ -29,8 +38,10 @@ Status plan_of(const TensorView& x, BatchNormPlan* plan, std::initializer_list<c
   bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   for (const TensorView* t : others)
     if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+  int sms = 0;
+  REDUCEKIT_RETURN_IF_ERROR(sm_count(x, &sms));
   return plan_batch_norm(x.rank, x.sizes, x.strides, static_cast<int>(dtype_size(x.dtype)),
-                         static_cast<int>(dtype_size(channel_dtype(x.dtype))), aligned, plan);
+                         static_cast<int>(dtype_size(channel_dtype(x.dtype))), aligned, sms, plan);
 }
 
 // y, dy, dx: x's sizes, dtype and layout.
@@ -64,6 +75,7 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
   a.chunk = plan.chunk;
   a.chunks = plan.chunks;
   a.tiles = plan.tiles;
+  a.stats_ctas = plan.stats_ctas;
   a.tile_vectors = plan.tile_vectors;
   return a;
 }
@@ -74,9 +86,11 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
 // partials into tickets a call with the other plan expects zero.
 Status workspace_need(const TensorView& x, BatchNormRequirements* need) {
   BatchNormPlan vectors, scalars;
+  int sms = 0;
+  REDUCEKIT_RETURN_IF_ERROR(sm_count(x, &sms));
   const int elem = static_cast<int>(dtype_size(x.dtype)), acc = static_cast<int>(dtype_size(channel_dtype(x.dtype)));
-  REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, true, &vectors));
-  REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, false, &scalars));
+  REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, true, sms, &vectors));
+  REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, false, sms, &scalars));
   need->workspace_zeroed_bytes = std::max(vectors.ticket_bytes, scalars.ticket_bytes);
   need->workspace_bytes = need->workspace_zeroed_bytes + std::max(vectors.workspace_bytes - vectors.ticket_bytes,
                                                                   scalars.workspace_bytes - scalars.ticket_bytes);
@@ -197,7 +211,8 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     a.save_mean = static_cast<Acc*>(save_mean.data);
     a.save_invstd = static_cast<Acc*>(save_invstd.data);
     const auto grid = static_cast<unsigned>(plan.ctas());
-    kernels::batch_norm_stats_kernel<T, L, V, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
+    kernels::batch_norm_stats_kernel<T, L, V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm statistics"));
     kernels::batch_norm_apply_kernel<T, L, V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
     return launched("batch_norm");
@@ -279,7 +294,8 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.dweight = mutable_data_of<Acc>(dweight);
     a.dbias = mutable_data_of<Acc>(dbias);
     const auto grid = static_cast<unsigned>(plan.ctas());
-    kernels::batch_norm_stats_kernel<T, L, V, true><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
+    kernels::batch_norm_stats_kernel<T, L, V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward statistics"));
     if (dx == nullptr) return Status::ok();
     kernels::batch_norm_apply_kernel<T, L, V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);

@@ -22,19 +22,15 @@ bool dense_in_order(int rank, const int64_t* sizes, const int64_t* strides, cons
   return true;
 }
 
-// Chunks of a tile: enough CTAs in all for kBatchNormTargetCtas, none under the minimum
-// size, whole unrolled rounds (`round` units) each; returns the chunk in units.
-int64_t chunk_units(int64_t units, int64_t round, int64_t tiles, int64_t unit_bytes) {
-  const int64_t rounds = ceil_div(units, round);
-  const int64_t by_size = std::max<int64_t>(1, units * unit_bytes / kBatchNormMinChunkBytes);
-  const int64_t wanted = std::clamp<int64_t>(ceil_div(kBatchNormTargetCtas, tiles), 1, std::min(by_size, rounds));
-  return ceil_div(rounds, wanted) * round;
+// A chunk of about kBatchNormChunkBytes in whole rounds of `round` units (at least one round).
+int64_t chunk_units(int64_t round, int64_t unit_bytes) {
+  return std::max<int64_t>(1, kBatchNormChunkBytes / (round * unit_bytes)) * round;
 }
 
 }  // namespace
 
 Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, int elem_size, int acc_size,
-                       bool base_aligned16, BatchNormPlan* plan) {
+                       bool base_aligned16, int sm_count, BatchNormPlan* plan) {
   if (rank < 2 || rank > 5)
     return Status::invalid_argument("x: batch_norm takes [N, C, *spatial] of rank 2 to 5, got rank " +
                                     std::to_string(rank));
@@ -63,28 +59,29 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   p.vec = (base_aligned16 && inner % full_vec == 0) ? full_vec : 1;
 
   const int64_t per_channel = p.channel_count();
+  const int unroll = batch_norm_unroll(p.vec, elem_size);
   if (p.layout == BatchNormLayout::kChannelsFirst) {
     p.tiles = p.c;
-    p.chunk = per_channel == 0 ? 0
-                               : chunk_units(per_channel, int64_t(kBatchNormThreads) * p.vec * batch_norm_unroll(p.vec, elem_size),
-                                             p.tiles, elem_size);
+    p.chunk = chunk_units(int64_t(kBatchNormThreads) * p.vec * unroll, elem_size);
   } else {
     const int64_t row_vectors = ceil_div(p.c, p.vec);
     int w = 1;
     while (w < 32 && w < row_vectors) w *= 2;
     p.tile_vectors = w;
     p.tiles = ceil_div(row_vectors, w);
-    const int64_t rows_a_round = int64_t(kBatchNormThreads / w) * batch_norm_unroll(p.vec, elem_size);
-    p.chunk = per_channel == 0 ? 0 : chunk_units(per_channel, rows_a_round, p.tiles, int64_t(w) * p.vec * elem_size);
+    p.chunk = chunk_units(int64_t(kBatchNormThreads / w) * unroll, int64_t(w) * p.vec * elem_size);
   }
-  p.chunks = per_channel == 0 ? 0 : ceil_div(per_channel, p.chunk);
-  if (p.ctas() > std::numeric_limits<int>::max())
-    return Status::unsupported("x: " + std::to_string(p.c) + " channels need more CTAs than one launch takes");
+  p.chunks = ceil_div(per_channel, p.chunk);
+  const int64_t resident = int64_t(std::max(sm_count, 1)) * kBatchNormStatsCtasPerSm;
+  p.stats_ctas = std::clamp<int64_t>(ceil_div(resident, p.tiles), 1, std::max<int64_t>(p.chunks, 1));
+  if (p.ctas() > std::numeric_limits<int>::max() || p.stats_grid() > std::numeric_limits<int>::max())
+    return Status::unsupported("x: " + std::to_string(p.c) + " channels of " + std::to_string(per_channel) +
+                               " values need more CTAs than one launch takes");
 
   const auto align16 = [](std::size_t b) { return (b + 15) / 16 * 16; };
   p.ticket_bytes = align16(static_cast<std::size_t>(p.tiles) * sizeof(unsigned));
   p.partials_offset = p.ticket_bytes;
-  p.params_offset = p.partials_offset + align16(static_cast<std::size_t>(p.c * p.chunks * 2) * acc_size);
+  p.params_offset = p.partials_offset + align16(static_cast<std::size_t>(p.c * p.stats_ctas * 2) * acc_size);
   p.workspace_bytes = p.params_offset + align16(static_cast<std::size_t>(p.c * 4) * acc_size);
   *plan = p;
   return Status::ok();

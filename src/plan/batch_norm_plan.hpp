@@ -4,16 +4,16 @@
 // base pointer's alignment, never of the device: the order in which a channel's statistics are
 // merged (and so every bit of the result) is the same on every GPU.
 //
-//   channels-first [N, C, S]: a channel is N runs of S contiguous elements. A CTA takes one
-//     channel and a contiguous stretch (a chunk) of its N * S elements, run by run;
-//     thread t reads the vectors at t, t + 256, ... of the stretch.
-//   channels-last [N * S, C]: a row of C channels a position. A CTA takes a tile of channels
-//     (tile_vectors vectors of a row) and a chunk of rows; thread t reads vector t % W of
-//     rows t / W, t / W + 256 / W, ... (W = tile_vectors).
+//   channels-first [N, C, S]: a channel is N runs of S contiguous elements, cut into chunks of
+//     whole unrolled rounds; thread t reads the vectors at t, t + 256, ... of a chunk.
+//   channels-last [N * S, C]: a row of C channels a position. A tile is tile_vectors vectors of
+//     a row (W); a chunk is a stretch of rows; thread t reads vector t % W of rows t / W,
+//     t / W + 256 / W, ... of the chunk.
 //
-// Every CTA of a tile writes its chunk's partial statistics; the last one to finish merges
-// them in chunk order. The apply pass (y, or dx) walks the same CTAs in reverse, so the chunks
-// read last, still in L2, are read again first.
+// The apply pass (y, or dx) runs one short CTA a chunk, in reverse order, so that the chunks the
+// statistics pass read last, still in L2, are read again first. The statistics pass runs
+// stats_ctas CTAs a tile, two an SM in all: CTA r folds chunks r, r + stats_ctas, ... into one
+// partial, and the last CTA of a tile to finish merges the tile's partials in a fixed order.
 #pragma once
 
 #include <cstddef>
@@ -24,14 +24,14 @@
 namespace reducekit {
 
 constexpr int kBatchNormThreads = 256;
-// Vectors a thread loads before it uses them: 64 bytes' worth, at most 8 loads (scalar rows,
-// whose per-load offsets would otherwise cost the apply kernel its occupancy).
+// Vectors a thread loads before it uses them: 64 bytes' worth (the forward's statistics pass, two
+// CTAs an SM, twice that), at most 8 loads (scalar rows, whose per-load offsets cost registers).
 constexpr int batch_norm_unroll(int vec, int elem_size) { return 64 / (vec * elem_size) < 8 ? 64 / (vec * elem_size) : 8; }
-// Enough CTAs for two waves of a 132-SM GPU, a constant so that the plan is the device's
-// neither: more CTAs mean more partials for the last CTA of a tile to merge.
-constexpr int64_t kBatchNormTargetCtas = 264;
-// ... each with at least this much of x to read, so that small inputs keep a few big CTAs.
-constexpr int64_t kBatchNormMinChunkBytes = 16 * 1024;
+constexpr int kBatchNormStatsUnrollFactor = 2;
+// x a chunk: short CTAs keep the apply pass's last wave short.
+constexpr int64_t kBatchNormChunkBytes = 32 * 1024;
+// Statistics CTAs an SM (their __launch_bounds__ minimum).
+constexpr int kBatchNormStatsCtasPerSm = 2;
 
 enum class BatchNormLayout : int8_t { kChannelsFirst, kChannelsLast };
 
@@ -42,21 +42,25 @@ struct BatchNormPlan {
   int tile_vectors = 1;         // channels-last: vectors of a row a tile covers (power of two <= 32)
   int64_t tiles = 0;            // channels-first: c; channels-last: tiles of tile_vectors * vec channels
   int64_t chunk = 0;            // channels-first: elements of a channel a CTA covers; channels-last: rows
-  int64_t chunks = 0;           // CTAs a tile
+  int64_t chunks = 0;           // chunks a tile (apply CTAs)
+  int64_t stats_ctas = 0;       // statistics CTAs a tile
   int64_t channel_count() const { return n * s; }  // values a channel's statistics are over
   int64_t ctas() const { return tiles * chunks; }
-  // Workspace: tickets (zeroed), then partials [c][chunks][2] and per-channel parameters [c][4],
-  // in the accumulation type.
+  int64_t stats_grid() const { return tiles * stats_ctas; }
+  // Workspace: tickets (zeroed), then partials [c][stats_ctas][2] and per-channel parameters
+  // [c][4], in the accumulation type.
   std::size_t ticket_bytes = 0;
   std::size_t workspace_bytes = 0;
   std::size_t partials_offset = 0, params_offset = 0;
 };
 
 // x: `rank` sizes and strides (in elements), [N, C, *spatial] with rank 2..5; elem_size: bytes
-// of an element; acc_size: bytes of the accumulation type; base_aligned16: whether x's data
-// pointer is a multiple of 16 bytes. kInvalidArgument for ranks or sizes batch_norm does not
-// take; kUnsupported for a layout that is neither dense channels-first nor dense channels-last.
+// of an element; acc_size: bytes of the accumulation type; base_aligned16: whether the data
+// pointers are multiples of 16 bytes; sm_count: the device's SMs (the statistics CTAs, and so
+// the merge order, depend on it: results are deterministic on a given GPU model).
+// kInvalidArgument for ranks or sizes batch_norm does not take; kUnsupported for a layout that
+// is neither dense channels-first nor dense channels-last.
 Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, int elem_size, int acc_size,
-                       bool base_aligned16, BatchNormPlan* plan);
+                       bool base_aligned16, int sm_count, BatchNormPlan* plan);
 
 }  // namespace reducekit

@@ -38,9 +38,12 @@ Sizes channels_last_strides(const Sizes& sizes) {
   return strides;
 }
 
+constexpr int kSms = 132;  // an H200's
+
 Status plan_of(const Sizes& sizes, const Sizes& strides, int elem, BatchNormPlan* plan, bool aligned = true) {
   const int acc = elem == 8 ? 8 : 4;
-  return plan_batch_norm(static_cast<int>(sizes.size()), sizes.data(), strides.data(), elem, acc, aligned, plan);
+  return plan_batch_norm(static_cast<int>(sizes.size()), sizes.data(), strides.data(), elem, acc, aligned, kSms,
+                         plan);
 }
 
 BatchNormPlan must_plan(const Sizes& sizes, bool channels_last, int elem, bool aligned = true) {
@@ -92,19 +95,22 @@ void check_invariants(const BatchNormPlan& p, int elem) {
     EXPECT_GE(p.chunk, 1);
     EXPECT_GE(p.chunks * p.chunk, units) << "chunks miss values";
     EXPECT_LT((p.chunks - 1) * p.chunk, units) << "an empty chunk";
-    // Split only while every chunk keeps the minimum size, and no further than the target.
-    if (p.chunks > 1) {
-      EXPECT_GE(p.chunk * unit_bytes, kBatchNormMinChunkBytes);
-    }
-    EXPECT_LE(p.chunks, std::max<int64_t>(1, units * unit_bytes / kBatchNormMinChunkBytes));
-    EXPECT_LE(p.ctas(), std::max(p.tiles, kBatchNormTargetCtas + p.tiles - 1));
+    // Chunks of about kBatchNormChunkBytes: never more than that unless one round is.
+    const int64_t round_bytes = p.chunk * unit_bytes / std::max<int64_t>(1, p.chunk * unit_bytes / kBatchNormChunkBytes);
+    EXPECT_TRUE(p.chunk * unit_bytes <= kBatchNormChunkBytes || p.chunk * unit_bytes == round_bytes)
+        << p.chunk * unit_bytes;
+    EXPECT_GT(2 * p.chunk * unit_bytes, std::min<int64_t>(kBatchNormChunkBytes, round_bytes)) << "chunks too small";
+    // Statistics CTAs: every one has a chunk, and all of them fit two an SM (or one a tile).
+    EXPECT_GE(p.stats_ctas, 1);
+    EXPECT_LE(p.stats_ctas, p.chunks);
+    EXPECT_LE(p.stats_grid(), std::max<int64_t>(p.tiles, int64_t(kSms) * kBatchNormStatsCtasPerSm + p.tiles - 1));
   }
-  // Tickets [tiles] unsigned, partials [c][chunks][2], params [c][4], 16-byte aligned, in order.
+  // Tickets [tiles] unsigned, partials [c][stats_ctas][2], params [c][4], 16-byte aligned, in order.
   EXPECT_GE(p.ticket_bytes, static_cast<std::size_t>(p.tiles) * 4);
   EXPECT_EQ(p.ticket_bytes % 16, 0u);
   EXPECT_GE(p.partials_offset, p.ticket_bytes);
   EXPECT_EQ(p.partials_offset % 16, 0u);
-  EXPECT_GE(p.params_offset, p.partials_offset + static_cast<std::size_t>(p.c * p.chunks * 2 * acc));
+  EXPECT_GE(p.params_offset, p.partials_offset + static_cast<std::size_t>(p.c * p.stats_ctas * 2 * acc));
   EXPECT_EQ(p.params_offset % 16, 0u);
   EXPECT_GE(p.workspace_bytes, p.params_offset + static_cast<std::size_t>(p.c * 4 * acc));
 }
@@ -233,28 +239,30 @@ TEST(BatchNormPlan, LargeInputsFillTheGpuSmallOnesStayFew) {
     for (bool last : {false, true})
       for (int elem : {2, 4, 8}) {
         const BatchNormPlan p = must_plan(sizes, last, elem);
-        EXPECT_GE(p.ctas(), 132) << "[" << sizes[0] << ", " << sizes[1] << ", ...] " << (last ? "channels-last" : "contiguous")
-                                 << " elem " << elem;
+        const std::string what = "[" + std::to_string(sizes[0]) + ", " + std::to_string(sizes[1]) + ", ...] " +
+                                 (last ? "channels-last" : "contiguous") + " elem " + std::to_string(elem);
+        // The apply pass: many short CTAs (one a chunk's bytes); the statistics pass: about two an SM.
+        const int64_t bytes = p.n * p.c * p.s * elem;
+        EXPECT_GE(p.ctas(), std::min<int64_t>(4 * kSms, bytes / kBatchNormChunkBytes)) << what;
+        EXPECT_GE(p.stats_grid(), kSms) << what;
       }
-  // Mid-sized x: as many CTAs as the minimum chunk size allows (about one per 16 KiB), not the target.
-  for (bool last : {false, true})
-    for (int elem : {2, 4}) {
-      const BatchNormPlan p = must_plan({16, 8, 64, 64}, last, elem);
-      const int64_t chunks_of_min_size = int64_t(16) * 8 * 64 * 64 * elem / kBatchNormMinChunkBytes;
-      EXPECT_LE(p.ctas(), chunks_of_min_size);
-      EXPECT_GE(2 * p.ctas(), chunks_of_min_size);
-    }
   // Several chunks a channel where the channel is large.
   EXPECT_GT(must_plan({16, 8, 64, 64}, false, 4).chunks, 1);
   EXPECT_GT(must_plan({64, 32, 32, 32}, true, 4).chunks, 100);
-  // A tiny tensor: one CTA a tile, one tile (channels-last) or one a channel (channels-first).
+  // A tiny tensor: one chunk a tile, one tile (channels-last) or one a channel (channels-first).
   for (int elem : {2, 4, 8}) {
     const BatchNormPlan first = must_plan({2, 3, 4, 4}, false, elem), last = must_plan({2, 3, 4, 4}, true, elem);
     EXPECT_EQ(first.chunks, 1);
     EXPECT_EQ(first.ctas(), 3);
+    EXPECT_EQ(first.stats_grid(), 3);
     EXPECT_EQ(last.ctas(), 1);
     EXPECT_EQ(must_plan({2, 3}, false, elem).ctas(), 1);
   }
+  // The statistics CTAs follow the SM count (and so the merge order: deterministic per GPU model).
+  BatchNormPlan small_gpu;
+  const Sizes big{32, 64, 112, 112};
+  ASSERT_TRUE(plan_batch_norm(4, big.data(), contiguous_strides(big).data(), 4, 4, true, 16, &small_gpu).is_ok());
+  EXPECT_LT(small_gpu.stats_grid(), must_plan(big, false, 4).stats_grid());
 }
 
 TEST(BatchNormPlan, ChannelsLastTiles) {
@@ -282,7 +290,6 @@ TEST(BatchNormPlan, EmptyBatchHasNoChunksButTickets) {
   for (bool last : {false, true}) {
     const BatchNormPlan p = must_plan({0, 3, 4, 4}, last, 4);
     EXPECT_EQ(p.channel_count(), 0);
-    EXPECT_EQ(p.chunk, 0);
     EXPECT_EQ(p.chunks, 0);
     EXPECT_EQ(p.ctas(), 0);
     EXPECT_GE(p.tiles, 1);
@@ -297,12 +304,13 @@ TEST(BatchNormPlan, WorkspaceLayoutExactSizes) {
   EXPECT_EQ(p.chunks, 1);
   EXPECT_EQ(p.ticket_bytes, 64u);
   EXPECT_EQ(p.partials_offset, 64u);
+  EXPECT_EQ(p.stats_ctas, 1);
   EXPECT_EQ(p.params_offset, 64u + 16 * 1 * 2 * 4);
   EXPECT_EQ(p.workspace_bytes, p.params_offset + 16 * 4 * 4);
   // float64 accumulation doubles the partials and parameters; 5 tiles' tickets round up to 32.
   p = must_plan({2, 5, 3, 4, 5}, false, 8);
   EXPECT_EQ(p.ticket_bytes, 32u);
-  EXPECT_EQ(p.params_offset, p.partials_offset + (5 * p.chunks * 2 * 8 + 15) / 16 * 16);
+  EXPECT_EQ(p.params_offset, p.partials_offset + (5 * p.stats_ctas * 2 * 8 + 15) / 16 * 16);
   EXPECT_EQ(p.workspace_bytes, p.params_offset + 5 * 4 * 8);
 }
 
