@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// batch_norm's two kernels, on the CTA layout of plan/batch_norm_plan.hpp:
+// batch_norm's kernels, on the CTA layout of plan/batch_norm_plan.hpp:
 //
-//   batch_norm_stats_kernel   each CTA folds its chunk of a tile into per-channel partials
-//                             (forward: Welford (count, mean, M2); backward: sum(dy) and
-//                             sum(dy * (x - mean))); the last CTA of a tile to finish merges the
-//                             tile's partials in chunk order and turns them into the channel's
-//                             outputs (save_mean / save_invstd and the running statistics, or
-//                             dweight / dbias) and the apply pass's parameters.
-//   batch_norm_apply_kernel   out = p * (x - mean) + q * dy + r per channel: y (q = 0) or dx.
+//   batch_norm_stats_kernel     each CTA folds its chunks of a tile into one partial a channel
+//                               (forward: Welford (count, mean, M2); backward: sum(dy) and
+//                               sum(dy * (x - mean))).
+//   batch_norm_finalize_kernel  a warp a channel merges the channel's partials in a fixed order
+//                               and turns them into the channel's outputs (save_mean / save_invstd
+//                               and the running statistics, or dweight / dbias) and the apply
+//                               pass's parameters.
+//   batch_norm_apply_kernel     out = p * (x - mean) + q * dy + r per channel: y (q = 0) or dx.
 //
 // Every combine runs in an order fixed by the plan, so the results are deterministic.
 #pragma once
@@ -39,7 +40,6 @@ template <typename Acc> struct BatchNormArgs {
   bool batch_statistics = true;  // backward: dx includes the statistics' dependence on x
   Acc* dweight = nullptr;
   Acc* dbias = nullptr;
-  unsigned* tickets = nullptr;   // [tiles], zero on entry and on exit
   Acc* partials = nullptr;       // [c][stats_ctas][2]
   Acc* params = nullptr;         // [c][4]: mean, p, q, r
 };
@@ -233,7 +233,6 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
   // The backward reads two tensors: as many bytes in flight at the apply pass's unroll.
   constexpr int U = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
   __shared__ Slot slots[kBatchNormThreads * kLanes];
-  __shared__ bool last_cta;
 
   const int64_t tile = blockIdx.x % a.tiles, r = blockIdx.x / a.tiles;
   const T* x = static_cast<const T*>(a.x);
@@ -314,32 +313,37 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
     }
   }
 
-  // The last CTA of the tile merges the tile's partials in a fixed order: thread t takes
-  // partials g, g + G, ... of column t % cols (g = t / cols, G = 256 / cols), then the G rows merge.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // the partials are visible device-wide before the ticket says so
-    last_cta = atomicAdd(a.tickets + tile, 1u) == static_cast<unsigned>(a.stats_ctas - 1);
-  }
-  __syncthreads();
-  if (!last_cta) return;
-  __threadfence();
-  const int groups = kBatchNormThreads / cols;
-  const int j = threadIdx.x % cols, g = threadIdx.x / cols;
-  const int64_t ch = first_channel + j;
+}
+
+// A warp a channel, 8 channels a CTA: lane l merges partials l, l + 32, ... in order, then the
+// lanes merge pairwise down to lane 0, which writes the channel's outputs.
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(const BatchNormArgs<acc_t<T>> a) {
+  using Acc = acc_t<T>;
+  using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
+  const int lane = threadIdx.x % 32;
+  const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
+  if (ch >= a.c) return;
+  const Acc* part = a.partials + ch * a.stats_ctas * 2;
   Slot total{};
-  if (ch < a.c) {
-    for (int64_t q = g; q < a.stats_ctas; q += groups) {
-      const Acc* part = a.partials + (ch * a.stats_ctas + q) * 2;
-      const Acc first = load_partial(part), second = load_partial(part + 1);
-      if constexpr (kBackward) total = merge(total, Slot{first, second});
-      else total = merge(total, Slot{stats_cta_count(a, q), first, second});
-    }
+  for (int64_t q = lane; q < a.stats_ctas; q += 32) {
+    if constexpr (kBackward) total = merge(total, Slot{part[2 * q], part[2 * q + 1]});
+    else total = merge(total, Slot{stats_cta_count(a, q), part[2 * q], part[2 * q + 1]});
   }
-  slots[threadIdx.x] = total;
-  merge_rows(slots, groups, cols);
-  if (g == 0 && ch < a.c) finish_channel(a, ch, slots[j]);
-  if (threadIdx.x == 0) a.tickets[tile] = 0;
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) {
+    Slot other;
+    if constexpr (kBackward) {
+      other.dy = __shfl_down_sync(0xffffffffu, total.dy, width);
+      other.dy_xc = __shfl_down_sync(0xffffffffu, total.dy_xc, width);
+    } else {
+      other.n = __shfl_down_sync(0xffffffffu, total.n, width);
+      other.mean = __shfl_down_sync(0xffffffffu, total.mean, width);
+      other.m2 = __shfl_down_sync(0xffffffffu, total.m2, width);
+    }
+    total = merge(total, other);
+  }
+  if (lane == 0) finish_channel(a, ch, total);
 }
 
 // ---- apply ---------------------------------------------------------------------------------

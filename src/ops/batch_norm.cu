@@ -82,8 +82,7 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
 
 // The vector width (and with it the tiles and chunks) of a call depends on the alignment of y,
 // dy and dx too, which a requirements query does not see: the workspace is sized for the larger
-// of the two plans, and its zeroed prefix is that size in every call, so a call never writes
-// partials into tickets a call with the other plan expects zero.
+// of the two plans. None of it needs zeroing.
 Status workspace_need(const TensorView& x, BatchNormRequirements* need) {
   BatchNormPlan vectors, scalars;
   int sms = 0;
@@ -91,9 +90,8 @@ Status workspace_need(const TensorView& x, BatchNormRequirements* need) {
   const int elem = static_cast<int>(dtype_size(x.dtype)), acc = static_cast<int>(dtype_size(channel_dtype(x.dtype)));
   REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, true, sms, &vectors));
   REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, false, sms, &scalars));
-  need->workspace_zeroed_bytes = std::max(vectors.ticket_bytes, scalars.ticket_bytes);
-  need->workspace_bytes = need->workspace_zeroed_bytes + std::max(vectors.workspace_bytes - vectors.ticket_bytes,
-                                                                  scalars.workspace_bytes - scalars.ticket_bytes);
+  need->workspace_bytes = std::max(vectors.workspace_bytes, scalars.workspace_bytes);
+  need->workspace_zeroed_bytes = 0;
   return Status::ok();
 }
 
@@ -101,13 +99,16 @@ template <typename Acc>
 Status bind_workspace(const TensorView& x, const BatchNormPlan& plan, const Workspace& ws, BatchNormArgs<Acc>* a) {
   BatchNormRequirements need;
   REDUCEKIT_RETURN_IF_ERROR(workspace_need(x, &need));
-  REDUCEKIT_RETURN_IF_ERROR(check_workspace(ws, need.workspace_bytes, need.workspace_zeroed_bytes));
-  const WorkspaceRegions regions = workspace_regions(ws, need.workspace_zeroed_bytes);
-  auto* rest = static_cast<unsigned char*>(regions.rest);
-  a->tickets = static_cast<unsigned*>(regions.zeroed);
-  a->partials = reinterpret_cast<Acc*>(rest);
-  a->params = reinterpret_cast<Acc*>(rest + (plan.params_offset - plan.partials_offset));
+  REDUCEKIT_RETURN_IF_ERROR(check_workspace(ws, need.workspace_bytes, 0));
+  auto* base = static_cast<unsigned char*>(ws.data);
+  a->partials = reinterpret_cast<Acc*>(base);
+  a->params = reinterpret_cast<Acc*>(base + plan.params_offset);
   return Status::ok();
+}
+
+unsigned finalize_grid(const BatchNormPlan& plan) {
+  constexpr int64_t kChannelsPerCta = kBatchNormThreads / 32;
+  return static_cast<unsigned>((plan.c + kChannelsPerCta - 1) / kChannelsPerCta);
 }
 
 Status launched(const char* name) {
@@ -214,6 +215,8 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, L, V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm statistics"));
+    kernels::batch_norm_finalize_kernel<T, false><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm finalize"));
     kernels::batch_norm_apply_kernel<T, L, V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
     return launched("batch_norm");
   });
@@ -297,6 +300,8 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, L, V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward statistics"));
+    kernels::batch_norm_finalize_kernel<T, true><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward finalize"));
     if (dx == nullptr) return Status::ok();
     kernels::batch_norm_apply_kernel<T, L, V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
     return launched("batch_norm backward");

@@ -73,15 +73,13 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   }
   p.chunks = ceil_div(per_channel, p.chunk);
   const int64_t resident = int64_t(std::max(sm_count, 1)) * kBatchNormStatsCtasPerSm;
-  p.stats_ctas = std::clamp<int64_t>(ceil_div(resident, p.tiles), 1, std::max<int64_t>(p.chunks, 1));
+  p.stats_ctas = std::clamp<int64_t>(resident / p.tiles, 1, std::max<int64_t>(p.chunks, 1));
   if (p.ctas() > std::numeric_limits<int>::max() || p.stats_grid() > std::numeric_limits<int>::max())
     return Status::unsupported("x: " + std::to_string(p.c) + " channels of " + std::to_string(per_channel) +
                                " values need more CTAs than one launch takes");
 
   const auto align16 = [](std::size_t b) { return (b + 15) / 16 * 16; };
-  p.ticket_bytes = align16(static_cast<std::size_t>(p.tiles) * sizeof(unsigned));
-  p.partials_offset = p.ticket_bytes;
-  p.params_offset = p.partials_offset + align16(static_cast<std::size_t>(p.c * p.stats_ctas * 2) * acc_size);
+  p.params_offset = align16(static_cast<std::size_t>(p.c * p.stats_ctas * 2) * acc_size);
   p.workspace_bytes = p.params_offset + align16(static_cast<std::size_t>(p.c * 4) * acc_size);
   *plan = p;
   return Status::ok();

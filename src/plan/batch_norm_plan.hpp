@@ -10,10 +10,11 @@
 //     a row (W); a chunk is a stretch of rows; thread t reads vector t % W of rows t / W,
 //     t / W + 256 / W, ... of the chunk.
 //
-// The apply pass (y, or dx) runs one short CTA a chunk, in reverse order, so that the chunks the
-// statistics pass read last, still in L2, are read again first. The statistics pass runs
-// stats_ctas CTAs a tile, two an SM in all: CTA r folds chunks r, r + stats_ctas, ... into one
-// partial, and the last CTA of a tile to finish merges the tile's partials in a fixed order.
+// Three kernels: the statistics pass runs stats_ctas CTAs a tile, at most two an SM in all (one
+// wave): CTA r folds chunks r, r + stats_ctas, ... into one partial a channel. The finalize pass
+// merges each channel's partials in a fixed order (a warp a channel). The apply pass (y, or dx)
+// runs one short CTA a chunk, in reverse order, so that the chunks the statistics pass read last,
+// still in L2, are read again first.
 #pragma once
 
 #include <cstddef>
@@ -47,11 +48,10 @@ struct BatchNormPlan {
   int64_t channel_count() const { return n * s; }  // values a channel's statistics are over
   int64_t ctas() const { return tiles * chunks; }
   int64_t stats_grid() const { return tiles * stats_ctas; }
-  // Workspace: tickets (zeroed), then partials [c][stats_ctas][2] and per-channel parameters
-  // [c][4], in the accumulation type.
-  std::size_t ticket_bytes = 0;
+  // Workspace (none of it needs zeroing): partials [c][stats_ctas][2], then per-channel
+  // parameters [c][4], in the accumulation type.
   std::size_t workspace_bytes = 0;
-  std::size_t partials_offset = 0, params_offset = 0;
+  std::size_t params_offset = 0;
 };
 
 // x: `rank` sizes and strides (in elements), [N, C, *spatial] with rank 2..5; elem_size: bytes

@@ -105,12 +105,8 @@ void check_invariants(const BatchNormPlan& p, int elem) {
     EXPECT_LE(p.stats_ctas, p.chunks);
     EXPECT_LE(p.stats_grid(), std::max<int64_t>(p.tiles, int64_t(kSms) * kBatchNormStatsCtasPerSm + p.tiles - 1));
   }
-  // Tickets [tiles] unsigned, partials [c][stats_ctas][2], params [c][4], 16-byte aligned, in order.
-  EXPECT_GE(p.ticket_bytes, static_cast<std::size_t>(p.tiles) * 4);
-  EXPECT_EQ(p.ticket_bytes % 16, 0u);
-  EXPECT_GE(p.partials_offset, p.ticket_bytes);
-  EXPECT_EQ(p.partials_offset % 16, 0u);
-  EXPECT_GE(p.params_offset, p.partials_offset + static_cast<std::size_t>(p.c * p.stats_ctas * 2 * acc));
+  // Partials [c][stats_ctas][2], then params [c][4], 16-byte aligned.
+  EXPECT_GE(p.params_offset, static_cast<std::size_t>(p.c * p.stats_ctas * 2 * acc));
   EXPECT_EQ(p.params_offset % 16, 0u);
   EXPECT_GE(p.workspace_bytes, p.params_offset + static_cast<std::size_t>(p.c * 4 * acc));
 }
@@ -286,14 +282,13 @@ TEST(BatchNormPlan, ChannelsLastTiles) {
   EXPECT_EQ(p.tiles, 16);
 }
 
-TEST(BatchNormPlan, EmptyBatchHasNoChunksButTickets) {
+TEST(BatchNormPlan, EmptyBatchHasNoChunks) {
   for (bool last : {false, true}) {
     const BatchNormPlan p = must_plan({0, 3, 4, 4}, last, 4);
     EXPECT_EQ(p.channel_count(), 0);
     EXPECT_EQ(p.chunks, 0);
     EXPECT_EQ(p.ctas(), 0);
     EXPECT_GE(p.tiles, 1);
-    EXPECT_GE(p.ticket_bytes, static_cast<std::size_t>(p.tiles) * 4);
     EXPECT_GE(p.workspace_bytes, p.params_offset + 3 * 4 * 4);
   }
 }
@@ -302,15 +297,12 @@ TEST(BatchNormPlan, WorkspaceLayoutExactSizes) {
   // (3, 16, 8, 8) float32, contiguous: 16 tiles, one chunk each.
   BatchNormPlan p = must_plan({3, 16, 8, 8}, false, 4);
   EXPECT_EQ(p.chunks, 1);
-  EXPECT_EQ(p.ticket_bytes, 64u);
-  EXPECT_EQ(p.partials_offset, 64u);
   EXPECT_EQ(p.stats_ctas, 1);
-  EXPECT_EQ(p.params_offset, 64u + 16 * 1 * 2 * 4);
+  EXPECT_EQ(p.params_offset, 16u * 1 * 2 * 4);
   EXPECT_EQ(p.workspace_bytes, p.params_offset + 16 * 4 * 4);
-  // float64 accumulation doubles the partials and parameters; 5 tiles' tickets round up to 32.
+  // float64 accumulation doubles the partials and parameters.
   p = must_plan({2, 5, 3, 4, 5}, false, 8);
-  EXPECT_EQ(p.ticket_bytes, 32u);
-  EXPECT_EQ(p.params_offset, p.partials_offset + (5 * p.stats_ctas * 2 * 8 + 15) / 16 * 16);
+  EXPECT_EQ(p.params_offset, (5 * p.stats_ctas * 2 * 8 + 15) / 16 * 16);
   EXPECT_EQ(p.workspace_bytes, p.params_offset + 5 * 4 * 8);
 }
 
