@@ -52,18 +52,6 @@ template <> struct BitsOf<8> { using type = uint2; };
 template <> struct BitsOf<4> { using type = unsigned int; };
 template <> struct BitsOf<2> { using type = unsigned short; };
 
-// VEC elements at p (VEC * sizeof(T) bytes, aligned to that), as Acc. kLastUse: the apply pass's
-// reads, which evict first so that the chunks still to be read again stay in L2.
-template <typename T, int VEC, bool kLastUse, typename Acc>
-__device__ __forceinline__ void load_values(const T* p, Acc (&v)[VEC]) {
-  using B = typename BitsOf<sizeof(T) * VEC>::type;
-  const B bits = kLastUse ? __ldcs(reinterpret_cast<const B*>(p)) : *reinterpret_cast<const B*>(p);
-  T e[VEC];
-  memcpy(e, &bits, sizeof(bits));
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) v[i] = to_acc<Acc>(e[i]);
-}
-
 // Written streaming: y and dx are not read again by this op.
 template <typename T, int VEC, typename Acc> __device__ __forceinline__ void store_values(T* p, const Acc (&v)[VEC]) {
   using B = typename BitsOf<sizeof(T) * VEC>::type;
@@ -73,6 +61,21 @@ template <typename T, int VEC, typename Acc> __device__ __forceinline__ void sto
   B bits;
   memcpy(&bits, e, sizeof(bits));
   __stcs(reinterpret_cast<B*>(p), bits);
+}
+
+// A vector's raw bits, converted where they are used: a batch of raw vectors in flight costs a
+// quarter (16-bit) or half the registers of their float32 values.
+template <typename T, int VEC> using RawVector = typename BitsOf<sizeof(T) * VEC>::type;
+
+template <typename T, int VEC, bool kLastUse> __device__ __forceinline__ RawVector<T, VEC> load_raw(const T* p) {
+  using B = RawVector<T, VEC>;
+  return kLastUse ? __ldcs(reinterpret_cast<const B*>(p)) : *reinterpret_cast<const B*>(p);
+}
+
+template <typename T, int VEC, typename Acc> __device__ __forceinline__ Acc element(const RawVector<T, VEC>& v, int i) {
+  T e[VEC];
+  memcpy(e, &v, sizeof(v));
+  return to_acc<Acc>(e[i]);
 }
 
 // Where a CTA's vectors lie. Channels-first: the channel's n * s elements in run order, vectors
@@ -127,6 +130,47 @@ template <BatchNormLayout L, int VEC> struct ChunkWalk {
     }
   }
 };
+
+// A statistics thread's vectors of its tile, chunk after chunk (chunks r, r + stats_ctas, ...).
+template <BatchNormLayout L, int VEC> struct ChunkStream {
+  ChunkWalk<L, VEC> walk;
+  int64_t tile, k;
+  template <typename Acc>
+  __device__ ChunkStream(const BatchNormArgs<Acc>& a, int64_t tile_, int64_t r) : walk(a, tile_, r), tile(tile_), k(r) {}
+  __device__ __forceinline__ bool valid() const { return walk.valid(); }
+  template <typename Acc> __device__ __forceinline__ void next(const BatchNormArgs<Acc>& a) {
+    walk.next();
+    if (!walk.valid() && walk.column_valid && k + a.stats_ctas < a.chunks) {
+      k += a.stats_ctas;
+      walk = ChunkWalk<L, VEC>(a, tile, k);
+    }
+  }
+};
+
+// U raw vectors of x (and dy) a thread has loaded; the first `count` are real.
+template <typename T, int VEC, int U, bool kBackward> struct RawBatch {
+  RawVector<T, VEC> x[U], dy[kBackward ? U : 1];
+  int count;
+};
+
+template <typename T, int VEC, int U, bool kBackward, BatchNormLayout L, typename Acc>
+__device__ __forceinline__ void fill(RawBatch<T, VEC, U, kBackward>& b, ChunkStream<L, VEC>& stream,
+                                     const BatchNormArgs<Acc>& a) {
+  const T* x = static_cast<const T*>(a.x);
+  const T* dy = static_cast<const T*>(a.dy);
+  b.count = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    b.x[u] = RawVector<T, VEC>{};
+    if constexpr (kBackward) b.dy[u] = RawVector<T, VEC>{};
+    if (stream.valid()) {
+      b.x[u] = load_raw<T, VEC, false>(x + stream.walk.offset);
+      if constexpr (kBackward) b.dy[u] = load_raw<T, VEC, false>(dy + stream.walk.offset);
+      ++b.count;
+    }
+    stream.next(a);
+  }
+}
 
 // Channels a thread accumulates: one (the CTA's) channels-first, one a vector lane channels-last.
 template <BatchNormLayout L, int VEC> constexpr int kLanesOf = L == BatchNormLayout::kChannelsFirst ? 1 : VEC;
@@ -206,20 +250,44 @@ template <typename Acc> __device__ void finish_channel(const BatchNormArgs<Acc>&
   p[3] = a.batch_statistics ? -k * st.dy * inv_count : Acc(0);
 }
 
-// Folds a batch of M values (the first `valid` of them real, the rest 0) into st: the batch's
+// Folds values f(0) .. f(M - 1) (the first `valid` of them real, the rest 0) into st: the batch's
 // exact two-pass moments, then one merge.
-template <int M, typename Acc> __device__ __forceinline__ void fold_batch(Moments<Acc>& st, const Acc (&v)[M], int valid) {
+template <int M, typename Acc, class F> __device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, int valid) {
   Acc sum = 0;
 #pragma unroll
-  for (int i = 0; i < M; ++i) sum += v[i];
+  for (int i = 0; i < M; ++i) sum += f(i);
   const Acc mean = sum / static_cast<Acc>(valid);
   Acc m2 = 0;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
-    const Acc d = v[i] - mean;
+    const Acc d = f(i) - mean;
     m2 += i < valid ? d * d : Acc(0);
   }
   st = merge(st, Moments<Acc>{valid, mean, m2});
+}
+
+template <typename T, int VEC, int U, bool kBackward, int kLanes, typename Acc>
+__device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>> (&st)[kLanes],
+                                     const Acc (&mean)[kLanes]) {
+  if constexpr (kBackward) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int j = kLanes == 1 ? 0 : i;
+        const Acc g = element<T, VEC, Acc>(b.dy[u], i), v = element<T, VEC, Acc>(b.x[u], i);
+        st[j].dy += g;
+        st[j].dy_xc += u < b.count ? g * (v - mean[j]) : Acc(0);
+      }
+  } else if constexpr (kLanes == 1) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < b.count) fold_batch<VEC>(st[0], [&](int i) { return element<T, VEC, Acc>(b.x[u], i); }, VEC);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i)
+      fold_batch<U>(st[i], [&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, b.count);
+  }
 }
 
 // stats_ctas CTAs a tile, CTA b = r * tiles + tile: CTA r folds chunks r, r + stats_ctas, ... of
@@ -230,66 +298,33 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
   using Acc = acc_t<T>;
   using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
   constexpr int kLanes = kLanesOf<L, VEC>;
-  // The backward reads two tensors: as many bytes in flight at the apply pass's unroll.
-  constexpr int U = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
+  // Two batches in flight of 64 bytes a thread (x and dy: 32 each) ...; channels-first rows fold
+  // a vector at a time and afford twice that (channels-last lanes hold VEC accumulators).
+  constexpr int U = batch_norm_unroll(VEC, sizeof(T)) / (kBackward ? 2 : 1) *
+                    (!kBackward && kLanes == 1 ? kBatchNormStatsUnrollFactor : 1);
   __shared__ Slot slots[kBatchNormThreads * kLanes];
 
   const int64_t tile = blockIdx.x % a.tiles, r = blockIdx.x / a.tiles;
-  const T* x = static_cast<const T*>(a.x);
-  const T* dy = static_cast<const T*>(a.dy);
-  const ChunkWalk<L, VEC> home(a, tile, r);  // the thread's channels
+  ChunkStream<L, VEC> stream(a, tile, r);
 
   Slot st[kLanes];
   Acc mean[kLanes];
 #pragma unroll
   for (int j = 0; j < kLanes; ++j) {
     st[j] = Slot{};
-    if constexpr (kBackward) mean[j] = home.column_valid ? a.mean[home.channel + j] : Acc(0);
+    mean[j] = 0;
+    if constexpr (kBackward)
+      if (stream.walk.column_valid) mean[j] = a.mean[stream.walk.channel + j];
   }
-  for (int64_t k = r; home.column_valid && k < a.chunks; k += a.stats_ctas) {
-    ChunkWalk<L, VEC> walk(a, tile, k);
-    for (;;) {
-      Acc xv[U][VEC], gv[U][VEC];
-      int valid = 0;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) xv[u][i] = gv[u][i] = 0;
-        if (walk.valid()) {
-          load_values<T, VEC, false>(x + walk.offset, xv[u]);
-          if constexpr (kBackward) load_values<T, VEC, false>(dy + walk.offset, gv[u]);
-          ++valid;
-        }
-        walk.next();
-      }
-      if (valid == 0) break;
-      if constexpr (kBackward) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const int j = kLanes == 1 ? 0 : i;
-            st[j].dy += gv[u][i];
-            st[j].dy_xc += u < valid ? gv[u][i] * (xv[u][i] - mean[j]) : Acc(0);
-          }
-      } else if constexpr (kLanes == 1) {
-        Acc flat[U * VEC];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) flat[u * VEC + i] = xv[u][i];
-        fold_batch(st[0], flat, valid * VEC);
-      } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          Acc lane[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u) lane[u] = xv[u][i];
-          fold_batch(st[i], lane, valid);
-        }
-      }
-      if (valid < U) break;
-    }
+  // Two batches in flight: the next one loads while the current one folds.
+  RawBatch<T, VEC, U, kBackward> first, second;
+  fill(first, stream, a);
+  while (first.count > 0) {
+    fill(second, stream, a);
+    fold<T, VEC, U, kBackward, kLanes, Acc>(first, st, mean);
+    if (second.count == 0) break;
+    fill(first, stream, a);
+    fold<T, VEC, U, kBackward, kLanes, Acc>(second, st, mean);
   }
 
   // The CTA's partial per channel: thread t's lanes are columns t * kLanes + j of a
@@ -325,10 +360,24 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
   const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
   if (ch >= a.c) return;
   const Acc* part = a.partials + ch * a.stats_ctas * 2;
+  // Four partials a lane in flight at a time, merged in order.
+  constexpr int kBatch = 4;
   Slot total{};
-  for (int64_t q = lane; q < a.stats_ctas; q += 32) {
-    if constexpr (kBackward) total = merge(total, Slot{part[2 * q], part[2 * q + 1]});
-    else total = merge(total, Slot{stats_cta_count(a, q), part[2 * q], part[2 * q + 1]});
+  for (int64_t q0 = lane; q0 < a.stats_ctas; q0 += 32 * kBatch) {
+    Acc first[kBatch], second[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t q = q0 + 32 * i;
+      first[i] = q < a.stats_ctas ? part[2 * q] : Acc(0);
+      second[i] = q < a.stats_ctas ? part[2 * q + 1] : Acc(0);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t q = q0 + 32 * i;
+      if (q >= a.stats_ctas) break;
+      if constexpr (kBackward) total = merge(total, Slot{first[i], second[i]});
+      else total = merge(total, Slot{stats_cta_count(a, q), first[i], second[i]});
+    }
   }
 #pragma unroll
   for (int width = 16; width > 0; width /= 2) {
@@ -356,7 +405,8 @@ template <typename T, BatchNormLayout L, int VEC, bool kBackward, bool kFromRunn
 __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(const BatchNormArgs<acc_t<T>> a) {
   using Acc = acc_t<T>;
   constexpr int kLanes = kLanesOf<L, VEC>;
-  constexpr int U = batch_norm_unroll(VEC, sizeof(T));
+  // 128 bytes a thread in flight (x and dy: 64 each): a 32 KiB chunk is one round.
+  constexpr int U = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
   const int64_t b = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t tile = b % a.tiles, k = b / a.tiles;
   ChunkWalk<L, VEC> walk(a, tile, k);
@@ -366,29 +416,9 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
   if (!walk.column_valid) return;
 
   Acc mean[kLanes], p[kLanes], q[kLanes], r[kLanes];
-#pragma unroll
-  for (int j = 0; j < kLanes; ++j) {
-    const int64_t ch = walk.channel + j;
-    if constexpr (kFromRunning) {
-      const Acc invstd = Acc(1) / sqrt(a.running_var[ch] + a.eps);
-      mean[j] = a.running_mean[ch];
-      p[j] = (a.weight != nullptr ? a.weight[ch] : Acc(1)) * invstd;
-      q[j] = 0;
-      r[j] = a.bias != nullptr ? a.bias[ch] : Acc(0);
-      const bool writer = k == 0 && (L == BatchNormLayout::kChannelsFirst ? threadIdx.x == 0
-                                                                           : int(threadIdx.x) < a.tile_vectors);
-      if (writer && a.save_mean != nullptr) a.save_mean[ch] = mean[j];
-      if (writer && a.save_invstd != nullptr) a.save_invstd[ch] = invstd;
-    } else {
-      const Acc* prm = a.params + ch * 4;
-      mean[j] = prm[0];
-      p[j] = prm[1];
-      q[j] = prm[2];
-      r[j] = prm[3];
-    }
-  }
+  bool have_params = false;
   while (walk.valid()) {
-    Acc xv[U][VEC], gv[U][VEC];
+    RawVector<T, VEC> xr[U], gr[kBackward ? U : 1];
     int64_t offset[U];
     bool ok[U];
 #pragma unroll
@@ -396,10 +426,31 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
       ok[u] = walk.valid();
       offset[u] = walk.offset;
       if (ok[u]) {
-        load_values<T, VEC, true>(x + offset[u], xv[u]);
-        if constexpr (kBackward) load_values<T, VEC, true>(dy + offset[u], gv[u]);
+        xr[u] = load_raw<T, VEC, true>(x + offset[u]);
+        if constexpr (kBackward) gr[u] = load_raw<T, VEC, true>(dy + offset[u]);
       }
       walk.next();
+    }
+    // The parameters load while the first round's vectors are on their way.
+    if (!have_params) {
+      have_params = true;
+#pragma unroll
+      for (int j = 0; j < kLanes; ++j) {
+        const int64_t ch = walk.channel + j;
+        if constexpr (kFromRunning) {
+          const Acc invstd = Acc(1) / sqrt(a.running_var[ch] + a.eps);
+          mean[j] = a.running_mean[ch];
+          p[j] = (a.weight != nullptr ? a.weight[ch] : Acc(1)) * invstd;
+          q[j] = 0;
+          r[j] = a.bias != nullptr ? a.bias[ch] : Acc(0);
+        } else {
+          const Acc* prm = a.params + ch * 4;
+          mean[j] = prm[0];
+          p[j] = prm[1];
+          q[j] = prm[2];
+          r[j] = prm[3];
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -408,11 +459,24 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const int j = kLanes == 1 ? 0 : i;
-        o[i] = p[j] * (xv[u][i] - mean[j]) + r[j];
-        if constexpr (kBackward) o[i] += q[j] * gv[u][i];
+        o[i] = p[j] * (element<T, VEC, Acc>(xr[u], i) - mean[j]) + r[j];
+        if constexpr (kBackward) o[i] += q[j] * element<T, VEC, Acc>(gr[u], i);
       }
       store_values<T, VEC>(out + offset[u], o);
     }
+  }
+  // Inference: the chunk-0 CTAs also hand the running statistics on as save_mean / save_invstd
+  // (also for an empty batch, whose CTAs have nothing to apply).
+  if constexpr (kFromRunning) {
+    const bool writer = k == 0 && (L == BatchNormLayout::kChannelsFirst ? threadIdx.x == 0
+                                                                         : int(threadIdx.x) < a.tile_vectors);
+    if (writer)
+#pragma unroll
+      for (int j = 0; j < kLanes; ++j) {
+        const int64_t ch = walk.channel + j;
+        if (a.save_mean != nullptr) a.save_mean[ch] = a.running_mean[ch];
+        if (a.save_invstd != nullptr) a.save_invstd[ch] = Acc(1) / sqrt(a.running_var[ch] + a.eps);
+      }
   }
 }
 
