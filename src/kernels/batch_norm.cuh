@@ -280,9 +280,15 @@ __device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, st
         st[j].dy_xc += u < b.count ? g * (v - mean[j]) : Acc(0);
       }
   } else if constexpr (kLanes == 1) {
+    // Groups of G vectors (8 values, one vector at 16-bit vectors): a merge, and its division,
+    // per 8 values, without the whole batch's values live at once.
+    constexpr int G = VEC >= 8 ? 1 : (8 / VEC < U ? 8 / VEC : U);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (u < b.count) fold_batch<VEC>(st[0], [&](int i) { return element<T, VEC, Acc>(b.x[u], i); }, VEC);
+    for (int u0 = 0; u0 < U; u0 += G)
+      if (u0 < b.count) {
+        const int valid = (b.count - u0 < G ? b.count - u0 : G) * VEC;
+        fold_batch<G * VEC>(st[0], [&](int m) { return element<T, VEC, Acc>(b.x[u0 + m / VEC], m % VEC); }, valid);
+      }
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i)
@@ -405,8 +411,10 @@ template <typename T, BatchNormLayout L, int VEC, bool kBackward, bool kFromRunn
 __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(const BatchNormArgs<acc_t<T>> a) {
   using Acc = acc_t<T>;
   constexpr int kLanes = kLanesOf<L, VEC>;
-  // 128 bytes a thread in flight (x and dy: 64 each): a 32 KiB chunk is one round.
-  constexpr int U = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
+  // 128 bytes a thread in flight (x and dy: 64 each): a 32 KiB chunk is one round; at most 8
+  // vectors (scalar rows: each load keeps an offset).
+  constexpr int kWanted = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
+  constexpr int U = kWanted < 8 ? kWanted : 8;
   const int64_t b = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t tile = b % a.tiles, k = b / a.tiles;
   ChunkWalk<L, VEC> walk(a, tile, k);
