@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ops_norm import norm_tolerance  # the same sanity tolerance (sums over many values)
 from peers import compile_fresh
 from registry import BuildContext, Impl, NotApplicable, OpSpec, register
 
@@ -57,16 +58,6 @@ def _memory_format(shape, layout):
         if len(shape) == 5:
             return torch.channels_last_3d
     return torch.contiguous_format
-
-
-def _tolerance(dtype):
-    # (atol, rtol): a sanity check that no wrong kernel gets timed; tests/python/test_batch_norm.py
-    # is the strict check. dweight/dbias sum up to millions of values, so rtol carries them.
-    if dtype == torch.float64:
-        return 1e-9, 1e-9
-    if dtype == torch.float32:
-        return 1e-3, 1e-3
-    return 5e-2, 2e-2
 
 
 def _need_reducekit(ctx: BuildContext):
@@ -164,7 +155,7 @@ def _register(name, layout, training, step):
                     bytes_moved=_step_bytes if step else _forward_bytes,
                     reference=_reference(training, step),
                     impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile},
-                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=_tolerance))
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=norm_tolerance))
 
 
 for _name, _training, _step in (("batch_norm", True, False), ("batch_norm_inference", False, False),

@@ -35,7 +35,7 @@ def _rows_bytes(shape, dtype, arrays, params):
     return arrays * m * n * _elt(dtype) + params * n * _elt(dtype) + 2 * m * 4
 
 
-def _tolerance(dtype):
+def norm_tolerance(dtype):
     # (atol, rtol): a sanity check that no wrong kernel gets timed; tests/python is the strict check.
     # dweight/dbias sum thousands of rows, so rtol carries the check where values are large.
     if dtype == torch.float64:
@@ -62,7 +62,7 @@ def _spec(name, make_inputs, bytes_moved, reference, impls):
     register(OpSpec(name=name, make_inputs=make_inputs, bytes_moved=bytes_moved, reference=reference, impls=impls,
                     shapes=list(ROWWISE_GRID), quick_shapes=list(ROWWISE_QUICK), odd_shapes=list(ROWWISE_ODD),
                     sweep_x=rowwise_sweep_x,
-                    sweep_label="N (M = 4096)", tolerance=_tolerance))
+                    sweep_label="N (M = 4096)", tolerance=norm_tolerance))
 
 
 def _ref_norm(kind, x, w, b):

@@ -117,19 +117,21 @@ Status launched(const char* name) {
   return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
 }
 
-// run(T{}, layout tag, vector-width tag) for x's dtype and the plan's layout and vector width.
-template <BatchNormLayout L> struct LayoutTag { static constexpr BatchNormLayout value = L; };
-template <int V> struct VecTag { static constexpr int value = V; };
+// The kernels' compile-time shape: element type, layout, vector width.
+template <typename T_, BatchNormLayout L_, int V_> struct KernelShape {
+  using T = T_;
+  using Acc = kernels::acc_t<T_>;
+  static constexpr BatchNormLayout L = L_;
+  static constexpr int V = V_;
+};
 
+// run(KernelShape<...>{}) for the plan's layout and vector width.
 template <typename T, class Run> Status by_shape(const BatchNormPlan& plan, Run run) {
   constexpr int kFull = 16 / sizeof(T);
+  constexpr BatchNormLayout kFirst = BatchNormLayout::kChannelsFirst, kLast = BatchNormLayout::kChannelsLast;
   const bool full = plan.vec == kFull;
-  if (plan.layout == BatchNormLayout::kChannelsFirst) {
-    constexpr auto L = LayoutTag<BatchNormLayout::kChannelsFirst>{};
-    return full ? run(T{}, L, VecTag<kFull>{}) : run(T{}, L, VecTag<1>{});
-  }
-  constexpr auto L = LayoutTag<BatchNormLayout::kChannelsLast>{};
-  return full ? run(T{}, L, VecTag<kFull>{}) : run(T{}, L, VecTag<1>{});
+  if (plan.layout == kFirst) return full ? run(KernelShape<T, kFirst, kFull>{}) : run(KernelShape<T, kFirst, 1>{});
+  return full ? run(KernelShape<T, kLast, kFull>{}) : run(KernelShape<T, kLast, 1>{});
 }
 
 template <class Run> Status by_dtype(DType dtype, const BatchNormPlan& plan, Run run) {
@@ -195,11 +197,10 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     REDUCEKIT_RETURN_IF_ERROR(fill_nan(save_mean, stream));
     return fill_nan(save_invstd, stream);
   }
-  return by_dtype(x.dtype, plan, [&](auto tag, auto layout, auto vec) {
-    using T = decltype(tag);
-    using Acc = kernels::acc_t<T>;
-    constexpr BatchNormLayout L = decltype(layout)::value;
-    constexpr int V = decltype(vec)::value;
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
     BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
     REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.out = y.data;
@@ -213,11 +214,11 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     a.save_invstd = static_cast<Acc*>(save_invstd.data);
     const auto grid = static_cast<unsigned>(plan.ctas());
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
-    kernels::batch_norm_stats_kernel<T, L, V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
+    kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm statistics"));
     kernels::batch_norm_finalize_kernel<T, false><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm finalize"));
-    kernels::batch_norm_apply_kernel<T, L, V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    kernels::batch_norm_apply_kernel<T, S::L, S::V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
     return launched("batch_norm");
   });
 }
@@ -240,11 +241,10 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(eps));
   // An empty batch still gets its saved statistics: one (empty) chunk a tile.
   plan.chunks = std::max<int64_t>(plan.chunks, 1);
-  return by_dtype(x.dtype, plan, [&](auto tag, auto layout, auto vec) {
-    using T = decltype(tag);
-    using Acc = kernels::acc_t<T>;
-    constexpr BatchNormLayout L = decltype(layout)::value;
-    constexpr int V = decltype(vec)::value;
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
     BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
     a.out = y.data;
     a.weight = data_of<Acc>(weight);
@@ -255,7 +255,7 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     a.save_mean = mutable_data_of<Acc>(save_mean);
     a.save_invstd = mutable_data_of<Acc>(save_invstd);
     const auto grid = static_cast<unsigned>(plan.ctas());
-    kernels::batch_norm_apply_kernel<T, L, V, false, true><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    kernels::batch_norm_apply_kernel<T, S::L, S::V, false, true><<<grid, kBatchNormThreads, 0, stream>>>(a);
     return launched("batch_norm inference");
   });
 }
@@ -281,11 +281,10 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
     return fill_zero(dbias, stream);
   }
-  return by_dtype(x.dtype, plan, [&](auto tag, auto layout, auto vec) {
-    using T = decltype(tag);
-    using Acc = kernels::acc_t<T>;
-    constexpr BatchNormLayout L = decltype(layout)::value;
-    constexpr int V = decltype(vec)::value;
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
     BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
     REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.dy = dy.data;
@@ -298,12 +297,12 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.dbias = mutable_data_of<Acc>(dbias);
     const auto grid = static_cast<unsigned>(plan.ctas());
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
-    kernels::batch_norm_stats_kernel<T, L, V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
+    kernels::batch_norm_stats_kernel<T, S::L, S::V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward statistics"));
     kernels::batch_norm_finalize_kernel<T, true><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward finalize"));
     if (dx == nullptr) return Status::ok();
-    kernels::batch_norm_apply_kernel<T, L, V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    kernels::batch_norm_apply_kernel<T, S::L, S::V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
     return launched("batch_norm backward");
   });
 }

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import reducekit
+from tolerance import assert_close
 
 DEV = "cuda"
 EPS = 1e-5
@@ -52,30 +53,6 @@ def reduce_dims(x):
 def per_channel(v, x):
     """A [C] tensor shaped to broadcast against x."""
     return v.view([1, -1] + [1] * (x.dim() - 2))
-
-
-def ulp(t, dtype):
-    return torch.finfo(dtype).eps * t.abs().clamp_min(torch.finfo(dtype).tiny)
-
-
-def math_eps(dtype):
-    return 1e-12 if dtype == torch.float64 else 1e-5
-
-
-def assert_close(out, ref, dtype, scale, what):
-    """out against the float64 ref: 4 ulp of dtype at |ref| plus math_eps(dtype) * scale."""
-    assert out is not None, f"{what}: missing"
-    assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
-    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    o = out.double()
-    assert torch.equal(o.isnan(), ref.isnan()), f"{what}: NaN pattern differs"
-    err = (o - ref).abs()
-    allowed = 4 * ulp(ref, dtype) + math_eps(dtype) * scale
-    bad = ref.isfinite() & (err > allowed)
-    if bool(bad.any()):
-        i = tuple(int(v) for v in bad.nonzero()[0])
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} off; first at {i}: got {o[i].item()!r}, "
-                             f"want {ref[i].item()!r}, allowed {allowed[i].item()!r}")
 
 
 def assert_same_format(y, x, what="y"):
