@@ -36,3 +36,18 @@ configure_and_build() {
 
 # True when python3 can import torch (the Python tests and the benchmark need it).
 have_torch() { python3 -c "import torch" >/dev/null 2>&1; }
+
+# True when the driver sees at least one GPU (where the GPU tests and the Python tests must run).
+have_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
+
+# On a GPU machine, the Python modules `$@` must import: one line naming the missing ones, and
+# exit 1, instead of a green run that skipped the Python side. Without a GPU nothing is required.
+require_python_modules_on_gpu() {
+  have_gpu || return 0
+  local missing=() m
+  for m in "$@"; do python3 -c "import $m" >/dev/null 2>&1 || missing+=("$m"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "this machine has a GPU but python3 cannot import: ${missing[*]} (torch: see README, Install; the rest: pip install -r requirements-dev.txt)" >&2
+    exit 1
+  fi
+}

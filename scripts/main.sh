@@ -6,8 +6,9 @@
 source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-$REPO/bench/results/latest}"
 mkdir -p "$OUT_DIR"
+have_gpu || { echo "no GPU found (nvidia-smi): the main job needs a CUDA GPU" >&2; exit 1; }
+require_python_modules_on_gpu torch pytest triton matplotlib
 configure_and_build
-have_torch || { echo "python3 cannot import torch: the main job needs torch on a CUDA machine" >&2; exit 1; }
 
 echo "== checking every op against torch"
 python3 -m pytest -q "$REPO/tests/python" -x

@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every test: configures and builds (installing missing build tools where it can), runs the
 # C++ tests (host planning, the CPU oracle, and GPU tests, which skip with a message where no
-# GPU is present), then the Python tests where torch is importable.
+# GPU is present), then the Python tests where torch is importable. On a GPU machine torch and
+# pytest are required (it stops at once, saying which is missing).
 source "$(dirname "$0")/common.sh"
+require_python_modules_on_gpu torch pytest
 configure_and_build
 
 echo "== C++ tests (ctest, $JOBS at once)"
@@ -22,5 +24,5 @@ if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then
   echo "== Python tests"
   python3 -m pytest -q "$REPO/tests/python" -rs "$@"
 else
-  echo "== Python tests skipped: python3 cannot import torch and pytest here (they need a CUDA machine with torch)"
+  echo "== Python tests skipped: no GPU here, and python3 cannot import torch and pytest (they need a CUDA machine with torch)"
 fi
