@@ -19,8 +19,6 @@ namespace {
 
 using kernels::BatchNormArgs;
 
-// Per-channel tensors are float32, float64 for float64 x.
-DType channel_dtype(DType x) { return x == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
 // The SMs of x's device: the statistics pass runs two CTAs an SM.
 Status sm_count(const TensorView& x, int* sms) {
@@ -41,7 +39,7 @@ Status plan_of(const TensorView& x, BatchNormPlan* plan, std::initializer_list<c
   int sms = 0;
   REDUCEKIT_RETURN_IF_ERROR(sm_count(x, &sms));
   return plan_batch_norm(x.rank, x.sizes, x.strides, static_cast<int>(dtype_size(x.dtype)),
-                         static_cast<int>(dtype_size(channel_dtype(x.dtype))), aligned, sms, plan);
+                         static_cast<int>(dtype_size(accumulation_dtype(x.dtype))), aligned, sms, plan);
 }
 
 // y, dy, dx: x's sizes, dtype and layout.
@@ -56,7 +54,7 @@ Status check_like_x(const TensorView& t, const char* name, const TensorView& x) 
 
 Status check_channel_vector(const TensorView* t, const char* name, const TensorView& x) {
   if (t == nullptr) return Status::ok();
-  return check_dense_vector(*t, name, channel_dtype(x.dtype), x.sizes[1], "one per channel");
+  return check_dense_vector(*t, name, accumulation_dtype(x.dtype), x.sizes[1], "one per channel");
 }
 
 template <typename Acc> const Acc* data_of(const TensorView* t) {
@@ -87,7 +85,7 @@ Status workspace_need(const TensorView& x, BatchNormRequirements* need) {
   BatchNormPlan vectors, scalars;
   int sms = 0;
   REDUCEKIT_RETURN_IF_ERROR(sm_count(x, &sms));
-  const int elem = static_cast<int>(dtype_size(x.dtype)), acc = static_cast<int>(dtype_size(channel_dtype(x.dtype)));
+  const int elem = static_cast<int>(dtype_size(x.dtype)), acc = static_cast<int>(dtype_size(accumulation_dtype(x.dtype)));
   REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, true, sms, &vectors));
   REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, false, sms, &scalars));
   need->workspace_bytes = std::max(vectors.workspace_bytes, scalars.workspace_bytes);
@@ -157,11 +155,6 @@ Status fill_zero(const TensorView* t, cudaStream_t stream) {
   return err == cudaSuccess ? Status::ok() : Status::cuda_error(std::string("batch_norm: ") + cudaGetErrorString(err));
 }
 
-std::string shape_of(const TensorView& x) {
-  std::string s = "[";
-  for (int d = 0; d < x.rank; ++d) s += (d ? ", " : "") + std::to_string(x.sizes[d]);
-  return s + "]";
-}
 
 }  // namespace
 
@@ -192,7 +185,7 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(options.eps));
   if (plan.channel_count() == 1)
     return Status::invalid_argument("x: expected more than 1 value per channel when training, got input of size " +
-                                    shape_of(x));
+                                    shape_string(x));
   if (plan.channel_count() == 0) {
     REDUCEKIT_RETURN_IF_ERROR(fill_nan(save_mean, stream));
     return fill_nan(save_invstd, stream);

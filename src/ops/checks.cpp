@@ -11,11 +11,6 @@
 namespace reducekit {
 namespace {
 
-std::string shape_string(const TensorView& t) {
-  std::string s = "[";
-  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
-  return s + "]";
-}
 
 // [first, last] byte addresses a view can touch; empty views touch nothing.
 bool byte_span(const TensorView& t, uintptr_t* first, uintptr_t* last) {
@@ -56,6 +51,12 @@ Status check_compute_capability(int device, const char* name) {
 }
 
 }  // namespace
+
+std::string shape_string(const int64_t* sizes, int rank) {
+  std::string s = "[";
+  for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(sizes[d]);
+  return s + "]";
+}
 
 Status check_float_device_tensor(const TensorView& t, const char* name) {
   if (t.rank < 0 || t.rank > kMaxRank)

@@ -4,12 +4,21 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "reducekit/status.hpp"
 #include "reducekit/tensor.hpp"
 #include "reducekit/workspace.hpp"
 
 namespace reducekit {
+
+// "[2, 3, 4]": sizes as error messages print them.
+std::string shape_string(const int64_t* sizes, int rank);
+inline std::string shape_string(const TensorView& t) { return shape_string(t.sizes, t.rank); }
+
+// The dtype of per-row and per-channel values (statistics, losses, norm parameters): float32,
+// float64 for float64 inputs (DESIGN.md, Numerics).
+inline DType accumulation_dtype(DType input) { return input == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
 
 // A floating-point tensor on the current CUDA device with a data pointer when non-empty.
 Status check_float_device_tensor(const TensorView& t, const char* name);

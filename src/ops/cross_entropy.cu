@@ -16,9 +16,6 @@
 namespace reducekit {
 namespace {
 
-// The per-row values' dtype: float32, or float64 for float64 logits.
-DType row_value_dtype(DType logits) { return logits == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
-
 Status check_options(const CrossEntropyOptions& o) {
   if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
     return Status::invalid_argument("label_smoothing: expected a value in [0, 1], got " +
@@ -44,7 +41,7 @@ Status plan_logits(const TensorView& logits, const char* name, const TensorView&
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(target, "target", DType::kInt64, plan->rows, "one per row"));
   if (weight != nullptr)
     REDUCEKIT_RETURN_IF_ERROR(
-        check_dense_vector(*weight, "weight", row_value_dtype(logits.dtype), plan->cols, "one per class"));
+        check_dense_vector(*weight, "weight", accumulation_dtype(logits.dtype), plan->cols, "one per class"));
   return check_options(options);
 }
 
@@ -102,7 +99,7 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
                              cudaStream_t stream) {
   RowwisePlan plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  const DType values = row_value_dtype(logits.dtype);
+  const DType values = accumulation_dtype(logits.dtype);
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
   if (plan.rows == 0) return Status::ok();
@@ -124,7 +121,7 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
                               const TensorView& dlogits, cudaStream_t stream) {
   RowwisePlan plan, out_plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  const DType values = row_value_dtype(logits.dtype);
+  const DType values = accumulation_dtype(logits.dtype);
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(dlogits, "dlogits"));

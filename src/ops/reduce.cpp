@@ -19,19 +19,10 @@ namespace {
 
 using kernels::ReduceMode;
 
-bool is_moment_op(ReduceOp op) {
-  return op == ReduceOp::kVar || op == ReduceOp::kStd || op == ReduceOp::kVarMean || op == ReduceOp::kStdMean;
-}
 bool has_mean_output(ReduceOp op) { return op == ReduceOp::kVarMean || op == ReduceOp::kStdMean; }
 bool is_arg_op(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
 bool needs_nonempty_set(ReduceOp op) {
   return is_arg_op(op) || op == ReduceOp::kAmax || op == ReduceOp::kAmin;
-}
-
-std::string shape_string(const int64_t* sizes, int rank) {
-  std::string s = "[";
-  for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(sizes[d]);
-  return s + "]";
 }
 
 Status to_reduce_dims(DimList dims, ReduceDims* out) {
