@@ -130,10 +130,19 @@ def _reference(training, step):
     return reference_step if step else forward
 
 
+def _path(x, training, step):
+    """Which kernels ran: x read once (single-read clusters) or twice (three passes)."""
+    if not training:
+        return {"path": "one pass"}
+    reads = torch.ops.reducekit.batch_norm_reads_once
+    forward = "single-read" if reads(x, False) else "three-pass"
+    return {"path": forward + (" / backward " + ("single-read" if reads(x, True) else "three-pass") if step else "")}
+
+
 def _register(name, layout, training, step):
     def build_reducekit(ctx, inputs):
         forward = _reducekit_forward(_need_reducekit(ctx), training)
-        return Impl(_with_grad(forward) if step else forward)
+        return Impl(_with_grad(forward) if step else forward, _path(inputs[0], training, step))
 
     def build_torch(ctx, inputs):
         forward = _torch_forward(training)

@@ -9,8 +9,9 @@
 // (weight, bias, running_mean, running_var, save_mean, save_invstd, dweight, dbias): [C],
 // contiguous, float32 (float64 for float64 x), as torch keeps them for 16-bit inputs.
 //
-// The statistics of a channel are merged in an order fixed by the shape (Welford within a CTA,
-// Chan's merge across CTAs, no atomics): the results are deterministic.
+// The statistics of a channel are merged in an order fixed by the shape and the device's SM count
+// (exact two-pass moments or Welford within a CTA, Chan's merge across CTAs, no atomics): the
+// results are deterministic.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,6 +37,12 @@ struct BatchNormRequirements {
   std::size_t workspace_zeroed_bytes = 0;
 };
 Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req);
+
+// Whether a training forward (backward: true, a backward with batch statistics) on x reads x
+// (and dy) once: a channels-first channel that a cluster of at most 16 CTAs holds in shared
+// memory, with the other tensors at x's offset from a 16-byte boundary (as fresh allocations are).
+// Otherwise three passes: statistics, a merge per channel, then y (or dx), x read twice.
+Status batch_norm_reads_once(const TensorView& x, bool backward, bool* once);
 
 // Training forward: save_mean, save_invstd = the batch mean and 1 / sqrt(biased variance + eps)
 // per channel; y = (x - mean) * invstd * weight + bias; running_mean / running_var (both or

@@ -223,6 +223,15 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_autograd(const Tensor& x, const Op
   return {out[0], out[1], out[2]};
 }
 
+// Which path a training forward (backward: a backward) on x takes: see batch_norm_reads_once.
+bool batch_norm_reads_once_cuda(const Tensor& input, bool backward) {
+  check_cuda(input, "input");
+  const Tensor x = readable(input);
+  bool once = false;
+  throw_if_failed(reducekit::batch_norm_reads_once(to_view(x, "input"), backward, &once));
+  return once;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
@@ -230,11 +239,13 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");
   m.def("batch_norm_backward(Tensor grad_out, Tensor input, Tensor? weight, Tensor save_mean, Tensor save_invstd,"
         " bool training, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  m.def("batch_norm_reads_once(Tensor input, bool backward) -> bool");
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("batch_norm", &batch_norm_cuda);
   m.impl("batch_norm_backward", &batch_norm_backward_cuda);
+  m.impl("batch_norm_reads_once", &batch_norm_reads_once_cuda);
 }
 
 TORCH_LIBRARY_IMPL(reducekit, Autograd, m) { m.impl("batch_norm", &batch_norm_autograd); }

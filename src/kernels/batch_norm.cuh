@@ -217,37 +217,44 @@ template <typename Acc> __device__ __forceinline__ int64_t stats_cta_count(const
   return taken * a.chunk - short_by;
 }
 
-// What the last CTA of a tile makes of a channel's merged statistics.
-template <typename Acc> __device__ void finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Moments<Acc>& st) {
+// The apply pass's per-channel parameters: out = p * (x - mean) + q * dy + r.
+template <typename Acc> struct ChannelParams {
+  Acc mean, p, q, r;
+};
+
+// What a channel's merged statistics make: its outputs (save_mean / save_invstd and the running
+// statistics, or dweight / dbias; written where write_outputs) and the apply parameters.
+template <typename Acc>
+__device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Moments<Acc>& st,
+                                             bool write_outputs) {
   const int64_t count = a.n * a.s;
   const Acc var = st.m2 / static_cast<Acc>(count);
   const Acc invstd = Acc(1) / sqrt(var + a.eps);
-  a.save_mean[ch] = st.mean;
-  a.save_invstd[ch] = invstd;
-  if (a.running_mean != nullptr) {
-    const Acc keep = Acc(1) - a.momentum;
-    a.running_mean[ch] = keep * a.running_mean[ch] + a.momentum * st.mean;
-    a.running_var[ch] = keep * a.running_var[ch] + a.momentum * (st.m2 / static_cast<Acc>(count - 1));
+  if (write_outputs) {
+    a.save_mean[ch] = st.mean;
+    a.save_invstd[ch] = invstd;
+    if (a.running_mean != nullptr) {
+      const Acc keep = Acc(1) - a.momentum;
+      a.running_mean[ch] = keep * a.running_mean[ch] + a.momentum * st.mean;
+      a.running_var[ch] = keep * a.running_var[ch] + a.momentum * (st.m2 / static_cast<Acc>(count - 1));
+    }
   }
   const Acc w = a.weight != nullptr ? a.weight[ch] : Acc(1);
-  Acc* p = a.params + ch * 4;
-  p[0] = st.mean;
-  p[1] = w * invstd;
-  p[2] = 0;
-  p[3] = a.bias != nullptr ? a.bias[ch] : Acc(0);
+  return {st.mean, w * invstd, Acc(0), a.bias != nullptr ? a.bias[ch] : Acc(0)};
 }
 
-template <typename Acc> __device__ void finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Sums<Acc>& st) {
+template <typename Acc>
+__device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Sums<Acc>& st,
+                                             bool write_outputs) {
   const Acc invstd = a.invstd[ch];
-  if (a.dbias != nullptr) a.dbias[ch] = st.dy;
-  if (a.dweight != nullptr) a.dweight[ch] = st.dy_xc * invstd;
+  if (write_outputs) {
+    if (a.dbias != nullptr) a.dbias[ch] = st.dy;
+    if (a.dweight != nullptr) a.dweight[ch] = st.dy_xc * invstd;
+  }
   const Acc k = (a.weight != nullptr ? a.weight[ch] : Acc(1)) * invstd;
   const Acc inv_count = Acc(1) / static_cast<Acc>(a.n * a.s);
-  Acc* p = a.params + ch * 4;
-  p[0] = a.mean[ch];
-  p[1] = a.batch_statistics ? -k * invstd * invstd * st.dy_xc * inv_count : Acc(0);
-  p[2] = k;
-  p[3] = a.batch_statistics ? -k * st.dy * inv_count : Acc(0);
+  return {a.mean[ch], a.batch_statistics ? -k * invstd * invstd * st.dy_xc * inv_count : Acc(0), k,
+          a.batch_statistics ? -k * st.dy * inv_count : Acc(0)};
 }
 
 // Folds values f(0) .. f(M - 1) (the first `valid` of them real, the rest 0) into st: the batch's
@@ -398,7 +405,14 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
     }
     total = merge(total, other);
   }
-  if (lane == 0) finish_channel(a, ch, total);
+  if (lane == 0) {
+    const ChannelParams<Acc> prm = finish_channel(a, ch, total, true);
+    Acc* p = a.params + ch * 4;
+    p[0] = prm.mean;
+    p[1] = prm.p;
+    p[2] = prm.q;
+    p[3] = prm.r;
+  }
 }
 
 // ---- apply ---------------------------------------------------------------------------------

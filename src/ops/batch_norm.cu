@@ -7,9 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "kernels/batch_norm.cuh"
+#include "kernels/batch_norm_resident.cuh"
 #include "ops/checks.hpp"
 #include "plan/batch_norm_plan.hpp"
 #include "reducekit/batch_norm.hpp"
@@ -156,11 +160,114 @@ Status fill_zero(const TensorView* t, cudaStream_t stream) {
 }
 
 
+// Whether a cluster of `cluster` CTAs of `kernel` with `smem` bytes each fits a GPC of the
+// current device (a 16-CTA cluster of one-an-SM CTAs needs 16 free SMs in one GPC). Cached.
+Status clusters_fit(const void* kernel, int cluster, std::size_t smem, bool* fit) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, std::size_t, int>, bool> cache;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return launched("batch_norm device query");
+  const auto key = std::make_tuple(kernel, cluster, smem, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *fit = it->second;
+    return Status::ok();
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(kBatchNormResidentThreads);
+  config.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    clusters = 0;
+  }
+  *fit = cache[key] = clusters > 0;
+  return Status::ok();
+}
+
+// Whether the device holds a cluster of the single-read kernel for `rp` (after opting the kernel
+// in to its shared memory and cluster size).
+template <typename T, bool kBackward> Status resident_fits(const BatchNormResidentPlan& rp, bool* fit) {
+  auto* kernel = kernels::batch_norm_resident_kernel<T, kBackward>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(rp.smem_bytes)) !=
+          cudaSuccess ||
+      (rp.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess))
+    return launched("batch_norm single-read setup");
+  return clusters_fit(reinterpret_cast<const void*>(kernel), rp.cluster, rp.smem_bytes, fit);
+}
+
+// The single-read kernel for a plan_batch_norm_resident layout. *ran is false (and nothing is
+// launched) where the device cannot hold one of its clusters: the caller takes the three passes.
+template <typename T, bool kBackward>
+Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNormResidentPlan& rp,
+                       cudaStream_t stream, bool* ran) {
+  *ran = false;
+  auto* kernel = kernels::batch_norm_resident_kernel<T, kBackward>;
+  const char* name = kBackward ? "batch_norm backward (single read)" : "batch_norm (single read)";
+  bool fit = false;
+  REDUCEKIT_RETURN_IF_ERROR((resident_fits<T, kBackward>(rp, &fit)));
+  if (!fit) return Status::ok();
+  kernels::BatchNormResidentArgs r;
+  r.pieces = rp.pieces;
+  r.parts = rp.parts;
+  r.piece = rp.piece;
+  r.pieces_per_cta = rp.pieces_per_cta;
+  r.slot_granules = rp.slot_granules;
+  r.cluster = rp.cluster;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(a.c * rp.cluster));
+  config.blockDim = dim3(kBatchNormResidentThreads);
+  config.dynamicSmemBytes = rp.smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim = {static_cast<unsigned>(rp.cluster), 1, 1};
+  // One-CTA channels launch plainly: cluster launches schedule CTAs more slowly.
+  config.attrs = rp.cluster > 1 ? &attribute : nullptr;
+  config.numAttrs = rp.cluster > 1 ? 1 : 0;
+  if (cudaLaunchKernelEx(&config, kernel, a, r) != cudaSuccess) {
+    const cudaError_t err = cudaGetLastError();
+    return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
+  }
+  *ran = true;
+  return launched(name);
+}
+
+bool same_offset16(std::initializer_list<const TensorView*> tensors) {
+  int offset = -1;
+  for (const TensorView* t : tensors) {
+    if (t == nullptr) continue;
+    const int o = static_cast<int>(reinterpret_cast<uintptr_t>(t->data) % 16);
+    if (offset >= 0 && o != offset) return false;
+    offset = o;
+  }
+  return true;
+}
+
 }  // namespace
 
 Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req) {
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
   return workspace_need(x, req);
+}
+
+Status batch_norm_reads_once(const TensorView& x, bool backward, bool* once) {
+  *once = false;
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  const BatchNormResidentPlan rp =
+      plan_batch_norm_resident(plan, static_cast<int>(dtype_size(x.dtype)), backward ? 2 : 1, true);
+  if (rp.cluster == 0) return Status::ok();
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using T = typename decltype(shape)::T;
+    return backward ? resident_fits<T, true>(rp, once) : resident_fits<T, false>(rp, once);
+  });
 }
 
 Status batch_norm_training_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
@@ -205,6 +312,12 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     a.eps = static_cast<Acc>(options.eps);
     a.save_mean = static_cast<Acc*>(save_mean.data);
     a.save_invstd = static_cast<Acc*>(save_invstd.data);
+    const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 1, same_offset16({&x, &y}));
+    if (rp.cluster > 0) {
+      bool ran = false;
+      REDUCEKIT_RETURN_IF_ERROR((launch_resident<T, false>(a, rp, stream, &ran)));
+      if (ran) return Status::ok();
+    }
     const auto grid = static_cast<unsigned>(plan.ctas());
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
@@ -288,6 +401,12 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.batch_statistics = batch_statistics;
     a.dweight = mutable_data_of<Acc>(dweight);
     a.dbias = mutable_data_of<Acc>(dbias);
+    const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 2, same_offset16({&x, &dy, dx}));
+    if (rp.cluster > 0) {
+      bool ran = false;
+      REDUCEKIT_RETURN_IF_ERROR((launch_resident<T, true>(a, rp, stream, &ran)));
+      if (ran) return Status::ok();
+    }
     const auto grid = static_cast<unsigned>(plan.ctas());
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, S::L, S::V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);

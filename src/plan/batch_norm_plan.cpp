@@ -85,4 +85,42 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   return Status::ok();
 }
 
+BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int elem_size, int inputs,
+                                               bool alignment_shared) {
+  BatchNormResidentPlan r;
+  if (plan.layout != BatchNormLayout::kChannelsFirst || !alignment_shared || plan.channel_count() < 2) return r;
+  const int64_t channel_bytes = plan.channel_count() * elem_size * inputs;
+  for (const std::size_t tier : kBatchNormResidentTiers) {
+    // Too large for the biggest cluster whatever the cut (each slot costs at least its bytes).
+    if (channel_bytes > int64_t(tier) * kBatchNormMaxCluster) continue;
+    for (int k = 1; k <= kBatchNormMaxCluster; ++k) {
+      // Pieces shorter than a few granules cost more in slot slack than they save; past 4 pieces
+      // a CTA, finer cuts no longer even out the CTAs' shares.
+      const int64_t max_parts = std::clamp<int64_t>(plan.s * elem_size / 64, 1, 4 * kBatchNormMaxCluster);
+      for (int64_t parts = 1; parts <= max_parts; ++parts) {
+        const int64_t piece = ceil_div(plan.s, parts);
+        const int64_t real_parts = ceil_div(plan.s, piece);  // no empty pieces
+        // Runs that start on granule boundaries are cut on granule boundaries: whole-granule copies.
+        if (real_parts > 1 && plan.s * elem_size % 16 == 0 && piece * elem_size % 16 != 0) continue;
+        const int64_t pieces = plan.n * real_parts;
+        if (pieces < k) continue;
+        const int64_t per_cta = ceil_div(pieces, k);
+        if ((k - 1) * per_cta >= pieces) continue;  // a CTA would hold nothing
+        const int64_t slot_granules = ceil_div(piece * elem_size, 16) + 1;
+        const int64_t bytes = per_cta * slot_granules * 16 * inputs;
+        if (bytes > int64_t(tier)) continue;
+        r.cluster = k;
+        r.pieces = pieces;
+        r.parts = real_parts;
+        r.piece = piece;
+        r.pieces_per_cta = per_cta;
+        r.slot_granules = slot_granules;
+        r.smem_bytes = static_cast<std::size_t>(bytes);
+        return r;
+      }
+    }
+  }
+  return r;
+}
+
 }  // namespace reducekit

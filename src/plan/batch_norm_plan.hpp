@@ -15,6 +15,12 @@
 // merges each channel's partials in a fixed order (a warp a channel). The apply pass (y, or dx)
 // runs one short CTA a chunk, in reverse order, so that the chunks the statistics pass read last,
 // still in L2, are read again first.
+//
+// The single-read path (plan_batch_norm_resident) replaces all three where a channels-first
+// channel fits in the shared memory of a cluster of at most 16 CTAs: each CTA stages its share of
+// the channel (whole runs, or runs cut into `parts` pieces) in shared memory, folds it, the
+// cluster merges its CTAs' statistics in rank order through distributed shared memory, and each
+// CTA writes y (or dx) from its shared copy. x (and dy) are read once.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +59,34 @@ struct BatchNormPlan {
   std::size_t workspace_bytes = 0;
   std::size_t params_offset = 0;
 };
+
+// The single-read layout: CTA k of a channel's cluster holds pieces [k * pieces_per_cta,
+// (k + 1) * pieces_per_cta) of the channel's n * parts pieces (piece i: run i / parts, elements
+// [(i % parts) * piece, ...) of it, at most `piece` of them). A piece's shared-memory slot mirrors
+// the 16-byte granules of global memory it touches (slot_granules of them, one more than a piece
+// needs when it starts on a granule boundary), so any alignment moves as aligned 16-byte copies.
+struct BatchNormResidentPlan {
+  int cluster = 0;             // CTAs a channel (1 .. kBatchNormMaxCluster); 0: not resident
+  int64_t pieces = 0;          // pieces a channel: n * parts
+  int64_t parts = 1;           // pieces a run
+  int64_t piece = 0;           // elements of a piece (the run's last piece may be shorter)
+  int64_t pieces_per_cta = 0;  // the last CTA's share may be shorter, never empty
+  int64_t slot_granules = 0;
+  std::size_t smem_bytes = 0;  // a CTA's slots, for every staged input
+};
+constexpr int kBatchNormMaxCluster = 16;  // sm_90's non-portable cluster limit
+constexpr int kBatchNormResidentThreads = 256;
+// Shared memory a CTA may stage, in the order tried: three, two, then one CTA an SM (228 KiB an
+// SM on sm_90). More CTAs an SM let one CTA's loads overlap another's stores.
+constexpr std::size_t kBatchNormResidentTiers[] = {72 * 1024, 108 * 1024, 216 * 1024};
+
+// The single-read layout of a channels-first plan for `inputs` staged tensors (1: the training
+// forward's x; 2: the backward's x and dy): the smallest tier, then the smallest cluster, then the
+// fewest pieces a run that fit. cluster == 0 where nothing fits (or the plan is channels-last,
+// or `alignment_shared` is false: the outputs and inputs must sit at one offset from a 16-byte
+// boundary, since a slot mirrors the granules of all of them).
+BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int elem_size, int inputs,
+                                               bool alignment_shared);
 
 // x: `rank` sizes and strides (in elements), [N, C, *spatial] with rank 2..5; elem_size: bytes
 // of an element; acc_size: bytes of the accumulation type; base_aligned16: whether the data

@@ -306,5 +306,82 @@ TEST(BatchNormPlan, WorkspaceLayoutExactSizes) {
   EXPECT_EQ(p.workspace_bytes, p.params_offset + 5 * 4 * 8);
 }
 
+// What batch_norm_resident.cuh assumes of a single-read layout: the CTAs' pieces cover every
+// run exactly once, no CTA is empty, a slot holds its piece at any granule offset, and the CTA's
+// slots fit the tier it was planned for.
+void check_resident(const BatchNormPlan& p, const BatchNormResidentPlan& r, int elem, int inputs) {
+  ASSERT_GE(r.cluster, 1);
+  EXPECT_LE(r.cluster, kBatchNormMaxCluster);
+  EXPECT_EQ(r.pieces, p.n * r.parts);
+  EXPECT_GE(r.piece * r.parts, p.s) << "pieces miss elements of a run";
+  EXPECT_LT((r.parts - 1) * r.piece, p.s) << "an empty piece";
+  EXPECT_GE(r.pieces_per_cta * r.cluster, r.pieces) << "CTAs miss pieces";
+  EXPECT_LT((r.cluster - 1) * r.pieces_per_cta, r.pieces) << "an empty CTA";
+  // The worst granule offset (16 - elem bytes) still fits the slot.
+  EXPECT_GE(r.slot_granules * 16, 16 - elem + r.piece * elem);
+  if (r.parts > 1 && p.s * elem % 16 == 0) EXPECT_EQ(r.piece * elem % 16, 0) << "an aligned run cut off a granule";
+  EXPECT_EQ(r.smem_bytes, static_cast<std::size_t>(r.pieces_per_cta * r.slot_granules * 16 * inputs));
+  EXPECT_LE(r.smem_bytes, kBatchNormResidentTiers[2]);
+}
+
+TEST(BatchNormPlan, ResidentLayoutsOfTheBenchmarkShapes) {
+  struct Want {
+    Sizes sizes;
+    int elem, inputs, cluster;
+    int64_t parts;
+  };
+  // Chosen by the rule: the smallest tier, then the smallest cluster, then the fewest pieces a run.
+  // Runs that start on a granule are cut on granules (112 x 112 float32: sevenths of 1792).
+  for (const Want& w : {Want{{32, 64, 112, 112}, 4, 1, 15, 7},    // 1.6 MB a channel: 15 x 105 KiB
+                        Want{{32, 64, 112, 112}, 2, 1, 12, 4},    // 0.8 MB: 12 x 68 KiB
+                        Want{{64, 256, 28, 28}, 4, 1, 3, 1},      // 196 KiB: 3 x 68 KiB
+                        Want{{256, 1024, 7, 7}, 4, 1, 1, 1},      // 49 KiB: one CTA
+                        Want{{256, 1024, 7, 7}, 2, 2, 1, 1},      // x and dy: 49 KiB
+                        Want{{8, 32, 256, 256}, 2, 1, 15, 34},    // 1 MB: 15 x 72 KiB
+                        Want{{2, 3, 301, 301}, 4, 1, 10, 5}}) {   // 2 runs of 354 KiB: fifths
+    SCOPED_TRACE(testing::Message() << "elem " << w.elem << " inputs " << w.inputs << " n " << w.sizes[0]
+                                    << " c " << w.sizes[1]);
+    const BatchNormPlan p = must_plan(w.sizes, false, w.elem);
+    const BatchNormResidentPlan r = plan_batch_norm_resident(p, w.elem, w.inputs, true);
+    check_resident(p, r, w.elem, w.inputs);
+    EXPECT_EQ(r.cluster, w.cluster);
+    EXPECT_EQ(r.parts, w.parts);
+  }
+}
+
+TEST(BatchNormPlan, ResidentLayoutInvariantsOverManyShapes) {
+  int resident = 0;
+  for (int elem : {2, 4, 8})
+    for (int inputs : {1, 2})
+      for (int64_t n : {1, 2, 3, 8, 33, 256})
+        for (int64_t s : {2, 7, 49, 64, 784, 1001, 12544, 65536, 262144, 1 << 20}) {
+          const BatchNormPlan p = must_plan({n, 5, s}, false, elem);
+          const BatchNormResidentPlan r = plan_batch_norm_resident(p, elem, inputs, true);
+          SCOPED_TRACE(testing::Message() << "elem " << elem << " inputs " << inputs << " n " << n << " s " << s);
+          if (r.cluster == 0) {
+            // Only channels larger than the biggest cluster's shared memory (or one value) go without.
+            EXPECT_TRUE(n * s < 2 || n * s * elem * inputs > int64_t(kBatchNormResidentTiers[1]) * kBatchNormMaxCluster)
+                << n * s * elem * inputs;
+            continue;
+          }
+          ++resident;
+          check_resident(p, r, elem, inputs);
+        }
+  EXPECT_GT(resident, 200);
+}
+
+TEST(BatchNormPlan, NoResidentLayoutWhereItCannotApply) {
+  // Channels-last, outputs off x's granule offset, channels past 16 x 216 KiB, one value a channel.
+  const BatchNormPlan last = must_plan({8, 64, 4, 4}, true, 4);
+  EXPECT_EQ(plan_batch_norm_resident(last, 4, 1, true).cluster, 0);
+  const BatchNormPlan first = must_plan({8, 64, 4, 4}, false, 4);
+  EXPECT_GT(plan_batch_norm_resident(first, 4, 1, true).cluster, 0);
+  EXPECT_EQ(plan_batch_norm_resident(first, 4, 1, false).cluster, 0);
+  const BatchNormPlan huge = must_plan({2, 2, 1000, 500}, false, 4);  // 4 MB a channel
+  EXPECT_EQ(plan_batch_norm_resident(huge, 4, 1, true).cluster, 0);
+  EXPECT_GT(plan_batch_norm_resident(must_plan({2, 2, 1000, 500}, false, 2), 2, 1, true).cluster, 0);
+  EXPECT_EQ(plan_batch_norm_resident(must_plan({1, 3, 1}, false, 4), 4, 1, true).cluster, 0);
+}
+
 }  // namespace
 }  // namespace reducekit
