@@ -220,6 +220,7 @@ Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNor
   r.pieces_per_cta = rp.pieces_per_cta;
   r.slot_granules = rp.slot_granules;
   r.cluster = rp.cluster;
+  r.group = rp.group;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(a.c * rp.cluster));
   config.blockDim = dim3(kBatchNormResidentThreads);

@@ -92,11 +92,11 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
   const int64_t channel_bytes = plan.channel_count() * elem_size * inputs;
   for (const std::size_t tier : kBatchNormResidentTiers) {
     // Too large for the biggest cluster whatever the cut (each slot costs at least its bytes).
-    if (channel_bytes > int64_t(tier) * kBatchNormMaxCluster) continue;
-    for (int k = 1; k <= kBatchNormMaxCluster; ++k) {
+    if (channel_bytes > int64_t(tier) * kBatchNormResidentClusterLimit) continue;
+    for (int k = 1; k <= kBatchNormResidentClusterLimit; ++k) {
       // Pieces shorter than a few granules cost more in slot slack than they save; past 4 pieces
       // a CTA, finer cuts no longer even out the CTAs' shares.
-      const int64_t max_parts = std::clamp<int64_t>(plan.s * elem_size / 64, 1, 4 * kBatchNormMaxCluster);
+      const int64_t max_parts = std::clamp<int64_t>(plan.s * elem_size / 64, 1, 4 * kBatchNormResidentClusterLimit);
       for (int64_t parts = 1; parts <= max_parts; ++parts) {
         const int64_t piece = ceil_div(plan.s, parts);
         const int64_t real_parts = ceil_div(plan.s, piece);  // no empty pieces
@@ -116,6 +116,8 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
         r.pieces_per_cta = per_cta;
         r.slot_granules = slot_granules;
         r.smem_bytes = static_cast<std::size_t>(bytes);
+        r.group = 1;
+        while (r.group < 32 && r.group < slot_granules) r.group *= 2;
         return r;
       }
     }

@@ -73,16 +73,22 @@ struct BatchNormResidentPlan {
   int64_t pieces_per_cta = 0;  // the last CTA's share may be shorter, never empty
   int64_t slot_granules = 0;
   std::size_t smem_bytes = 0;  // a CTA's slots, for every staged input
+  int group = 0;               // lanes that walk a piece together: a power of two <= 32
 };
 constexpr int kBatchNormMaxCluster = 16;  // sm_90's non-portable cluster limit
-constexpr int kBatchNormResidentThreads = 256;
-// Shared memory a CTA may stage, in the order tried: three, two, then one CTA an SM (228 KiB an
-// SM on sm_90). More CTAs an SM let one CTA's loads overlap another's stores.
-constexpr std::size_t kBatchNormResidentTiers[] = {72 * 1024, 108 * 1024, 216 * 1024};
+// The largest cluster planned: larger ones (whole CTAs waiting on one another, few waves) ran
+// slower than the three passes on the H200.
+constexpr int kBatchNormResidentClusterLimit = 4;
+// Shared memory a CTA may stage, in the order tried: three, then two CTAs an SM (228 KiB an SM on
+// sm_90). More CTAs an SM let one CTA's loads overlap another's stores; one CTA an SM ran slower
+// than the three passes.
+constexpr std::size_t kBatchNormResidentTiers[] = {72 * 1024, 108 * 1024};
+// Threads a CTA: 512 (two or three CTAs an SM).
+constexpr int kBatchNormResidentThreads = 512;
 
 // The single-read layout of a channels-first plan for `inputs` staged tensors (1: the training
-// forward's x; 2: the backward's x and dy): the smallest tier, then the smallest cluster, then the
-// fewest pieces a run that fit. cluster == 0 where nothing fits (or the plan is channels-last,
+// forward's x; 2: the backward's x and dy): the smallest tier, then the smallest cluster (up to
+// kBatchNormResidentClusterLimit), then the fewest pieces a run that fit. cluster == 0 where nothing fits (or the plan is channels-last,
 // or `alignment_shared` is false: the outputs and inputs must sit at one offset from a 16-byte
 // boundary, since a slot mirrors the granules of all of them).
 BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int elem_size, int inputs,

@@ -296,11 +296,11 @@ const std::vector<Case> kCases = {
     {{5, 1, 6, 6}, kChannelsLast | kNoWeight},
     {{6, 4, 1, 1}},  // one value a position
     {{6, 4, 1, 1}, kChannelsLast | kNoBias},
-    {{16, 8, 64, 64}},                           // single read: 4-CTA clusters
+    {{16, 8, 64, 64}},  // float32: single-read forward in 4-CTA clusters, three-pass backward
     {{16, 8, 64, 64}, kFrozenStats | kOffset},
-    // Single read in clusters of 10 (float32): runs cut in fifths, pieces off granule boundaries.
-    {{2, 3, 301, 301}, kNoRunning},
-    {{2, 3, 301, 301}, kOffset | kNoBias},
+    // Single read in 2-4-CTA clusters, one run cut in pieces that start off granule boundaries.
+    {{1, 3, 171, 173}, kNoRunning},
+    {{1, 3, 171, 173}, kOffset | kNoBias},
     // 4 MB float32 channels: past a cluster's shared memory, the three-pass kernels.
     {{2, 2, 1000, 500}},
     {{64, 32, 32, 32}, kChannelsLast},           // hundreds of chunks a tile
