@@ -103,10 +103,10 @@ __device__ __forceinline__ void store_columns(T* p, int cols, const Acc (&v)[V])
 
 // Copies the tile (every input: K rows of width columns from col0) into shared memory, dense
 // rows of W * V elements; columns past the inner extent are zero. kVector: one cp.async a
-// vector; otherwise elements, 8 loads in flight a thread before their stores. `a` by value: a
-// reference to the kernel parameter put a 64-byte copy of it on the stack.
+// vector; otherwise elements, 8 loads in flight a thread before their stores. The input is picked
+// by a select: a.in[i] at a runtime i put a 64-byte copy of the arguments on the stack.
 template <typename T, int NIN, bool kVector>
-__device__ __forceinline__ void stage_tile(const ColumnArgs<T> a, int64_t slab, int64_t col0, T* tile) {
+__device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
   constexpr int V = 16 / sizeof(T);
   const int W = a.col_vectors;
   const int K = static_cast<int>(a.reduced);  // staged tiles have K * W * 16 bytes <= 100 KB
@@ -117,7 +117,7 @@ __device__ __forceinline__ void stage_tile(const ColumnArgs<T> a, int64_t slab, 
       const int i = row / K, k = row - i * K;
       const int64_t col = col0 + int64_t(wv) * V;
       T* dst = tile + int64_t(idx) * V;
-      if (col < a.inner) __pipeline_memcpy_async(dst, a.in[i] + slab + int64_t(k) * a.inner + col, 16);
+      if (col < a.inner) __pipeline_memcpy_async(dst, (i == 0 ? a.in[0] : a.in[NIN - 1]) + slab + int64_t(k) * a.inner + col, 16);
       else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
     __pipeline_commit();
@@ -133,7 +133,7 @@ __device__ __forceinline__ void stage_tile(const ColumnArgs<T> a, int64_t slab, 
         const int row = idx / width, c = idx - row * width;
         const int i = row / K, k = row - i * K;
         const int64_t col = col0 + c;
-        v[b] = idx < total && col < a.inner ? a.in[i][slab + int64_t(k) * a.inner + col] : from_acc<T>(acc_t<T>(0));
+        v[b] = idx < total && col < a.inner ? (i == 0 ? a.in[0] : a.in[NIN - 1])[slab + int64_t(k) * a.inner + col] : from_acc<T>(acc_t<T>(0));
       }
 #pragma unroll
       for (int b = 0; b < B; ++b) {
