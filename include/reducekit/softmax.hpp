@@ -8,8 +8,8 @@
 // [outer, K, inner] (K = sizes[dim], inner = the product of the sizes after it), once where a
 // CTA's K x tile-width columns fit in shared memory, twice where they do not (K above 3200 for
 // the forward ops, 1600 for the backward ops, any dtype), with no transposing copy and no
-// workspace. Columns too few to fill the GPU over a large x (under half the SMs busy and x
-// of 16 MiB or more) return StatusCode::kUnsupported, as do other layouts (sliced or permuted
+// workspace. Columns too few to fill the GPU over a large x (fewer CTAs than SMs and x of
+// 16 MiB or more) return StatusCode::kUnsupported, as do other layouts (sliced or permuted
 // tensors with a non-innermost dim); make them contiguous with dim last first (the PyTorch
 // layer does). Column results are deterministic and batch-invariant (a column's bits depend on
 // its values, K and dtype alone) but, reduced in another order, may differ in the last bits

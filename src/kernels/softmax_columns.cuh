@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
   const int64_t K = a.reduced;
   const std::size_t tile_bytes = kStaged ? std::size_t(NIN) * K * W * 16 : 0;
   T* tile = reinterpret_cast<T*>(smem);
-  Stat* stats = reinterpret_cast<Stat*>(smem + tile_bytes);  // [thread][V]
+  Stat* stats = reinterpret_cast<Stat*>(smem + tile_bytes);  // [V][thread]: a warp's stores hit distinct banks
   Params* params = reinterpret_cast<Params*>(stats + kColumnSoftmaxThreads * V);  // [w][V]
 
   for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
@@ -206,14 +206,14 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
 
     // The R lanes of a column vector meet in a fixed tree: step h merges lane r + h into r.
 #pragma unroll
-    for (int j = 0; j < V; ++j) stats[t * V + j] = run[j];
+    for (int j = 0; j < V; ++j) stats[j * kColumnSoftmaxThreads + t] = run[j];
     __syncthreads();
     for (int h = R / 2; h >= 1; h /= 2) {
       if (r < h) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          run[j] = Op::merge(run[j], stats[(t + h * W) * V + j]);
-          stats[t * V + j] = run[j];
+          run[j] = Op::merge(run[j], stats[j * kColumnSoftmaxThreads + t + h * W]);
+          stats[j * kColumnSoftmaxThreads + t] = run[j];
         }
       }
       __syncthreads();

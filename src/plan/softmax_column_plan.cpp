@@ -68,7 +68,7 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
 
   const double x_bytes = static_cast<double>(ext.outer) * static_cast<double>(ext.reduced) *
                          static_cast<double>(ext.inner) * elem_bytes;
-  p.use_copy = p.ctas * 2 < sm_count && x_bytes >= static_cast<double>(kColumnCopyMinBytes);
+  p.use_copy = p.ctas < sm_count && x_bytes >= static_cast<double>(kColumnCopyMinBytes);
   *plan = p;
   return Status::ok();
 }

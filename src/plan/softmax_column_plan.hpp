@@ -40,11 +40,12 @@ constexpr std::size_t kColumnStageMaxBytes = 100 * 1024;
 // Narrowest tile: 2 vectors (32 bytes, one DRAM sector) a row of K; narrower would fetch sectors
 // half used.
 constexpr int kColumnMinVectors = 2;
-// Two-read tiles: 8 vectors (128 bytes, a full line) a row; their lanes stream, so width only
-// trades CTAs for line use.
-constexpr int kColumnStreamVectors = 8;
-// Under half the SMs busy and at least this much of x, a transposing copy to rows is faster than
-// so few CTAs (the op returns kUnsupported and the caller copies; PyTorch's binding does).
+// Two-read tiles are as narrow: 4x the CTAs of full-line tiles where outer * inner is small, and
+// the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
+// when the output pass reads them again.
+constexpr int kColumnStreamVectors = kColumnMinVectors;
+// Fewer CTAs than SMs over at least this much of x: a transposing copy to rows is faster than so
+// few CTAs (the op returns kUnsupported and the caller copies; PyTorch's binding does).
 constexpr int64_t kColumnCopyMinBytes = int64_t(16) << 20;
 
 // [outer, K, inner] of a dense tensor over `dim`, when dim is not innermost (inner > 1).

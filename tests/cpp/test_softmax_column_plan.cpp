@@ -96,7 +96,7 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_FALSE(d.staged) << "4096 x 32 B = 128 KB is over kColumnStageMaxBytes: two reads";
   EXPECT_EQ(d.col_vectors, kColumnStreamVectors);
   EXPECT_EQ(d.tile_bytes, 0u);
-  EXPECT_EQ(d.ctas, 64 * (256 / 32));
+  EXPECT_EQ(d.ctas, 64 * (256 / 8));
   EXPECT_FALSE(d.use_copy);
 }
 
@@ -154,7 +154,9 @@ TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
 TEST(SoftmaxColumnPlan, CopyOnlyForFewColumnsOfALargeX) {
   EXPECT_TRUE(plan_of({1, 1 << 20, 16}, 4, 1).use_copy) << "1 CTA over 64 MiB";
   EXPECT_FALSE(plan_of({1, 5000, 3}, 4, 1).use_copy) << "small x: launch-bound either way";
-  EXPECT_FALSE(plan_of({64, 1 << 16, 256}, 4, 1).use_copy) << "512 CTAs fill the GPU";
+  EXPECT_FALSE(plan_of({64, 1 << 16, 256}, 4, 1).use_copy) << "2048 CTAs fill the GPU";
+  EXPECT_TRUE(plan_of({16, 20000, 64}, 4, 1).use_copy) << "128 CTAs over 82 MB";
+  EXPECT_FALSE(plan_of({17, 20000, 64}, 4, 1).use_copy) << "136 CTAs";
 }
 
 TEST(SoftmaxColumnPlan, BadArgumentsNameThemselves) {
