@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""softmax and log_softmax over the last dim, for the benchmark registry."""
+"""softmax and log_softmax over the last dim, and over dim 1 of contiguous tensors (the column
+path, read in place), for the benchmark registry."""
 from __future__ import annotations
 
 import math
@@ -85,3 +86,55 @@ def _register(name, torch_fn, seed_name):
 
 _register("softmax", torch.softmax, "softmax")
 _register("log_softmax", torch.log_softmax, "log_softmax")
+
+
+# Over dim 1 of a contiguous tensor: NCHW class maps (K = 19, 150, 1000 classes) and a
+# [batch, K, inner] sequence layout. K x inner columns, read in place by reducekit.
+DIM1_SHAPES = [(32, 19, 128, 128), (32, 150, 128, 128), (32, 1000, 64, 64), (64, 4096, 256)]
+DIM1_QUICK = [(32, 150, 128, 128), (64, 4096, 256)]
+# inner extents no vector width divides (7 x 7, 127 x 127): the scalar path, beside padded twins
+DIM1_ODD = [(256, 1000, 7, 7), (256, 1000, 8, 8), (32, 150, 127, 127), (32, 150, 128, 128)]
+
+
+def _dim1_inputs(shape, dtype):
+    return (torch.randn(tuple(shape), device="cuda", dtype=dtype),)
+
+
+def _dim1_bytes(shape, dtype):
+    # x read once, y written once
+    return 2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def _register_dim1(name, base, torch_fn):
+    def eager(x):
+        return torch_fn(x, 1)
+
+    def build_reducekit(ctx: BuildContext, inputs):
+        if ctx.reducekit is None:
+            raise NotApplicable("reducekit is not built")
+        fn = getattr(ctx.reducekit, base)
+        return Impl(lambda x: fn(x, 1))
+
+    def build_torch(ctx, inputs):
+        return Impl(eager)
+
+    def build_compile(ctx, inputs):
+        compiled, seconds = compile_fresh(eager, inputs)
+        return Impl(compiled, {"compile_s": round(seconds, 2)})
+
+    register(OpSpec(
+        name=name,
+        make_inputs=_dim1_inputs,
+        bytes_moved=_dim1_bytes,
+        reference=lambda x: torch_fn(x.double(), 1),
+        impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile},
+        shapes=list(DIM1_SHAPES),
+        quick_shapes=list(DIM1_QUICK),
+        odd_shapes=list(DIM1_ODD),
+        sweep_label="shape (softmax over dim 1)",
+        tolerance=_tolerance_for(base),
+    ))
+
+
+_register_dim1("softmax_dim1", "softmax", torch.softmax)
+_register_dim1("log_softmax_dim1", "log_softmax", torch.log_softmax)

@@ -2,12 +2,21 @@
 // Softmax family over one dim. Tensors live on the current CUDA device; work is queued on
 // `stream` with no host synchronization and no allocation, so calls are graph-capturable.
 //
-// Layout: `dim` must be the innermost dim of x (stride 1) and the other dims must merge into
-// one row index (any contiguous tensor, or rows sliced from a wider buffer). Other layouts
-// return StatusCode::kUnsupported; make them contiguous first (the PyTorch layer does).
+// Layout: either `dim` is the innermost dim of x (stride 1) and the other dims merge into one
+// row index (any contiguous tensor, or rows sliced from a wider buffer), or every tensor of the
+// call is dense (contiguous) and `dim` is any other dim: x is then read in place as columns
+// [outer, K, inner] (K = sizes[dim], inner = the product of the sizes after it), once where a
+// CTA's K x tile-width columns fit in shared memory, twice where they do not (K above 3200 for
+// the forward ops, 1600 for the backward ops, any dtype), with no transposing copy and no
+// workspace. Columns too few to fill the GPU over a large x (fewer CTAs than SMs and x of
+// 16 MiB or more) return StatusCode::kUnsupported, as do other layouts (sliced or permuted
+// tensors with a non-innermost dim); make them contiguous with dim last first (the PyTorch
+// layer does). Column results are deterministic and batch-invariant (a column's bits depend on
+// its values, K and dtype alone) but, reduced in another order, may differ in the last bits
+// from the same values laid out as a row.
 // The output may be the input itself (in place) but may not partly overlap it.
 //
-// Workspace (forward ops). 16-bit rows longer than one cluster of CTAs holds in registers
+// Workspace (forward ops; the column path never needs one). 16-bit rows longer than one cluster of CTAs holds in registers
 // (about 2^20 elements on an H200) run fastest split into chunks over a cooperative grid, which
 // needs a small workspace (float32 and float64 rows never do: they ran faster unsplit):
 // softmax_requirements() says how many bytes, and how many of them (the per-row arrival

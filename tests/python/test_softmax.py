@@ -620,3 +620,97 @@ if st is not None:
         x = base.permute(*[list(perm).index(i) for i in range(rank)])  # a non-contiguous view of shape `sizes`
         assert list(x.shape) == sizes
         check(op, x, dim)
+
+
+# ----------------------------------------------------------------------------- dims other than -1 (columns)
+# A non-innermost dim of a contiguous tensor runs on the column kernel, read in place (no copy);
+# other layouts (transposed, sliced, permuted) go through the binding's contiguous copy.
+
+COLUMN_CASES = [((2, 19, 8, 8), 1), ((3, 150, 33), 1), ((2, 1000, 64), 1), ((5000, 3), 0), ((4, 7, 1001), -2),
+                ((2, 2, 16384), 1), ((3, 3200, 8), 1), ((2, 3201, 8), 1)]
+
+
+def column_values(kind, shape, dim, dtype):
+    """make_values' special rows laid out as columns of a contiguous tensor over dim."""
+    dim = dim % len(shape)
+    moved = list(shape[:dim]) + list(shape[dim + 1:]) + [shape[dim]]
+    m = math.prod(moved[:-1])
+    x = make_values(kind, m, shape[dim], dtype).reshape(moved)
+    return x.movedim(-1, dim).contiguous()
+
+
+@pytest.mark.parametrize("kind", ["randn", "large", "mixed", "nan", "pos_inf", "all_neg_inf"])
+@pytest.mark.parametrize("shape,dim", COLUMN_CASES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_columns_forward(op, dtype, shape, dim, kind):
+    x = column_values(kind, shape, dim, dtype)
+    assert x.is_contiguous()
+    before = x.clone()
+    check(op, x, dim)
+    assert torch.equal(x.isnan(), before.isnan()) and torch.equal(x.nan_to_num(), before.nan_to_num())
+
+
+@pytest.mark.parametrize("shape,dim", COLUMN_CASES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_columns_backward_op_direct(op, dtype, shape, dim):
+    x = randn(*shape, dtype=dtype)
+    y = RK[op](x, dim=dim)
+    dy = randn(*shape, dtype=dtype)
+    dx = getattr(torch.ops.reducekit, RAW[op] + "_backward")(y, dy, dim)
+    assert dx.dtype == dtype and dx.shape == y.shape
+    y64 = y.double()
+    rtol = {torch.float32: 2e-5, torch.float64: 1e-12}.get(dtype, 2.0**-7)
+    assert_grad_close(op, dx, grad_formula(op, y64, dy, dim), y64, dy, dim, rtol)
+
+
+@pytest.mark.parametrize("shape,dim", [((2, 19, 8, 8), 1), ((3, 150, 33), 1), ((4, 5000, 3), 1)])
+@pytest.mark.parametrize("op", OPS)
+def test_columns_autograd_float64(op, shape, dim):
+    x = randn(*shape, dtype=torch.float64).requires_grad_()
+    g = randn(*shape, dtype=torch.float64)
+    RK[op](x, dim=dim).backward(g)
+    xt = x.detach().clone().requires_grad_()
+    TORCH[op](xt, dim).backward(g)
+    torch.testing.assert_close(x.grad, xt.grad, rtol=1e-12, atol=1e-13)
+
+
+# Non-contiguous inputs with a non-innermost dim take the binding's copy: still correct.
+def _non_contiguous(case, dtype):
+    if case == "sliced":  # inner extent sliced from a wider tensor
+        return randn(3, 150, 40, dtype=dtype)[:, :, 3:36], 1
+    if case == "transposed":  # the last two dims swapped: dim 1 has stride 1, rows in place
+        return randn(3, 33, 150, dtype=dtype).transpose(1, 2), 1
+    if case == "channels_last":
+        return randn(2, 19, 8, 8, dtype=dtype).to(memory_format=torch.channels_last), 1
+    if case == "step":  # every other slab
+        return randn(6, 150, 33, dtype=dtype)[::2], 1
+    raise ValueError(case)
+
+
+@pytest.mark.parametrize("case", ["sliced", "transposed", "channels_last", "step"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_columns_non_contiguous(op, dtype, case):
+    x, dim = _non_contiguous(case, dtype)
+    check(op, x, dim)
+    dy = torch.randn_like(x)
+    y = RK[op](x, dim=dim)
+    dx = getattr(torch.ops.reducekit, RAW[op] + "_backward")(y, dy, dim)
+    y64 = y.double()
+    rtol = {torch.float32: 2e-5, torch.float64: 1e-12}.get(dtype, 2.0**-7)
+    assert_grad_close(op, dx, grad_formula(op, y64, dy, dim), y64, dy, dim, rtol)
+
+
+@pytest.mark.parametrize("shape", [(8, 150, 1001), (4, 1000, 256), (3, 5000, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("op", OPS)
+def test_columns_deterministic_and_batch_invariant(op, dtype, shape):
+    x = randn(*shape, dtype=dtype)
+    batch = RK[op](x, dim=1)
+    assert torch.equal(RK[op](x, dim=1), batch), "two runs differ"
+    for i in (0, shape[0] // 2 + 1, shape[0] - 1):
+        assert torch.equal(RK[op](x[i:i + 1].clone(), dim=1), batch[i:i + 1]), f"slab {i} alone differs"
+        # as a 2-d tensor the same columns are [K, inner] over dim 0, from an offset pointer
+        assert torch.equal(RK[op](x[i], dim=0), batch[i]), f"slab {i} as a view differs"

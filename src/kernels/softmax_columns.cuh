@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+// Softmax family over a non-innermost dim, read in place: x as [outer, K, inner], one CTA a
+// tile of K x width columns (layout and choices in plan/softmax_column_plan.hpp).
+//
+// Per column: lane r of R folds rows r, r + R, r + 2R, ... U at a time with the row ops' fold
+// and merge (softmax_ops.cuh: the same NaN / inf semantics as rows), the R lanes meet in a
+// fixed tree in shared memory, lane 0 finalizes, then every lane writes its rows' outputs.
+// Staged tiles are first copied whole into shared memory (cp.async where 16-byte aligned), so
+// both passes read x from there; otherwise both passes read x from memory.
+#pragma once
+
+#include <cuda_pipeline.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/numeric.cuh"
+#include "kernels/softmax_ops.cuh"
+#include "kernels/vector_io.cuh"
+#include "plan/softmax_column_plan.hpp"
+
+namespace reducekit::kernels {
+
+// softmax / log_softmax of a column: the row op's statistic; outputs from x directly (a
+// column's x is not kept as exp(x - m) between the passes).
+template <typename T, bool kLog> struct SoftmaxColumnForwardOp {
+  using Row = SoftmaxForwardOp<T, kLog>;
+  using Acc = acc_t<T>;
+  using Stat = typename Row::Stat;
+  using Params = typename Row::Params;
+  static constexpr int kInputs = 1;
+  __device__ static Acc pad() { return negative_infinity<Acc>(); }
+  __device__ static Stat identity() { return Row::identity(); }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return Row::merge(a, b); }
+  template <int N> __device__ static Stat fold(Acc (&v)[1][N]) { return Row::template fold<N>(v); }
+  __device__ static Params finalize(const Stat& s) { return Row::finalize(s); }
+  // An all -inf column has max -inf: x - max is NaN, as torch gives.
+  __device__ static Acc output(const Acc (&v)[1], const Params& p) {
+    if constexpr (kLog) return (v[0] - p.max) - p.scale;
+    else return fast_exp(v[0] - p.max) * p.scale;
+  }
+};
+
+// The backward ops (inputs y, dy): a plain sum, then the row op's output formula.
+template <typename T, class RowOp> struct SoftmaxColumnBackwardOp {
+  using Acc = acc_t<T>;
+  using Stat = typename RowOp::Stat;
+  using Params = typename RowOp::Params;
+  static constexpr int kInputs = 2;
+  __device__ static Acc pad() { return Acc(0); }
+  __device__ static Stat identity() { return RowOp::identity(); }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return RowOp::merge(a, b); }
+  template <int N> __device__ static Stat fold(Acc (&v)[2][N]) { return RowOp::template fold<N>(v); }
+  __device__ static Params finalize(const Stat& s) { return RowOp::finalize(s); }
+  __device__ static Acc output(const Acc (&v)[2], const Params& p) { return RowOp::output(v, p); }
+};
+
+template <typename T> struct ColumnArgs {
+  const T* in[2];
+  T* out;
+  int64_t reduced;  // K
+  int64_t inner;
+  int64_t tiles_per_slab;
+  int64_t items;    // outer * tiles_per_slab
+  int col_vectors;  // W
+  int k_lanes;      // R
+};
+
+template <typename T, int V, typename Acc> __device__ __forceinline__ void unpack16(const Bytes16& b, Acc (&out)[V]) {
+  T t[V];
+  memcpy(t, &b, 16);
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = to_acc<Acc>(t[j]);
+}
+
+// The V columns of one row starting at p: one 16-byte access (kVector), or the first `cols`
+// elements one by one (a misaligned tensor or the inner extent's tail; the rest read as `pad`).
+template <typename T, int V, bool kVector, typename Acc>
+__device__ __forceinline__ void load_columns(const T* p, int cols, Acc pad, Acc (&out)[V]) {
+  if constexpr (kVector) {
+    unpack16<T, V>(load_aligned16(p), out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = j < cols ? to_acc<Acc>(p[j]) : pad;
+  }
+}
+
+template <typename T, int V, bool kVector, typename Acc>
+__device__ __forceinline__ void store_columns(T* p, int cols, const Acc (&v)[V]) {
+  if constexpr (kVector) {
+    T t[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) t[j] = from_acc<T>(v[j]);
+    Bytes16 b;
+    memcpy(&b, t, 16);
+    store_aligned16(p, b);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < cols) p[j] = from_acc<T>(v[j]);
+  }
+}
+
+// Copies the tile (every input: K rows of width columns from col0) into shared memory, dense
+// rows of W * V elements; columns past the inner extent are zero. kVector: one cp.async a
+// vector; otherwise elements, 8 loads in flight a thread before their stores. The input is picked
+// by a select: a.in[i] at a runtime i put a 64-byte copy of the arguments on the stack.
+template <typename T, int NIN, bool kVector>
+__device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
+  constexpr int V = 16 / sizeof(T);
+  const int W = a.col_vectors;
+  const int K = static_cast<int>(a.reduced);  // staged tiles have K * W * 16 bytes <= 100 KB
+  if constexpr (kVector) {
+    const int total = NIN * K * W;
+    for (int idx = threadIdx.x; idx < total; idx += kColumnSoftmaxThreads) {
+      const int row = idx / W, wv = idx - row * W;  // row = i * K + k
+      const int i = row / K, k = row - i * K;
+      const int64_t col = col0 + int64_t(wv) * V;
+      T* dst = tile + int64_t(idx) * V;
+      if (col < a.inner) __pipeline_memcpy_async(dst, (i == 0 ? a.in[0] : a.in[NIN - 1]) + slab + int64_t(k) * a.inner + col, 16);
+      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+  } else {
+    constexpr int B = 8;
+    const int width = W * V, total = NIN * K * width;
+    for (int base = 0; base < total; base += B * kColumnSoftmaxThreads) {
+      T v[B];
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int idx = base + b * kColumnSoftmaxThreads + threadIdx.x;
+        const int row = idx / width, c = idx - row * width;
+        const int i = row / K, k = row - i * K;
+        const int64_t col = col0 + c;
+        v[b] = idx < total && col < a.inner ? (i == 0 ? a.in[0] : a.in[NIN - 1])[slab + int64_t(k) * a.inner + col] : from_acc<T>(acc_t<T>(0));
+      }
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int idx = base + b * kColumnSoftmaxThreads + threadIdx.x;
+        if (idx < total) tile[idx] = v[b];
+      }
+    }
+  }
+}
+
+// kStaged: the tile is read once into shared memory. kVector: every row start of every tensor
+// is 16-byte aligned and inner a multiple of V (launcher's check); the arithmetic is the same
+// either way, only how bytes move differs.
+template <class Op, typename T, bool kStaged, bool kVector>
+__global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kernel(const ColumnArgs<T> a) {
+  constexpr int NIN = Op::kInputs, V = 16 / sizeof(T);
+  // Rows a lane loads before folding them: 32 values in flight a lane (16-bit backward at 4 rows spilled).
+  constexpr int U = 32 / (NIN * V) < 4 ? 32 / (NIN * V) : 4;
+  using Acc = typename Op::Acc;
+  using Stat = typename Op::Stat;
+  using Params = typename Op::Params;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int W = a.col_vectors, R = a.k_lanes;
+  const int t = threadIdx.x, w = t % W, r = t / W;
+  const int64_t K = a.reduced;
+  const std::size_t tile_bytes = kStaged ? std::size_t(NIN) * K * W * 16 : 0;
+  T* tile = reinterpret_cast<T*>(smem);
+  Stat* stats = reinterpret_cast<Stat*>(smem + tile_bytes);  // [V][thread]: a warp's stores hit distinct banks
+  Params* params = reinterpret_cast<Params*>(stats + kColumnSoftmaxThreads * V);  // [w][V]
+
+  for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
+    const int64_t o = item / a.tiles_per_slab;
+    const int64_t col0 = (item - o * a.tiles_per_slab) * W * V;
+    const int64_t slab = o * K * a.inner;
+    const int64_t my_col = col0 + int64_t(w) * V;
+    const int cols = my_col >= a.inner ? 0 : (a.inner - my_col < V ? static_cast<int>(a.inner - my_col) : V);
+    if constexpr (kStaged) {
+      stage_tile<T, NIN, kVector>(a, slab, col0, tile);
+      __syncthreads();
+    }
+    // Row k of input i as this lane sees it: the staged tile (dense vectors) or x itself.
+    const auto row_of = [&](int i, int64_t k) -> const T* {
+      if constexpr (kStaged) return tile + ((i * K + k) * W + w) * V;
+      else return a.in[i] + slab + k * a.inner + my_col;
+    };
+    constexpr bool kLoadVector = kStaged || kVector;
+
+    // Pass 1: this lane's statistic of each of its V columns.
+    Stat run[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) run[j] = Op::identity();
+    if (cols > 0) {
+      for (int64_t k0 = r; k0 < K; k0 += int64_t(R) * U) {
+        Acc v[V][NIN][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t k = k0 + int64_t(u) * R;
+#pragma unroll
+          for (int i = 0; i < NIN; ++i) {
+            Acc row[V];
+            if (k < K) load_columns<T, V, kLoadVector>(row_of(i, k), cols, Op::pad(), row);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j][i][u] = k < K ? row[j] : Op::pad();
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) run[j] = Op::merge(run[j], Op::template fold<U>(v[j]));
+      }
+    }
+
+    // The R lanes of a column vector meet in a fixed tree: step h merges lane r + h into r.
+#pragma unroll
+    for (int j = 0; j < V; ++j) stats[j * kColumnSoftmaxThreads + t] = run[j];
+    __syncthreads();
+    for (int h = R / 2; h >= 1; h /= 2) {
+      if (r < h) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          run[j] = Op::merge(run[j], stats[j * kColumnSoftmaxThreads + t + h * W]);
+          stats[j * kColumnSoftmaxThreads + t] = run[j];
+        }
+      }
+      __syncthreads();
+    }
+    if (r == 0) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) params[w * V + j] = Op::finalize(run[j]);
+    }
+    __syncthreads();
+    Params p[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = params[w * V + j];
+
+    // Pass 2: outputs, U rows of loads in flight before their stores.
+    if (cols > 0) {
+      T* out = a.out + slab + my_col;
+      for (int64_t k0 = r; k0 < K; k0 += int64_t(R) * U) {
+        Acc v[U][NIN][V];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t k = k0 + int64_t(u) * R;
+#pragma unroll
+          for (int i = 0; i < NIN; ++i)
+            if (k < K) load_columns<T, V, kLoadVector>(row_of(i, k), cols, Acc(0), v[u][i]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t k = k0 + int64_t(u) * R;
+          if (k >= K) break;
+          Acc y[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            Acc in[NIN];
+#pragma unroll
+            for (int i = 0; i < NIN; ++i) in[i] = v[u][i][j];
+            y[j] = Op::output(in, p[j]);
+          }
+          store_columns<T, V, kVector>(out + k * a.inner, cols, y);
+        }
+      }
+    }
+    __syncthreads();  // the next item reuses the tile and the statistics
+  }
+}
+
+}  // namespace reducekit::kernels

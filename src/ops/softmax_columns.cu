@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// Validation, planning and launch of the softmax family over a non-innermost dim.
+#include "ops/softmax_columns.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/softmax_columns.cuh"
+#include "ops/checks.hpp"
+#include "plan/reduction_plan.hpp"
+#include "plan/softmax_column_plan.hpp"
+
+namespace reducekit {
+namespace {
+
+template <SoftmaxColumnOp kOp, typename T> struct ColumnOpFor;
+template <typename T> struct ColumnOpFor<SoftmaxColumnOp::kSoftmax, T> {
+  using type = kernels::SoftmaxColumnForwardOp<T, false>;
+};
+template <typename T> struct ColumnOpFor<SoftmaxColumnOp::kLogSoftmax, T> {
+  using type = kernels::SoftmaxColumnForwardOp<T, true>;
+};
+template <typename T> struct ColumnOpFor<SoftmaxColumnOp::kSoftmaxBackward, T> {
+  using type = kernels::SoftmaxColumnBackwardOp<T, kernels::SoftmaxBackwardOp<T>>;
+};
+template <typename T> struct ColumnOpFor<SoftmaxColumnOp::kLogSoftmaxBackward, T> {
+  using type = kernels::SoftmaxColumnBackwardOp<T, kernels::LogSoftmaxBackwardOp<T>>;
+};
+
+int inputs_of(SoftmaxColumnOp op) {
+  return op == SoftmaxColumnOp::kSoftmax || op == SoftmaxColumnOp::kLogSoftmax ? 1 : 2;
+}
+
+Status cuda_status(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status::cuda_error(std::string(what) + " failed: " + cudaGetErrorString(err));
+}
+
+// Statistic and parameter sizes of the op in x's dtype: the plan's shared-memory arithmetic.
+template <SoftmaxColumnOp kOp> void op_sizes(DType dtype, int* stat_bytes, int* param_bytes) {
+  const auto set = [&](auto tag) {
+    using Op = typename ColumnOpFor<kOp, decltype(tag)>::type;
+    *stat_bytes = static_cast<int>(sizeof(typename Op::Stat));
+    *param_bytes = static_cast<int>(sizeof(typename Op::Params));
+  };
+  switch (dtype) {
+    case DType::kFloat16: set(__half{}); break;
+    case DType::kBFloat16: set(__nv_bfloat16{}); break;
+    case DType::kFloat64: set(double{}); break;
+    default: set(float{}); break;
+  }
+}
+
+void op_sizes(SoftmaxColumnOp op, DType dtype, int* stat_bytes, int* param_bytes) {
+  switch (op) {
+    case SoftmaxColumnOp::kSoftmax: return op_sizes<SoftmaxColumnOp::kSoftmax>(dtype, stat_bytes, param_bytes);
+    case SoftmaxColumnOp::kLogSoftmax: return op_sizes<SoftmaxColumnOp::kLogSoftmax>(dtype, stat_bytes, param_bytes);
+    case SoftmaxColumnOp::kSoftmaxBackward:
+      return op_sizes<SoftmaxColumnOp::kSoftmaxBackward>(dtype, stat_bytes, param_bytes);
+    default: return op_sizes<SoftmaxColumnOp::kLogSoftmaxBackward>(dtype, stat_bytes, param_bytes);
+  }
+}
+
+// The column plan for x over dim (wrapped), or *column = false where the row path decides.
+Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const char* name, int64_t dim,
+                bool* column, SoftmaxColumnPlan* plan) {
+  *column = false;
+  RowwisePlan rows;
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(tensors[0], dim, &rows));
+  if (rows.row_major || rows.rows == 0 || rows.cols == 0) return Status::ok();
+  const int d = static_cast<int>(dim < 0 ? dim + tensors[0].rank : dim);
+  ColumnExtents ext;
+  for (int i = 0; i < count; ++i) {
+    ColumnExtents e;
+    if (!dense_column_extents(tensors[i], d, &e)) return Status::ok();
+    if (i == 0) ext = e;
+  }
+  int device = 0, sms = 0, smem_optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return cuda_status("device query");
+  int stat_bytes = 0, param_bytes = 0;
+  op_sizes(op, tensors[0].dtype, &stat_bytes, &param_bytes);
+  REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
+                                                 stat_bytes, param_bytes, sms, static_cast<std::size_t>(smem_optin),
+                                                 plan));
+  if (plan->use_copy)
+    return Status::unsupported(std::string(name) + ": softmax over dim " + std::to_string(d) + " of " +
+                               shape_string(tensors[0]) +
+                               " has too few columns to fill the GPU; move the dim last (a contiguous copy) first");
+  *column = true;
+  return Status::ok();
+}
+
+template <class Op, typename T, bool kStaged, bool kVector>
+Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cudaStream_t stream) {
+  const auto kernel = kernels::softmax_column_kernel<Op, T, kStaged, kVector>;
+  if (plan.smem_bytes > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)) !=
+          cudaSuccess)
+    return cuda_status("softmax_column_kernel shared memory opt-in");
+  const int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
+  kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, plan.smem_bytes, stream>>>(a);
+  return cuda_status("softmax_column_kernel launch");
+}
+
+template <SoftmaxColumnOp kOp, typename T>
+Status dispatch(const TensorView* in, const TensorView& out, const SoftmaxColumnPlan& plan, cudaStream_t stream) {
+  using Op = typename ColumnOpFor<kOp, T>::type;
+  constexpr int NIN = Op::kInputs;
+  kernels::ColumnArgs<T> a{};
+  bool vector = plan.ext.inner % plan.vec == 0 && reinterpret_cast<uintptr_t>(out.data) % 16 == 0;
+  for (int i = 0; i < NIN; ++i) {
+    a.in[i] = static_cast<const T*>(in[i].data);
+    vector = vector && reinterpret_cast<uintptr_t>(in[i].data) % 16 == 0;
+  }
+  a.out = static_cast<T*>(out.data);
+  a.reduced = plan.ext.reduced;
+  a.inner = plan.ext.inner;
+  a.tiles_per_slab = plan.tiles_per_slab;
+  a.items = plan.ctas;
+  a.col_vectors = plan.col_vectors;
+  a.k_lanes = plan.k_lanes;
+  if (plan.staged)
+    return vector ? launch<Op, T, true, true>(a, plan, stream) : launch<Op, T, true, false>(a, plan, stream);
+  return vector ? launch<Op, T, false, true>(a, plan, stream) : launch<Op, T, false, false>(a, plan, stream);
+}
+
+template <SoftmaxColumnOp kOp>
+Status dispatch_dtype(const TensorView* in, const TensorView& out, const SoftmaxColumnPlan& plan, cudaStream_t stream) {
+  switch (in[0].dtype) {
+    case DType::kFloat32: return dispatch<kOp, float>(in, out, plan, stream);
+    case DType::kFloat16: return dispatch<kOp, __half>(in, out, plan, stream);
+    case DType::kBFloat16: return dispatch<kOp, __nv_bfloat16>(in, out, plan, stream);
+    case DType::kFloat64: return dispatch<kOp, double>(in, out, plan, stream);
+    default: return Status::invalid_argument("x: unsupported dtype");
+  }
+}
+
+}  // namespace
+
+Status softmax_columns_route(const TensorView& x, const char* name, int64_t dim, bool* column) {
+  SoftmaxColumnPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, name));
+  return plan_for(SoftmaxColumnOp::kSoftmax, &x, 1, name, dim, column, &plan);
+}
+
+Status run_softmax_columns(SoftmaxColumnOp op, const TensorView* in, const char* const* in_names,
+                           const TensorView& out, const char* out_name, int64_t dim, cudaStream_t stream,
+                           bool* handled) {
+  *handled = false;
+  const int nin = inputs_of(op);
+  for (int i = 0; i < nin; ++i) {
+    REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(in[i], in_names[i]));
+    if (i > 0) REDUCEKIT_RETURN_IF_ERROR(check_matches(in[i], in_names[i], in[0], in_names[0]));
+  }
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(out, out_name));
+  REDUCEKIT_RETURN_IF_ERROR(check_matches(out, out_name, in[0], in_names[0]));
+  for (int i = 0; i < nin; ++i) REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(out, out_name, in[i], in_names[i]));
+
+  const TensorView tensors[3] = {in[0], nin > 1 ? in[1] : out, out};
+  bool column = false;
+  SoftmaxColumnPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_for(op, tensors, nin + 1, in_names[0], dim, &column, &plan));
+  if (!column) return Status::ok();
+  *handled = true;
+  switch (op) {
+    case SoftmaxColumnOp::kSoftmax: return dispatch_dtype<SoftmaxColumnOp::kSoftmax>(in, out, plan, stream);
+    case SoftmaxColumnOp::kLogSoftmax: return dispatch_dtype<SoftmaxColumnOp::kLogSoftmax>(in, out, plan, stream);
+    case SoftmaxColumnOp::kSoftmaxBackward:
+      return dispatch_dtype<SoftmaxColumnOp::kSoftmaxBackward>(in, out, plan, stream);
+    default: return dispatch_dtype<SoftmaxColumnOp::kLogSoftmaxBackward>(in, out, plan, stream);
+  }
+}
+
+}  // namespace reducekit

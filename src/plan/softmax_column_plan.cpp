@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host planning of the softmax family over a non-innermost dim (see softmax_column_plan.hpp).
+#include "plan/softmax_column_plan.hpp"
+
+#include <string>
+
+namespace reducekit {
+
+bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents) {
+  if (dim < 0 || dim >= x.rank) return false;
+  ColumnExtents e;
+  int64_t expected_stride = 1;
+  for (int d = x.rank - 1; d >= 0; --d) {
+    if (x.sizes[d] == 0) return false;
+    if (x.sizes[d] != 1 && x.strides[d] != expected_stride) return false;
+    expected_stride *= x.sizes[d];
+    if (d > dim) e.inner *= x.sizes[d];
+    else if (d < dim) e.outer *= x.sizes[d];
+    else e.reduced = x.sizes[d];
+  }
+  if (e.inner <= 1) return false;
+  *extents = e;
+  return true;
+}
+
+Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
+                            int sm_count, std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan) {
+  if (plan == nullptr) return Status::invalid_argument("plan: is null");
+  if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
+    return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
+                                    std::to_string(ext.reduced) + ", " + std::to_string(ext.inner) +
+                                    "] need outer >= 1, K >= 1 and inner >= 2");
+  if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
+    return Status::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " is not 2, 4 or 8");
+  if (inputs != 1 && inputs != 2) return Status::invalid_argument("inputs: " + std::to_string(inputs) + " is not 1 or 2");
+  if (stat_bytes <= 0 || param_bytes <= 0) return Status::invalid_argument("stat_bytes: must be positive");
+  if (sm_count <= 0) return Status::invalid_argument("sm_count: " + std::to_string(sm_count) + " is not positive");
+
+  SoftmaxColumnPlan p;
+  p.ext = ext;
+  p.vec = 16 / elem_bytes;
+  // Bytes of one tile row (all inputs) per vector across; K is capped so products stay in int64.
+  const int64_t k = ext.reduced < (int64_t(1) << 40) ? ext.reduced : (int64_t(1) << 40);
+  const auto tile_of = [&](int vectors) { return static_cast<std::size_t>(k * vectors * 16 * inputs); };
+
+  p.col_vectors = 0;
+  for (int w = kColumnSoftmaxThreads; w >= kColumnMinVectors; w /= 2)
+    if (tile_of(w) <= kColumnStageTargetBytes) {
+      p.col_vectors = w;
+      break;
+    }
+  if (p.col_vectors == 0 && tile_of(kColumnMinVectors) <= kColumnStageMaxBytes) p.col_vectors = kColumnMinVectors;
+  p.staged = p.col_vectors != 0;
+  if (!p.staged) p.col_vectors = kColumnStreamVectors;
+
+  const std::size_t stats = static_cast<std::size_t>(kColumnSoftmaxThreads) * p.vec * stat_bytes;
+  const std::size_t params = static_cast<std::size_t>(p.col_vectors) * p.vec * param_bytes;
+  if (p.staged && tile_of(p.col_vectors) + stats + params > max_smem_per_cta) {
+    p.staged = false;  // a device with less shared memory than the table assumes
+    p.col_vectors = kColumnStreamVectors;
+  }
+  p.k_lanes = kColumnSoftmaxThreads / p.col_vectors;
+  p.tile_bytes = p.staged ? tile_of(p.col_vectors) : 0;
+  p.smem_bytes = p.tile_bytes + stats + static_cast<std::size_t>(p.col_vectors) * p.vec * param_bytes;
+  p.width = static_cast<int64_t>(p.col_vectors) * p.vec;
+  p.tiles_per_slab = (ext.inner + p.width - 1) / p.width;
+  p.ctas = ext.outer * p.tiles_per_slab;
+
+  const double x_bytes = static_cast<double>(ext.outer) * static_cast<double>(ext.reduced) *
+                         static_cast<double>(ext.inner) * elem_bytes;
+  p.use_copy = p.ctas < sm_count && x_bytes >= static_cast<double>(kColumnCopyMinBytes);
+  *plan = p;
+  return Status::ok();
+}
+
+}  // namespace reducekit

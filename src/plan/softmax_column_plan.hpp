@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// Softmax family over a dim that is not innermost, on a dense (contiguous) tensor, read in place:
+// x is viewed as [outer, K, inner] (K = the dim's size, inner = the product of the dims after it)
+// and every (outer, inner) position is a column of K values inner elements apart.
+//
+// One CTA owns a tile of K x width columns of one slab (one outer index):
+//
+//            width = col_vectors * vec columns (16-byte vectors of the inner extent)
+//            w ->  0     1     2   ...  W-1          thread t = r * W + w:
+//   k = 0        [vec ][vec ][vec ]... [vec ]  r = 0   column vector w, rows k = r, r + R, ...
+//   k = 1        [    ][    ][    ]... [    ]  r = 1   (R = k_lanes = threads / W)
+//   ...                                                 each lane folds its rows U at a time, then
+//   k = K-1      [    ][    ][    ]... [    ]          the R lanes of a column meet in a fixed tree
+//
+// staged: the tile (every input) fits shared memory, so x is read once (copied into shared memory,
+// then the statistics and the outputs read it from there); otherwise a statistics pass and an
+// output pass each read x from memory (two reads).
+//
+// The arithmetic of a column (which lane folds which rows, the tree) depends on (K, element size,
+// inputs) alone, never on outer, inner, the alignment or the other columns, so results are
+// deterministic and batch-invariant. Plain C++17 (no CUDA), unit-tested everywhere.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "reducekit/status.hpp"
+#include "reducekit/tensor.hpp"
+
+namespace reducekit {
+
+// Threads of one column CTA: 8 warps leave room for 4+ staged CTAs an SM.
+constexpr int kColumnSoftmaxThreads = 256;
+// A staged tile aims at this many bytes (all inputs): 3-4 CTAs an SM overlap one's copy-in with
+// another's compute and stores.
+constexpr std::size_t kColumnStageTargetBytes = 48 * 1024;
+// ... and may grow to this where even the narrowest tile (kColumnMinVectors) is bigger: one read
+// with 1-2 CTAs an SM still beats reading x twice.
+constexpr std::size_t kColumnStageMaxBytes = 100 * 1024;
+// Narrowest tile: 2 vectors (32 bytes, one DRAM sector) a row of K; narrower would fetch sectors
+// half used.
+constexpr int kColumnMinVectors = 2;
+// Two-read tiles are as narrow: 4x the CTAs of full-line tiles where outer * inner is small, and
+// the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
+// when the output pass reads them again.
+constexpr int kColumnStreamVectors = kColumnMinVectors;
+// Fewer CTAs than SMs over at least this much of x: a transposing copy to rows is faster than so
+// few CTAs (the op returns kUnsupported and the caller copies; PyTorch's binding does).
+constexpr int64_t kColumnCopyMinBytes = int64_t(16) << 20;
+
+// [outer, K, inner] of a dense tensor over `dim`, when dim is not innermost (inner > 1).
+struct ColumnExtents {
+  int64_t outer = 1;
+  int64_t reduced = 1;  // K
+  int64_t inner = 1;
+};
+
+// True when x is dense row-major (size-1 dims may have any stride) with inner > 1 after `dim`
+// (already wrapped, 0 <= dim < rank) and has at least one element.
+bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents);
+
+struct SoftmaxColumnPlan {
+  ColumnExtents ext;
+  int vec = 1;           // elements of one 16-byte vector (16 / element bytes)
+  int col_vectors = 1;   // W: vectors across a tile
+  int k_lanes = 1;       // R: lanes down K per column vector (W * R = kColumnSoftmaxThreads)
+  bool staged = false;   // the tile sits in shared memory: x read once
+  int64_t width = 1;     // columns a tile: col_vectors * vec
+  int64_t tiles_per_slab = 0;  // ceil(inner / width)
+  int64_t ctas = 0;            // outer * tiles_per_slab
+  std::size_t tile_bytes = 0;  // the staged tile, all inputs (0 when not staged)
+  std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: tile + statistics + parameters
+  bool use_copy = false;       // too few CTAs for a large x: the caller should transpose instead
+};
+
+// elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the
+// device statistic and parameter sizes of the op; sm_count and max_smem_per_cta: the device's.
+// Errors (kInvalidArgument) name the argument that is out of range.
+Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
+                            int sm_count, std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan);
+
+}  // namespace reducekit
