@@ -138,9 +138,14 @@ _swapped_classes = {}  # original class -> its reducekit subclass, one per class
 def _reducekit_subclass(original: type, mixin: type) -> type:
     cls = _swapped_classes.get(original)
     if cls is None:
-        cls = type(f"Reducekit{original.__name__}", (mixin, original),
+        name = f"Reducekit{original.__name__}"
+        while name in globals():  # another class of the same name (another transformers module)
+            name += "_"
+        cls = type(name, (mixin, original),
                    {"__module__": __name__, "__doc__": f"{original.__qualname__} on reducekit.rms_norm "
                                                        f"({mixin._reducekit_style} style). {mixin.__doc__}"})
+        # Found by name, so a patched model pickles (and unpickles where the same swap was made).
+        globals()[name] = cls
         _swapped_classes[original] = cls
     return cls
 
@@ -282,6 +287,9 @@ def _plan(module, families, model_devices):
             if isinstance(module, base):
                 return None, (f"a subclass of torch.nn.{base.__name__}; its forward may differ from torch's, "
                               f"so reducekit's would change what it computes")
+        if cls.__name__ in _TRANSFORMERS_RMS_NORMS:
+            return None, (f"named as transformers' {cls.__name__} but defined in {cls.__module__}; its forward "
+                          f"(where it rounds, weight or 1 + weight) cannot be vouched for by the name")
         if cls.__name__.endswith(("RMSNorm", "LayerNorm")) and not cls.__module__.startswith("torch."):
             return None, ("not an RMSNorm class reducekit knows (transformers' Llama, Mistral, Mixtral, Qwen2, "
                           "Qwen3, Phi3, Gemma and T5 families); where it rounds, or whether it scales by weight or "
