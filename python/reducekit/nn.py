@@ -1,26 +1,32 @@
 # SPDX-License-Identifier: Apache-2.0
 """Drop-in modules for torch.nn's, backed by reducekit's operators."""
+from typing import Optional, Tuple
+
 import torch
 
 from ._batch_norm import batch_norm_module_forward
 from ._functional import log_softmax, softmax
 from ._loss import cross_entropy
-from ._norm import layer_norm, rms_norm
+from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm
 
 
-class Softmax(torch.nn.Module):
+class Softmax(torch.nn.Softmax):
+    """torch.nn.Softmax running reducekit.softmax; the default dim is -1 (torch's None picks a dim
+    by the input's rank, a deprecated form reducekit does not take)."""
+
     def __init__(self, dim: int = -1):
-        super().__init__()
-        self.dim = dim
+        super().__init__(dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return softmax(x, self.dim)
 
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
 
+class LogSoftmax(torch.nn.LogSoftmax):
+    """torch.nn.LogSoftmax running reducekit.log_softmax; the default dim is -1."""
 
-class LogSoftmax(Softmax):
+    def __init__(self, dim: int = -1):
+        super().__init__(dim)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return log_softmax(x, self.dim)
 
@@ -37,6 +43,29 @@ class RMSNorm(torch.nn.RMSNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class AddLayerNorm(torch.nn.LayerNorm):
+    """The pre-norm residual step in one kernel: forward(x, residual) returns
+    (layer_norm(x + residual), x + residual), the sum rounded to x's dtype before it is normalized
+    (as the unfused `s = x + residual; y = norm(s)` in x's dtype). torch.nn.LayerNorm's arguments,
+    parameters and state dict. residual=None (the first block of a stack) gives (layer_norm(x), x)."""
+
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps), x
+        return add_layer_norm(x, residual, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class AddRMSNorm(torch.nn.RMSNorm):
+    """forward(x, residual) returns (rms_norm(x + residual), x + residual) in one kernel, as
+    AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict (eps=None: the
+    epsilon of x's dtype). residual=None gives (rms_norm(x), x)."""
+
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            return rms_norm(x, self.normalized_shape, self.weight, self.eps), x
+        return add_rms_norm(x, residual, self.normalized_shape, self.weight, self.eps)
 
 
 class BatchNorm1d(torch.nn.BatchNorm1d):
@@ -63,6 +92,11 @@ class BatchNorm3d(torch.nn.BatchNorm3d):
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
     """torch.nn.CrossEntropyLoss (same arguments and buffers) running reducekit.cross_entropy, with
     the z-loss and soft-capping extras as keyword arguments."""
+
+    # Class-level defaults, so that a torch.nn.CrossEntropyLoss whose class reducekit.patch swapped
+    # (it never ran this __init__) computes torch's loss.
+    lse_square_scale = 0.0
+    softcap = 0.0
 
     def __init__(self, *args, lse_square_scale: float = 0.0, softcap: float = 0.0, **kwargs):
         super().__init__(*args, **kwargs)
