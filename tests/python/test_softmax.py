@@ -76,7 +76,12 @@ def assert_matches_reference(out, ref, dtype, dim):
         # bfloat16 shares float32's exponent range: a kernel that flushes float32 subnormals to zero
         # may miss bfloat16 subnormals by many units, but by less than float32's smallest normal
         flushed = (o - rounded.double()).abs() <= torch.finfo(torch.float32).tiny
-        bad = finite & (ulps > 2) & ~flushed
+        # float32 accumulation: an output far below its row's largest term (log_softmax's -1e-14
+        # beside terms of 1e4) is off by float32 rounding of those terms, not by its own ulps
+        magnitude = torch.where(finite, ref.abs(), torch.zeros_like(ref))
+        row_scale = magnitude if ref.dim() == 0 else magnitude.amax(dim=dim, keepdim=True)
+        absorbed = (o - ref).abs() <= 4 * torch.finfo(torch.float32).eps * row_scale
+        bad = finite & (ulps > 2) & ~flushed & ~absorbed
         assert not bool(bad.any()), f"more than 2 ulp from the rounded reference ({dtype}): " + _describe(
             o, ref, bad, f", rounded {rounded[tuple(int(i) for i in bad.nonzero()[0])].item()!r}")
         return
