@@ -8,12 +8,13 @@
 // [outer, K, inner] (K = sizes[dim], inner = the product of the sizes after it), once where a
 // CTA's K x tile-width columns fit in shared memory, twice where they do not (K above 3200 for
 // the forward ops, 1600 for the backward ops, any dtype), with no transposing copy and no
-// workspace. Columns too few to fill the GPU over a large x (fewer CTAs than SMs and x of
-// 16 MiB or more) return StatusCode::kUnsupported, as do other layouts (sliced or permuted
-// tensors with a non-innermost dim); make them contiguous with dim last first (the PyTorch
-// layer does). Column results are deterministic and batch-invariant (a column's bits depend on
-// its values, K and dtype alone) but, reduced in another order, may differ in the last bits
-// from the same values laid out as a row.
+// workspace. Other layouts (sliced or permuted tensors with a non-innermost dim) return
+// StatusCode::kUnsupported; make them contiguous with dim last first (the PyTorch layer does).
+// Every dense tensor takes the column kernels, however few its columns (a few long columns run
+// on few CTAs: slow, but a column's bits never depend on how many others there are). Column
+// results are deterministic and batch-invariant (a column's bits depend on its values, K and
+// dtype alone) but, reduced in another order, may differ in the last bits from the same values
+// laid out as a row.
 // The output may be the input itself (in place) but may not partly overlap it.
 //
 // Workspace (forward ops; the column path never needs one). 16-bit rows longer than one cluster of CTAs holds in registers

@@ -27,11 +27,6 @@
 
 namespace reducekit::kernels {
 
-struct BatchNormResidentArgs {
-  int64_t pieces = 0, parts = 1, piece = 0, pieces_per_cta = 0, slot_granules = 0;
-  int cluster = 1, group = 32;
-};
-
 // A piece of the channel, as a group of lanes walks it: its granules' addresses relative to the
 // tensors' bases, and where its bytes lie in them.
 struct ResidentPiece {
@@ -47,7 +42,7 @@ struct ResidentPiece {
 };
 
 template <typename T, typename Acc>
-__device__ __forceinline__ ResidentPiece resident_piece(const BatchNormArgs<Acc>& a, const BatchNormResidentArgs& r,
+__device__ __forceinline__ ResidentPiece resident_piece(const BatchNormArgs<Acc>& a, const BatchNormResidentPlan& r,
                                                         int64_t channel, int64_t i) {
   const int64_t run = r.parts == 1 ? i : static_cast<int>(i) / static_cast<int>(r.parts);  // < 2^31 pieces
   const int64_t start = (i - run * r.parts) * r.piece;
@@ -101,7 +96,7 @@ template <typename V> __device__ __forceinline__ V resident_block_sum(V v, V* sc
 // elements of the granule being [lo, hi): a group of r.group lanes a piece, lane l of it at
 // granules l, l + group, ...
 template <typename T, typename Acc, class F>
-__device__ __forceinline__ void for_each_granule(const BatchNormArgs<Acc>& a, const BatchNormResidentArgs& r,
+__device__ __forceinline__ void for_each_granule(const BatchNormArgs<Acc>& a, const BatchNormResidentPlan& r,
                                                  int64_t channel, int64_t first_piece, int from, int to, F f) {
   const int groups = kBatchNormResidentThreads / r.group, lane = threadIdx.x % r.group;
   for (int j = from + static_cast<int>(threadIdx.x) / r.group; j < to; j += groups) {
@@ -115,9 +110,22 @@ __device__ __forceinline__ void for_each_granule(const BatchNormArgs<Acc>& a, co
   }
 }
 
+// f over the CTA's pieces as the two staged halves arrive: [0, half) once the first cp.async group
+// is in, then [half, local).
+template <typename T, typename Acc, class F>
+__device__ __forceinline__ void fold_as_staged(const BatchNormArgs<Acc>& a, const BatchNormResidentPlan& r,
+                                               int64_t channel, int64_t first_piece, int half, int local, F f) {
+  __pipeline_wait_prior(1);
+  __syncthreads();
+  for_each_granule<T>(a, r, channel, first_piece, 0, half, f);
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  for_each_granule<T>(a, r, channel, first_piece, half, local, f);
+}
+
 // Elements of a CTA's pieces [first, first + local): whole pieces, less what each run's last
 // piece lacks.
-__device__ __forceinline__ int64_t resident_count(const BatchNormResidentArgs& r, int64_t s, int64_t first, int local) {
+__device__ __forceinline__ int64_t resident_count(const BatchNormResidentPlan& r, int64_t s, int64_t first, int local) {
   const int64_t last_pieces = (first + local) / r.parts - first / r.parts;
   return local * r.piece - last_pieces * (r.parts * r.piece - s);
 }
@@ -125,7 +133,7 @@ __device__ __forceinline__ int64_t resident_count(const BatchNormResidentArgs& r
 // Three CTAs an SM at the smallest tier: at most 40 registers.
 template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
-    batch_norm_resident_kernel(const BatchNormArgs<acc_t<T>> a, const BatchNormResidentArgs r) {
+    batch_norm_resident_kernel(const BatchNormArgs<acc_t<T>> a, const BatchNormResidentPlan r) {
   using Acc = acc_t<T>;
   using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
   constexpr int E = 16 / sizeof(T);
@@ -170,12 +178,7 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
           sum_dy_xc += dy * (slot_element<T, Acc>(xv, e) - mean);
         }
     };
-    __pipeline_wait_prior(1);
-    __syncthreads();
-    for_each_granule<T>(a, r, channel, first_piece, 0, half, fold);
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    for_each_granule<T>(a, r, channel, first_piece, half, local, fold);
+    fold_as_staged<T>(a, r, channel, first_piece, half, local, fold);
     mine.dy = resident_block_sum(sum_dy, scratch);
     mine.dy_xc = resident_block_sum(sum_dy_xc, scratch);
   } else {
@@ -186,12 +189,7 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
       for (int e = 0; e < E; ++e)
         if (e >= lo && e < hi) sum += slot_element<T, Acc>(xv, e);
     };
-    __pipeline_wait_prior(1);
-    __syncthreads();
-    for_each_granule<T>(a, r, channel, first_piece, 0, half, fold_sum);
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    for_each_granule<T>(a, r, channel, first_piece, half, local, fold_sum);
+    fold_as_staged<T>(a, r, channel, first_piece, half, local, fold_sum);
     mine.n = resident_count(r, a.s, first_piece, local);
     mine.mean = resident_block_sum(sum, scratch) / static_cast<Acc>(mine.n);
     Acc m2 = 0;

@@ -213,14 +213,6 @@ Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNor
   bool fit = false;
   REDUCEKIT_RETURN_IF_ERROR((resident_fits<T, kBackward>(rp, &fit)));
   if (!fit) return Status::ok();
-  kernels::BatchNormResidentArgs r;
-  r.pieces = rp.pieces;
-  r.parts = rp.parts;
-  r.piece = rp.piece;
-  r.pieces_per_cta = rp.pieces_per_cta;
-  r.slot_granules = rp.slot_granules;
-  r.cluster = rp.cluster;
-  r.group = rp.group;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(a.c * rp.cluster));
   config.blockDim = dim3(kBatchNormResidentThreads);
@@ -232,7 +224,7 @@ Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNor
   // One-CTA channels launch plainly: cluster launches schedule CTAs more slowly.
   config.attrs = rp.cluster > 1 ? &attribute : nullptr;
   config.numAttrs = rp.cluster > 1 ? 1 : 0;
-  if (cudaLaunchKernelEx(&config, kernel, a, r) != cudaSuccess) {
+  if (cudaLaunchKernelEx(&config, kernel, a, rp) != cudaSuccess) {
     const cudaError_t err = cudaGetLastError();
     return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
   }

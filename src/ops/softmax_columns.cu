@@ -90,10 +90,6 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, sms, static_cast<std::size_t>(smem_optin),
                                                  plan));
-  if (plan->use_copy)
-    return Status::unsupported(std::string(name) + ": softmax over dim " + std::to_string(d) + " of " +
-                               shape_string(tensors[0]) +
-                               " has too few columns to fill the GPU; move the dim last (a contiguous copy) first");
   *column = true;
   return Status::ok();
 }

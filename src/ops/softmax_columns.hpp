@@ -17,14 +17,12 @@ enum class SoftmaxColumnOp { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftma
 // Runs `op` over `dim` when it is a column problem: dim not innermost and every tensor dense
 // (contiguous). Sets *handled; when false nothing ran and the row path decides (rows, or
 // kUnsupported for layouts neither addresses). Inputs: x (forward) or (y, dy) (backward).
-// Columns too few to fill the device over a large x return kUnsupported naming the first input
-// (a transposing copy is faster there; the PyTorch binding makes it).
 Status run_softmax_columns(SoftmaxColumnOp op, const TensorView* in, const char* const* in_names,
                            const TensorView& out, const char* out_name, int64_t dim, cudaStream_t stream,
                            bool* handled);
 
 // Whether softmax or log_softmax of x over dim runs on the column path (which needs no
-// workspace); errors as the call itself would give them (kUnsupported for too few columns).
+// workspace); errors as the call itself would give them.
 Status softmax_columns_route(const TensorView& x, const char* name, int64_t dim, bool* column);
 
 }  // namespace reducekit

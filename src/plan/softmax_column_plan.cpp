@@ -65,10 +65,6 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   p.width = static_cast<int64_t>(p.col_vectors) * p.vec;
   p.tiles_per_slab = (ext.inner + p.width - 1) / p.width;
   p.ctas = ext.outer * p.tiles_per_slab;
-
-  const double x_bytes = static_cast<double>(ext.outer) * static_cast<double>(ext.reduced) *
-                         static_cast<double>(ext.inner) * elem_bytes;
-  p.use_copy = p.ctas < sm_count && x_bytes >= static_cast<double>(kColumnCopyMinBytes);
   *plan = p;
   return Status::ok();
 }

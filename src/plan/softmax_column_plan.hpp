@@ -44,9 +44,6 @@ constexpr int kColumnMinVectors = 2;
 // the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
 // when the output pass reads them again.
 constexpr int kColumnStreamVectors = kColumnMinVectors;
-// Fewer CTAs than SMs over at least this much of x: a transposing copy to rows is faster than so
-// few CTAs (the op returns kUnsupported and the caller copies; PyTorch's binding does).
-constexpr int64_t kColumnCopyMinBytes = int64_t(16) << 20;
 
 // [outer, K, inner] of a dense tensor over `dim`, when dim is not innermost (inner > 1).
 struct ColumnExtents {
@@ -70,7 +67,6 @@ struct SoftmaxColumnPlan {
   int64_t ctas = 0;            // outer * tiles_per_slab
   std::size_t tile_bytes = 0;  // the staged tile, all inputs (0 when not staged)
   std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: tile + statistics + parameters
-  bool use_copy = false;       // too few CTAs for a large x: the caller should transpose instead
 };
 
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the

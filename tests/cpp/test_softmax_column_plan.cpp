@@ -97,7 +97,6 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(d.col_vectors, kColumnStreamVectors);
   EXPECT_EQ(d.tile_bytes, 0u);
   EXPECT_EQ(d.ctas, 64 * (256 / 8));
-  EXPECT_FALSE(d.use_copy);
 }
 
 // Batch invariance: the layout of a column's arithmetic (k_lanes) and the staging choice must not
@@ -149,14 +148,6 @@ TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
     EXPECT_LT((p.tiles_per_slab - 1) * p.width, inner);
     EXPECT_EQ(p.ctas, 3 * p.tiles_per_slab);
   }
-}
-
-TEST(SoftmaxColumnPlan, CopyOnlyForFewColumnsOfALargeX) {
-  EXPECT_TRUE(plan_of({1, 1 << 20, 16}, 4, 1).use_copy) << "1 CTA over 64 MiB";
-  EXPECT_FALSE(plan_of({1, 5000, 3}, 4, 1).use_copy) << "small x: launch-bound either way";
-  EXPECT_FALSE(plan_of({64, 1 << 16, 256}, 4, 1).use_copy) << "2048 CTAs fill the GPU";
-  EXPECT_TRUE(plan_of({16, 20000, 64}, 4, 1).use_copy) << "128 CTAs over 82 MB";
-  EXPECT_FALSE(plan_of({17, 20000, 64}, 4, 1).use_copy) << "136 CTAs";
 }
 
 TEST(SoftmaxColumnPlan, BadArgumentsNameThemselves) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.cuh"
-#include "plan/softmax_column_plan.hpp"
+#include "softmax_test_ops.hpp"
 #include "reducekit/softmax.hpp"
 #include "reference/reference.hpp"
 
@@ -21,16 +21,7 @@ namespace {
 
 using namespace testing_util;
 
-enum class Op { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward };
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kSoftmax: return "softmax";
-    case Op::kLogSoftmax: return "log_softmax";
-    case Op::kSoftmaxBackward: return "softmax_backward";
-    default: return "log_softmax_backward";
-  }
-}
-bool is_backward(Op op) { return op == Op::kSoftmaxBackward || op == Op::kLogSoftmaxBackward; }
+using namespace softmax_test;
 
 struct Columns {
   int64_t outer, k, inner;
@@ -51,15 +42,6 @@ TensorView column_view(void* base, DType dtype, const Columns& c, int64_t offset
   v.strides[2] = 1;
   v.device = 0;
   return v;
-}
-
-Status run(Op op, const TensorView& a, const TensorView& b, const TensorView& out) {
-  switch (op) {
-    case Op::kSoftmax: return softmax(a, out, 1, nullptr);
-    case Op::kLogSoftmax: return log_softmax(a, out, 1, nullptr);
-    case Op::kSoftmaxBackward: return softmax_backward(a, b, out, 1, nullptr);
-    default: return log_softmax_backward(a, b, out, 1, nullptr);
-  }
 }
 
 // randn ("large": 1e4 * randn); "special" also gets, where the columns exist: column 0 of slab 0
@@ -176,13 +158,11 @@ template <typename T> void check_columns(Op op, const Columns& c, int64_t offset
 const std::vector<int64_t> kColumnKs = {1, 2, 7, 150, 1000, 5000};
 const std::vector<int64_t> kInners = {1, 3, 8, 64, 1001, 16384};
 
-// Every (K, inner) pair of up to 6M elements a slab (the oracle runs on the CPU), 1-3 slabs,
-// below the size from which a GPU-starving shape may take the copy instead (kColumnCopyMinBytes;
-// the fallback has its own test), so every call here must run the column kernels.
+// Every (K, inner) pair of up to 6M elements a slab (the oracle runs on the CPU), 1-3 slabs.
 template <typename T> void sweep(Op op) {
   for (int64_t k : kColumnKs)
     for (int64_t inner : kInners) {
-      if (k * inner > (int64_t(6) << 20) || k * inner * int64_t(sizeof(T)) >= kColumnCopyMinBytes) continue;
+      if (k * inner > (int64_t(6) << 20)) continue;
       const int64_t outer = std::clamp<int64_t>((int64_t(1) << 20) / (k * inner), 1, 3);
       check_columns<T>(op, {outer, k, inner}, 0, "randn", 1);
       check_columns<T>(op, {outer, k, inner}, 1, "special", 2);  // every base pointer one element off
@@ -285,17 +265,11 @@ TEST_F(SoftmaxColumnsGpu, NeedsNoWorkspace) {
   EXPECT_EQ(req.workspace_zeroed_bytes, 0u);
 }
 
-// One CTA's worth of columns over 64 MiB: the call asks for a transposing copy instead.
-TEST_F(SoftmaxColumnsGpu, FewColumnsOfALargeTensorAskForACopy) {
-  const Columns c{1, 1 << 20, 16};
-  DeviceBuffer x(static_cast<std::size_t>(c.numel()) * sizeof(float)), y(x.bytes());
-  ASSERT_TRUE(x.get() && y.get());
-  const TensorView xv = column_view(x.get(), DType::kFloat32, c, 0), yv = column_view(y.get(), DType::kFloat32, c, 0);
-  const Status s = softmax(xv, yv, 1, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-  EXPECT_EQ(s.message().rfind("x:", 0), 0u) << s.message();
-  SoftmaxRequirements req;
-  EXPECT_EQ(softmax_requirements(xv, 1, &req).code(), StatusCode::kUnsupported);
+// A few long columns (one CTA) still run on the column kernels: no copy whose bits would depend
+// on how many columns there are.
+TEST_F(SoftmaxColumnsGpu, FewLongColumnsRunInPlace) {
+  check_columns<float>(Op::kSoftmax, {1, 1 << 18, 4}, 0, "randn", 5);
+  check_columns<__nv_bfloat16>(Op::kLogSoftmaxBackward, {1, 1 << 17, 8}, 1, "randn", 6);
 }
 
 TEST_F(SoftmaxColumnsGpu, MismatchedTensorsNameTheArgument) {

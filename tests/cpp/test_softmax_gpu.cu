@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_test_util.cuh"
+#include "softmax_test_ops.hpp"
 #include "reducekit/softmax.hpp"
 #include "reference/reference.hpp"
 
@@ -22,16 +23,7 @@ namespace {
 
 using namespace testing_util;
 
-enum class Op { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward };
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kSoftmax: return "softmax";
-    case Op::kLogSoftmax: return "log_softmax";
-    case Op::kSoftmaxBackward: return "softmax_backward";
-    default: return "log_softmax_backward";
-  }
-}
-bool is_backward(Op op) { return op == Op::kSoftmaxBackward || op == Op::kLogSoftmaxBackward; }
+using namespace softmax_test;
 
 // Row values by kind: "randn", "large" (1e4 * randn), or "special" (randn with an all -inf row,
 // a constant row, and rows holding -inf, +inf and NaN).
@@ -61,16 +53,6 @@ template <typename T> std::vector<T> to_image(const std::vector<double>& dense, 
   for (int64_t r = 0; r < l.rows; ++r)
     for (int64_t c = 0; c < l.cols; ++c) image[l.offset + r * l.stride + c] = from_double<T>(dense[r * l.cols + c]);
   return image;
-}
-
-template <typename T>
-Status run(Op op, const TensorView& a, const TensorView& b, const TensorView& out, const Workspace* ws = nullptr) {
-  switch (op) {
-    case Op::kSoftmax: return ws ? softmax(a, out, 1, *ws, nullptr) : softmax(a, out, 1, nullptr);
-    case Op::kLogSoftmax: return ws ? log_softmax(a, out, 1, *ws, nullptr) : log_softmax(a, out, 1, nullptr);
-    case Op::kSoftmaxBackward: return softmax_backward(a, b, out, 1, nullptr);
-    default: return log_softmax_backward(a, b, out, 1, nullptr);
-  }
 }
 
 // The magnitude of the terms behind one row's outputs (see close_enough): the largest finite
@@ -139,7 +121,7 @@ void check_against_oracle(Op op, const RowLayout& l, const std::string& kind, ui
   DeviceBuffer workspace(req.workspace_bytes);
   if (split) prepare_split_workspace(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
   const Workspace ws{workspace.get(), req.workspace_bytes};
-  const Status s = run<T>(op, row_view(da.get(), dtype, l), row_view(db.get(), dtype, l), row_view(dout.get(), dtype, l),
+  const Status s = run(op, row_view(da.get(), dtype, l), row_view(db.get(), dtype, l), row_view(dout.get(), dtype, l),
                           split ? &ws : nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());

@@ -357,14 +357,19 @@ def test_backward(op, dtype, shape, dim):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_id)
 @pytest.mark.parametrize("op", OPS)
 def test_backward_op_direct(op, dtype, shape, dim):
-    # the raw backward op from a given y (reducekit's forward output): no forward error involved
+    check_backward_op_direct(op, dtype, shape, dim)
+
+
+def check_backward_op_direct(op, dtype, shape, dim):
+    """The raw backward op from a given y (reducekit's forward output): no forward error involved."""
     x = randn(*shape, dtype=dtype)
     y = RK[op](x, dim=dim)
     dy = randn(*shape, dtype=dtype)
     dx = getattr(torch.ops.reducekit, RAW[op] + "_backward")(y, dy, dim)
     assert dx.dtype == dtype and dx.shape == y.shape
     y64 = y.double()
-    assert_grad_close(op, dx, grad_formula(op, y64, dy, dim), y64, dy, dim, 2e-5 if dtype == torch.float32 else 1e-12)
+    rtol = {torch.float32: 2e-5, torch.float64: 1e-12}.get(dtype, 2.0**-7)
+    assert_grad_close(op, dx, grad_formula(op, y64, dy, dim), y64, dy, dim, rtol)
 
 
 @pytest.mark.parametrize("shape,dim", [((3, 7), -1), ((4, 5, 3), 1), ((6,), 0), ((2, 1), -1), ((5, 3), 0)])
@@ -660,14 +665,7 @@ def test_columns_forward(op, dtype, shape, dim, kind):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("op", OPS)
 def test_columns_backward_op_direct(op, dtype, shape, dim):
-    x = randn(*shape, dtype=dtype)
-    y = RK[op](x, dim=dim)
-    dy = randn(*shape, dtype=dtype)
-    dx = getattr(torch.ops.reducekit, RAW[op] + "_backward")(y, dy, dim)
-    assert dx.dtype == dtype and dx.shape == y.shape
-    y64 = y.double()
-    rtol = {torch.float32: 2e-5, torch.float64: 1e-12}.get(dtype, 2.0**-7)
-    assert_grad_close(op, dx, grad_formula(op, y64, dy, dim), y64, dy, dim, rtol)
+    check_backward_op_direct(op, dtype, shape, dim)
 
 
 @pytest.mark.parametrize("shape,dim", [((2, 19, 8, 8), 1), ((3, 150, 33), 1), ((4, 5000, 3), 1)])
