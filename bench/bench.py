@@ -97,6 +97,8 @@ def parse_args(argv=None):
                    "aliases fp32 bf16 fp16 fp64)")
     p.add_argument("--shapes", default=None, help='e.g. "4096x1024,256x262144" (default: the standard grid)')
     p.add_argument("--quick", action="store_true", help="a few shapes per op instead of the grid")
+    p.add_argument("--budget-s", type=float, default=None, metavar="S",
+                   help="stop starting new points after S seconds (the rest are recorded as skipped)")
     p.add_argument("--odd", action="store_true",
                    help="rows of odd length or stride beside padded twins, for the ops that have them")
     p.add_argument("--impls", default=",".join(IMPL_ORDER), help=f"comma-separated (default {','.join(IMPL_ORDER)})")
@@ -349,20 +351,32 @@ def main(argv=None):
     }
     json_path = str(out_dir / "results.json")
     records = []
-    for op in ops:
+    points = [(op, dtype_name, shape) for op in ops for dtype_name in dtypes
+              for shape in (user_shapes or (REGISTRY[op].odd_shapes if args.odd else
+                                            REGISTRY[op].quick_shapes if args.quick else REGISTRY[op].shapes))]
+    bench_started = time.perf_counter()
+    skipped = 0
+    for i, (op, dtype_name, shape) in enumerate(points, 1):
         spec = REGISTRY[op]
-        shapes = user_shapes or (spec.odd_shapes if args.odd else spec.quick_shapes if args.quick else spec.shapes)
-        for dtype_name in dtypes:
-            for shape in shapes:
-                t0 = time.perf_counter()
-                recs = run_point(torch, spec, shape, dtype_name, impl_names, ctx, args, copy_gbps,
-                                 (do_bench, do_bench_cudagraph))
-                records += recs
-                cells = "  ".join(f"{report.SHORT.get(r['impl'], r['impl'])} "
-                                  f"{r['gbps'] if r['gbps'] is not None else r['status']}" for r in recs)
-                say(f"{op} {dtype_name} {report.shape_str(shape)}: {cells} GB/s  [{time.perf_counter() - t0:.1f} s]")
-                meta["elapsed_s"] = round(time.perf_counter() - started, 1)
-                report.write_json(json_path, meta, records)  # after every point: a killed run keeps its results
+        spent = time.perf_counter() - bench_started
+        if args.budget_s is not None and spent > args.budget_s:
+            skipped += 1
+            continue
+        t0 = time.perf_counter()
+        recs = run_point(torch, spec, shape, dtype_name, impl_names, ctx, args, copy_gbps,
+                         (do_bench, do_bench_cudagraph))
+        records += recs
+        cells = "  ".join(f"{report.SHORT.get(r['impl'], r['impl'])} "
+                          f"{r['gbps'] if r['gbps'] is not None else r['status']}" for r in recs)
+        spent = time.perf_counter() - bench_started
+        left = spent / i * (len(points) - i)
+        say(f"{op} {dtype_name} {report.shape_str(shape)}: {cells} GB/s  [{time.perf_counter() - t0:.1f} s; "
+            f"{i}/{len(points)}, about {left:.0f} s left]")
+        meta["elapsed_s"] = round(time.perf_counter() - started, 1)
+        report.write_json(json_path, meta, records)  # after every point: a killed run keeps its results
+    if skipped:
+        say(f"budget of {args.budget_s:.0f} s spent: {skipped} of {len(points)} points not measured")
+        meta["skipped_points"] = skipped
     render(records, meta, out_dir, args.plot)
     meta["elapsed_s"] = round(time.perf_counter() - started, 1)
     report.write_json(json_path, meta, records)

@@ -13,4 +13,10 @@ configure_and_build
 echo "== checking every op against torch"
 python3 -m pytest -q "$REPO/tests/python" -x
 echo "== benchmark"
-python3 "$REPO/bench/bench.py" --out "$OUT_DIR" "${@:2}"
+# By default a representative grid (each op's quick shapes) within about 4 minutes; --full
+# (first of the benchmark arguments) measures the whole grid.
+if [ "${2:-}" = "--full" ]; then
+  python3 "$REPO/bench/bench.py" --out "$OUT_DIR" "${@:3}"
+else
+  python3 "$REPO/bench/bench.py" --out "$OUT_DIR" --quick --budget-s 240 "${@:2}"
+fi

@@ -109,6 +109,7 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
         const int64_t slot_granules = ceil_div(piece * elem_size, 16) + 1;
         const int64_t bytes = per_cta * slot_granules * 16 * inputs;
         if (bytes > int64_t(tier)) continue;
+        if (plan.c * k > std::numeric_limits<int>::max()) return r;  // more CTAs than one launch takes
         r.cluster = k;
         r.pieces = pieces;
         r.parts = real_parts;
