@@ -7,7 +7,7 @@ source "$(dirname "$0")/common.sh"
 OUT_DIR="${1:-$REPO/bench/results/latest}"
 mkdir -p "$OUT_DIR"
 have_gpu || { echo "no GPU found (nvidia-smi): the main job needs a CUDA GPU" >&2; exit 1; }
-require_python_modules_on_gpu torch pytest triton matplotlib
+require_python_modules_on_gpu torch pytest hypothesis triton matplotlib
 configure_and_build
 
 echo "== checking every op against torch"

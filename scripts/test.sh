@@ -5,7 +5,7 @@
 # GPU is present), then the Python tests where torch is importable. On a GPU machine torch and
 # pytest are required (it stops at once, saying which is missing).
 source "$(dirname "$0")/common.sh"
-require_python_modules_on_gpu torch pytest
+require_python_modules_on_gpu torch pytest hypothesis
 configure_and_build
 
 echo "== C++ tests (ctest, $JOBS at once)"
