@@ -64,6 +64,7 @@ def _backward(ctx, grad_loss, grad_lse):
 torch.library.register_autograd("reducekit::cross_entropy_forward", _backward, setup_context=_setup)
 
 
+@torch.compiler.disable  # runs eagerly: a graph break under torch.compile, refused by fullgraph=True
 def _check_class_indices(target, classes, ignore_index):
     """Raises ValueError naming the first target (in flattened order) that is neither a class
     index in [0, classes) nor ignore_index. One host sync (.tolist())."""
