@@ -1,19 +1,30 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Cross-entropy: torch.nn.functional.cross_entropy's signature with class-index targets, plus a
-z-loss (lse_square_scale) and logit soft-capping (softcap), on reducekit's kernels.
+"""Cross-entropy: torch.nn.functional.cross_entropy's signature (class-index or class-probability
+targets), plus a z-loss (lse_square_scale), logit soft-capping (softcap) and an optional check of
+the class indices (check_targets), on reducekit's kernels.
 
     loss = reducekit.cross_entropy(logits, target, weight=None, ignore_index=-100,
-                                   reduction="mean", label_smoothing=0.0,
-                                   lse_square_scale=0.0, softcap=0.0)
+                                   reduction="mean", label_smoothing=0.0, *,
+                                   lse_square_scale=0.0, softcap=0.0, check_targets=False)
 
-The kernels (torch.ops.reducekit.cross_entropy_forward / _backward, python/csrc/loss_ops.cpp)
-give each row's loss and logsumexp in float32 (float64 for float64 logits); 'sum' and 'mean'
-add the rows with reducekit.sum (a fixed-order sum: deterministic, no atomics), 'mean' over
-the kept rows' class weights as torch. A target outside [0, classes) that is not ignore_index
-makes its row's loss NaN (torch raises a device-side assert instead, which kills the context).
+Class-index targets run the fused kernels (torch.ops.reducekit.cross_entropy_forward /
+_backward, python/csrc/loss_ops.cpp), which give each row's loss and logsumexp in float32
+(float64 for float64 logits); 'sum' and 'mean' add the rows with reducekit.sum (a fixed-order
+sum: deterministic, no atomics), 'mean' over the kept rows' class weights as torch. A target
+outside [0, classes) that is not ignore_index makes its row's loss NaN (torch raises a
+device-side assert instead, which kills the context); check_targets=True raises instead.
+
+Class-probability targets (a floating-point target of the input's shape, as torch decides) are
+composed from reducekit ops, unfused: reducekit.log_softmax over the class dim, a product with
+the (smoothed) target and the weights in torch's elementwise ops, reducekit.sum over the class
+dim. Autograd runs through those ops (gradients reach the target too).
 """
+import math
+
 import torch
 
+from ._functional import log_softmax as _log_softmax
+from ._reduce import logsumexp as _logsumexp
 from ._reduce import sum as _sum
 
 _ops = torch.ops.reducekit
@@ -53,19 +64,119 @@ def _backward(ctx, grad_loss, grad_lse):
 torch.library.register_autograd("reducekit::cross_entropy_forward", _backward, setup_context=_setup)
 
 
+@torch.compiler.disable  # runs eagerly: a graph break under torch.compile, refused by fullgraph=True
+def _check_class_indices(target, classes, ignore_index):
+    """Raises ValueError naming the first target (in flattened order) that is neither a class
+    index in [0, classes) nor ignore_index. One host sync (.tolist())."""
+    flat = target.reshape(-1)
+    if flat.numel() == 0:
+        return
+    bad = ((flat < 0) | (flat >= classes)) & (flat != ignore_index)
+    first = torch.argmax(bad.to(torch.uint8))  # the first True; 0 when there is none
+    found, position, value = torch.stack([bad[first].to(torch.int64), first, flat[first].to(torch.int64)]).tolist()
+    if found:
+        raise ValueError(f"target: {value} at flattened index {position} is not a class index in "
+                         f"[0, {classes}) nor ignore_index ({ignore_index})")
+
+
+def _probability_loss(input, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale, softcap):
+    """torch's class-probability cross-entropy, composed from reducekit.log_softmax, torch's
+    elementwise ops and reducekit.sum (unfused; see cross_entropy)."""
+    if not target.is_floating_point():
+        raise ValueError(f"target: a target of the input's shape {tuple(input.shape)} holds class probabilities and "
+                         f"must be floating point, got {target.dtype}")
+    if ignore_index >= 0:  # torch: "ignore_index is not supported for floating point target"
+        raise ValueError(f"ignore_index: not supported with class-probability targets (got {ignore_index}; "
+                         "a negative value, such as the default -100, is ignored)")
+    if input.dim() == 0:
+        raise ValueError("input: expected [C], [N, C] or [N, C, d1, ...] logits, got a 0-dim tensor")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing: expected a value in [0, 1], got {label_smoothing}")
+    if not math.isfinite(lse_square_scale):
+        raise RuntimeError(f"lse_square_scale: expected a finite value, got {lse_square_scale}")
+    if softcap != 0.0 and not (math.isfinite(softcap) and softcap > 0.0):
+        raise RuntimeError(f"softcap: expected 0 (off) or a finite positive value, got {softcap}")
+    class_dim = 0 if input.dim() == 1 else 1
+    classes = input.shape[class_dim]
+    out_dtype = torch.promote_types(input.dtype, target.dtype)  # torch's result dtype
+    if weight is not None:
+        if weight.dim() != 1 or weight.shape[0] != classes:
+            raise RuntimeError(f"weight: expected one value a class ({classes}), got shape {tuple(weight.shape)}")
+        out_dtype = torch.promote_types(out_dtype, weight.dtype)
+    values = torch.float64 if out_dtype == torch.float64 else torch.float32
+
+    z = input if softcap == 0.0 else softcap * torch.tanh(input / softcap)
+    logp = _log_softmax(z, class_dim)
+    q = target if label_smoothing == 0.0 else target * (1.0 - label_smoothing) + label_smoothing / classes
+    product = logp * q
+    if weight is not None:
+        shape = [1] * input.dim()
+        shape[class_dim] = classes
+        product = product * weight.reshape(shape)
+    rows = -_sum(product, class_dim, dtype=values)
+    if lse_square_scale != 0.0:
+        lse = _logsumexp(z, class_dim).to(values)
+        rows = rows + lse_square_scale * lse * lse
+    if reduction == "none":
+        return rows.to(out_dtype)
+    total = _sum(rows)
+    if reduction == "sum":
+        return total.to(out_dtype)
+    # torch's rule for probability targets: the mean over the batch elements, not over weights
+    # (no elements: 0 / 0 = NaN, as torch)
+    count = input.numel() // classes if classes > 0 else 0
+    return (total / count).to(out_dtype)
+
+
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
-                  lse_square_scale=0.0, softcap=0.0):
-    """torch.nn.functional.cross_entropy with class-index targets (no probability targets yet)."""
+                  lse_square_scale=0.0, softcap=0.0, check_targets=False):
+    """torch.nn.functional.cross_entropy(input, target, weight, ignore_index=-100, reduction="mean",
+    label_smoothing=0.0) on reducekit's kernels, with extras.
+
+    input: logits [C], [N, C] or [N, C, d1, ...] (float32, bfloat16, float16, float64).
+    target, as torch decides by shape:
+      - class indices (int64), of input's shape without the class dim: the fused kernels. A
+        target outside [0, C) that is not ignore_index gives its row a NaN loss (and NaN
+        gradient), with no out-of-bounds access and no device-side assert.
+      - class probabilities (floating point, of input's shape): torch's semantics,
+        loss_i = -sum_c w_c q_ic log_softmax(x)_ic with q = p * (1 - label_smoothing) +
+        label_smoothing / C; 'mean' divides by the number of batch elements (numel / C), not by
+        the weights, as torch; ignore_index >= 0 is a ValueError (torch refuses it too), a
+        negative one is ignored; any floating target dtype is taken and the result has torch's
+        promoted dtype of input, target and weight. Unfused: reducekit.log_softmax over the class
+        dim (read in place for [N, C, d1, ...]), the product with q and w in torch's
+        elementwise ops in that dtype, reducekit.sum over the class dim (float32 accumulation,
+        float64 for float64); so the logits are read once and the log-probabilities once more,
+        and a log-probability tensor of the input's size is held for backward. Differentiable
+        with respect to input and target through those ops' autograd. lse_square_scale and
+        softcap apply as for class indices (softcap's tanh and the z-loss's
+        reducekit.logsumexp are further passes, in the input's dtype).
+    Extras (keyword-only):
+      lse_square_scale: z-loss, adds lse_square_scale * logsumexp(z)^2 to each kept row's loss.
+      softcap: > 0 replaces the logits by softcap * tanh(logits / softcap) before the softmax.
+      check_targets: with class-index targets, check every target once (one host sync) and
+        raise ValueError naming `target`, the first bad value and its flattened index when one
+        is outside [0, C) and is not ignore_index. The sync and .tolist() make torch.compile
+        break the graph there (fullgraph=True refuses it); the default, False, adds nothing to
+        the graph and leaves such rows NaN. Probability targets have no indices; it does nothing
+        there (torch checks nothing about probabilities either).
+    """
     if reduction not in ("none", "sum", "mean"):
         raise ValueError(f"reduction: expected 'none', 'sum' or 'mean', got {reduction!r}")
+    if input.shape == target.shape:  # torch's test for class probabilities
+        return _probability_loss(input, target, weight, int(ignore_index), reduction, float(label_smoothing),
+                                 float(lse_square_scale), float(softcap))
     if target.is_floating_point():
-        raise NotImplementedError("target: class-probability targets are not supported yet; pass class indices")
+        raise ValueError(f"target: a floating-point target holds class probabilities and needs the input's shape "
+                         f"{tuple(input.shape)}, got {tuple(target.shape)}; class indices are int64")
     if input.dim() == 1:  # one unbatched row
         logits, rows = input.unsqueeze(0), target.reshape(1)
     elif input.dim() == 2:
         logits, rows = input, target
     else:  # [N, C, d1, ...]: classes last, a row per position (a copy)
         logits, rows = input.movedim(1, -1).reshape(-1, input.shape[1]), target.reshape(-1)
+    if check_targets:
+        _check_class_indices(target, logits.shape[-1], int(ignore_index))
     values = _row_values_dtype(input)
     w = None if weight is None else weight.to(values)
     loss, _ = _ops.cross_entropy_forward(logits, rows, w, int(ignore_index), float(label_smoothing),

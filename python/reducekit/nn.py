@@ -90,19 +90,27 @@ class BatchNorm3d(torch.nn.BatchNorm3d):
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
-    """torch.nn.CrossEntropyLoss (same arguments and buffers) running reducekit.cross_entropy, with
-    the z-loss and soft-capping extras as keyword arguments."""
+    """torch.nn.CrossEntropyLoss (same arguments and buffers) running reducekit.cross_entropy:
+    class-index targets on the fused kernels, class-probability targets (a floating-point target
+    of the input's shape) composed from reducekit ops as torch defines them, and the extras as
+    keyword arguments: the z-loss (lse_square_scale), soft-capping (softcap) and check_targets
+    (one host sync raising ValueError on a class index outside [0, C) that is not ignore_index;
+    a graph break under torch.compile). See reducekit.cross_entropy."""
 
     # Class-level defaults, so that a torch.nn.CrossEntropyLoss whose class reducekit.patch swapped
     # (it never ran this __init__) computes torch's loss.
     lse_square_scale = 0.0
     softcap = 0.0
+    check_targets = False
 
-    def __init__(self, *args, lse_square_scale: float = 0.0, softcap: float = 0.0, **kwargs):
+    def __init__(self, *args, lse_square_scale: float = 0.0, softcap: float = 0.0, check_targets: bool = False,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.lse_square_scale = lse_square_scale
         self.softcap = softcap
+        self.check_targets = check_targets
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return cross_entropy(input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing,
-                             lse_square_scale=self.lse_square_scale, softcap=self.softcap)
+                             lse_square_scale=self.lse_square_scale, softcap=self.softcap,
+                             check_targets=self.check_targets)

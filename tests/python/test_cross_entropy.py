@@ -2,7 +2,9 @@
 """reducekit.cross_entropy against torch.nn.functional.cross_entropy (computed in float64) and
 the z-loss / soft-cap extras against their formulas: dtypes, reductions, class weights,
 ignore_index, label smoothing, unbatched and [N, C, d] inputs, odd vocabularies, backward,
-out-of-range targets, determinism, opcheck and the nn module."""
+out-of-range targets and check_targets, determinism, opcheck, torch.compile, the nn module, and
+class-probability targets (against torch in float64, gradcheck, 16-bit against a float64
+reference)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -147,5 +149,233 @@ def test_errors():
         reducekit.cross_entropy(x, t, torch.ones(9, device=DEV))
     with pytest.raises(RuntimeError, match="target"):
         reducekit.cross_entropy(x, t[:3])
-    with pytest.raises(NotImplementedError):
-        reducekit.cross_entropy(x, torch.softmax(x, -1))
+    with pytest.raises(ValueError, match="target"):  # floating point: probabilities, which need x's shape
+        reducekit.cross_entropy(x, torch.softmax(x, -1)[:, :9])
+    with pytest.raises(ValueError, match="target"):
+        reducekit.cross_entropy(x, t.float())
+
+
+# ----------------------------------------------------------------------------- check_targets
+
+@pytest.mark.parametrize("bad", [10, 11, 12345, -1, -101])
+def test_check_targets_raises_naming_the_first_bad_target(bad):
+    x, t = _inputs(8, 10, torch.float32, seed=9)  # t[1] is ignore_index (-100)
+    t[3] = bad
+    t[6] = 10  # a later bad target: not the one named
+    with pytest.raises(ValueError, match=rf"target: {bad} at flattened index 3 .*\[0, 10\)"):
+        reducekit.cross_entropy(x, t, check_targets=True)
+    with pytest.raises(ValueError, match=rf"target: {bad} at flattened index 3"):
+        reducekit.cross_entropy(x, t, reduction="none", check_targets=True)
+    loss = reducekit.cross_entropy(x, t, reduction="none")  # default: no check, the bad rows NaN
+    assert torch.isnan(loss[3]) and torch.isnan(loss[6]) and not torch.isnan(loss[[0, 1, 2, 4, 5, 7]]).any()
+
+
+def test_check_targets_positions_of_spatial_and_unbatched_targets():
+    g = torch.Generator(device=DEV).manual_seed(10)
+    x = torch.randn(2, 5, 3, 4, device=DEV, generator=g)
+    t = torch.randint(0, 5, (2, 3, 4), device=DEV, generator=g)
+    t[1, 2, 1] = 5  # flattened index 1 * 12 + 2 * 4 + 1 = 21
+    with pytest.raises(ValueError, match=r"target: 5 at flattened index 21 "):
+        reducekit.cross_entropy(x, t, check_targets=True)
+    with pytest.raises(ValueError, match=r"target: -3 at flattened index 0 "):
+        reducekit.cross_entropy(x[0, :, 0, 0], torch.tensor(-3, device=DEV), check_targets=True)
+
+
+def test_check_targets_passes_valid_targets_and_ignore_index():
+    x, t = _inputs(33, 50, torch.float32, seed=11)  # t[1] = -100, the default ignore_index
+    t[0], t[2] = 0, 49  # both ends of [0, C)
+    for kwargs in ({}, {"reduction": "none"}, {"reduction": "sum", "label_smoothing": 0.1}):
+        checked = reducekit.cross_entropy(x, t, check_targets=True, **kwargs)
+        assert torch.equal(checked, reducekit.cross_entropy(x, t, **kwargs))
+        _close(checked, _torch_loss(x, t, **kwargs), torch.float32)
+    t[1] = 77  # another ignore_index, outside [0, C)
+    got = reducekit.cross_entropy(x, t, ignore_index=77, check_targets=True)
+    _close(got, F.cross_entropy(x.double(), torch.where(t == 77, -100, t)), torch.float32)
+    t[1] = -7
+    got = reducekit.cross_entropy(x, t, ignore_index=-7, reduction="none", check_targets=True)
+    assert got[1] == 0
+    with pytest.raises(ValueError, match=r"target: -7 at flattened index 1 .*ignore_index \(-100\)"):
+        reducekit.cross_entropy(x, t, check_targets=True)
+    empty = reducekit.cross_entropy(x[:0], t[:0], reduction="sum", check_targets=True)
+    assert empty.item() == 0
+
+
+def test_check_targets_default_path_is_the_unchecked_one():
+    x, t = _inputs(16, 300, torch.bfloat16, seed=12)
+    a = reducekit.cross_entropy(x, t, reduction="none")
+    assert torch.equal(a, reducekit.cross_entropy(x, t, reduction="none", check_targets=False))
+    assert torch.equal(a, reducekit.cross_entropy(x, t, reduction="none", check_targets=True))
+
+
+def test_nn_module_check_targets():
+    x, t = _inputs(6, 20, torch.float32, seed=13)
+    t[4] = 20
+    assert torch.isnan(reducekit.nn.CrossEntropyLoss()(x, t))
+    assert reducekit.nn.CrossEntropyLoss().check_targets is False
+    with pytest.raises(ValueError, match=r"target: 20 at flattened index 4 "):
+        reducekit.nn.CrossEntropyLoss(check_targets=True)(x, t)
+
+
+def test_compile_fullgraph():
+    torch._dynamo.reset()
+    x, t = _inputs(16, 257, torch.float32, seed=14)
+    p = torch.softmax(torch.randn(16, 257, device=DEV), -1)
+    w = torch.rand(257, device=DEV) + 0.5
+
+    def loss(x, t, p, w):
+        return (reducekit.cross_entropy(x, t, w, label_smoothing=0.1),
+                reducekit.cross_entropy(x, p, w, label_smoothing=0.1, reduction="none"))
+
+    compiled = torch.compile(loss, fullgraph=True)(x, t, p, w)
+    for got, want in zip(compiled, loss(x, t, p, w)):
+        _close(got, want, torch.float32)
+
+    def checked(x, t):
+        return reducekit.cross_entropy(x, t, check_targets=True)
+
+    t[5] = 300
+    with pytest.raises(ValueError, match=r"target: 300 at flattened index 5 "):
+        torch.compile(checked)(x, t)  # a graph break at the check, the error still raised
+
+
+# ----------------------------------------------------------------------------- probability targets
+
+SHAPES = {"NC": (33, 1000), "C": (37,), "NCHW": (2, 9, 3, 5)}
+
+
+def _prob_inputs(shape, dtype, seed=0, target_dtype=None):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    x = (3 * torch.randn(shape, device=DEV, generator=g)).to(dtype)
+    class_dim = 0 if len(shape) == 1 else 1
+    p = torch.softmax(2 * torch.randn(shape, device=DEV, generator=g), class_dim).to(target_dtype or dtype)
+    w = torch.rand(shape[class_dim], device=DEV, generator=g) + 0.5
+    return x, p, w
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", list(SHAPES), ids=str)
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
+def test_probability_targets_match_torch(dtype, shape, reduction, weighted, label_smoothing):
+    x, p, w = _prob_inputs(SHAPES[shape], dtype, seed=15)
+    w = w.to(dtype) if weighted else None
+    got = reducekit.cross_entropy(x, p, w, reduction=reduction, label_smoothing=label_smoothing)
+    want = F.cross_entropy(x.double(), p.double(), None if w is None else w.double(), reduction=reduction,
+                           label_smoothing=label_smoothing)
+    assert got.dtype == dtype and got.shape == want.shape
+    _close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", ["NC", "NCHW"], ids=str)
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_probability_targets_16bit_against_float64(dtype, shape, reduction):
+    x, p, w = _prob_inputs(SHAPES[shape], dtype, seed=16)
+    w = w.to(dtype)  # a float32 weight would promote the result to float32, as torch
+    for kwargs in ({}, {"weight": w, "label_smoothing": 0.1}):
+        got = reducekit.cross_entropy(x, p, reduction=reduction, **kwargs)
+        want = F.cross_entropy(x.double(), p.double(), reduction=reduction,
+                               **{k: v.double() if torch.is_tensor(v) else v for k, v in kwargs.items()})
+        assert got.dtype == dtype
+        _close(got, want, dtype)
+
+
+@pytest.mark.parametrize("shape", [(4, 7), (6,), (2, 5, 3, 2)], ids=str)
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_probability_targets_gradcheck(shape, reduction):
+    x, p, w = _prob_inputs(shape, torch.float64, seed=17)
+    x.requires_grad_()
+    p.requires_grad_()
+    w = w.double()
+    assert torch.autograd.gradcheck(
+        lambda x, p: reducekit.cross_entropy(x, p, w, reduction=reduction, label_smoothing=0.1), (x, p))
+    assert torch.autograd.gradcheck(
+        lambda x: reducekit.cross_entropy(x, p.detach(), reduction=reduction, lse_square_scale=1e-2, softcap=3.0),
+        (x,))
+
+
+@pytest.mark.parametrize("shape", [(24, 4099), (3, 11, 4, 5)], ids=str)
+def test_probability_targets_grads_match_torch(shape):
+    x, p, w = _prob_inputs(shape, torch.float32, seed=18)
+    a, pa = x.clone().requires_grad_(), p.clone().requires_grad_()
+    b, pb = x.double().requires_grad_(), p.double().requires_grad_()
+    reducekit.cross_entropy(a, pa, w, label_smoothing=0.1).backward()
+    F.cross_entropy(b, pb, w.double(), label_smoothing=0.1).backward()
+    _close(a.grad, b.grad, torch.float32)
+    _close(pa.grad, pb.grad, torch.float32)
+    assert a.grad.abs().max() > 0 and pa.grad.abs().max() > 0
+
+
+def test_probability_targets_z_loss_and_softcap():
+    x, p, _ = _prob_inputs((16, 2000), torch.float32, seed=19)
+    cap, s = 20.0, 1e-3
+    a = x.clone().requires_grad_()
+    b = x.double().requires_grad_()
+    got = reducekit.cross_entropy(a, p, reduction="none", lse_square_scale=s, softcap=cap)
+    z = cap * torch.tanh(b / cap)
+    lse = torch.logsumexp(z, -1)
+    want = F.cross_entropy(z, p.double(), reduction="none") + s * lse * lse
+    _close(got, want, torch.float32)
+    got.sum().backward()
+    want.sum().backward()
+    _close(a.grad, b.grad, torch.float32)
+
+
+def test_probability_one_hot_targets_equal_class_indices():
+    x, t = _inputs(20, 300, torch.float32, seed=20, ignore=False)
+    w = torch.rand(300, device=DEV) + 0.5
+    one_hot = F.one_hot(t, 300).float()
+    for reduction in ("none", "sum"):
+        _close(reducekit.cross_entropy(x, one_hot, w, reduction=reduction, label_smoothing=0.1),
+               reducekit.cross_entropy(x, t, w, reduction=reduction, label_smoothing=0.1).double(), torch.float32)
+    # 'mean' differs by design (torch): probability targets divide by N, class indices by sum w[t]
+    got = reducekit.cross_entropy(x, one_hot, w)
+    _close(got, reducekit.cross_entropy(x, t, w, reduction="sum") / 20, torch.float32)
+
+
+def test_probability_targets_dtype_promotion_and_ignore_index():
+    x, p, w = _prob_inputs((8, 30), torch.bfloat16, seed=21, target_dtype=torch.float32)
+    got = reducekit.cross_entropy(x, p)  # torch promotes bf16 logits with float32 targets to float32
+    assert got.dtype == torch.float32
+    _close(got, F.cross_entropy(x.double(), p.double()), torch.bfloat16)
+    x32, p64, _ = _prob_inputs((8, 30), torch.float32, seed=21, target_dtype=torch.float64)
+    assert reducekit.cross_entropy(x32, p64).dtype == torch.float64
+    assert reducekit.cross_entropy(x32, p64.float(), w.double()).dtype == torch.float64
+    # a negative ignore_index is ignored, as torch; one >= 0 is refused, as torch
+    assert torch.equal(reducekit.cross_entropy(x32, p64.float(), ignore_index=-1),
+                       reducekit.cross_entropy(x32, p64.float()))
+    with pytest.raises(ValueError, match="ignore_index"):
+        reducekit.cross_entropy(x32, p64.float(), ignore_index=0)
+
+
+def test_probability_targets_empty_batch():
+    x, p, _ = _prob_inputs((0, 10), torch.float32)
+    assert torch.isnan(reducekit.cross_entropy(x, p))
+    assert torch.isnan(F.cross_entropy(x, p))
+    assert reducekit.cross_entropy(x, p, reduction="sum").item() == 0
+    assert reducekit.cross_entropy(x, p, reduction="none").shape == (0,)
+
+
+def test_probability_targets_errors():
+    x, p, w = _prob_inputs((4, 10), torch.float32)
+    with pytest.raises(ValueError, match="target"):  # the input's shape but not floating point
+        reducekit.cross_entropy(x, p.long())
+    with pytest.raises(RuntimeError, match="weight"):
+        reducekit.cross_entropy(x, p, w[:9])
+    with pytest.raises(RuntimeError, match="label_smoothing"):
+        reducekit.cross_entropy(x, p, label_smoothing=1.5)
+    with pytest.raises(RuntimeError, match="softcap"):
+        reducekit.cross_entropy(x, p, softcap=-1.0)
+    with pytest.raises(RuntimeError, match="lse_square_scale"):
+        reducekit.cross_entropy(x, p, lse_square_scale=float("inf"))
+    with pytest.raises(ValueError, match="reduction"):
+        reducekit.cross_entropy(x, p, reduction="avg")
+
+
+def test_nn_module_probability_targets():
+    x, p, w = _prob_inputs((2, 9, 3, 5), torch.float32, seed=22)
+    for reduction in ("none", "sum", "mean"):
+        ours = reducekit.nn.CrossEntropyLoss(weight=w, label_smoothing=0.05, reduction=reduction, check_targets=True)
+        theirs = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.05, reduction=reduction)
+        _close(ours(x, p), theirs(x.double(), p.double()), torch.float32)
