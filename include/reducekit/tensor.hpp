@@ -52,8 +52,11 @@ struct TensorView {
     return n;
   }
 
-  // True when the elements are laid out densely in row-major order (size-1 dims ignored).
+  // True when the elements are laid out densely in row-major order (size-1 dims ignored). A
+  // tensor with no elements is contiguous whatever its strides (torch gives [5, 0, 2] the
+  // strides [2, 2, 1]).
   bool is_contiguous() const {
+    if (numel() == 0) return true;
     int64_t expected = 1;
     for (int d = rank - 1; d >= 0; --d) {
       if (sizes[d] == 1) continue;

@@ -255,7 +255,11 @@ template <typename Acc> struct MomentsPolicy {
   static constexpr bool kShift = true;
 
   __device__ static Stat identity() { return {0, Acc(0), Acc(0)}; }
-  __device__ static void fold(Stat& st, Acc v, int64_t) { st = merge(st, Stat{1, v, Acc(0)}); }
+  // A lone inf or NaN has variance NaN, as torch's (x - mean is inf - inf): a set of one value
+  // never meets the merge that would make it so.
+  __device__ static void fold(Stat& st, Acc v, int64_t) {
+    st = merge(st, Stat{1, v, isfinite(v) ? Acc(0) : static_cast<Acc>(NAN)});
+  }
   // The chunk sits in registers: its exact two-pass moments, then one Chan merge.
   template <int N> __device__ static void fold_chunk(Stat& st, const Acc (&v)[N]) {
     constexpr Acc kInvN = Acc(1) / Acc(N);
