@@ -39,7 +39,7 @@ struct BatchNormRequirements {
 Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req);
 
 // Whether a training forward (backward: true, a backward with batch statistics) on x reads x
-// (and dy) once: a channels-first channel that a cluster of at most 16 CTAs holds in shared
+// (and dy) once: a channels-first channel that a cluster of at most 4 CTAs holds in shared
 // memory, with the other tensors at x's offset from a 16-byte boundary (as fresh allocations are).
 // Otherwise three passes: statistics, a merge per channel, then y (or dx), x read twice.
 Status batch_norm_reads_once(const TensorView& x, bool backward, bool* once);

@@ -21,7 +21,6 @@
 #include <cuda_pipeline.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/batch_norm.cuh"
 
@@ -71,12 +70,6 @@ __device__ __forceinline__ void stage_granule(uint4* slot, const void* src, int6
   int lo, hi;
   p.span<sizeof(T)>(gi, lo, hi);
   for (int e = lo; e < hi; ++e) dst[e] = reinterpret_cast<const T*>(g)[e];
-}
-
-template <typename T, typename Acc> __device__ __forceinline__ Acc slot_element(const uint4& v, int e) {
-  T el[16 / sizeof(T)];
-  memcpy(el, &v, sizeof(v));
-  return to_acc<Acc>(el[e]);
 }
 
 // Sum over the CTA in a fixed order; every thread gets the same bits. `scratch`: a slot a warp.
@@ -173,9 +166,9 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
 #pragma unroll
       for (int e = 0; e < E; ++e)
         if (e >= lo && e < hi) {
-          const Acc dy = slot_element<T, Acc>(gv, e);
+          const Acc dy = element<T, E, Acc>(gv, e);
           sum_dy += dy;
-          sum_dy_xc += dy * (slot_element<T, Acc>(xv, e) - mean);
+          sum_dy_xc += dy * (element<T, E, Acc>(xv, e) - mean);
         }
     };
     fold_as_staged<T>(a, r, channel, first_piece, half, local, fold);
@@ -187,7 +180,7 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
       const uint4 xv = slots[g];
 #pragma unroll
       for (int e = 0; e < E; ++e)
-        if (e >= lo && e < hi) sum += slot_element<T, Acc>(xv, e);
+        if (e >= lo && e < hi) sum += element<T, E, Acc>(xv, e);
     };
     fold_as_staged<T>(a, r, channel, first_piece, half, local, fold_sum);
     mine.n = resident_count(r, a.s, first_piece, local);
@@ -198,7 +191,7 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
 #pragma unroll
       for (int e = 0; e < E; ++e)
         if (e >= lo && e < hi) {
-          const Acc d = slot_element<T, Acc>(xv, e) - mine.mean;
+          const Acc d = element<T, E, Acc>(xv, e) - mine.mean;
           m2 += d * d;
         }
     });
@@ -224,22 +217,19 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
       const uint4 xv = slots[g];
       uint4 gv{};
       if constexpr (kBackward) gv = dy_slots[g];
-      T o[E];
+      Acc o[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        Acc v = prm.p * (slot_element<T, Acc>(xv, e) - prm.mean) + prm.r;
-        if constexpr (kBackward) v += prm.q * slot_element<T, Acc>(gv, e);
-        o[e] = from_acc<T>(v);
+        o[e] = prm.p * (element<T, E, Acc>(xv, e) - prm.mean) + prm.r;
+        if constexpr (kBackward) o[e] += prm.q * element<T, E, Acc>(gv, e);
       }
       T* dst = reinterpret_cast<T*>(static_cast<char*>(a.out) + p.first + gi * 16);
       if (lo == 0 && hi == E) {
-        uint4 bits;
-        memcpy(&bits, o, sizeof(bits));
-        __stcs(reinterpret_cast<uint4*>(dst), bits);
+        store_values<T, E>(dst, o);
       } else {
 #pragma unroll
         for (int e = 0; e < E; ++e)
-          if (e >= lo && e < hi) dst[e] = o[e];
+          if (e >= lo && e < hi) dst[e] = from_acc<T>(o[e]);
       }
     });
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");

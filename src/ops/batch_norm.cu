@@ -195,9 +195,9 @@ Status clusters_fit(const void* kernel, int cluster, std::size_t smem, bool* fit
 // in to its shared memory and cluster size).
 template <typename T, bool kBackward> Status resident_fits(const BatchNormResidentPlan& rp, bool* fit) {
   auto* kernel = kernels::batch_norm_resident_kernel<T, kBackward>;
+  static_assert(kBatchNormResidentClusterLimit <= 8, "clusters past 8 CTAs need the non-portable opt-in");
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(rp.smem_bytes)) !=
-          cudaSuccess ||
-      (rp.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess))
+      cudaSuccess)
     return launched("batch_norm single-read setup");
   return clusters_fit(reinterpret_cast<const void*>(kernel), rp.cluster, rp.smem_bytes, fit);
 }
@@ -230,6 +230,28 @@ Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNor
   }
   *ran = true;
   return launched(name);
+}
+
+// A training forward (or a backward): the single-read kernel where `rp` has a layout the device
+// holds, else the three passes (statistics, finalize, apply; no apply pass when !apply).
+template <class S, bool kBackward>
+Status run_training_passes(const BatchNormArgs<typename S::Acc>& a, const BatchNormPlan& plan,
+                           const BatchNormResidentPlan& rp, bool apply, cudaStream_t stream) {
+  using T = typename S::T;
+  if (rp.cluster > 0) {
+    bool ran = false;
+    REDUCEKIT_RETURN_IF_ERROR((launch_resident<T, kBackward>(a, rp, stream, &ran)));
+    if (ran) return Status::ok();
+  }
+  const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
+  kernels::batch_norm_stats_kernel<T, S::L, S::V, kBackward><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
+  REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward statistics" : "batch_norm statistics"));
+  kernels::batch_norm_finalize_kernel<T, kBackward><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
+  REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward finalize" : "batch_norm finalize"));
+  if (!apply) return Status::ok();
+  const auto grid = static_cast<unsigned>(plan.ctas());
+  kernels::batch_norm_apply_kernel<T, S::L, S::V, kBackward, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+  return launched(kBackward ? "batch_norm backward" : "batch_norm");
 }
 
 bool same_offset16(std::initializer_list<const TensorView*> tensors) {
@@ -306,19 +328,7 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     a.save_mean = static_cast<Acc*>(save_mean.data);
     a.save_invstd = static_cast<Acc*>(save_invstd.data);
     const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 1, same_offset16({&x, &y}));
-    if (rp.cluster > 0) {
-      bool ran = false;
-      REDUCEKIT_RETURN_IF_ERROR((launch_resident<T, false>(a, rp, stream, &ran)));
-      if (ran) return Status::ok();
-    }
-    const auto grid = static_cast<unsigned>(plan.ctas());
-    const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
-    kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm statistics"));
-    kernels::batch_norm_finalize_kernel<T, false><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm finalize"));
-    kernels::batch_norm_apply_kernel<T, S::L, S::V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
-    return launched("batch_norm");
+    return run_training_passes<S, false>(a, plan, rp, true, stream);
   });
 }
 
@@ -395,20 +405,7 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.dweight = mutable_data_of<Acc>(dweight);
     a.dbias = mutable_data_of<Acc>(dbias);
     const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 2, same_offset16({&x, &dy, dx}));
-    if (rp.cluster > 0) {
-      bool ran = false;
-      REDUCEKIT_RETURN_IF_ERROR((launch_resident<T, true>(a, rp, stream, &ran)));
-      if (ran) return Status::ok();
-    }
-    const auto grid = static_cast<unsigned>(plan.ctas());
-    const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
-    kernels::batch_norm_stats_kernel<T, S::L, S::V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward statistics"));
-    kernels::batch_norm_finalize_kernel<T, true><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm backward finalize"));
-    if (dx == nullptr) return Status::ok();
-    kernels::batch_norm_apply_kernel<T, S::L, S::V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
-    return launched("batch_norm backward");
+    return run_training_passes<S, true>(a, plan, rp, dx != nullptr, stream);
   });
 }
 

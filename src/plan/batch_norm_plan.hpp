@@ -17,7 +17,7 @@
 // still in L2, are read again first.
 //
 // The single-read path (plan_batch_norm_resident) replaces all three where a channels-first
-// channel fits in the shared memory of a cluster of at most 16 CTAs: each CTA stages its share of
+// channel fits in the shared memory of a cluster of at most 4 CTAs: each CTA stages its share of
 // the channel (whole runs, or runs cut into `parts` pieces) in shared memory, folds it, the
 // cluster merges its CTAs' statistics in rank order through distributed shared memory, and each
 // CTA writes y (or dx) from its shared copy. x (and dy) are read once.
@@ -66,7 +66,7 @@ struct BatchNormPlan {
 // the 16-byte granules of global memory it touches (slot_granules of them, one more than a piece
 // needs when it starts on a granule boundary), so any alignment moves as aligned 16-byte copies.
 struct BatchNormResidentPlan {
-  int cluster = 0;             // CTAs a channel (1 .. kBatchNormMaxCluster); 0: not resident
+  int cluster = 0;             // CTAs a channel (1 .. kBatchNormResidentClusterLimit); 0: not resident
   int64_t pieces = 0;          // pieces a channel: n * parts
   int64_t parts = 1;           // pieces a run
   int64_t piece = 0;           // elements of a piece (the run's last piece may be shorter)
@@ -75,7 +75,6 @@ struct BatchNormResidentPlan {
   std::size_t smem_bytes = 0;  // a CTA's slots, for every staged input
   int group = 0;               // lanes that walk a piece together: a power of two <= 32
 };
-constexpr int kBatchNormMaxCluster = 16;  // sm_90's non-portable cluster limit
 // The largest cluster planned: larger ones (whole CTAs waiting on one another, few waves) ran
 // slower than the three passes on the H200.
 constexpr int kBatchNormResidentClusterLimit = 4;
