@@ -24,7 +24,7 @@ bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents) 
 }
 
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
-                            int sm_count, std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan) {
+                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan) {
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
@@ -34,7 +34,6 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
     return Status::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " is not 2, 4 or 8");
   if (inputs != 1 && inputs != 2) return Status::invalid_argument("inputs: " + std::to_string(inputs) + " is not 1 or 2");
   if (stat_bytes <= 0 || param_bytes <= 0) return Status::invalid_argument("stat_bytes: must be positive");
-  if (sm_count <= 0) return Status::invalid_argument("sm_count: " + std::to_string(sm_count) + " is not positive");
 
   SoftmaxColumnPlan p;
   p.ext = ext;

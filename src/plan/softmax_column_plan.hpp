@@ -70,9 +70,10 @@ struct SoftmaxColumnPlan {
 };
 
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the
-// device statistic and parameter sizes of the op; sm_count and max_smem_per_cta: the device's.
+// device statistic and parameter sizes of the op; max_smem_per_cta: the device's. The plan does not
+// depend on the SM count, so a column's bits are the same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
-                            int sm_count, std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan);
+                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan);
 
 }  // namespace reducekit

@@ -12,7 +12,6 @@
 namespace reducekit {
 namespace {
 
-constexpr int kSms = 132;
 constexpr std::size_t kSmem = 227 * 1024;
 
 TensorView dense(const std::vector<int64_t>& sizes) {
@@ -30,7 +29,7 @@ TensorView dense(const std::vector<int64_t>& sizes) {
 
 SoftmaxColumnPlan plan_of(ColumnExtents e, int elem_bytes, int inputs, int stat_bytes = 8, int param_bytes = 8) {
   SoftmaxColumnPlan p;
-  const Status s = plan_softmax_columns(e, elem_bytes, inputs, stat_bytes, param_bytes, kSms, kSmem, &p);
+  const Status s = plan_softmax_columns(e, elem_bytes, inputs, stat_bytes, param_bytes, kSmem, &p);
   EXPECT_TRUE(s.is_ok()) << s.message();
   return p;
 }
@@ -100,7 +99,7 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
 }
 
 // Batch invariance: the layout of a column's arithmetic (k_lanes) and the staging choice must not
-// move with outer, inner or the SM count.
+// move with outer or inner.
 TEST(SoftmaxColumnPlan, ColumnArithmeticDependsOnKAndDtypeOnly) {
   for (int64_t k : {1, 2, 7, 150, 1000, 1600, 1601, 3200, 3201, 5000}) {
     for (int elem : {2, 4, 8}) {
@@ -108,7 +107,7 @@ TEST(SoftmaxColumnPlan, ColumnArithmeticDependsOnKAndDtypeOnly) {
         const SoftmaxColumnPlan ref = plan_of({1, k, 16384}, elem, inputs);
         for (ColumnExtents e : {ColumnExtents{64, k, 3}, ColumnExtents{7, k, 1001}, ColumnExtents{1, k, 2}}) {
           SoftmaxColumnPlan p;
-          ASSERT_TRUE(plan_softmax_columns(e, elem, inputs, 8, 8, 16, kSmem, &p).is_ok());
+          ASSERT_TRUE(plan_softmax_columns(e, elem, inputs, 8, 8, kSmem, &p).is_ok());
           EXPECT_EQ(p.k_lanes, ref.k_lanes) << "K=" << k << " elem=" << elem << " inputs=" << inputs;
           EXPECT_EQ(p.staged, ref.staged) << "K=" << k;
         }
@@ -136,7 +135,7 @@ TEST(SoftmaxColumnPlan, SharedMemoryAccountsForTileStatisticsAndParameters) {
   }
   // A device whose shared memory cannot hold the planned tile streams instead.
   SoftmaxColumnPlan small;
-  ASSERT_TRUE(plan_softmax_columns({8, 3000, 4096}, 4, 1, 8, 8, kSms, 64 * 1024, &small).is_ok());
+  ASSERT_TRUE(plan_softmax_columns({8, 3000, 4096}, 4, 1, 8, 8, 64 * 1024, &small).is_ok());
   EXPECT_FALSE(small.staged);
   EXPECT_LE(small.smem_bytes, 64u * 1024);
 }
@@ -152,16 +151,14 @@ TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
 
 TEST(SoftmaxColumnPlan, BadArgumentsNameThemselves) {
   SoftmaxColumnPlan p;
-  Status s = plan_softmax_columns({1, 4, 1}, 4, 1, 8, 8, kSms, kSmem, &p);
+  Status s = plan_softmax_columns({1, 4, 1}, 4, 1, 8, 8, kSmem, &p);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message().rfind("x:", 0), 0u) << s.message();
-  s = plan_softmax_columns({1, 4, 4}, 3, 1, 8, 8, kSms, kSmem, &p);
+  s = plan_softmax_columns({1, 4, 4}, 3, 1, 8, 8, kSmem, &p);
   EXPECT_EQ(s.message().rfind("elem_bytes:", 0), 0u) << s.message();
-  s = plan_softmax_columns({1, 4, 4}, 4, 3, 8, 8, kSms, kSmem, &p);
+  s = plan_softmax_columns({1, 4, 4}, 4, 3, 8, 8, kSmem, &p);
   EXPECT_EQ(s.message().rfind("inputs:", 0), 0u) << s.message();
-  s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, 0, kSmem, &p);
-  EXPECT_EQ(s.message().rfind("sm_count:", 0), 0u) << s.message();
-  EXPECT_EQ(plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSms, kSmem, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
