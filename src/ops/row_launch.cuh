@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "kernels/row_engine.cuh"
+#include "kernels/row_staged.cuh"
 #include "kernels/row_stream.cuh"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
@@ -212,6 +213,19 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     pick_warp_kernel<T, Op, VEC, kAligned, Extra...>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid),
                                                                      kernels::kWarpKernelThreads, 0, stream>>>(args, extra...);
     return launch_status("row_warp_kernel");
+  }
+  if (c.kind == RowKernelKind::kStaged) {
+    // Any alignment: kAligned changes nothing here. Only 16-bit one-input two-phase ops (the
+    // softmax forwards) are planned staged (staged_window_for).
+    if constexpr (sizeof(T) == 2 && sizeof...(Extra) == 0 && Op::kInputs == 1 && kernels::IsTwoPhase<Op>::value) {
+      if (args.rows > kMaxGrid) return Status::unsupported("x: too many rows for one launch");
+      auto kernel = kernels::row_staged_kernel<T, Op, kStagedThreads>;
+      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_staged_kernel"));
+      kernel<<<static_cast<unsigned>(args.rows), kStagedThreads, c.smem_bytes, stream>>>(args);
+      return launch_status("row_staged_kernel");
+    } else {
+      return Status::unsupported("row plan: staged rows are planned for 16-bit softmax forwards only");
+    }
   }
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);

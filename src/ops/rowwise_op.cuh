@@ -44,6 +44,9 @@ inline Status rowwise_limits(int elem_bytes, RowKernelLimits* limits) {
   limits->reread_above_words = reread_above_words_for(RowFamily::kRowwise, elem_bytes);
   limits->reread_stash_bytes = kRereadStashBytes;
   limits->reread_over_split = true;
+  const StagedWindow staged = staged_window_for(RowFamily::kRowwise, elem_bytes);
+  limits->staged_min_row_bytes = staged.min_row_bytes;
+  limits->staged_max_row_bytes = staged.max_row_bytes;
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(limits));
   // With 32 values a thread, softmax's direct loads keep enough bytes in flight while tiles are
   // small (several CTAs an SM); the ring pays only from 32 KB tiles, 1-2 CTAs an SM (run 11:

@@ -174,7 +174,25 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   return c;
 }
 
+// One CTA a row, the row staged in shared memory; the thread layout follows from the row length.
+RowKernelConfig staged_plan(int64_t cols, int elem_bytes) {
+  RowKernelConfig c;
+  c.kind = RowKernelKind::kStaged;
+  c.vec = std::max(1, 16 / elem_bytes);
+  c.threads = kStagedThreads;
+  c.tiles = static_cast<int>(ceil_div(ceil_div(cols, c.vec), c.threads));
+  c.smem_bytes = staged_row_smem_bytes(cols * elem_bytes);
+  return c;
+}
+
 }  // namespace
+
+StagedWindow staged_window_for(RowFamily family, int elem_bytes) {
+  // 16-bit softmax / log_softmax rows above 64 KiB, up to the size that keeps two CTAs an SM:
+  // faster there than the re-read rows at any alignment, slower at 64 and 128 KiB (LOG.md, run 49).
+  if (family == RowFamily::kRowwise && elem_bytes == 2) return {std::size_t(64) << 10, std::size_t(110) << 10};
+  return {};
+}
 
 int reread_above_words_for(RowFamily family, int elem_bytes) {
   // Run 25 (same run, torch.compile beside): 16-bit rows past one CTA gain in every family
@@ -192,6 +210,10 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 }
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
+  if (inputs == 1 && row_bytes > limits.staged_min_row_bytes && row_bytes <= limits.staged_max_row_bytes &&
+      staged_row_smem_bytes(cols * elem_bytes) <= limits.max_smem_per_block)
+    return staged_plan(cols, elem_bytes);
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;

@@ -14,6 +14,8 @@
 //                                     clusters where that keeps the row on chip), then re-read
 //                                     via L2 (or, per reread_above_words_for, small tiles re-read via
 //                                     L2 in place of clusters and the stash)
+//   (one-input ops, RowKernelLimits::staged_*) -> kStaged: one CTA per row, the whole row in
+//                                     shared memory (row_staged.cuh), any alignment
 //   longer than a cluster's registers, with a workspace -> split rows (RowSplitConfig): the row
 //                                     is cut into chunks, one CTA each, all CTAs of a
 //                                     cooperative grid resident at once; each chunk stays in
@@ -44,7 +46,12 @@ constexpr int reread_vpt(int words, int vec, int acc_words, int inputs) {
   return words / (vec * acc_words * inputs) > 1 ? words / (vec * acc_words * inputs) : 1;
 }
 
-enum class RowKernelKind { kWarp, kBlock };
+enum class RowKernelKind { kWarp, kBlock, kStaged };
+
+// Staged rows (row_staged.cuh): CTAs of this many threads, each staging one row in shared memory
+// that mirrors the row's 16-byte granules (one spare granule before the row, two after).
+constexpr int kStagedThreads = 512;
+constexpr std::size_t staged_row_smem_bytes(int64_t row_bytes) { return std::size_t((row_bytes + 30) / 16 + 3) * 16; }
 
 struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
@@ -103,6 +110,11 @@ struct RowKernelLimits {
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
+  // One-input rows of more than staged_min_row_bytes and at most staged_max_row_bytes are staged
+  // (kStaged) where their row fits one CTA's shared memory; set per family and element size by
+  // staged_window_for (below). 0 and 0: none.
+  std::size_t staged_min_row_bytes = 0;
+  std::size_t staged_max_row_bytes = 0;
 };
 
 // The ops' reread_stash_bytes: two such CTAs fit an SM.
@@ -121,6 +133,13 @@ enum class RowFamily {
 
 // The shipped reread_above_words of a family's rows of `elem_bytes` elements.
 int reread_above_words_for(RowFamily family, int elem_bytes);
+
+// The shipped staged rows (RowKernelLimits::staged_*) of a family's rows of `elem_bytes` elements.
+struct StagedWindow {
+  std::size_t min_row_bytes = 0;  // exclusive
+  std::size_t max_row_bytes = 0;  // inclusive
+};
+StagedWindow staged_window_for(RowFamily family, int elem_bytes);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and
@@ -155,7 +174,8 @@ struct RowKernelConfig {
                                // (max then sum, sum then squared deviations) instead of one merged
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
-  // Elements one row's worth of threads covers: must be >= cols.
+  // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the
+  // vectors a thread strides over, vpt 1.)
   int64_t capacity() const {
     const int64_t group = kind == RowKernelKind::kWarp ? lanes : int64_t(threads) * cluster;
     return group * vpt * vec * tiles;

@@ -384,6 +384,48 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
 }
 
+// Staged rows (row_staged.cuh): 16-bit one-input rowwise rows of more than 64 KiB up to 110 KiB,
+// one 512-thread CTA a row, shared memory for the row at any alignment; nothing else is staged.
+TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
+  const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
+    RowKernelLimits limits = h200_limits();
+    limits.reread_above_words = reread_above_words_for(family, elem);
+    limits.reread_stash_bytes = kRereadStashBytes;
+    const StagedWindow w = staged_window_for(family, elem);
+    limits.staged_min_row_bytes = w.min_row_bytes;
+    limits.staged_max_row_bytes = w.max_row_bytes;
+    return plan_row_kernel(n, elem, inputs, limits);
+  };
+  for (int64_t n : {32769, 40009, 50257, 50264, 56320}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    const RowKernelConfig c = plan(RowFamily::kRowwise, n, 2, 1);
+    EXPECT_EQ(c.kind, RowKernelKind::kStaged);
+    EXPECT_EQ(c.threads, kStagedThreads);
+    EXPECT_EQ(c.vpt, 1);
+    EXPECT_EQ(c.cluster, 1);
+    EXPECT_GE(c.capacity(), n);
+    EXPECT_LT(c.capacity() - n, int64_t(c.threads) * c.vec) << "tiles: the vectors a thread strides over";
+    EXPECT_EQ(c.smem_bytes, staged_row_smem_bytes(2 * n));
+    EXPECT_GE(c.smem_bytes, std::size_t(2 * n + 32)) << "the row, a spare granule before and the shifted tail";
+    EXPECT_LE(2 * (c.smem_bytes + 2048), h200_limits().max_smem_per_sm) << "two CTAs an SM";
+    EXPECT_EQ(c.split.chunks, 0);
+  }
+  EXPECT_NE(plan(RowFamily::kRowwise, 32768, 2, 1).kind, RowKernelKind::kStaged) << "64 KiB rows re-read";
+  EXPECT_NE(plan(RowFamily::kRowwise, 56321, 2, 1).kind, RowKernelKind::kStaged) << "past two CTAs an SM";
+  EXPECT_NE(plan(RowFamily::kRowwise, 65536, 2, 1).kind, RowKernelKind::kStaged);
+  EXPECT_NE(plan(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
+  for (int elem : {4, 8}) EXPECT_NE(plan(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
+  for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kNormForward, RowFamily::kNormBackward}) {
+    EXPECT_EQ(staged_window_for(family, 2).max_row_bytes, 0u);
+    EXPECT_NE(plan(family, 50257, 2, 1).kind, RowKernelKind::kStaged);
+  }
+  RowKernelLimits small = h200_limits();
+  small.staged_min_row_bytes = 64 << 10;
+  small.staged_max_row_bytes = 110 << 10;
+  small.max_smem_per_block = 96 << 10;
+  EXPECT_NE(plan_row_kernel(50257, 2, 1, small).kind, RowKernelKind::kStaged) << "a row that does not fit one CTA";
+}
+
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
 // float32 inputs), 512 threads, as many tiles as the row needs; by default for rows of 64 KiB.
 TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {

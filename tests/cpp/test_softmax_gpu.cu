@@ -153,8 +153,8 @@ void check_against_oracle(Op op, const RowLayout& l, const std::string& kind, ui
 }
 
 const std::vector<int64_t> kRowLengths = {1,    2,    3,     31,    32,    33,    64,     127,    128,   781,
-                                          1000, 2045, 2048,  4099,  8192,  12800, 32768,  40009,  65536, 262144,
-                                          1 << 20};
+                                          1000, 2045, 2048,  4099,  8192,  12800, 32768,  40009,  50257, 65536,
+                                          262144, 1 << 20};
 
 int64_t rows_for(int64_t cols) { return std::clamp<int64_t>((1 << 21) / cols, 5, 67); }
 

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: Apache-2.0
+// Staged rows: one CTA a row, the whole row copied into shared memory by bulk copies
+// (cp.async.bulk) and read from there by every pass, so HBM sees each input byte once and a
+// CTA has its entire row in flight at once; several CTAs an SM overlap one's passes with the
+// others' copies.
+//
+// Shared memory mirrors the row's global 16-byte granules (buf[1 + g] holds granule g; buf[0]
+// and the last two slots are spares that shifted reads may touch), so the copy moves whole
+// aligned granules whatever the row's alignment; the partial granules at the row's two ends are
+// filled element by element, and nothing outside the row is read.
+//
+//   global:  |..ssaaaa|bbbbcccc|ddee....|    a row starting s bytes past a granule
+//   smem:    | spare | ..ssaaaa|bbbbcccc|ddee....| spare | spare |
+//
+// Passes (kTwoPhase ops, row_engine.cuh): the row's First statistic, then its Second, each over
+// the row's VEC-element vectors as the block kernels lay them out (thread t: vectors t, t + T,
+// ...; a shifted row's vector is funnel-shifted out of two granules), so the order of every
+// combine is a function of the row length alone and the results keep their bits at every
+// alignment; then the output, granule by granule of the output row, which is elementwise once
+// the row's parameters are known. Every shift is a compile-time constant (one dispatch a pass).
+#pragma once
+
+#include <cuda/ptx>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/row_engine.cuh"
+
+namespace reducekit::kernels {
+
+// Granules one bulk copy (and one mbarrier) moves: the first pass starts on a chunk as soon as
+// it lands. The largest row a CTA can stage (227 KB) takes at most kStagedMaxChunks of them.
+constexpr int kStagedChunkGranules = 512;
+constexpr int kStagedMaxChunks = 32;
+static_assert(kStagedMaxChunks * kStagedChunkGranules * 16 >= 227 * 1024, "a CTA's largest row fits the barriers");
+
+// Bytes [R, R + 16) of the granules buf[i], buf[i + 1] (R a compile-time shift).
+template <int R> __device__ __forceinline__ Bytes16 staged_read(const Bytes16* buf, int i) {
+  if constexpr (R == 0) return load_aligned16(buf + i);
+  else return funnel16(load_aligned16(buf + i), load_aligned16(buf + i + 1), R);
+}
+
+// Calls f.template run<R>() for the runtime shift r (bytes, a multiple of the element size), so
+// each pass compiles once per shift.
+template <int kElemBytes, class F> __device__ __forceinline__ void with_shift(int r, F& f) {
+  switch (r) {
+    case 0: f.template run<0>(); break;
+    case 8: if constexpr (kElemBytes <= 8) f.template run<8>(); break;
+    case 4: if constexpr (kElemBytes <= 4) f.template run<4>(); break;
+    case 12: if constexpr (kElemBytes <= 4) f.template run<12>(); break;
+    case 2: if constexpr (kElemBytes <= 2) f.template run<2>(); break;
+    case 6: if constexpr (kElemBytes <= 2) f.template run<6>(); break;
+    case 10: if constexpr (kElemBytes <= 2) f.template run<10>(); break;
+    case 14: if constexpr (kElemBytes <= 2) f.template run<14>(); break;
+    default: break;
+  }
+}
+
+// A staged row: the shared-memory mirror and where the row lies in it.
+template <typename T, class Op, int THREADS> struct StagedRow {
+  using Acc = typename Op::Acc;
+  using PackT = Pack<T, 16 / sizeof(T)>;
+  static constexpr int VEC = 16 / sizeof(T);
+  const Bytes16* buf;
+  int cols, s, granules, chunks;
+  uint64_t* arrived;
+
+  // Vector v of the row (elements v * VEC ..), shifted by R = s: its values, pads past the end.
+  template <int R> __device__ __forceinline__ void vector_at(int v, Acc (&vals)[1][VEC]) const {
+    const PackT p = pack_of<PackT>(staged_read<R>(buf, 1 + v));
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) vals[0][e] = v * VEC + e < cols ? to_acc<Acc>(p.v[e]) : Op::pad(0);
+  }
+  __device__ __forceinline__ void wait_chunk(int k) const {
+    while (!cuda::ptx::mbarrier_try_wait_parity(&arrived[k], 0u)) {
+    }
+  }
+};
+
+// The row's First statistic over this thread's vectors; each chunk is waited for when a
+// vector first reaches into it, and every chunk before the pass ends.
+template <typename T, class Op, int THREADS> struct StagedFirstPass {
+  const StagedRow<T, Op, THREADS>& row;
+  typename Op::First::Stat stat;
+  template <int R> __device__ __forceinline__ void run() {
+    constexpr int VEC = StagedRow<T, Op, THREADS>::VEC;
+    const int vectors = (row.cols + VEC - 1) / VEC;
+    int ready = 0;
+    for (int v = threadIdx.x; v < vectors; v += THREADS) {
+      const int need = min(v + (R > 0 ? 1 : 0), row.granules - 1) / kStagedChunkGranules;  // its last granule's
+      for (; ready <= need; ++ready) row.wait_chunk(ready);
+      typename Op::Acc vals[1][VEC];
+      row.template vector_at<R>(v, vals);
+      stat = Op::First::merge(stat, Op::fold_first(vals));
+    }
+    for (; ready < row.chunks; ++ready) row.wait_chunk(ready);
+  }
+};
+
+template <typename T, class Op, int THREADS> struct StagedSecondPass {
+  const StagedRow<T, Op, THREADS>& row;
+  const typename Op::First::Stat& first;
+  typename Op::Second::Stat stat;
+  template <int R> __device__ __forceinline__ void run() {
+    constexpr int VEC = StagedRow<T, Op, THREADS>::VEC;
+    const int vectors = (row.cols + VEC - 1) / VEC;
+#pragma unroll 4
+    for (int v = threadIdx.x; v < vectors; v += THREADS) {
+      typename Op::Acc vals[1][VEC];
+      row.template vector_at<R>(v, vals);
+      stat = Op::Second::merge(stat, Op::fold_second(vals, first));
+    }
+  }
+};
+
+// Output granule g of the output row (which starts so bytes past a granule) holds the input
+// bytes at mirror offset 16 g + s - so, i.e. buf[g + (base >> 4)] shifted by base & 15 with
+// base = s - so + 16 in [1, 31].
+template <typename T, class Op, int THREADS, class Local> struct StagedOutputPass {
+  const StagedRow<T, Op, THREADS>& row;
+  const typename Op::First::Stat& first;
+  const Local& local;
+  char* out_floor;
+  int so, base;
+  template <int R> __device__ __forceinline__ void run() {
+    using Row = StagedRow<T, Op, THREADS>;
+    constexpr int VEC = Row::VEC;
+    constexpr int ES = sizeof(T);
+    const int row_bytes = row.cols * ES;
+    const int out_granules = (so + row_bytes + 15) / 16;
+#pragma unroll 4
+    for (int g = threadIdx.x; g < out_granules; g += THREADS) {
+      const auto p = pack_of<typename Row::PackT>(staged_read<R>(row.buf, g + (base >> 4)));
+      typename Op::Acc vals[1][VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) vals[0][e] = to_acc<typename Op::Acc>(p.v[e]);
+      Op::fold_second(vals, first);  // leaves in vals what output() takes (softmax: exp(x - max))
+      typename Row::PackT o;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const typename Op::Acc v[1] = {vals[0][e]};
+        o.v[e] = from_acc<T>(Op::output(v, local));
+      }
+      const int lo = 16 * g;
+      if (lo >= so && lo + 16 <= so + row_bytes) {
+        store_aligned16(out_floor + lo, bytes_of(o));
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int byte = lo + e * ES;
+          if (byte >= so && byte < so + row_bytes) *reinterpret_cast<T*>(out_floor + byte) = o.v[e];
+        }
+      }
+    }
+  }
+};
+
+template <typename T, class Op, int THREADS>
+__global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args) {
+  using First = typename Op::First;
+  using Second = typename Op::Second;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int ES = sizeof(T);
+  extern __shared__ __align__(128) unsigned char staged_bytes[];
+  Bytes16* buf = reinterpret_cast<Bytes16*>(staged_bytes);
+  __shared__ uint64_t arrived[kStagedMaxChunks];
+  __shared__ typename First::Stat first_slots[33];
+  __shared__ typename Second::Stat second_slots[33];
+
+  const int64_t row = blockIdx.x;
+  const T* in = args.in[0] + row * args.in_stride[0];
+  T* out = args.out + row * args.out_stride;
+  const int cols = args.cols;
+  const int row_bytes = cols * ES;
+  const int s = misalignment16(in);
+  const int granules = (s + row_bytes + 15) / 16;
+  const int first_whole = s > 0 ? 1 : 0;
+  const int last_whole = (s + row_bytes) / 16 - 1;
+  const int chunks = (granules + kStagedChunkGranules - 1) / kStagedChunkGranules;
+
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < chunks; ++k) cuda::ptx::mbarrier_init(&arrived[k], 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+    const char* floor = reinterpret_cast<const char*>(in) - s;
+    for (int k = 0; k < chunks; ++k) {
+      const int lo = max(k * kStagedChunkGranules, first_whole);
+      const int hi = min((k + 1) * kStagedChunkGranules - 1, last_whole);
+      const int count = max(hi - lo + 1, 0);
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                           &arrived[k], 16u * count);
+      if (count > 0)
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, buf + 1 + lo, floor + 16 * lo,
+                                 16u * count, &arrived[k]);
+    }
+  } else if (threadIdx.x <= 2 * VEC) {
+    // The partial granules at the row's ends, an element a thread: the head's elements sit at
+    // bytes [s, 16) of granule 0, the tail's from the start of granule last_whole + 1.
+    const int j = threadIdx.x - 1;
+    const int head_elems = s > 0 ? min((16 - s) / ES, cols) : 0;
+    const int tail_first = max((16 * (last_whole + 1) - s) / ES, head_elems);
+    const int e = j < VEC ? j : tail_first + (j - VEC);
+    const bool mine = j < VEC ? e < head_elems : e < cols;
+    if (mine) reinterpret_cast<T*>(staged_bytes + 16)[(s / ES) + e] = in[e];
+  }
+  __syncthreads();
+
+  const StagedRow<T, Op, THREADS> staged{buf, cols, s, granules, chunks, arrived};
+  StagedFirstPass<T, Op, THREADS> first{staged, First::identity()};
+  with_shift<ES>(s, first);
+  const typename First::Stat a = block_reduce<First>(first.stat, first_slots);
+  StagedSecondPass<T, Op, THREADS> second{staged, a, Second::identity()};
+  with_shift<ES>(s, second);
+  const typename Second::Stat b = block_reduce<Second>(second.stat, second_slots);
+  const auto local = Op::local_two(Op::finalize_two(a, b));
+  const int so = misalignment16(out);
+  StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, a, local, reinterpret_cast<char*>(out) - so, so,
+                                                           s - so + 16};
+  with_shift<ES>((s - so + 16) & 15, output);
+}
+
+}  // namespace reducekit::kernels
