@@ -12,12 +12,14 @@
 //   global:  |..ssaaaa|bbbbcccc|ddee....|    a row starting s bytes past a granule
 //   smem:    | spare | ..ssaaaa|bbbbcccc|ddee....| spare | spare |
 //
-// Passes (kTwoPhase ops, row_engine.cuh): the row's First statistic, then its Second, each over
-// the row's VEC-element vectors as the block kernels lay them out (thread t: vectors t, t + T,
-// ...; a shifted row's vector is funnel-shifted out of two granules), so the order of every
-// combine is a function of the row length alone and the results keep their bits at every
-// alignment; then the output, granule by granule of the output row, which is elementwise once
-// the row's parameters are known. Every shift is a compile-time constant (one dispatch a pass).
+// Two passes. The first folds the op's merged statistic while the row lands, over the row's
+// VEC-element vectors as the block kernels lay them out (thread t: vectors t, t + T, ...; a
+// shifted row's vector is funnel-shifted out of two granules), so the order of every combine is
+// a function of the row length alone and the results keep their bits at every alignment. The
+// second writes the output granule by granule of the output row, elementwise once the row's
+// parameters are known, as kTwoPhase ops' outputs are (row_engine.cuh): fold_second against
+// the row's First statistic (Op::first_of) leaves what output() takes. Every shift is a
+// compile-time constant (one dispatch a pass).
 #pragma once
 
 #include <cuda/ptx>
@@ -78,11 +80,12 @@ template <typename T, class Op, int THREADS> struct StagedRow {
   }
 };
 
-// The row's First statistic over this thread's vectors; each chunk is waited for when a
-// vector first reaches into it, and every chunk before the pass ends.
-template <typename T, class Op, int THREADS> struct StagedFirstPass {
+// The row's statistic over this thread's vectors, the op's merged one (softmax: the max with
+// the sum of exp(x - max), one exp an element), folded as the row lands: each chunk is waited
+// for when a vector first reaches into it, and every chunk before the pass ends.
+template <typename T, class Op, int THREADS> struct StagedFoldPass {
   const StagedRow<T, Op, THREADS>& row;
-  typename Op::First::Stat stat;
+  typename Op::Stat stat;
   template <int R> __device__ __forceinline__ void run() {
     constexpr int VEC = StagedRow<T, Op, THREADS>::VEC;
     const int vectors = (row.cols + VEC - 1) / VEC;
@@ -92,25 +95,9 @@ template <typename T, class Op, int THREADS> struct StagedFirstPass {
       for (; ready <= need; ++ready) row.wait_chunk(ready);
       typename Op::Acc vals[1][VEC];
       row.template vector_at<R>(v, vals);
-      stat = Op::First::merge(stat, Op::fold_first(vals));
+      stat = Op::merge(stat, Op::fold(vals));
     }
     for (; ready < row.chunks; ++ready) row.wait_chunk(ready);
-  }
-};
-
-template <typename T, class Op, int THREADS> struct StagedSecondPass {
-  const StagedRow<T, Op, THREADS>& row;
-  const typename Op::First::Stat& first;
-  typename Op::Second::Stat stat;
-  template <int R> __device__ __forceinline__ void run() {
-    constexpr int VEC = StagedRow<T, Op, THREADS>::VEC;
-    const int vectors = (row.cols + VEC - 1) / VEC;
-#pragma unroll 4
-    for (int v = threadIdx.x; v < vectors; v += THREADS) {
-      typename Op::Acc vals[1][VEC];
-      row.template vector_at<R>(v, vals);
-      stat = Op::Second::merge(stat, Op::fold_second(vals, first));
-    }
   }
 };
 
@@ -158,15 +145,12 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
 
 template <typename T, class Op, int THREADS>
 __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args) {
-  using First = typename Op::First;
-  using Second = typename Op::Second;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int ES = sizeof(T);
   extern __shared__ __align__(128) unsigned char staged_bytes[];
   Bytes16* buf = reinterpret_cast<Bytes16*>(staged_bytes);
   __shared__ uint64_t arrived[kStagedMaxChunks];
-  __shared__ typename First::Stat first_slots[33];
-  __shared__ typename Second::Stat second_slots[33];
+  __shared__ typename Op::Stat slots[33];
 
   const int64_t row = blockIdx.x;
   const T* in = args.in[0] + row * args.in_stride[0];
@@ -206,15 +190,13 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   __syncthreads();
 
   const StagedRow<T, Op, THREADS> staged{buf, cols, s, granules, chunks, arrived};
-  StagedFirstPass<T, Op, THREADS> first{staged, First::identity()};
-  with_shift<ES>(s, first);
-  const typename First::Stat a = block_reduce<First>(first.stat, first_slots);
-  StagedSecondPass<T, Op, THREADS> second{staged, a, Second::identity()};
-  with_shift<ES>(s, second);
-  const typename Second::Stat b = block_reduce<Second>(second.stat, second_slots);
-  const auto local = Op::local_two(Op::finalize_two(a, b));
+  StagedFoldPass<T, Op, THREADS> fold{staged, Op::identity()};
+  with_shift<ES>(s, fold);
+  const typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);
+  const typename Op::First::Stat first = Op::first_of(stat);
+  const auto local = Op::local_two(Op::finalize(stat));
   const int so = misalignment16(out);
-  StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, a, local, reinterpret_cast<char*>(out) - so, so,
+  StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, first, local, reinterpret_cast<char*>(out) - so, so,
                                                            s - so + 16};
   with_shift<ES>((s - so + 16) & 15, output);
 }

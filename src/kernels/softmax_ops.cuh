@@ -82,6 +82,9 @@ template <typename T, bool kLog> struct SoftmaxForwardOp {
   __device__ static Params finalize_two(const typename First::Stat& m, const typename Second::Stat& sum) {
     return finalize({{m.w[0], sum.w[0]}});
   }
+  // The row max out of the merged statistic: staged rows (row_staged.cuh) fold once, then write
+  // through fold_second.
+  __device__ static typename First::Stat first_of(const Stat& s) { return {{s.w[0]}}; }
   __device__ static Local local_two(const Params& p) {
     if constexpr (kLog) return p;
     else return p.scale;
