@@ -104,11 +104,11 @@ if stage bench; then
   fi
 fi
 if stage san; then
-  echo "== compute-sanitizer (memcheck, racecheck) on a reduced suite"
-  filter="${REDUCEKIT_SAN_FILTER:-SoftmaxGpu.RingKernelLoopsOverManyRows:SoftmaxGpu.InPlace:SoftmaxErrors.*}"
+  echo "== compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on a reduced suite"
+  filter="${REDUCEKIT_SAN_FILTER:-SoftmaxGpu.RingKernelLoopsOverManyRows:SoftmaxGpu.StagedRowsAtEveryOffset:SoftmaxGpu.InPlace:SoftmaxErrors.*}"
   san_log="$OUT_DIR/sanitizer.log"
   reports=0
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck initcheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/reducekit_tests" --gtest_filter="$filter" \
       --gtest_brief=1 >"$BUILD.sanitizer.tmp" 2>&1
     rc=$?

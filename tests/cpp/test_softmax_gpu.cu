@@ -195,6 +195,18 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
   check_against_oracle<__half>(Op::kLogSoftmaxBackward, {3000, 2045, 2048, 0}, "randn", 24);
 }
 
+// Staged rows (row_staged.cuh: 16-bit rows of 64-110 KiB, the whole row in shared memory) at
+// every element offset, with -inf / NaN rows and large values; few rows, so the test also runs
+// under compute-sanitizer.
+TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
+  for (int64_t offset = 0; offset < 8; ++offset) {
+    check_against_oracle<__nv_bfloat16>(offset % 2 ? Op::kLogSoftmax : Op::kSoftmax, {3, 50257, 50257 + offset, offset},
+                                        offset % 3 ? "randn" : "special", 80 + static_cast<uint32_t>(offset));
+    check_against_oracle<__half>(offset % 2 ? Op::kSoftmax : Op::kLogSoftmax,
+                                 {2, 32769 + offset, 32769 + 2 * offset, offset}, "large", 90 + static_cast<uint32_t>(offset));
+  }
+}
+
 // ---- re-read rows (RowKernelLimits::reread_above_words) ------------------------------------
 
 // Rows past one CTA's tile (up to 1 MiB) on small tiles, the second pass reading the row again,
