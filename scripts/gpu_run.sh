@@ -112,7 +112,9 @@ if stage san; then
     compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/reducekit_tests" --gtest_filter="$filter" \
       --gtest_brief=1 >"$BUILD.sanitizer.tmp" 2>&1
     rc=$?
-    n=$(grep -cE '^========= (Invalid|Race|Error)' "$BUILD.sanitizer.tmp")
+    # Each tool ends with its count: "ERROR SUMMARY: N errors" (racecheck: "N hazards displayed").
+    n=$(grep -oE 'ERROR SUMMARY: [0-9]+|[0-9]+ hazards displayed' "$BUILD.sanitizer.tmp" | grep -oE '[0-9]+' |
+      awk '{s += $1} END {print s + 0}')
     echo "$tool: exit $rc ($n reports)"
     reports=$((reports + n + (rc != 0)))
     cat "$BUILD.sanitizer.tmp" >>"$BUILD.sanitizer.log" && rm "$BUILD.sanitizer.tmp"
