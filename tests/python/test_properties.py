@@ -193,8 +193,9 @@ def _check_non_finite(out, ref, what):
 
 def _grad_close(out, ref, dtype, scale, what):
     """tolerance.assert_close for gradients computed by torch ops in x's dtype (the reductions'
-    backward formulas, python/reducekit/_reduce.py): their intermediates round at the dtype's
-    epsilon, not float32's, so the absolute term is 4 eps(dtype) * scale where that is larger.
+    backward formulas, python/reducekit/_reduce.py; var and std's compute in float32 for 16-bit x
+    and round once, the others in x's dtype): intermediates may round at the dtype's epsilon, not
+    float32's, so the absolute term is 4 eps(dtype) * scale where that is larger.
     A value within a few units of the dtype's largest (or past it) may round to inf, as torch's."""
     assert out is not None, f"{what}: no gradient"
     edge = torch.finfo(dtype).max * (1 - 16 * torch.finfo(dtype).eps)

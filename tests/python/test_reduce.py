@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import reducekit
+import tolerance
 
 DEV = "cuda"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -366,6 +367,28 @@ def test_float64_variance_near_1e4_is_exact(op):
     err = ((got - want) / want).abs()
     assert float(err.max()) <= 1.1e-12, f"{op}: {got.tolist()} against the exact {want.tolist()}: relative {err.tolist()}"
     check(op, x, 0)
+
+
+# test_properties.py's shrunk case: float16 values of magnitude 32752 .. 65504 (var 2.7e9, itself
+# inf in float16; std 51822), var and std over every dim. The backward formulas ran in float16:
+# x - mean reached 62336 + 5737 = inf, and 2 std = inf, so var's gradient held -inf and std's NaN
+# where torch's float64 gradient is -13760 and 0.13. They compute in float32 now.
+NEAR_MAX_F16 = [-44608., -60608., 37184., -62816., 42880., 36256., -48192., 57760., -47072., -36224., 62336.]
+
+
+@pytest.mark.parametrize("op", ["var", "std", "var_mean", "std_mean"])
+@pytest.mark.parametrize("values,shape,dim", [(NEAR_MAX_F16, [1, 1, 1, 1, 1, 1, 11], None),
+                                              ([60000., -50000.], [2], 0)],  # std 77782: inf in float16
+                         ids=["near_max", "std_overflows"])
+def test_float16_moment_gradients_stay_finite(op, values, shape, dim):
+    x = torch.tensor(values, device=DEV, dtype=torch.float16).view(shape)
+    xa, xb = x.clone().requires_grad_(), x.double().requires_grad_()
+    outs_a, outs_b = _outputs(rk_call(op, xa, dim)), _outputs(torch_call(op, xb, dim))
+    gs = [torch.full_like(o, -0.25) for o in outs_a]  # var's gradient stays within float16
+    torch.autograd.backward(outs_a, gs)
+    torch.autograd.backward(outs_b, [g.double() for g in gs])
+    # one rounding to float16 at the end, float32 before it: 4 ulp of float16 and 1e-5 relative
+    tolerance.assert_close(xa.grad, xb.grad, torch.float16, xb.grad.abs(), f"{op} dx of {values}")
 
 
 def test_no_overflow_where_the_variance_is_finite():
