@@ -459,12 +459,16 @@ def test_cross_entropy(data):
     got = reducekit.cross_entropy(xa, t, w, reduction=reduction, label_smoothing=smoothing)
     want = torch.nn.functional.cross_entropy(xb, t, None if w is None else w.double(), reduction=reduction,
                                              label_smoothing=smoothing)
-    assert got.dtype == x.dtype and got.shape == want.shape, what
+    assert got.dtype == x.dtype and got.shape == want.shape, \
+        f"loss {got.dtype} {tuple(got.shape)}, torch's {x.dtype} {tuple(want.shape)} ({what})"
     rtol, atol = ce_tests.TOL[x.dtype]
-    # 'mean' over rows that are all ignored is NaN in both (test_all_ignored_mean_is_nan)
-    torch.testing.assert_close(got.double(), want.detach(), rtol=rtol, atol=atol, equal_nan=True, msg=what)
+    # 'mean' over rows that are all ignored is NaN in both (test_all_ignored_mean_is_nan); the
+    # message keeps torch's account of the mismatch (where, how far, what was allowed)
+    torch.testing.assert_close(got.double(), want.detach(), rtol=rtol, atol=atol, equal_nan=True,
+                               msg=lambda detail: f"loss ({what}, {reduction}, smoothing {smoothing}): {detail}")
     if got.numel() and got.requires_grad:
         g = torch.randn(got.shape, device=DEV, dtype=torch.float64)
         got.backward(g.to(got.dtype))
         want.backward(g)
-        torch.testing.assert_close(xa.grad.double(), xb.grad, rtol=rtol, atol=atol, equal_nan=True, msg=what)
+        ce_tests.assert_grad_close(xa.grad, xb.grad, x, t, w, g, reduction, smoothing,
+                                   f"dlogits ({what}, {reduction}, smoothing {smoothing})")
