@@ -5,8 +5,8 @@ Each example draws a tensor and an op's arguments, runs reducekit and checks it 
 the same values cast to float64, with the tolerances and comparison helpers of the per-family
 modules (imported from them, not copied): test_reduce.check, test_softmax.check and
 assert_grad_close, tolerance.assert_close with test_norm's scales, test_batch_norm.compare_forward,
-test_cross_entropy's TOL. Every check also asserts the output's dtype and shape equal torch's, NaN
-exactly where the oracle has NaN, and infinities equal.
+test_cross_entropy's TOL and assert_grad_close. Every check also asserts the output's dtype and
+shape equal torch's, NaN exactly where the oracle has NaN, and infinities equal.
 
 Inputs (`tensors` below):
   rank 1..8; extents mostly from {1, 2, 3, 5, 7, 11, 13, 31, 37}, sometimes a long prime
