@@ -169,7 +169,8 @@ def test_empty_tensors(kind, dtype, case):
             continue
         assert g is not None and g.shape == want.shape, \
             f"{name}: shape {None if g is None else tuple(g.shape)}, expected {tuple(want.shape)}"
-        assert torch.equal(g.double(), want), f"{name}: {g.flatten()[:8].tolist()}, torch's {want.flatten()[:8].tolist()}"
+        assert torch.equal(g.double(), want), \
+            f"{name}: {g.flatten()[:8].tolist()}, torch's {want.flatten()[:8].tolist()}"
 
 
 def test_rms_norm_default_eps():

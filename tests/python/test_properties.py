@@ -300,7 +300,8 @@ def test_softmax_backward(data):
     ref = softmax_tests.grad_formula(op, y64, g, dim)
     nan_differs = xa.grad.isnan() != ref.isnan()
     assert not bool(nan_differs.any()), f"{op} dx: NaN pattern differs ({what}) at " \
-        f"{nan_differs.nonzero()[:4].tolist()}: got {xa.grad[nan_differs][:4].tolist()}, want {ref[nan_differs][:4].tolist()}"
+        f"{nan_differs.nonzero()[:4].tolist()}: got {xa.grad[nan_differs][:4].tolist()}, " \
+        f"want {ref[nan_differs][:4].tolist()}"
     _check_non_finite(xa.grad, ref, f"{op} dx ({what})")
     finite = ref.isfinite()
     softmax_tests.assert_grad_close(op, torch.where(finite, xa.grad, 0).to(dtype), torch.where(finite, ref, 0),

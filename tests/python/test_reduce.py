@@ -365,7 +365,8 @@ def test_float64_variance_near_1e4_is_exact(op):
     out = rk_call(op, x, 0)
     got = (out[0] if isinstance(out, tuple) else out).view(5)
     err = ((got - want) / want).abs()
-    assert float(err.max()) <= 1.1e-12, f"{op}: {got.tolist()} against the exact {want.tolist()}: relative {err.tolist()}"
+    assert float(err.max()) <= 1.1e-12, \
+        f"{op}: {got.tolist()} against the exact {want.tolist()}: relative {err.tolist()}"
     check(op, x, 0)
 
 
