@@ -175,41 +175,64 @@ def _logsumexp_backward(ctx, g):
     return _grads(ctx, expand(g) * torch.exp(x - expand(y)))
 
 
-def _var_grad(ctx, x, g_var):
-    """dvar/dx * g_var = 2 (x - mean) / (n - correction) * g_var."""
+def _opmath(t):
+    """16-bit tensors in float32, others as they are: where the backward formulas of var and std
+    compute. In float16 their intermediates overflow where the gradient does not: x - mean reaches
+    twice x's largest value (62336 - (-5737) is inf), 2 std passes 65504 for std above 32752, and
+    inf * 0 then gives NaN. torch's own float16 formula does the same; its float64 one does not."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _deviations(ctx, x):
+    """x - mean over the reduced dims, in _opmath's dtype (a set of one dim-less value: 0)."""
+    x = _opmath(x)
     reduced = sorted(_reduced_dims(x.dim(), ctx.dim))
-    mean = x.mean(dim=reduced, keepdim=True) if reduced else x
-    n = _reduced_numel(x, ctx.dim)
-    dof = n - ctx.correction
+    return x - (x.mean(dim=reduced, keepdim=True) if reduced else x)
+
+
+def _var_grad(ctx, x, g_var, deviations=None):
+    """dvar/dx * g_var = 2 (x - mean) / (n - correction) * g_var, in _opmath's dtype."""
+    d = _deviations(ctx, x) if deviations is None else deviations
+    dof = _reduced_numel(x, ctx.dim) - ctx.correction
     # dof 0 gives inf (NaN where x equals the mean), as torch's double arithmetic does
     scale = 2.0 / dof if dof != 0 else math.inf
-    return _expand_to_input(g_var, x, ctx.dim, ctx.keepdim) * scale * (x - mean)
+    return _expand_to_input(g_var.to(d.dtype), x, ctx.dim, ctx.keepdim) * scale * d
 
 
-def _std_to_var_grad(g, std):
-    # d std = d var / (2 std); a constant set (std 0) gets no gradient, as torch
-    return torch.where(std == 0, torch.zeros_like(g), g / (2 * std))
+def _std_to_var_grad(ctx, x, g, std, deviations):
+    """d std = d var / (2 std), in _opmath's dtype; a constant set (std 0) gets no gradient, as torch.
+    A 16-bit std that overflowed (a finite set whose std passes the dtype's largest value) is
+    recomputed in float32 from the deviations: inf there would zero a finite gradient."""
+    g, std32 = _opmath(g), _opmath(std)
+    if std.dtype in (torch.float16, torch.bfloat16):
+        reduced = sorted(_reduced_dims(x.dim(), ctx.dim))
+        dof = builtins.max(0.0, _reduced_numel(x, ctx.dim) - ctx.correction)
+        m2 = deviations.square().sum(dim=reduced, keepdim=ctx.keepdim) if reduced else deviations.square()
+        std32 = torch.where(std.isinf(), (m2.reshape(std.shape) / dof).sqrt(), std32)
+    return torch.where(std32 == 0, torch.zeros_like(g), g / (2 * std32))
 
 
 def _var_backward(ctx, g):
     x = ctx.saved_tensors[0]
-    return _grads(ctx, _var_grad(ctx, x, g))
+    return _grads(ctx, _var_grad(ctx, x, g).to(x.dtype))
 
 
 def _std_backward(ctx, g):
     x, std = ctx.saved_tensors
-    return _grads(ctx, _var_grad(ctx, x, _std_to_var_grad(g, std)))
+    d = _deviations(ctx, x)
+    return _grads(ctx, _var_grad(ctx, x, _std_to_var_grad(ctx, x, g, std, d), d).to(x.dtype))
 
 
 def _moments_mean_backward(ctx, x, g_first, g_mean, first_is_std):
-    gx = torch.zeros_like(x)
+    gx = torch.zeros_like(_opmath(x))
     if g_first is not None:
+        d = _deviations(ctx, x)
         if first_is_std:
-            g_first = _std_to_var_grad(g_first, ctx.saved_tensors[1])
-        gx = gx + _var_grad(ctx, x, g_first)
+            g_first = _std_to_var_grad(ctx, x, g_first, ctx.saved_tensors[1], d)
+        gx = gx + _var_grad(ctx, x, g_first, d)
     if g_mean is not None:
-        gx = gx + _expand_to_input(g_mean, x, ctx.dim, ctx.keepdim) / _reduced_numel(x, ctx.dim)
-    return _grads(ctx, gx)
+        gx = gx + _expand_to_input(g_mean.to(gx.dtype), x, ctx.dim, ctx.keepdim) / _reduced_numel(x, ctx.dim)
+    return _grads(ctx, gx.to(x.dtype))
 
 
 def _var_mean_backward(ctx, g_var, g_mean):

@@ -79,12 +79,15 @@ inline Status check_stat_tensor(const TensorView& t, const char* name, const Ten
 }
 
 // Rows of an x-shaped tensor: its normalized (last k) dims must be dense, and the leading
-// dims must merge into one row index.
+// dims must merge into one row index. A tensor with no elements is read and written nowhere, so
+// its strides do not matter (torch gives a [2, 0] tensor the strides [1, 1], and a slice of no
+// rows keeps its base's steps; a contiguous() copy of either keeps them too): it plans as dense.
 inline Status plan_norm_rows(const TensorView& t, const char* name, int k, RowwisePlan* plan) {
   TensorView v = t;
+  const bool empty = t.numel() == 0;
   int64_t expected = 1, cols = 1;
   for (int d = t.rank - 1; d >= t.rank - k; --d) {
-    if (t.sizes[d] != 1 && t.strides[d] != expected)
+    if (!empty && t.sizes[d] != 1 && t.strides[d] != expected)
       return Status::unsupported(std::string(name) +
                                  ": the normalized dims must be dense (stride 1 innermost); make the tensor "
                                  "contiguous first");

@@ -36,6 +36,49 @@ def _close(got, want, dtype):
     torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol)
 
 
+def assert_grad_close(got, want, logits, target, weight, grad, reduction, label_smoothing, what,
+                      ignore_index=-100):
+    """dlogits of class-index targets over [rows, classes] logits (no z-loss, no soft-cap) against
+    torch's float64 gradient `want`: TOL, plus what the rounding of the saved lse moves.
+
+    The backward takes the forward's lse in the accumulation dtype (float32 for float32 and 16-bit
+    logits; include/reducekit/loss.hpp), rounded at its own magnitude: |lse' - lse| <= eps |lse|
+    (half a unit from its final rounding, up to half a unit more from log(sum) and the sum behind
+    it, where |lse| is not small). p_j = exp(z_j - lse') then has a relative error of eps |lse|, and
+    d_j = p_j P - T_j (P: the row's upstream gradient times (1 - ls) w[t] + ls W / C; T_j: the
+    target and smoothing terms, which lse does not enter) an absolute one of p_j |P| eps |lse|. At
+    |lse| = 2e4 in float32 that is 2.4e-3 p_j |P|: far above TOL where p_t is near 1 and
+    d_t = P (p_t - 1) is small. Where |lse| is small the term is negligible and TOL decides."""
+    rtol, atol = TOL[logits.dtype]
+    assert got is not None and got.dtype == logits.dtype and got.shape == want.shape, \
+        f"{what}: dlogits {None if got is None else (got.dtype, tuple(got.shape))}, expected " \
+        f"{(logits.dtype, tuple(want.shape))}"
+    o = got.double()
+    assert torch.equal(o.isnan(), want.isnan()), \
+        f"{what}: NaN pattern differs at {(o.isnan() != want.isnan()).nonzero()[:4].tolist()}"
+    x = logits.double()
+    lse = torch.logsumexp(x, 1, keepdim=True)
+    p = (x - lse).exp()
+    classes = x.shape[1]
+    kept = target != ignore_index
+    w = weight.double() if weight is not None else torch.ones(classes, device=x.device, dtype=torch.float64)
+    wt = torch.where(kept, w[target.clamp(0, classes - 1)], 0.0)
+    coef = (1 - label_smoothing) * wt + label_smoothing * w.sum() / classes * kept
+    g = grad.double()
+    row_grad = g if reduction == "none" else (g / wt.sum() if reduction == "mean" else g).expand(coef.shape)
+    acc_eps = torch.finfo(torch.float64 if logits.dtype == torch.float64 else torch.float32).eps
+    upstream = torch.where(kept, row_grad * coef, 0.0)  # P; ignored rows (also 'mean' over none kept) have none
+    shift = p * upstream.abs().unsqueeze(1) * acc_eps * lse.abs()
+    allowed = atol + rtol * want.abs() + shift
+    err = (o - want).abs()
+    bad = want.isfinite() & ~(err <= allowed)
+    if bool(bad.any()):
+        i = tuple(int(v) for v in bad.nonzero()[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} off; first at {i}: got {o[i].item()!r}, "
+                             f"want {want[i].item()!r}, allowed {allowed[i].item()!r} (TOL {rtol:g}/{atol:g}, "
+                             f"lse {lse[i[0], 0].item()!r}, p {p[i].item()!r})")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("classes", [1, 7, 1000, 50257])
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
@@ -66,6 +109,62 @@ def test_backward_matches_torch(dtype):
     reducekit.cross_entropy(a, t, w, label_smoothing=0.1).backward()
     F.cross_entropy(b, t, w.double(), label_smoothing=0.1).backward()
     _close(a.grad, b.grad, dtype)
+
+
+# test_properties.py's shrunk case (logits as it printed them): float32 logits of magnitude up to
+# 3e4, reduction 'none'. Row 24 holds 6560.3208 and 6556.0273 beside far smaller logits; with the
+# target at either, the loss is 0.0136 or 4.307, and the forward's lse - z_t came out 1.07e-4 off
+# (lse rounds at 2.4e-4 there), over TOL's 2e-5. The targets here are each row's largest logit
+# (losses 0 but row 24's) and then the second largest.
+LARGE_LOGITS = [
+    [-8997.8047, -6844.5225, 20507.5371, 1022.8395, 3309.7573],
+    [-5734.5850, 11926.6035, 17273.2871, -5234.8110, -6630.6323],
+    [9305.0225, 9198.6133, 2097.4185, -18276.1758, 50.8268],
+    [-11176.8301, 7903.8301, -7302.8945, -11919.1162, -5241.4038],
+    [458.2126, 5551.5469, 18987.1074, 2845.3936, -2054.6414],
+    [3242.4746, -9293.6719, 9446.1768, 2322.3008, 4028.9500],
+    [1551.8762, -31036.5801, 16716.9902, 1848.2036, 16307.4062],
+    [219.9444, 42.4369, 2656.5952, 22002.5586, 1153.0774],
+    [-979.3259, -1735.4746, 719.7349, -1825.7885, -1039.8263],
+    [459.8654, 388.5012, 8590.8018, -3801.1658, -3533.2063],
+    [13304.4004, 4712.5552, -14626.7686, 1512.6057, 23067.7676],
+    [6473.7524, -12737.4658, -3497.9441, -1171.6932, -5173.2529],
+    [12580.7256, 2367.0405, 15751.7246, 2251.6272, -6126.5547],
+    [-10111.5381, 7901.0640, 9270.6221, -9115.7656, -7567.8633],
+    [23812.7520, -8170.5444, 19977.7344, -12727.0156, -13323.8057],
+    [4903.3862, 4118.0752, -12833.4873, 22470.8984, 3859.4302],
+    [-6536.8115, 8284.6240, -14101.7549, -10778.7539, -3652.3132],
+    [-26263.9590, -15117.8574, -735.7189, 8149.8364, 4118.9155],
+    [-20451.7988, -7673.7334, 4944.0825, -27036.2363, 3370.4658],
+    [5429.6758, 8700.0840, 1409.0303, -6101.0669, -840.8577],
+    [-427.9713, 8059.5513, -9219.3770, 1705.3182, -395.6737],
+    [-13772.1631, 10583.6006, 6471.3354, 2307.5854, 1853.4999],
+    [-13326.3750, -7706.4043, -12752.2412, -8089.8354, -11915.0010],
+    [-14164.4785, -654.7705, -13236.6074, 705.3505, 13924.6650],
+    [6560.3208, -8864.6621, -2272.2744, -8420.7266, 6556.0273],
+    [18411.6602, 19758.6562, -15274.3359, 7921.4717, 10017.7881],
+    [4516.1855, -16402.8457, 49.0505, -2296.9517, -13656.8232],
+    [-16692.4766, 83.5719, 22693.4355, -16605.9434, -1366.5779],
+    [-5103.2607, 3402.2292, 9827.9697, -5557.0874, 5009.2749],
+    [4271.1187, 1387.0646, -6900.1655, -12362.4902, 3525.7515],
+    [2160.7708, -1070.2140, -11232.6777, 822.4126, -14304.6123]]
+
+
+@pytest.mark.parametrize("rank", [0, 1], ids=["largest", "second"])
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_large_logits_small_losses(reduction, rank):
+    x = torch.tensor(LARGE_LOGITS, device=DEV)
+    t = x.argsort(1, descending=True)[:, rank].contiguous()
+    xa, xb = x.clone().requires_grad_(), x.double().requires_grad_()
+    got = reducekit.cross_entropy(xa, t, reduction=reduction)
+    want = F.cross_entropy(xb, t, reduction=reduction)
+    rtol, atol = TOL[torch.float32]
+    torch.testing.assert_close(got.double(), want.detach(), rtol=rtol, atol=atol,
+                               msg=lambda detail: f"loss, targets of rank {rank}: {detail}")
+    g = torch.linspace(-2, 2, got.numel(), device=DEV, dtype=torch.float64).view(got.shape)
+    got.backward(g.float())
+    want.backward(g)
+    assert_grad_close(xa.grad, xb.grad, x, t, None, g, reduction, 0.0, f"dlogits, targets of rank {rank}")
 
 
 def test_z_loss_and_softcap_formulas():

@@ -114,6 +114,65 @@ def test_forward_non_finite_rows(kind, dtype, n):
     assert_close(out[3:], ref[3:], dtype, y_scale(x[3:], [n], None, None), "the finite row")
 
 
+def _empty_view(case, dtype):
+    """Tensors with no elements, as torch lays them out: test_properties.py's shrunk cases first."""
+    if case == "rows_sliced":  # [0, 2] sliced from [0, 3] with a step of 2: strides (3, 2)
+        return torch.randn(0, 3, device=DEV).to(dtype)[:, ::2], [2]
+    if case == "zero_in_normalized":  # [2, 0] over [2, 0]: torch's strides (1, 1)
+        return torch.randn(2, 0, device=DEV).to(dtype), [2, 0]
+    if case == "zero_rows":  # [0, 5] over [5]
+        return torch.randn(0, 5, device=DEV).to(dtype), [5]
+    if case == "zero_columns":  # [3, 0] over [0]: three rows of nothing
+        return torch.randn(3, 0, device=DEV).to(dtype), [0]
+    if case == "transposed":  # [4, 0, 3] over [0, 3], a permuted view
+        return torch.randn(3, 0, 4, device=DEV).to(dtype).permute(2, 1, 0), [0, 3]
+    raise ValueError(case)
+
+
+EMPTY_CASES = ["rows_sliced", "zero_in_normalized", "zero_rows", "zero_columns", "transposed"]
+
+
+@pytest.mark.parametrize("case", EMPTY_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_empty_tensors(kind, dtype, case):
+    """A tensor with no elements gives empty outputs and gradients (dweight / dbias: zeros, a sum
+    over no rows), as torch's, whatever its strides: test_properties.py found rms_norm of a [0, 2]
+    slice and of [2, 0] over [2, 0] refused as 'x: the normalized dims must be dense'."""
+    x, shape = _empty_view(case, dtype)
+    r = torch.randn(x.shape, device=DEV).to(dtype) if kind.startswith("add_") else None
+    w, b = make_params(shape, torch.float32 if dtype in HALF else dtype, bias="layer" in kind)
+    base = kind.removeprefix("add_")
+
+    def ours(x, r, w, b):
+        if kind == "layer_norm":
+            return reducekit.layer_norm(x, shape, w, b, 1e-5)
+        if kind == "rms_norm":
+            return reducekit.rms_norm(x, shape, w, 1e-5)
+        if kind == "add_layer_norm":
+            return reducekit.add_layer_norm(x, r, shape, w, b, 1e-5)
+        return reducekit.add_rms_norm(x, r, shape, w, 1e-5)
+
+    out = ours(x, r, w, b)
+    y, s = out if isinstance(out, tuple) else (out, None)
+    assert y.dtype == dtype and y.shape == x.shape, f"y: {y.dtype} {tuple(y.shape)} for x {dtype} {tuple(x.shape)}"
+    if s is not None:
+        assert s.dtype == dtype and s.shape == x.shape, f"s: {s.dtype} {tuple(s.shape)} for x {tuple(x.shape)}"
+    dy = torch.randn(x.shape, device=DEV).to(dtype)
+    got = grads(ours, [x, r, w, b], dy)
+    ref = grads(lambda x, w, b: torch_norm(base, x, shape, w, b, 1e-5),
+                [x.double(), w.double(), b.double() if b is not None else None], dy.double())
+    for name, g, want in (("dx", got[0], ref[0]), ("dresidual", got[1], ref[0] if r is not None else None),
+                          ("dweight", got[2], ref[1]), ("dbias", got[3], ref[2])):
+        if want is None:
+            assert g is None, f"{name}: a gradient where none is wanted"
+            continue
+        assert g is not None and g.shape == want.shape, \
+            f"{name}: shape {None if g is None else tuple(g.shape)}, expected {tuple(want.shape)}"
+        assert torch.equal(g.double(), want), \
+            f"{name}: {g.flatten()[:8].tolist()}, torch's {want.flatten()[:8].tolist()}"
+
+
 def test_rms_norm_default_eps():
     x = torch.randn(4, 64, device=DEV, dtype=torch.bfloat16) * 1e-3
     ref = torch.nn.functional.rms_norm(x.double(), [64], None, torch.finfo(torch.bfloat16).eps)

@@ -5,8 +5,8 @@ Each example draws a tensor and an op's arguments, runs reducekit and checks it 
 the same values cast to float64, with the tolerances and comparison helpers of the per-family
 modules (imported from them, not copied): test_reduce.check, test_softmax.check and
 assert_grad_close, tolerance.assert_close with test_norm's scales, test_batch_norm.compare_forward,
-test_cross_entropy's TOL. Every check also asserts the output's dtype and shape equal torch's, NaN
-exactly where the oracle has NaN, and infinities equal.
+test_cross_entropy's TOL and assert_grad_close. Every check also asserts the output's dtype and
+shape equal torch's, NaN exactly where the oracle has NaN, and infinities equal.
 
 Inputs (`tensors` below):
   rank 1..8; extents mostly from {1, 2, 3, 5, 7, 11, 13, 31, 37}, sometimes a long prime
@@ -188,13 +188,16 @@ def _spread(t, x, reduced, keepdim):
 def _check_non_finite(out, ref, what):
     """What tolerance.assert_close leaves out: infinities equal where the oracle has them."""
     inf = ref.isinf()
-    assert torch.equal(out.double()[inf], ref[inf]), f"{what}: infinities differ"
+    differ = inf & (out.double() != ref)
+    assert not bool(differ.any()), f"{what}: infinities differ at {differ.nonzero()[:4].tolist()}: got " \
+                                   f"{out.double()[differ][:4].tolist()}, want {ref[differ][:4].tolist()}"
 
 
 def _grad_close(out, ref, dtype, scale, what):
     """tolerance.assert_close for gradients computed by torch ops in x's dtype (the reductions'
-    backward formulas, python/reducekit/_reduce.py): their intermediates round at the dtype's
-    epsilon, not float32's, so the absolute term is 4 eps(dtype) * scale where that is larger.
+    backward formulas, python/reducekit/_reduce.py; var and std's compute in float32 for 16-bit x
+    and round once, the others in x's dtype): intermediates may round at the dtype's epsilon, not
+    float32's, so the absolute term is 4 eps(dtype) * scale where that is larger.
     A value within a few units of the dtype's largest (or past it) may round to inf, as torch's."""
     assert out is not None, f"{what}: no gradient"
     edge = torch.finfo(dtype).max * (1 - 16 * torch.finfo(dtype).eps)
@@ -286,14 +289,19 @@ def test_softmax_backward(data):
     y = softmax_tests.RK[op](xa, dim=dim)
     g = torch.randn(x.shape, device=DEV, dtype=torch.float64).to(dtype)
     y.backward(g)
-    assert xa.grad is not None and xa.grad.dtype == dtype and xa.grad.shape == x.shape, what
+    assert xa.grad is not None and xa.grad.dtype == dtype and xa.grad.shape == x.shape, \
+        f"{op} dx: {None if xa.grad is None else (xa.grad.dtype, tuple(xa.grad.shape))} for x {dtype} " \
+        f"{tuple(x.shape)} ({what})"
     # as test_softmax.test_backward: 16-bit gradients start from the saved 16-bit y, as torch's do
     if dtype in HALF:
         y64, rtol = y.detach().double(), 2.0**-7
     else:
         y64, rtol = softmax_tests.reference(op, x, dim), (2e-5 if dtype == torch.float32 else 1e-12)
     ref = softmax_tests.grad_formula(op, y64, g, dim)
-    assert torch.equal(xa.grad.isnan(), ref.isnan()), f"{op} dx: NaN pattern differs ({what})"
+    nan_differs = xa.grad.isnan() != ref.isnan()
+    assert not bool(nan_differs.any()), f"{op} dx: NaN pattern differs ({what}) at " \
+        f"{nan_differs.nonzero()[:4].tolist()}: got {xa.grad[nan_differs][:4].tolist()}, " \
+        f"want {ref[nan_differs][:4].tolist()}"
     _check_non_finite(xa.grad, ref, f"{op} dx ({what})")
     finite = ref.isfinite()
     softmax_tests.assert_grad_close(op, torch.where(finite, xa.grad, 0).to(dtype), torch.where(finite, ref, 0),
@@ -338,9 +346,11 @@ def test_norm(case):
     y, s = run_norm(kind, x, shape, w, b, r)
     if r is not None:
         want = x + r
-        assert s.dtype == want.dtype and s.shape == want.shape
-        assert torch.equal(s.isnan(), want.isnan()) and torch.equal(s.nan_to_num(), want.nan_to_num()), \
-            "s must be x + residual in x's dtype"
+        assert s.dtype == want.dtype and s.shape == want.shape, \
+            f"s: {s.dtype} {tuple(s.shape)}, x + residual: {want.dtype} {tuple(want.shape)} ({what})"
+        differ = (s.isnan() != want.isnan()) | (s.nan_to_num() != want.nan_to_num())
+        assert not bool(differ.any()), f"s must be x + residual in x's dtype ({what}): at " \
+            f"{differ.nonzero()[:4].tolist()} got {s[differ][:4].tolist()}, want {want[differ][:4].tolist()}"
         x = want
     ref = norm_tests.torch_norm(kind.removeprefix("add_"), x, shape, w, b, 1e-5)
     _check_non_finite(y, ref, f"{kind} ({what})")
@@ -410,7 +420,11 @@ def test_deterministic(data):
             call = lambda: reduce_tests.rk_call(op, x, dim)  # noqa: E731
     first = _bits(call())
     reducekit.softmax(torch.randn(3, 1001, device=DEV), -1)  # other work in between must not matter
-    assert all(torch.equal(a, b) for a, b in zip(first, _bits(call()))), f"two runs differ ({family}, {what})"
+    second = _bits(call())
+    for k, (a, b) in enumerate(zip(first, second)):
+        differ = a != b
+        assert not bool(differ.any()), f"two runs differ ({family}, {what}), output {k}: {int(differ.sum())} of " \
+            f"{differ.numel()} elements, first at flat index {int(differ.reshape(-1).nonzero()[0])}"
 
 
 # ----------------------------------------------------------------------------- batch_norm, cross_entropy
@@ -458,12 +472,16 @@ def test_cross_entropy(data):
     got = reducekit.cross_entropy(xa, t, w, reduction=reduction, label_smoothing=smoothing)
     want = torch.nn.functional.cross_entropy(xb, t, None if w is None else w.double(), reduction=reduction,
                                              label_smoothing=smoothing)
-    assert got.dtype == x.dtype and got.shape == want.shape, what
+    assert got.dtype == x.dtype and got.shape == want.shape, \
+        f"loss {got.dtype} {tuple(got.shape)}, torch's {x.dtype} {tuple(want.shape)} ({what})"
     rtol, atol = ce_tests.TOL[x.dtype]
-    # 'mean' over rows that are all ignored is NaN in both (test_all_ignored_mean_is_nan)
-    torch.testing.assert_close(got.double(), want.detach(), rtol=rtol, atol=atol, equal_nan=True, msg=what)
+    # 'mean' over rows that are all ignored is NaN in both (test_all_ignored_mean_is_nan); the
+    # message keeps torch's account of the mismatch (where, how far, what was allowed)
+    torch.testing.assert_close(got.double(), want.detach(), rtol=rtol, atol=atol, equal_nan=True,
+                               msg=lambda detail: f"loss ({what}, {reduction}, smoothing {smoothing}): {detail}")
     if got.numel() and got.requires_grad:
         g = torch.randn(got.shape, device=DEV, dtype=torch.float64)
         got.backward(g.to(got.dtype))
         want.backward(g)
-        torch.testing.assert_close(xa.grad.double(), xb.grad, rtol=rtol, atol=atol, equal_nan=True, msg=what)
+        ce_tests.assert_grad_close(xa.grad, xb.grad, x, t, w, g, reduction, smoothing,
+                                   f"dlogits ({what}, {reduction}, smoothing {smoothing})")

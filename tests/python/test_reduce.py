@@ -12,11 +12,13 @@ NaN and inf exactly where the oracle has them. conftest.py skips this module, wi
 where torch, a GPU or a built reducekit is missing.
 """
 import math
+from fractions import Fraction
 
 import pytest
 import torch
 
 import reducekit
+import tolerance
 
 DEV = "cuda"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -76,6 +78,37 @@ def _flattened_call(op, x, dims, keepdim):
     if keepdim:
         out = out.reshape([1 if d in reduced else x.shape[d] for d in range(rank)])
     return out
+
+
+def moments_reference(op, x, dim, keepdim=False, correction=1):
+    """var or std of x in float64, accurate where torch's is not.
+
+    torch.var's float64 kernel is a Welford update without a shift, whose error grows with
+    |mean| / std (Chan, Golub and LeVeque: about n |mean| / std units of float64 in the worst
+    case): test_properties.py caught it 2.6e-12 off, relative, on three values near 1e4, where the
+    exact variance (fractions) and reducekit's agreed to 2e-16. Here: the set's minimum p (one of
+    its elements, so a constant set gives 0 exactly) is subtracted, then two passes over y = x - p
+    with the corrected-two-pass term, var = (sum d^2 - (sum d)^2 / n) / max(0, n - correction) for
+    d = y - mean(y). Its relative error: the shift rounds each y by at most u |y| (u = 2^-53), which
+    moves sum d^2 by at most 2 u kappa sum d^2 with kappa = sqrt(sum y^2 / sum d^2) <= sqrt(n) (p is in
+    the set, so |mean - p| <= sqrt(n - 1) std); the corrected two passes add (L + 3) u plus second
+    order terms, L the longest chain of additions in torch's float64 sum (a tree over threads). For
+    n <= 2^16: at most (2 * 256 + L + 3) u, under 1e-13 while L < 380, a tenth of the float64 rtol
+    below. NaN for a set holding inf or NaN and for an empty set, inf where n <= correction and the
+    set is not constant, as torch."""
+    xd = x.double()
+    if xd.dim() == 0:
+        xd, dims, keepdim = xd.reshape(1), [0], False
+    else:
+        dims = [dim] if isinstance(dim, int) else list(dim or range(xd.dim()))  # None and []: every dim
+    n = math.prod(xd.shape[d] for d in dims)
+    pivot = xd.amin(dims, keepdim=True) if n else xd.sum(dims, keepdim=True)
+    y = xd - pivot
+    d = y - y.mean(dims, keepdim=True)
+    m2 = (d.square().sum(dims, keepdim=keepdim) - d.sum(dims, keepdim=keepdim).square() / n).clamp_min(0)
+    var = m2 / max(0, n - correction)
+    out = var.sqrt() if op == "std" else var
+    return out.reshape([]) if x.dim() == 0 else out
 
 
 def reduced_set_stats(x, dim, keepdim):
@@ -143,11 +176,14 @@ def assert_close(op, out, ref, dtype, n=1, abs_sum=None):
 def check(op, x, dim, keepdim=False, correction=1):
     """Runs reducekit's op and the float64 oracle on x and compares every output."""
     out = rk_call(op, x, dim, keepdim, correction)
-    ref = torch_call(op, x, dim, keepdim, correction)
+    if op in MOMENT_OPS:  # torch.var's float64 Welford is not accurate enough (moments_reference)
+        ref = moments_reference(op[:3], x, dim, keepdim, correction)
+    else:
+        ref = torch_call(op, x, dim, keepdim, correction)
     n, abs_sum = reduced_set_stats(x, dim, keepdim)
     if op in ("var_mean", "std_mean"):
         assert isinstance(out, tuple) and len(out) == 2
-        assert_close(op[:3], out[0], ref[0], x.dtype, n, abs_sum)
+        assert_close(op[:3], out[0], ref, x.dtype, n, abs_sum)
         # The mean output is the true mean, checked against torch.mean in float64: a set holding
         # one inf has mean inf (+inf with -inf, or NaN, gives NaN), where torch.var_mean's Welford
         # update returns NaN (inf - inf inside it). Where both are finite they agree.
@@ -301,6 +337,59 @@ def test_large_mean_variance_accuracy(path):
     got = reducekit.var(x, dim).double()
     want = torch.var(x.double(), dim)
     assert float(((got - want).abs() / want).max()) < 1e-4
+
+
+# test_properties.py's shrunk case (values as it printed them, to 4 decimals): [3, 1, 5] float64
+# near 1e4, var over dim 0. torch.var's float64 Welford, the oracle then, was 2.6e-12 off (relative)
+# in column 0; the float64 tolerance is 1.1e-12. The same Welford on these printed values is 2.1e-12
+# off there (emulated on the CPU); the exact variance is computed here with fractions.
+NEAR_1E4 = [[9999.6896, 9999.9657, 10000.1756, 9997.7196, 10000.5039],
+            [10000.5596, 9999.9250, 10000.9691, 9999.7643, 9999.5418],
+            [10000.5661, 10001.2851, 9998.1333, 9999.9688, 10001.2433]]
+
+
+def _exact_var(values, correction=1):
+    f = [Fraction(v) for v in values]
+    mean = sum(f) / len(f)
+    return float(sum((v - mean) ** 2 for v in f) / (len(f) - correction))
+
+
+@pytest.mark.parametrize("op", ["var", "var_mean", "std"])
+def test_float64_variance_near_1e4_is_exact(op):
+    x = torch.tensor(NEAR_1E4, device=DEV, dtype=torch.float64).view(3, 1, 5)
+    exact = torch.tensor([_exact_var(x[:, 0, j].tolist()) for j in range(5)], device=DEV, dtype=torch.float64)
+    ref = moments_reference(op[:3], x, 0)
+    want = exact.sqrt() if op == "std" else exact
+    oracle_err = ((ref.view(5) - want) / want).abs().max().item()
+    assert oracle_err < 1e-14, f"moments_reference is {oracle_err:.3g} off the exact {op}, relative"
+    out = rk_call(op, x, 0)
+    got = (out[0] if isinstance(out, tuple) else out).view(5)
+    err = ((got - want) / want).abs()
+    assert float(err.max()) <= 1.1e-12, \
+        f"{op}: {got.tolist()} against the exact {want.tolist()}: relative {err.tolist()}"
+    check(op, x, 0)
+
+
+# test_properties.py's shrunk case: float16 values of magnitude 32752 .. 65504 (var 2.7e9, itself
+# inf in float16; std 51822), var and std over every dim. The backward formulas ran in float16:
+# x - mean reached 62336 + 5737 = inf, and 2 std = inf, so var's gradient held -inf and std's NaN
+# where torch's float64 gradient is -13760 and 0.13. They compute in float32 now.
+NEAR_MAX_F16 = [-44608., -60608., 37184., -62816., 42880., 36256., -48192., 57760., -47072., -36224., 62336.]
+
+
+@pytest.mark.parametrize("op", ["var", "std", "var_mean", "std_mean"])
+@pytest.mark.parametrize("values,shape,dim", [(NEAR_MAX_F16, [1, 1, 1, 1, 1, 1, 11], None),
+                                              ([60000., -50000.], [2], 0)],  # std 77782: inf in float16
+                         ids=["near_max", "std_overflows"])
+def test_float16_moment_gradients_stay_finite(op, values, shape, dim):
+    x = torch.tensor(values, device=DEV, dtype=torch.float16).view(shape)
+    xa, xb = x.clone().requires_grad_(), x.double().requires_grad_()
+    outs_a, outs_b = _outputs(rk_call(op, xa, dim)), _outputs(torch_call(op, xb, dim))
+    gs = [torch.full_like(o, -0.25) for o in outs_a]  # var's gradient stays within float16
+    torch.autograd.backward(outs_a, gs)
+    torch.autograd.backward(outs_b, [g.double() for g in gs])
+    # one rounding to float16 at the end, float32 before it: 4 ulp of float16 and 1e-5 relative
+    tolerance.assert_close(xa.grad, xb.grad, torch.float16, xb.grad.abs(), f"{op} dx of {values}")
 
 
 def test_no_overflow_where_the_variance_is_finite():

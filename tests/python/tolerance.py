@@ -17,7 +17,9 @@ def assert_close(out, ref, dtype, scale, what):
     assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     o = out.double()
-    assert torch.equal(o.isnan(), ref.isnan()), f"{what}: NaN pattern differs"
+    nan_differs = o.isnan() != ref.isnan()
+    assert not bool(nan_differs.any()), f"{what}: NaN pattern differs at {nan_differs.nonzero()[:4].tolist()}: got " \
+                                        f"{o[nan_differs][:4].tolist()}, want {ref[nan_differs][:4].tolist()}"
     err = (o - ref).abs()
     allowed = 4 * ulp(ref, dtype) + math_eps(dtype) * scale
     bad = ref.isfinite() & (err > allowed)
