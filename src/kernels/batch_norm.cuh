@@ -11,6 +11,7 @@
 //   batch_norm_apply_kernel     out = p * (x - mean) + q * dy + r per channel: y (q = 0) or dx.
 //
 // Every combine runs in an order fixed by the plan, so the results are deterministic.
+// Forward moments are of x - K_c (channel_shift): merged raw, means near 1e4 cost u |mean| / std.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,7 @@ template <typename Acc> struct BatchNormArgs {
   void* out = nullptr;       // y or dx
   int64_t n = 0, c = 0, s = 0, chunk = 0, chunks = 0, tiles = 0, stats_ctas = 0;
   int tile_vectors = 1;
+  bool channels_last = false;   // the plan's layout: where channel_shift finds K_c
   const Acc* weight = nullptr;  // null: 1
   const Acc* bias = nullptr;    // null: 0
   Acc momentum = 0, eps = 0;
@@ -217,13 +219,26 @@ template <typename Acc> __device__ __forceinline__ int64_t stats_cta_count(const
   return taken * a.chunk - short_by;
 }
 
+// The forward's shift K_c of channel ch: its element (n = 0, c, spatial 0), at ch * s
+// channels-first and at ch channels-last; 0 where that is not finite (as reduce_stats.cuh's
+// pivot) or the channel has no elements. A function of x and the layout alone: every CTA of a
+// channel, in every kernel, shifts by the same bits.
+template <typename T, typename Acc>
+__device__ __forceinline__ Acc channel_shift(const BatchNormArgs<Acc>& a, int64_t ch, bool channels_last) {
+  if (a.n * a.s == 0) return Acc(0);
+  const Acc v = to_acc<Acc>(static_cast<const T*>(a.x)[channels_last ? ch : ch * a.s]);
+  return isfinite(v) ? v : Acc(0);
+}
+
 // The apply pass's per-channel parameters: out = p * (x - mean) + q * dy + r.
 template <typename Acc> struct ChannelParams {
   Acc mean, p, q, r;
 };
 
 // What a channel's merged statistics make: its outputs (save_mean / save_invstd and the running
-// statistics, or dweight / dbias; written where write_outputs) and the apply parameters.
+// statistics, or dweight / dbias; written where write_outputs) and the apply parameters. A
+// forward's st.mean is the channel's true mean (K_c added back): y, save_mean and running_mean
+// all take it.
 template <typename Acc>
 __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Moments<Acc>& st,
                                              bool write_outputs) {
@@ -257,25 +272,33 @@ __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_
           a.batch_statistics ? -k * st.dy * inv_count : Acc(0)};
 }
 
-// Folds values f(0) .. f(M - 1) (the first `valid` of them real, the rest 0) into st: the batch's
-// exact two-pass moments, then one merge.
-template <int M, typename Acc, class F> __device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, int valid) {
+// Folds values f(0) .. f(M - 1) less `shift` (K_c; the first `valid` values real, the rest
+// ignored: a padding 0 would count as -K_c) into st: the batch's exact two-pass moments of
+// x - K_c, then one merge. The second pass takes (x - K_c) - mean as (x - hi) + lo, hi + lo =
+// K_c + mean exactly (TwoSum): x - hi is exact for x near the mean, and no shifted copy of the
+// batch stays live between the passes (that copy spilled the float64 kernel further).
+template <int M, typename Acc, class F>
+__device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, Acc shift, int valid) {
   Acc sum = 0;
 #pragma unroll
-  for (int i = 0; i < M; ++i) sum += f(i);
+  for (int i = 0; i < M; ++i) sum += i < valid ? f(i) - shift : Acc(0);
   const Acc mean = sum / static_cast<Acc>(valid);
+  const Acc hi = shift + mean, t = hi - shift;
+  // An infinite or NaN mean (inf or NaN in x) leaves lo out: x - hi as x - mean was before.
+  const Acc lo = isfinite(hi) ? (shift - (hi - t)) + (mean - t) : Acc(0);
   Acc m2 = 0;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
-    const Acc d = f(i) - mean;
+    const Acc d = (f(i) - hi) + lo;
     m2 += i < valid ? d * d : Acc(0);
   }
   st = merge(st, Moments<Acc>{valid, mean, m2});
 }
 
+// center[j]: lane j's channel's saved mean (backward) or its shift K_c (forward: moments of x - K_c).
 template <typename T, int VEC, int U, bool kBackward, int kLanes, typename Acc>
 __device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>> (&st)[kLanes],
-                                     const Acc (&mean)[kLanes]) {
+                                     const Acc (&center)[kLanes]) {
   if constexpr (kBackward) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -284,7 +307,7 @@ __device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, st
         const int j = kLanes == 1 ? 0 : i;
         const Acc g = element<T, VEC, Acc>(b.dy[u], i), v = element<T, VEC, Acc>(b.x[u], i);
         st[j].dy += g;
-        st[j].dy_xc += u < b.count ? g * (v - mean[j]) : Acc(0);
+        st[j].dy_xc += u < b.count ? g * (v - center[j]) : Acc(0);
       }
   } else if constexpr (kLanes == 1) {
     // Groups of G vectors (8 values, one vector at 16-bit vectors): a merge, and its division,
@@ -294,12 +317,13 @@ __device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, st
     for (int u0 = 0; u0 < U; u0 += G)
       if (u0 < b.count) {
         const int valid = (b.count - u0 < G ? b.count - u0 : G) * VEC;
-        fold_batch<G * VEC>(st[0], [&](int m) { return element<T, VEC, Acc>(b.x[u0 + m / VEC], m % VEC); }, valid);
+        fold_batch<G * VEC>(
+            st[0], [&](int m) { return element<T, VEC, Acc>(b.x[u0 + m / VEC], m % VEC); }, center[0], valid);
       }
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i)
-      fold_batch<U>(st[i], [&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, b.count);
+      fold_batch<U>(st[i], [&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], b.count);
   }
 }
 
@@ -320,24 +344,28 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
   const int64_t tile = blockIdx.x % a.tiles, r = blockIdx.x / a.tiles;
   ChunkStream<L, VEC> stream(a, tile, r);
 
+  // Backward: the saved means; forward: the shifts K_c (the partials are moments of x - K_c).
   Slot st[kLanes];
-  Acc mean[kLanes];
+  Acc center[kLanes];
 #pragma unroll
   for (int j = 0; j < kLanes; ++j) {
     st[j] = Slot{};
-    mean[j] = 0;
-    if constexpr (kBackward)
-      if (stream.walk.column_valid) mean[j] = a.mean[stream.walk.channel + j];
+    center[j] = 0;
+    if (stream.walk.column_valid) {
+      const int64_t ch = stream.walk.channel + j;
+      if constexpr (kBackward) center[j] = a.mean[ch];
+      else center[j] = channel_shift<T>(a, ch, L == BatchNormLayout::kChannelsLast);
+    }
   }
   // Two batches in flight: the next one loads while the current one folds.
   RawBatch<T, VEC, U, kBackward> first, second;
   fill(first, stream, a);
   while (first.count > 0) {
     fill(second, stream, a);
-    fold<T, VEC, U, kBackward, kLanes, Acc>(first, st, mean);
+    fold<T, VEC, U, kBackward, kLanes, Acc>(first, st, center);
     if (second.count == 0) break;
     fill(first, stream, a);
-    fold<T, VEC, U, kBackward, kLanes, Acc>(second, st, mean);
+    fold<T, VEC, U, kBackward, kLanes, Acc>(second, st, center);
   }
 
   // The CTA's partial per channel: thread t's lanes are columns t * kLanes + j of a
@@ -364,7 +392,9 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
 }
 
 // A warp a channel, 8 channels a CTA: lane l merges partials l, l + 32, ... in order, then the
-// lanes merge pairwise down to lane 0, which writes the channel's outputs.
+// lanes merge pairwise down to lane 0, which writes the channel's outputs. Forward partials are
+// moments of x - K_c: merged shifted (means near 0 round by u |mean - K_c|, not u |mean|), K_c
+// added back to the merged mean.
 template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(const BatchNormArgs<acc_t<T>> a) {
   using Acc = acc_t<T>;
@@ -373,6 +403,7 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
   const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
   if (ch >= a.c) return;
   const Acc* part = a.partials + ch * a.stats_ctas * 2;
+  const Acc shift = kBackward ? Acc(0) : channel_shift<T>(a, ch, a.channels_last);
   // Four partials a lane in flight at a time, merged in order.
   constexpr int kBatch = 4;
   Slot total{};
@@ -406,6 +437,7 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
     total = merge(total, other);
   }
   if (lane == 0) {
+    if constexpr (!kBackward) total.mean += shift;
     const ChannelParams<Acc> prm = finish_channel(a, ch, total, true);
     Acc* p = a.params + ch * 4;
     p[0] = prm.mean;

@@ -5,10 +5,11 @@
 //   1. stage: the 16-byte granules a piece touches arrive by cp.async (a granule shared with the
 //      neighbouring channel's run comes whole; its other bytes go unused), element by element
 //      only at the tensor's two ends, so nothing outside x is read;
-//   2. fold: forward, the CTA's exact two-pass (count, mean, M2); backward, sum(dy) and
-//      sum(dy * (x - mean));
+//   2. fold: forward, the CTA's exact two-pass (count, mean, M2) of x - K_c (K_c: channel_shift,
+//      the same element in every CTA); backward, sum(dy) and sum(dy * (x - mean));
 //   3. merge: every CTA reads the cluster's partials through distributed shared memory and merges
-//      them in rank order, so all hold the same bits; rank 0 writes the channel's outputs;
+//      them in rank order, so all hold the same bits, and adds K_c back to the mean (merged raw,
+//      means near 1e4 cost the variance u |mean| / std); rank 0 writes the channel's outputs;
 //   4. apply: y (or dx) from the shared copy, whole granules as 16-byte stores.
 //
 // A slot mirrors the granules of global memory its piece touches, and the outputs sit at x's
@@ -135,6 +136,9 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
   extern __shared__ uint4 slots[];
   __shared__ Acc scratch[kWarps];
   __shared__ Slot partial;
+  // Forward: K_c, set by thread 0 before fold_as_staged's first barrier. In shared memory, not a
+  // register: held through the fold in a register, it spilled the float64 kernel at 40.
+  __shared__ Acc shift;
   __shared__ ChannelParams<Acc> params;
 
   const cg::cluster_group cluster = cg::this_cluster();
@@ -156,7 +160,8 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
   for_each_granule<T>(a, r, channel, first_piece, half, local, stage);
   __pipeline_commit();
 
-  // 2. Fold the CTA's share.
+  // 2. Fold the CTA's share (forward: of x - K_c, K_c loaded while the stage is in flight).
+  if (!kBackward && threadIdx.x == 0) shift = channel_shift<T>(a, channel, false);
   Slot mine{};
   if constexpr (kBackward) {
     const Acc mean = a.mean[channel];
@@ -175,12 +180,13 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
     mine.dy = resident_block_sum(sum_dy, scratch);
     mine.dy_xc = resident_block_sum(sum_dy_xc, scratch);
   } else {
+    // Moments of x - K_c: the cluster's merge then sees means near 0.
     Acc sum = 0;
     const auto fold_sum = [&](const ResidentPiece&, int, int g, int lo, int hi) {
       const uint4 xv = slots[g];
 #pragma unroll
       for (int e = 0; e < E; ++e)
-        if (e >= lo && e < hi) sum += element<T, E, Acc>(xv, e);
+        if (e >= lo && e < hi) sum += element<T, E, Acc>(xv, e) - shift;
     };
     fold_as_staged<T>(a, r, channel, first_piece, half, local, fold_sum);
     mine.n = resident_count(r, a.s, first_piece, local);
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
 #pragma unroll
       for (int e = 0; e < E; ++e)
         if (e >= lo && e < hi) {
-          const Acc d = element<T, E, Acc>(xv, e) - mine.mean;
+          const Acc d = (element<T, E, Acc>(xv, e) - shift) - mine.mean;
           m2 += d * d;
         }
     });
@@ -205,6 +211,7 @@ __global__ void __launch_bounds__(kBatchNormResidentThreads, 3)
   if (threadIdx.x == 0) {
     Slot merged{};
     for (int k = 0; k < r.cluster; ++k) merged = merge(merged, *cluster.map_shared_rank(&partial, k));
+    if constexpr (!kBackward) merged.mean += shift;
     params = finish_channel(a, channel, merged, rank == 0);
   }
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");

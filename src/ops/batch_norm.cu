@@ -79,6 +79,7 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
   a.tiles = plan.tiles;
   a.stats_ctas = plan.stats_ctas;
   a.tile_vectors = plan.tile_vectors;
+  a.channels_last = plan.layout == BatchNormLayout::kChannelsLast;  // where the forward finds its shifts K_c
   return a;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -469,6 +470,99 @@ TEST_F(BatchNormGpu, BadArguments) {
   expect_error(backward(yv, &w, siv, &yv, &wd), bad, "dweight");
   expect_error(batch_norm_inference_forward(xv, &w, &w, rm, w4, kEps, yv, &smv, &siv, nullptr), bad, "running_var");
   expect_error(batch_norm_inference_forward(xv, &w, &w, rm, rv, kEps, yv, &wd, &siv, nullptr), bad, "save_mean");
+}
+
+// float32 values 1e4 + randn, against the float64 oracle. The statistics are of x - K_c (K_c the
+// channel's first element), so their merges see means near 0. Merged raw (before K_c), each merged
+// mean near 1e4 was rounded by up to half an ulp (4.9e-4), which reaches the variance as about
+// u |mean| / std = 6e-4 a merge and the mean as a drift of ulps: a float32 emulation of the old
+// kernels on these shapes and seeds gives variances 5e-7 .. 1.2e-4 off and means up to 1.3 ulps
+// off, and some channels of every case fail the bounds below; of the shifted kernels, variances
+// at most 5e-7 off and means half an ulp plus 5e-6 std. The bounds: the unbiased variance
+// (running_var at momentum 1) within 2e-6 relative, a few float32 roundings a merge level (u =
+// 6e-8, about 20 levels); save_mean within half an ulp of the exact mean (its correct rounding)
+// plus 2e-5 std; save_invstd within 1.25e-6 relative. Both layouts; channels-first in the
+// single-read kernel (one-CTA and 4-CTA clusters) and in three passes; channels-last (always three
+// passes) with small and large channels. Each case runs twice: the same bits.
+TEST_F(BatchNormGpu, StatisticsOfValuesNear1e4) {
+  struct Near1e4Case {
+    std::vector<int64_t> sizes;
+    bool channels_last, reads_once;
+  };
+  const std::vector<Near1e4Case> cases = {
+      {{4, 16, 32, 32}, false, true},    // one CTA a channel
+      {{16, 8, 64, 64}, false, true},    // 4-CTA clusters: the merge through distributed shared memory
+      {{2, 64, 256, 256}, false, false},  // 512 KiB channels: three passes
+      {{16, 32, 8, 8}, true, false},
+      {{2, 64, 256, 256}, true, false},
+  };
+  uint32_t seed = 1;
+  for (const Near1e4Case& k : cases) {
+    const int64_t n = k.sizes[0], c = k.sizes[1], hw = k.sizes[2] * k.sizes[3], numel = n * c * hw, count = n * hw;
+    SCOPED_TRACE(testing::Message() << "[" << n << ", " << c << ", " << k.sizes[2] << ", " << k.sizes[3] << "] "
+                                    << (k.channels_last ? "channels-last" : "channels-first"));
+    std::mt19937 gen(seed++);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> x(numel), x_mem(numel);  // x as [n, c, hw], and in memory order
+    for (int64_t i = 0; i < numel; ++i) x[i] = static_cast<float>(1e4 + normal(gen));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t j = 0; j < hw; ++j)
+          x_mem[k.channels_last ? (i * hw + j) * c + ch : (i * c + ch) * hw + j] = x[(i * c + ch) * hw + j];
+    // The float64 oracle, momentum 1: want_rv is the exact unbiased variance.
+    std::vector<double> want_y(numel), want_mean(c), want_invstd(c), want_rm(c, 0.0), want_rv(c, 1.0);
+    ASSERT_TRUE(reference::batch_norm_train_forward(x.data(), nullptr, nullptr, want_y.data(), want_mean.data(),
+                                                    want_invstd.data(), want_rm.data(), want_rv.data(), n, c, hw, 1.0,
+                                                    kEps));
+
+    DeviceBuffer dx(numel * 4), dy(numel * 4), drm(c * 4), drv(c * 4), dsm(c * 4), dsi(c * 4);
+    upload<float>(dx, x_mem);
+    const TensorView xv = x_view(dx.get(), DType::kFloat32, k.sizes, k.channels_last);
+    const TensorView yv = x_view(dy.get(), DType::kFloat32, k.sizes, k.channels_last);
+    const TensorView rmv = channel_view(drm, DType::kFloat32, c), rvv = channel_view(drv, DType::kFloat32, c),
+                     smv = channel_view(dsm, DType::kFloat32, c), siv = channel_view(dsi, DType::kFloat32, c);
+    bool once = false;
+    Status s = batch_norm_reads_once(xv, false, &once);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    ASSERT_EQ(once, k.reads_once) << "not the path this case is for";
+    BatchNormRequirements req;
+    s = batch_norm_requirements(xv, &req);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    DeviceBuffer ws(req.workspace_bytes);
+    bool ran = true;
+    const auto run = [&]() {
+      upload<float>(drm, std::vector<double>(c, 0.0));
+      upload<float>(drv, std::vector<double>(c, 1.0));
+      poison(dsm), poison(dsi);
+      const Status st = batch_norm_training_forward(xv, nullptr, nullptr, &rmv, &rvv, BatchNormOptions{1.0, kEps}, yv,
+                                                    smv, siv, {ws.get(), req.workspace_bytes}, nullptr);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      const cudaError_t err = cudaDeviceSynchronize();
+      EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+      ran = ran && st.is_ok() && err == cudaSuccess;
+      return std::vector<std::vector<unsigned char>>{raw(dsm), raw(dsi), raw(drm), raw(drv)};
+    };
+    const auto first = run();
+    ASSERT_TRUE(ran);
+    EXPECT_TRUE(first == run()) << "the statistics differ between runs";
+
+    int failures = 0;
+    for (int64_t ch = 0; ch < c && failures < 8; ++ch) {
+      const double mean = at<float>(first[0], ch), invstd = at<float>(first[1], ch);
+      const double rm = at<float>(first[2], ch), rv = at<float>(first[3], ch);
+      const double biased = want_rv[ch] * static_cast<double>(count - 1) / static_cast<double>(count);
+      const double half_ulp = std::ldexp(1.0, std::ilogb(want_mean[ch]) - 24);  // float32 at the mean
+      const double mean_err = std::fabs(mean - want_mean[ch]), var_err = std::fabs(rv - want_rv[ch]) / want_rv[ch];
+      const double invstd_err = std::fabs(invstd - want_invstd[ch]) / want_invstd[ch];
+      const bool ok = mean_err <= half_ulp + 2e-5 * std::sqrt(biased) && var_err <= 2e-6 && invstd_err <= 1.25e-6 &&
+                      rm == mean;
+      if (ok) continue;
+      ++failures;
+      ADD_FAILURE() << std::setprecision(10) << "channel " << ch << ": save_mean " << mean << " (off " << mean_err << ", half an ulp "
+                    << half_ulp << "), unbiased variance " << rv << " want " << want_rv[ch] << " (relative "
+                    << var_err << "), save_invstd relative error " << invstd_err << ", running_mean " << rm;
+    }
+  }
 }
 
 }  // namespace

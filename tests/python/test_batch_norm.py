@@ -279,15 +279,16 @@ def test_running_var_of_values_near_1e4():
     0.6629784 where torch's float64 gives 0.6630463. The batch variance of channel 0 came out
     1.4655844 against the exact 1.4662638 (fractions over the float32 values), 4.6e-4 off.
 
-    Why (reproduced bit for bit by a float32 emulation on the CPU): the statistics kernel folds
-    each value as its own partial (one row a thread) and merges the partials with Chan's formula on
-    the raw values, (x0 + x2) then x1. The merged mean of two values near 1e4 is rounded by up to
-    4.9e-4 (half a float32 unit there), and the next merge's delta (1.2) carries that into
-    delta^2 n_a n_b / n: an error of about u |mean| / std of the variance, 5e-4 at |mean| / std =
-    8e3. reducekit.var subtracts an element of the set first (kernels/reduce_stats.cuh, kShift) and
-    is exact on such data; with the channel's first value subtracted, the same merges give all
-    three channels' variances to 6e-8. batch_norm's statistics do not shift yet: this test fails
-    until they do."""
+    Why it failed (reproduced bit for bit by a float32 emulation on the CPU): the statistics
+    kernel folds each value as its own partial (one row a thread) and merged the partials with
+    Chan's formula on the raw values, (x0 + x2) then x1. The merged mean of two values near 1e4 is
+    rounded by up to 4.9e-4 (half a float32 unit there), and the next merge's delta (1.2) carries
+    that into delta^2 n_a n_b / n: an error of about u |mean| / std of the variance, 5e-4 at
+    |mean| / std = 8e3. reducekit.var subtracts an element of the set first
+    (kernels/reduce_stats.cuh, kShift) and is exact on such data; with the channel's first value
+    subtracted, the same merges give all three channels' variances to 6e-8. batch_norm's
+    statistics now shift the same way (K_c, the channel's first element, in kernels/batch_norm.cuh
+    and batch_norm_resident.cuh)."""
     x = torch.tensor([[9999.6895, 9999.9658, 10000.1758],
                       [9997.7197, 10000.5039, 10000.5596],
                       [9999.9248, 10000.9688, 9999.7646]], device=DEV)
