@@ -124,7 +124,12 @@ def stats64(x, rm, rv, training, eps=EPS):
 
 
 def y_scale(x, mean, invstd, w, b):
-    s = (x.double().abs() + per_channel(mean.abs(), x)) * per_channel(invstd, x)
+    """(|x| + |mean| + mean |x|) * invstd * |w| + |b| per element: x - mean carries the float32
+    mean's rounding, which follows the channel's mean |x| (an element near a mean near 0 too)."""
+    xd = x.double()
+    dims = [d for d in range(x.dim()) if d != 1]
+    mean_abs = xd.abs().mean(dims) if xd.numel() > 0 else torch.zeros_like(mean.double())
+    s = (xd.abs() + per_channel(mean.abs(), x) + per_channel(mean_abs, x)) * per_channel(invstd, x)
     if w is not None:
         s = s * per_channel(w.double().abs(), x)
     if b is not None:

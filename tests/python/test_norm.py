@@ -41,12 +41,17 @@ def torch_norm(kind, x, shape, w, b, eps):
     return torch.nn.functional.rms_norm(x, shape, w, eps)
 
 
-def y_scale(x, shape, w, b):
-    """|x| * rstd * |w| + |b| per element, the magnitude the output's rounding follows."""
+def y_scale(x, shape, w, b, centered=True):
+    """|x| * rstd * |w| + |b| per element, the magnitude the output's rounding follows. centered
+    (layer_norm): x - mean also carries the float32 mean's error, which scales with the row's mean
+    |x|, not with |x| or |mean| (an element near a mean near 0 still gets it), so mean |x| joins |x|."""
     dims = tuple(range(x.dim() - len(shape), x.dim()))
     xd = x.double()
     rstd = 1 / (xd.var(dims, unbiased=False, keepdim=True) + 1e-5).sqrt() if xd.shape[-1] > 0 else 1.0
-    s = xd.abs() * rstd * (w.double().abs() if w is not None else 1)
+    magnitude = xd.abs()
+    if centered and xd.numel() > 0:
+        magnitude = magnitude + xd.abs().mean(dims, keepdim=True)
+    s = magnitude * rstd * (w.double().abs() if w is not None else 1)
     return s + (b.double().abs() if b is not None else 0)
 
 
@@ -68,7 +73,8 @@ def test_forward(kind, dtype, n):
             out = reducekit.layer_norm(x, [n], w, b, eps)
         else:
             out = reducekit.rms_norm(x, [n], w, eps)
-        assert_close(out, torch_norm(kind, x, [n], w, b, eps), dtype, y_scale(x, [n], w, b), f"{kind} params {pdt}")
+        assert_close(out, torch_norm(kind, x, [n], w, b, eps), dtype, y_scale(x, [n], w, b, kind == "layer_norm"),
+                     f"{kind} params {pdt}")
 
 
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
@@ -192,7 +198,7 @@ def test_fused_residual(kind, dtype, n):
         else:
             y, s = reducekit.add_rms_norm(x, r, [n], w, 1e-5)
         assert torch.equal(s, x + r), "s must be x + residual in x's dtype"
-        assert_close(y, torch_norm(kind, x + r, [n], w, b, 1e-5), dtype, y_scale(x + r, [n], w, b), "y")
+        assert_close(y, torch_norm(kind, x + r, [n], w, b, 1e-5), dtype, y_scale(x + r, [n], w, b, "layer" in kind), "y")
 
 
 def test_deterministic_and_batch_invariant():
@@ -229,7 +235,7 @@ def test_split_rows(kind, fused, dtype):
     w, b = make_params([n], torch.float32, bias=kind == "layer_norm")
     y = norm_y(kind, fused, x, r, w, b)
     s = x + r if fused else x
-    assert_close(y, torch_norm(kind, s, [n], w, b, 1e-5), dtype, y_scale(s, [n], w, b), kind)
+    assert_close(y, torch_norm(kind, s, [n], w, b, 1e-5), dtype, y_scale(s, [n], w, b, "layer" in kind), kind)
     assert torch.equal(norm_y(kind, fused, x, r, w, b), y), "a second call differs"
     for row in (0, 3):
         alone = norm_y(kind, fused, x[row:row + 1], r[row:row + 1] if fused else None, w, b)
