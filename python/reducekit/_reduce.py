@@ -170,8 +170,15 @@ def _extremum_backward(ctx, g):
 
 
 def _logsumexp_backward(ctx, g):
+    """dx = g exp(x - y). A 16-bit y is rounded at its own magnitude (bfloat16 at 1e4: by up to
+    32), which exp(x - y) turns into a factor of up to e^32: for 16-bit x, y is formed again in
+    float32 from x and the gradient computed there, rounded once."""
     x, y = ctx.saved_tensors
     expand = lambda t: _expand_to_input(t, x, ctx.dim, ctx.keepdim)  # noqa: E731
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x32 = x.float()
+        y32 = _logsumexp(x32, ctx.dim, ctx.keepdim)
+        return _grads(ctx, (expand(g.float()) * torch.exp(x32 - expand(y32))).to(x.dtype))
     return _grads(ctx, expand(g) * torch.exp(x - expand(y)))
 
 

@@ -392,6 +392,18 @@ def test_float16_moment_gradients_stay_finite(op, values, shape, dim):
     tolerance.assert_close(xa.grad, xb.grad, torch.float16, xb.grad.abs(), f"{op} dx of {values}")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_logsumexp_gradient_at_large_magnitude(dtype):
+    """The property suite's case: a 16-bit logsumexp of 1021 values of 9984 rounds to 9984
+    (bfloat16) or 9992 (float16), 6.9 or 1.1 off, and exp(x - y) from that y gave g or g / 2.9
+    where g / 1021 is right. The backward forms y in float32: one 16-bit rounding at the end."""
+    x = torch.full((1021,), 9984.0, device=DEV, dtype=dtype, requires_grad=True)
+    g = torch.tensor(-0.0296, device=DEV, dtype=dtype)
+    reducekit.logsumexp(x, None).backward(g)
+    want = (g.double() / 1021).expand(1021)
+    tolerance.assert_close(x.grad, want, dtype, want.abs(), f"logsumexp dx {dtype}")
+
+
 def test_no_overflow_where_the_variance_is_finite():
     x = 5e18 * torch.randn(7, 5000, device=DEV)  # var ~ 2.5e37, squares of single deviations near float32's max
     check("var", x, -1)
