@@ -287,9 +287,7 @@ Status launch_backward(const BackwardCall& c, const RowwisePlan (&plans)[3], boo
   extra.params_f32 = params_f32;
   extra.saved_mean = c.mean != nullptr ? static_cast<const Acc*>(c.mean->data) : nullptr;
   extra.saved_rstd = static_cast<const Acc*>(c.rstd->data);
-  RowKernelLimits limits;
-  limits.reread_above_words = reread_above_words_for(RowFamily::kNormBackward, static_cast<int>(sizeof(T)));
-  limits.reread_stash_bytes = kRereadStashBytes;  // 16-bit rows gain 1-11% parked (LOG.md)
+  RowKernelLimits limits = row_policy(RowFamily::kNormBackward, static_cast<int>(sizeof(T)));
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   const RowKernelConfig config = plan_row_kernel(args.cols, static_cast<int>(sizeof(T)), 2, limits);
   return launch_row_op<T, Op>(args, extra, config, aligned, stream);

@@ -161,26 +161,11 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
 // The plan of a forward call's rows: depends on the op, the row length and the dtype only.
 template <template <typename, bool> class OpFor, bool kResidual>
 Status forward_config(int64_t cols, int elem_bytes, RowKernelConfig* config) {
-  RowKernelLimits limits;
-  // Rows take 16 values a thread, not 32, in 16-bit layer_norm and in float32 layer_norm and
-  // rms_norm (tuning knobs still apply on top). Run 17a: bf16 layer_norm 4096x2048..8192 and
-  // 32768x4096 6-17% faster, while bf16 rms_norm and softmax gained nothing or lost. Run 21:
-  // float32 4096x2048 / 4096 / 8192 layer_norm 2504 -> 2736 / 3002 -> 3135 / 3076 -> 3406 GB/s,
-  // rms_norm 2761 -> 3079 / 3395 -> 3586 / 3726 -> 3800 (longer rows already take 512 threads;
-  // softmax float32 lost 1-2%). Likely cause: the tile, the weight (and bias) and the statistics'
-  // code leave the 32-value _ext kernel too few registers for loads in flight.
   constexpr bool kLayerNorm = std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>;
-  if (!kResidual && (elem_bytes == 4 || (kLayerNorm && elem_bytes == 2))) limits.block_elems = 16;
-  // float32 rms_norm rows past one CTA of 32-value tiles (16384 elements) take clusters of such
-  // tiles rather than one CTA of 64-value tiles: run 22, 4096x32768 2814 -> 3536 GB/s, 1024x65536
-  // 2590 -> 3202 (run 16 alike); layer_norm lost that way (4096x32768 2299 -> 2155), as did
-  // 16-bit rms_norm at 4096x32768 (2998 -> 2694).
-  if (!kLayerNorm && !kResidual && elem_bytes == 4) limits.max_tile_values = 32;
-  limits.reread_above_words = reread_above_words_for(
-      kLayerNorm && !kResidual ? RowFamily::kLayerNormForward : RowFamily::kNormForward, elem_bytes);
-  limits.reread_over_split = true;
-  // No stash for re-read rows (reread_stash_bytes): parked, the norm forwards' 16-bit and float32
-  // vocabulary rows lost 4-19% (bench/results/LOG.md, "Parked re-read rows").
+  constexpr RowFamily family = kResidual    ? RowFamily::kResidualNormForward
+                               : kLayerNorm ? RowFamily::kLayerNormForward
+                                            : RowFamily::kRmsNormForward;
+  RowKernelLimits limits = row_policy(family, elem_bytes);
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   *config = plan_row_kernel(cols, elem_bytes, kResidual ? 2 : 1, limits);
   return Status::ok();

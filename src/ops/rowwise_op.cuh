@@ -39,20 +39,10 @@ Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)
   else return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
 }
 
-// Device limits with the rowwise ops' settings.
+// Device limits with the rowwise ops' settings (row_policy).
 inline Status rowwise_limits(int elem_bytes, RowKernelLimits* limits) {
-  limits->reread_above_words = reread_above_words_for(RowFamily::kRowwise, elem_bytes);
-  limits->reread_stash_bytes = kRereadStashBytes;
-  limits->reread_over_split = true;
-  const StagedWindow staged = staged_window_for(RowFamily::kRowwise, elem_bytes);
-  limits->staged_min_row_bytes = staged.min_row_bytes;
-  limits->staged_max_row_bytes = staged.max_row_bytes;
-  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(limits));
-  // With 32 values a thread, softmax's direct loads keep enough bytes in flight while tiles are
-  // small (several CTAs an SM); the ring pays only from 32 KB tiles, 1-2 CTAs an SM (run 11:
-  // bf16 32768x4096 3583 direct vs 3341 ring, 4096x32768 2663 direct vs 3324 ring).
-  limits->ring_min_tile_bytes = 32 * 1024;
-  return Status::ok();
+  *limits = row_policy(RowFamily::kRowwise, elem_bytes);
+  return row_kernel_limits(limits);
 }
 
 // The rows of `v` over `dim`, which the kernels address directly or not at all.

@@ -123,13 +123,19 @@ constexpr std::size_t kRereadStashBytes = 110 * 1024;
 // reread_above_words that re-reads only rows past one CTA (no one-CTA tile is larger).
 constexpr int kRereadPastOneCta = kRowTileWords;
 
-// The row op families whose re-read rows were measured apart (bench/results/LOG.md, run 25).
+// The row op families whose plans were measured apart (bench/results/LOG.md).
 enum class RowFamily {
-  kRowwise,           // softmax, log_softmax and their backwards
-  kLayerNormForward,  // layer_norm without a residual
-  kNormForward,       // rms_norm, and either norm with a residual
-  kNormBackward,      // layer_norm / rms_norm backward
+  kRowwise,             // softmax, log_softmax and their backwards
+  kLayerNormForward,    // layer_norm without a residual
+  kRmsNormForward,      // rms_norm without a residual
+  kResidualNormForward, // either norm of x + residual
+  kNormBackward,        // layer_norm / rms_norm backward
 };
+
+// The policy table: the planner settings a family ships for rows of `elem_bytes` elements (one
+// reason an entry, row_kernel_plan.cpp). The device's limits come on top (row_kernel_limits in
+// src/ops/row_launch.cuh); everything else a plan depends on is here.
+RowKernelLimits row_policy(RowFamily family, int elem_bytes);
 
 // The shipped reread_above_words of a family's rows of `elem_bytes` elements.
 int reread_above_words_for(RowFamily family, int elem_bytes);

@@ -365,7 +365,8 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
     return plan_row_kernel(n, elem, inputs, limits);
   };
   const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
-  for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kNormForward, RowFamily::kNormBackward}) {
+  for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kRmsNormForward,
+                            RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
     const int inputs = family == RowFamily::kNormBackward ? 2 : 1;
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family));
     EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
@@ -384,16 +385,69 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
 }
 
+// The policy table (row_policy): every family's settings in every element size, pinned. A change
+// here is a change of what ships, to be measured first (bench/results/LOG.md names the runs).
+TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
+  const RowKernelLimits defaults;
+  struct Want {
+    RowFamily family;
+    int elem;
+    int reread_above_words, block_elems, max_tile_values;
+    std::size_t stash, ring_min_tile, staged_min, staged_max;
+    bool over_split;
+  };
+  constexpr std::size_t K = 1024;
+  const int d_block = defaults.block_elems, d_tile = defaults.max_tile_values;
+  const Want table[] = {
+      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, 64 * K, 110 * K, true},
+      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, true},
+      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, true},
+      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, 0, 0, true},
+      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, true},
+      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, 0, 0, false},
+      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, false},
+      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, false},
+  };
+  for (const Want& w : table) {
+    SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " elem " << w.elem);
+    const RowKernelLimits l = row_policy(w.family, w.elem);
+    EXPECT_EQ(l.reread_above_words, w.reread_above_words);
+    EXPECT_EQ(l.block_elems, w.block_elems);
+    EXPECT_EQ(l.max_tile_values, w.max_tile_values);
+    EXPECT_EQ(l.reread_stash_bytes, w.stash);
+    EXPECT_EQ(l.ring_min_tile_bytes, w.ring_min_tile);
+    EXPECT_EQ(l.staged_min_row_bytes, w.staged_min);
+    EXPECT_EQ(l.staged_max_row_bytes, w.staged_max);
+    EXPECT_EQ(l.reread_over_split, w.over_split);
+    // The device's fields stay the defaults: row_kernel_limits fills them in.
+    EXPECT_EQ(l.sm_count, defaults.sm_count);
+    EXPECT_EQ(l.max_cluster, defaults.max_cluster);
+    EXPECT_EQ(l.max_block_threads, defaults.max_block_threads);
+    EXPECT_EQ(l.min_block_threads, defaults.min_block_threads);
+    EXPECT_EQ(l.ring, defaults.ring);
+    EXPECT_EQ(l.two_phase, defaults.two_phase);
+    EXPECT_EQ(l.split_min_cluster, defaults.split_min_cluster);
+    EXPECT_EQ(l.split_max_elem_bytes, defaults.split_max_elem_bytes);
+    EXPECT_EQ(l.reread_small_tiles_from_bytes, defaults.reread_small_tiles_from_bytes);
+  }
+}
+
 // Staged rows (row_staged.cuh): 16-bit one-input rowwise rows of more than 64 KiB up to 110 KiB,
 // one 512-thread CTA a row, shared memory for the row at any alignment; nothing else is staged.
 TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
   const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
-    RowKernelLimits limits = h200_limits();
-    limits.reread_above_words = reread_above_words_for(family, elem);
-    limits.reread_stash_bytes = kRereadStashBytes;
-    const StagedWindow w = staged_window_for(family, elem);
-    limits.staged_min_row_bytes = w.min_row_bytes;
-    limits.staged_max_row_bytes = w.max_row_bytes;
+    RowKernelLimits limits = row_policy(family, elem);
+    const RowKernelLimits device = h200_limits();
+    limits.sm_count = device.sm_count;
+    limits.max_smem_per_sm = device.max_smem_per_sm;
+    limits.max_smem_per_block = device.max_smem_per_block;
     return plan_row_kernel(n, elem, inputs, limits);
   };
   for (int64_t n : {32769, 40009, 50257, 50264, 56320}) {
@@ -415,7 +469,8 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
   EXPECT_NE(plan(RowFamily::kRowwise, 65536, 2, 1).kind, RowKernelKind::kStaged);
   EXPECT_NE(plan(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
   for (int elem : {4, 8}) EXPECT_NE(plan(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
-  for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kNormForward, RowFamily::kNormBackward}) {
+  for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kRmsNormForward, RowFamily::kResidualNormForward,
+                            RowFamily::kNormBackward}) {
     EXPECT_EQ(staged_window_for(family, 2).max_row_bytes, 0u);
     EXPECT_NE(plan(family, 50257, 2, 1).kind, RowKernelKind::kStaged);
   }
