@@ -60,7 +60,7 @@ template <int kElemBytes, class F> __device__ __forceinline__ void with_shift(in
 }
 
 // A staged row: the shared-memory mirror and where the row lies in it.
-template <typename T, class Op, int THREADS> struct StagedRow {
+template <typename T, class Op> struct StagedRow {
   using Acc = typename Op::Acc;
   using PackT = Pack<T, 16 / sizeof(T)>;
   static constexpr int VEC = 16 / sizeof(T);
@@ -84,10 +84,10 @@ template <typename T, class Op, int THREADS> struct StagedRow {
 // the sum of exp(x - max), one exp an element), folded as the row lands: each chunk is waited
 // for when a vector first reaches into it, and every chunk before the pass ends.
 template <typename T, class Op, int THREADS> struct StagedFoldPass {
-  const StagedRow<T, Op, THREADS>& row;
+  const StagedRow<T, Op>& row;
   typename Op::Stat stat;
   template <int R> __device__ __forceinline__ void run() {
-    constexpr int VEC = StagedRow<T, Op, THREADS>::VEC;
+    constexpr int VEC = StagedRow<T, Op>::VEC;
     const int vectors = (row.cols + VEC - 1) / VEC;
     int ready = 0;
     for (int v = threadIdx.x; v < vectors; v += THREADS) {
@@ -105,13 +105,13 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
 // bytes at mirror offset 16 g + s - so, i.e. buf[g + (base >> 4)] shifted by base & 15 with
 // base = s - so + 16 in [1, 31].
 template <typename T, class Op, int THREADS, class Local> struct StagedOutputPass {
-  const StagedRow<T, Op, THREADS>& row;
+  const StagedRow<T, Op>& row;
   const typename Op::First::Stat& first;
   const Local& local;
   char* out_floor;
   int so, base;
   template <int R> __device__ __forceinline__ void run() {
-    using Row = StagedRow<T, Op, THREADS>;
+    using Row = StagedRow<T, Op>;
     constexpr int VEC = Row::VEC;
     constexpr int ES = sizeof(T);
     const int row_bytes = row.cols * ES;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   }
   __syncthreads();
 
-  const StagedRow<T, Op, THREADS> staged{buf, cols, s, granules, chunks, arrived};
+  const StagedRow<T, Op> staged{buf, cols, s, granules, chunks, arrived};
   StagedFoldPass<T, Op, THREADS> fold{staged, Op::identity()};
   with_shift<ES>(s, fold);
   const typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);

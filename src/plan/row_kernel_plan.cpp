@@ -187,6 +187,7 @@ RowKernelConfig staged_plan(int64_t cols, int elem_bytes) {
 
 }  // namespace
 
+// Each entry's measurements: bench/results/LOG.md (runs 11-49).
 RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   RowKernelLimits l;
   l.reread_above_words = reread_above_words_for(family, elem_bytes);
@@ -195,26 +196,26 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   l.staged_max_row_bytes = staged.max_row_bytes;
   switch (family) {
     case RowFamily::kRowwise:
-      l.reread_stash_bytes = kRereadStashBytes;  // parked re-read rows: +10% at 16-bit vocabulary rows (run 34)
-      l.reread_over_split = true;                // re-read beat split rows at 16-bit 151936..262144 (run 33)
-      l.ring_min_tile_bytes = 32 * 1024;         // direct loads beat the ring below 32 KB tiles (run 11)
+      l.reread_stash_bytes = kRereadStashBytes;  // the second pass reads shared memory, not L2
+      l.reread_over_split = true;                // re-read rows beat split ones up to 1 MiB
+      l.ring_min_tile_bytes = 32 * 1024;         // below 32 KB tiles direct loads keep enough in flight
       break;
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: runs 17a, 21
-      l.reread_over_split = true;  // re-read beat split rows at 16-bit 256x262144 (run 27); no stash (run 34)
+      l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
       break;
     case RowFamily::kRmsNormForward:
       if (elem_bytes == 4) {
-        l.block_elems = 16;       // 16 values a thread in float32: run 21
-        l.max_tile_values = 32;   // float32 rows past 16384 take clusters of 32-value tiles (run 22)
+        l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
+        l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
       }
-      l.reread_over_split = true;  // as layer_norm (run 27); no stash (run 34)
+      l.reread_over_split = true;  // as layer_norm; no stash, as layer_norm
       break;
     case RowFamily::kResidualNormForward:
-      l.reread_over_split = true;  // as the plain forms (run 27); no stash (run 34)
+      l.reread_over_split = true;  // as the plain forms; no stash
       break;
     case RowFamily::kNormBackward:
-      l.reread_stash_bytes = kRereadStashBytes;  // 16-bit rows gain 1-11% parked (run 34)
+      l.reread_stash_bytes = kRereadStashBytes;  // parked, 16-bit rows gain
       break;
   }
   return l;
@@ -222,7 +223,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 
 StagedWindow staged_window_for(RowFamily family, int elem_bytes) {
   // 16-bit softmax / log_softmax rows above 64 KiB, up to the size that keeps two CTAs an SM:
-  // faster there than the re-read rows at any alignment, slower at 64 and 128 KiB (LOG.md, run 49).
+  // faster there than the re-read rows at any alignment, slower at 64 and 128 KiB (LOG.md).
   if (family == RowFamily::kRowwise && elem_bytes == 2) return {std::size_t(64) << 10, std::size_t(110) << 10};
   return {};
 }
