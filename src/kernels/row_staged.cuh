@@ -1,25 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
-// Staged rows: one CTA a row, the whole row copied into shared memory by bulk copies
-// (cp.async.bulk) and read from there by every pass, so HBM sees each input byte once and a
-// CTA has its entire row in flight at once; several CTAs an SM overlap one's passes with the
-// others' copies.
+// Staged rows: the whole row copied into shared memory by bulk copies (cp.async.bulk), one CTA
+// a row or, for rows longer than one CTA's share, a cluster of CTAs each staging a contiguous
+// share. Every pass reads shared memory, so HBM sees each input byte once and a CTA has its
+// entire share in flight at once; several CTAs an SM overlap one's passes with the others'
+// copies.
 //
-// Shared memory mirrors the row's global 16-byte granules (buf[1 + g] holds granule g; buf[0]
-// and the last two slots are spares that shifted reads may touch), so the copy moves whole
-// aligned granules whatever the row's alignment; the partial granules at the row's two ends are
-// filled element by element, and nothing outside the row is read.
+// Shared memory mirrors the row's global 16-byte granules (mirror slot 1 + g holds granule g;
+// slot 0 and the slots past the row are spares that shifted reads may touch), so the copy moves
+// whole aligned granules whatever the row's alignment; the partial granules at the row's two
+// ends are filled element by element, and nothing outside the row is read.
 //
 //   global:  |..ssaaaa|bbbbcccc|ddee....|    a row starting s bytes past a granule
-//   smem:    | spare | ..ssaaaa|bbbbcccc|ddee....| spare | spare |
+//   mirror:  | spare | ..ssaaaa|bbbbcccc|ddee....| spare | spare |
 //
-// Two passes. The first folds the op's merged statistic while the row lands, over the row's
-// VEC-element vectors as the block kernels lay them out (thread t: vectors t, t + T, ...; a
-// shifted row's vector is funnel-shifted out of two granules), so the order of every combine is
-// a function of the row length alone and the results keep their bits at every alignment. The
-// second writes the output granule by granule of the output row, elementwise once the row's
-// parameters are known, as kTwoPhase ops' outputs are (row_engine.cuh): fold_second against
-// the row's First statistic (Op::first_of) leaves what output() takes. Every shift is a
-// compile-time constant (one dispatch a pass).
+// CTA r of a C-CTA cluster owns the row's vectors [r P, (r + 1) P) (P = ceil(vectors / C)) and
+// holds mirror slots [r P, r P + P + 3): its vectors and the neighbours' granules its shifted
+// reads and output granules reach into (a few granules are copied by two CTAs).
+//
+// Two passes. The first folds the op's merged statistic while the share lands, over the
+// share's VEC-element vectors as the block kernels lay them out (thread t: vectors t, t + T,
+// ...; a shifted row's vector is funnel-shifted out of two granules); a cluster merges its
+// CTAs' statistics in rank order through distributed shared memory. So the order of every
+// combine is a function of the row length alone and the results keep their bits at every
+// alignment. The second writes the output, granule by granule of the output row (elementwise
+// once the row's parameters are known, as kTwoPhase ops' outputs are, row_engine.cuh):
+// fold_second against the row's First statistic (Op::first_of) leaves what output() takes.
+// Every shift is a compile-time constant (one dispatch a pass).
 #pragma once
 
 #include <cuda/ptx>
@@ -59,18 +65,18 @@ template <int kElemBytes, class F> __device__ __forceinline__ void with_shift(in
   }
 }
 
-// A staged row: the shared-memory mirror and where the row lies in it.
+// A CTA's share of a staged row: the shared-memory slots it holds and where they lie.
 template <typename T, class Op> struct StagedRow {
   using Acc = typename Op::Acc;
   using PackT = Pack<T, 16 / sizeof(T)>;
   static constexpr int VEC = 16 / sizeof(T);
-  const Bytes16* buf;
-  int cols, s, granules, chunks;
+  const Bytes16* buf;  // buf[m - first] holds mirror slot m
+  int cols, first, chunks;
   uint64_t* arrived;
 
   // Vector v of the row (elements v * VEC ..), shifted by R = s: its values, pads past the end.
   template <int R> __device__ __forceinline__ void vector_at(int v, Acc (&vals)[1][VEC]) const {
-    const PackT p = pack_of<PackT>(staged_read<R>(buf, 1 + v));
+    const PackT p = pack_of<PackT>(staged_read<R>(buf, 1 + v - first));
 #pragma unroll
     for (int e = 0; e < VEC; ++e) vals[0][e] = v * VEC + e < cols ? to_acc<Acc>(p.v[e]) : Op::pad(0);
   }
@@ -78,20 +84,22 @@ template <typename T, class Op> struct StagedRow {
     while (!cuda::ptx::mbarrier_try_wait_parity(&arrived[k], 0u)) {
     }
   }
+  // The chunk holding mirror slot m.
+  __device__ __forceinline__ int chunk_of(int m) const { return min((m - first) / kStagedChunkGranules, chunks - 1); }
 };
 
-// The row's statistic over this thread's vectors, the op's merged one (softmax: the max with
-// the sum of exp(x - max), one exp an element), folded as the row lands: each chunk is waited
-// for when a vector first reaches into it, and every chunk before the pass ends.
+// The statistic over this thread's vectors of the share [lo, hi), the op's merged one (softmax:
+// the max with the sum of exp(x - max), one exp an element), folded as the share lands: each
+// chunk is waited for when a vector first reaches into it, and every chunk before the pass ends.
 template <typename T, class Op, int THREADS> struct StagedFoldPass {
   const StagedRow<T, Op>& row;
+  int lo, hi;
   typename Op::Stat stat;
   template <int R> __device__ __forceinline__ void run() {
     constexpr int VEC = StagedRow<T, Op>::VEC;
-    const int vectors = (row.cols + VEC - 1) / VEC;
     int ready = 0;
-    for (int v = threadIdx.x; v < vectors; v += THREADS) {
-      const int need = min(v + (R > 0 ? 1 : 0), row.granules - 1) / kStagedChunkGranules;  // its last granule's
+    for (int v = lo + threadIdx.x; v < hi; v += THREADS) {
+      const int need = row.chunk_of(1 + v + (R > 0 ? 1 : 0));  // its last slot's
       for (; ready <= need; ++ready) row.wait_chunk(ready);
       typename Op::Acc vals[1][VEC];
       row.template vector_at<R>(v, vals);
@@ -101,24 +109,24 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
   }
 };
 
-// Output granule g of the output row (which starts so bytes past a granule) holds the input
-// bytes at mirror offset 16 g + s - so, i.e. buf[g + (base >> 4)] shifted by base & 15 with
-// base = s - so + 16 in [1, 31].
+// Output granules [lo, hi) of the output row (which starts so bytes past a granule): granule g
+// holds the input bytes at mirror offset 16 g + s - so, i.e. mirror slot g + (base >> 4)
+// shifted by base & 15 with base = s - so + 16 in [1, 31].
 template <typename T, class Op, int THREADS, class Local> struct StagedOutputPass {
   const StagedRow<T, Op>& row;
   const typename Op::First::Stat& first;
   const Local& local;
   char* out_floor;
-  int so, base;
+  int so, base, lo, hi;
   template <int R> __device__ __forceinline__ void run() {
     using Row = StagedRow<T, Op>;
     constexpr int VEC = Row::VEC;
     constexpr int ES = sizeof(T);
     const int row_bytes = row.cols * ES;
-    const int out_granules = (so + row_bytes + 15) / 16;
+    const int slot_of_granule = (base >> 4) - row.first;  // output granule g's first slot, held locally
 #pragma unroll 4
-    for (int g = threadIdx.x; g < out_granules; g += THREADS) {
-      const auto p = pack_of<typename Row::PackT>(staged_read<R>(row.buf, g + (base >> 4)));
+    for (int g = lo + threadIdx.x; g < hi; g += THREADS) {
+      const auto p = pack_of<typename Row::PackT>(staged_read<R>(row.buf, g + slot_of_granule));
       typename Op::Acc vals[1][VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) vals[0][e] = to_acc<typename Op::Acc>(p.v[e]);
@@ -129,13 +137,13 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
         const typename Op::Acc v[1] = {vals[0][e]};
         o.v[e] = from_acc<T>(Op::output(v, local));
       }
-      const int lo = 16 * g;
-      if (lo >= so && lo + 16 <= so + row_bytes) {
-        store_aligned16(out_floor + lo, bytes_of(o));
+      const int byte_lo = 16 * g;
+      if (byte_lo >= so && byte_lo + 16 <= so + row_bytes) {
+        store_aligned16(out_floor + byte_lo, bytes_of(o));
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const int byte = lo + e * ES;
+          const int byte = byte_lo + e * ES;
           if (byte >= so && byte < so + row_bytes) *reinterpret_cast<T*>(out_floor + byte) = o.v[e];
         }
       }
@@ -143,6 +151,8 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
   }
 };
 
+// Launched as rows x C CTAs in clusters of C (a plain launch: C = 1), the dynamic shared memory
+// staged_share_smem_bytes(P).
 template <typename T, class Op, int THREADS>
 __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args) {
   constexpr int VEC = 16 / sizeof(T);
@@ -151,53 +161,68 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   Bytes16* buf = reinterpret_cast<Bytes16*>(staged_bytes);
   __shared__ uint64_t arrived[kStagedMaxChunks];
   __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
 
-  const int64_t row = blockIdx.x;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / ctas;
   const T* in = args.in[0] + row * args.in_stride[0];
   T* out = args.out + row * args.out_stride;
   const int cols = args.cols;
   const int row_bytes = cols * ES;
+  const int vectors = (cols + VEC - 1) / VEC;
+  const int share = (vectors + ctas - 1) / ctas;
+  const int first = rank * share;  // this CTA's first mirror slot, and its first vector
   const int s = misalignment16(in);
   const int granules = (s + row_bytes + 15) / 16;
   const int first_whole = s > 0 ? 1 : 0;
   const int last_whole = (s + row_bytes) / 16 - 1;
-  const int chunks = (granules + kStagedChunkGranules - 1) / kStagedChunkGranules;
+  // Granules held: mirror slots [first, first + share + 3) are granules from first - 1.
+  const int g_lo = max(first - 1, 0);
+  const int g_hi = min(first + share + 1, granules - 1);
+  const int chunks = (share + 3 + kStagedChunkGranules - 1) / kStagedChunkGranules;
 
   if (threadIdx.x == 0) {
     for (int k = 0; k < chunks; ++k) cuda::ptx::mbarrier_init(&arrived[k], 1);
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
     const char* floor = reinterpret_cast<const char*>(in) - s;
     for (int k = 0; k < chunks; ++k) {
-      const int lo = max(k * kStagedChunkGranules, first_whole);
-      const int hi = min((k + 1) * kStagedChunkGranules - 1, last_whole);
+      const int lo = max(first - 1 + k * kStagedChunkGranules, max(g_lo, first_whole));
+      const int hi = min(first - 1 + (k + 1) * kStagedChunkGranules - 1, min(g_hi, last_whole));
       const int count = max(hi - lo + 1, 0);
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                            &arrived[k], 16u * count);
       if (count > 0)
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, buf + 1 + lo, floor + 16 * lo,
-                                 16u * count, &arrived[k]);
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, buf + 1 + lo - first,
+                                 floor + 16 * lo, 16u * count, &arrived[k]);
     }
   } else if (threadIdx.x <= 2 * VEC) {
-    // The partial granules at the row's ends, an element a thread: the head's elements sit at
-    // bytes [s, 16) of granule 0, the tail's from the start of granule last_whole + 1.
+    // The partial granules at the row's ends, an element a thread, where this CTA holds them:
+    // the head's elements sit at bytes [s, 16) of granule 0, the tail's from the start of
+    // granule last_whole + 1.
     const int j = threadIdx.x - 1;
     const int head_elems = s > 0 ? min((16 - s) / ES, cols) : 0;
     const int tail_first = max((16 * (last_whole + 1) - s) / ES, head_elems);
     const int e = j < VEC ? j : tail_first + (j - VEC);
-    const bool mine = j < VEC ? e < head_elems : e < cols;
-    if (mine) reinterpret_cast<T*>(staged_bytes + 16)[(s / ES) + e] = in[e];
+    const int granule = j < VEC ? 0 : last_whole + 1;
+    const bool mine = (j < VEC ? e < head_elems : e < cols) && granule >= g_lo && granule <= g_hi;
+    if (mine) *reinterpret_cast<T*>(staged_bytes + 16 * (1 - first) + s + e * ES) = in[e];
   }
   __syncthreads();
 
-  const StagedRow<T, Op> staged{buf, cols, s, granules, chunks, arrived};
-  StagedFoldPass<T, Op, THREADS> fold{staged, Op::identity()};
+  const StagedRow<T, Op> staged{buf, cols, first, chunks, arrived};
+  StagedFoldPass<T, Op, THREADS> fold{staged, first, min(first + share, vectors), Op::identity()};
   with_shift<ES>(s, fold);
-  const typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);
-  const typename Op::First::Stat first = Op::first_of(stat);
+  typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);
+  if (ctas > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
+  const typename Op::First::Stat first_stat = Op::first_of(stat);
   const auto local = Op::local_two(Op::finalize(stat));
   const int so = misalignment16(out);
-  StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, first, local, reinterpret_cast<char*>(out) - so, so,
-                                                           s - so + 16};
+  const int out_granules = (so + row_bytes + 15) / 16;
+  const int out_hi = rank == ctas - 1 ? out_granules : min(first + share, out_granules);
+  StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, first_stat, local, reinterpret_cast<char*>(out) - so,
+                                                           so, s - so + 16, first, out_hi};
   with_shift<ES>((s - so + 16) & 15, output);
 }
 

@@ -218,11 +218,9 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     // Any alignment: kAligned changes nothing here. Only 16-bit one-input two-phase ops (the
     // softmax forwards) are planned staged (staged_window_for).
     if constexpr (sizeof(T) == 2 && sizeof...(Extra) == 0 && Op::kInputs == 1 && kernels::IsTwoPhase<Op>::value) {
-      if (args.rows > kMaxGrid) return Status::unsupported("x: too many rows for one launch");
-      auto kernel = kernels::row_staged_kernel<T, Op, kStagedThreads>;
-      REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, "row_staged_kernel"));
-      kernel<<<static_cast<unsigned>(args.rows), kStagedThreads, c.smem_bytes, stream>>>(args);
-      return launch_status("row_staged_kernel");
+      if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
+      return launch_blocks(kernels::row_staged_kernel<T, Op, kStagedThreads>, args.rows * c.cluster, c, stream,
+                           "row_staged_kernel", args);
     } else {
       return Status::unsupported("row plan: staged rows are planned for 16-bit softmax forwards only");
     }

@@ -2,6 +2,7 @@
 #include "plan/row_kernel_plan.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace reducekit {
 namespace {
@@ -9,7 +10,6 @@ namespace {
 constexpr int kWarpThreads = 128;
 constexpr int kWarpMaxElems = 16;        // per lane, all inputs together: short rows stay latency-light
 constexpr int kMaxWarpVectors = 4;       // slots per lane the warp kernel is instantiated for
-constexpr int kPortableCluster = 8;
 constexpr std::size_t kMaxStashBytes = 200 * 1024;  // leaves room for a second CTA's reduction slots
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -119,7 +119,7 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
 
   // Longer: a cluster of such CTAs, the row still read once into registers (tiles of
   // tile_vpt, else of max_vpt where that keeps the cluster portable) ...
-  const int portable = std::min(kPortableCluster, std::max(1, limits.max_cluster));
+  const int portable = std::min(kPortableClusterSize, std::max(1, limits.max_cluster));
   for (const int vpt : {tile_vpt, max_vpt}) {
     const int64_t register_tiles = ceil_div(vectors, int64_t(c.threads) * vpt);
     if (register_tiles <= portable) {
@@ -174,14 +174,22 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   return c;
 }
 
-// One CTA a row, the row staged in shared memory; the thread layout follows from the row length.
-RowKernelConfig staged_plan(int64_t cols, int elem_bytes) {
+// The row staged in shared memory by the fewest CTAs (a cluster) whose shares stay within
+// limits.staged_max_share_bytes; the thread layout follows from the row length. None where the
+// row needs a larger cluster or a share does not fit a CTA.
+std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const RowKernelLimits& limits) {
   RowKernelConfig c;
-  c.kind = RowKernelKind::kStaged;
   c.vec = std::max(1, 16 / elem_bytes);
+  const int64_t vectors = ceil_div(cols, c.vec);
+  const int64_t ctas = ceil_div(cols * elem_bytes, int64_t(std::max<std::size_t>(limits.staged_max_share_bytes, 1)));
+  const int64_t share = ceil_div(vectors, ctas);
+  if (ctas > std::min(kPortableClusterSize, limits.max_cluster)) return std::nullopt;
+  if (staged_share_smem_bytes(share) > limits.max_smem_per_block) return std::nullopt;
+  c.kind = RowKernelKind::kStaged;
   c.threads = kStagedThreads;
-  c.tiles = static_cast<int>(ceil_div(ceil_div(cols, c.vec), c.threads));
-  c.smem_bytes = staged_row_smem_bytes(cols * elem_bytes);
+  c.cluster = static_cast<int>(ctas);
+  c.tiles = static_cast<int>(ceil_div(share, c.threads));
+  c.smem_bytes = staged_share_smem_bytes(share);
   return c;
 }
 
@@ -194,6 +202,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   const StagedWindow staged = staged_window_for(family, elem_bytes);
   l.staged_min_row_bytes = staged.min_row_bytes;
   l.staged_max_row_bytes = staged.max_row_bytes;
+  l.staged_max_share_bytes = staged.max_share_bytes;
   switch (family) {
     case RowFamily::kRowwise:
       l.reread_stash_bytes = kRereadStashBytes;  // the second pass reads shared memory, not L2
@@ -222,9 +231,11 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 }
 
 StagedWindow staged_window_for(RowFamily family, int elem_bytes) {
-  // 16-bit softmax / log_softmax rows above 64 KiB, up to the size that keeps two CTAs an SM:
-  // faster there than the re-read rows at any alignment, slower at 64 and 128 KiB (LOG.md).
-  if (family == RowFamily::kRowwise && elem_bytes == 2) return {std::size_t(64) << 10, std::size_t(110) << 10};
+  // 16-bit softmax / log_softmax rows above 64 KiB (one CTA a row was slower at 64 KiB), in
+  // shares that keep two CTAs an SM (110 KiB): one CTA a row beat the re-read rows at any
+  // alignment up to 110 KiB; longer rows, up to a portable cluster's eight shares, take clusters.
+  constexpr std::size_t kShare = std::size_t(110) << 10;
+  if (family == RowFamily::kRowwise && elem_bytes == 2) return {std::size_t(64) << 10, kPortableClusterSize * kShare, kShare};
   return {};
 }
 
@@ -245,9 +256,9 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
-  if (inputs == 1 && row_bytes > limits.staged_min_row_bytes && row_bytes <= limits.staged_max_row_bytes &&
-      staged_row_smem_bytes(cols * elem_bytes) <= limits.max_smem_per_block)
-    return staged_plan(cols, elem_bytes);
+  if (inputs == 1 && row_bytes > limits.staged_min_row_bytes && row_bytes <= limits.staged_max_row_bytes) {
+    if (const auto staged = staged_plan(cols, elem_bytes, limits)) return *staged;
+  }
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;

@@ -14,8 +14,8 @@
 //                                     clusters where that keeps the row on chip), then re-read
 //                                     via L2 (or, per reread_above_words_for, small tiles re-read via
 //                                     L2 in place of clusters and the stash)
-//   (one-input ops, RowKernelLimits::staged_*) -> kStaged: one CTA per row, the whole row in
-//                                     shared memory (row_staged.cuh), any alignment
+//   (one-input ops, RowKernelLimits::staged_*) -> kStaged: the whole row in shared memory, one
+//                                     CTA a row or a cluster's shares (row_staged.cuh), any alignment
 //   longer than a cluster's registers, with a workspace -> split rows (RowSplitConfig): the row
 //                                     is cut into chunks, one CTA each, all CTAs of a
 //                                     cooperative grid resident at once; each chunk stays in
@@ -48,10 +48,14 @@ constexpr int reread_vpt(int words, int vec, int acc_words, int inputs) {
 
 enum class RowKernelKind { kWarp, kBlock, kStaged };
 
-// Staged rows (row_staged.cuh): CTAs of this many threads, each staging one row in shared memory
-// that mirrors the row's 16-byte granules (one spare granule before the row, two after).
+// The largest cluster every sm_90 device launches without opting in.
+constexpr int kPortableClusterSize = 8;
+
+// Staged rows (row_staged.cuh): CTAs of this many threads, each staging a share of `vectors`
+// 16-byte vectors of one row in shared memory that mirrors the row's granules (a spare granule
+// before the share, two after), a cluster of CTAs a row where one CTA's share would be too big.
 constexpr int kStagedThreads = 512;
-constexpr std::size_t staged_row_smem_bytes(int64_t row_bytes) { return std::size_t((row_bytes + 30) / 16 + 3) * 16; }
+constexpr std::size_t staged_share_smem_bytes(int64_t vectors) { return std::size_t(vectors + 3) * 16; }
 
 struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
@@ -111,10 +115,12 @@ struct RowKernelLimits {
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
   // One-input rows of more than staged_min_row_bytes and at most staged_max_row_bytes are staged
-  // (kStaged) where their row fits one CTA's shared memory; set per family and element size by
-  // staged_window_for (below). 0 and 0: none.
+  // (kStaged), in shares of at most staged_max_share_bytes a CTA (a cluster of at most
+  // kPortableClusterSize CTAs a row); set per family and element size by staged_window_for
+  // (below). 0, 0, 0: none.
   std::size_t staged_min_row_bytes = 0;
   std::size_t staged_max_row_bytes = 0;
+  std::size_t staged_max_share_bytes = 0;
 };
 
 // The ops' reread_stash_bytes: two such CTAs fit an SM.
@@ -142,8 +148,9 @@ int reread_above_words_for(RowFamily family, int elem_bytes);
 
 // The shipped staged rows (RowKernelLimits::staged_*) of a family's rows of `elem_bytes` elements.
 struct StagedWindow {
-  std::size_t min_row_bytes = 0;  // exclusive
-  std::size_t max_row_bytes = 0;  // inclusive
+  std::size_t min_row_bytes = 0;    // exclusive
+  std::size_t max_row_bytes = 0;    // inclusive
+  std::size_t max_share_bytes = 0;  // a CTA's share of a row: longer rows take clusters
 };
 StagedWindow staged_window_for(RowFamily family, int elem_bytes);
 
@@ -181,7 +188,7 @@ struct RowKernelConfig {
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the
-  // vectors a thread strides over, vpt 1.)
+  // vectors a thread strides over in its CTA's share, vpt 1.)
   int64_t capacity() const {
     const int64_t group = kind == RowKernelKind::kWarp ? lanes : int64_t(threads) * cluster;
     return group * vpt * vec * tiles;
