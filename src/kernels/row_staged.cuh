@@ -74,11 +74,17 @@ template <typename T, class Op> struct StagedRow {
   int cols, first, chunks;
   uint64_t* arrived;
 
-  // Vector v of the row (elements v * VEC ..), shifted by R = s: its values, pads past the end.
+  // Vector v of the row (elements v * VEC ..), shifted by R = s: its values, pads past the end
+  // (only the row's last vector has any: the others skip the per-element test).
   template <int R> __device__ __forceinline__ void vector_at(int v, Acc (&vals)[1][VEC]) const {
     const PackT p = pack_of<PackT>(staged_read<R>(buf, 1 + v - first));
+    if (v * VEC + VEC <= cols) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) vals[0][e] = v * VEC + e < cols ? to_acc<Acc>(p.v[e]) : Op::pad(0);
+      for (int e = 0; e < VEC; ++e) vals[0][e] = to_acc<Acc>(p.v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) vals[0][e] = v * VEC + e < cols ? to_acc<Acc>(p.v[e]) : Op::pad(0);
+    }
   }
   __device__ __forceinline__ void wait_chunk(int k) const {
     while (!cuda::ptx::mbarrier_try_wait_parity(&arrived[k], 0u)) {

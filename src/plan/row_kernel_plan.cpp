@@ -184,6 +184,7 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const R
   const int64_t ctas = ceil_div(cols * elem_bytes, int64_t(std::max<std::size_t>(limits.staged_max_share_bytes, 1)));
   const int64_t share = ceil_div(vectors, ctas);
   if (ctas > std::min(kPortableClusterSize, limits.max_cluster)) return std::nullopt;
+  if (ctas > 1 && std::size_t(cols * elem_bytes) <= limits.staged_min_cluster_row_bytes) return std::nullopt;
   if (staged_share_smem_bytes(share) > limits.max_smem_per_block) return std::nullopt;
   c.kind = RowKernelKind::kStaged;
   c.threads = kStagedThreads;
@@ -203,6 +204,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   l.staged_min_row_bytes = staged.min_row_bytes;
   l.staged_max_row_bytes = staged.max_row_bytes;
   l.staged_max_share_bytes = staged.max_share_bytes;
+  l.staged_min_cluster_row_bytes = staged.min_cluster_row_bytes;
   switch (family) {
     case RowFamily::kRowwise:
       l.reread_stash_bytes = kRereadStashBytes;  // the second pass reads shared memory, not L2
@@ -233,9 +235,11 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 StagedWindow staged_window_for(RowFamily family, int elem_bytes) {
   // 16-bit softmax / log_softmax rows above 64 KiB (one CTA a row was slower at 64 KiB), in
   // shares that keep two CTAs an SM (110 KiB): one CTA a row beat the re-read rows at any
-  // alignment up to 110 KiB; longer rows, up to a portable cluster's eight shares, take clusters.
-  constexpr std::size_t kShare = std::size_t(110) << 10;
-  if (family == RowFamily::kRowwise && elem_bytes == 2) return {std::size_t(64) << 10, kPortableClusterSize * kShare, kShare};
+  // alignment up to 110 KiB; clusters of up to eight shares beat them past 128 KiB rows (151936
+  // and 256000 columns by 6-8%) and lost at 128 KiB (two 64 KiB shares, 1-5%).
+  constexpr std::size_t KiB = 1024, kShare = 110 * KiB;
+  if (family == RowFamily::kRowwise && elem_bytes == 2)
+    return {64 * KiB, kPortableClusterSize * kShare, kShare, 128 * KiB};
   return {};
 }
 

@@ -115,12 +115,14 @@ struct RowKernelLimits {
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
   // One-input rows of more than staged_min_row_bytes and at most staged_max_row_bytes are staged
-  // (kStaged), in shares of at most staged_max_share_bytes a CTA (a cluster of at most
-  // kPortableClusterSize CTAs a row); set per family and element size by staged_window_for
-  // (below). 0, 0, 0: none.
+  // (kStaged), in shares of at most staged_max_share_bytes a CTA: a cluster of at most
+  // kPortableClusterSize CTAs a row, for rows of more than staged_min_cluster_row_bytes only
+  // (shorter rows that one share cannot hold are not staged). Set per family and element size
+  // by staged_window_for (below); all 0: none.
   std::size_t staged_min_row_bytes = 0;
   std::size_t staged_max_row_bytes = 0;
   std::size_t staged_max_share_bytes = 0;
+  std::size_t staged_min_cluster_row_bytes = 0;
 };
 
 // The ops' reread_stash_bytes: two such CTAs fit an SM.
@@ -148,9 +150,10 @@ int reread_above_words_for(RowFamily family, int elem_bytes);
 
 // The shipped staged rows (RowKernelLimits::staged_*) of a family's rows of `elem_bytes` elements.
 struct StagedWindow {
-  std::size_t min_row_bytes = 0;    // exclusive
-  std::size_t max_row_bytes = 0;    // inclusive
-  std::size_t max_share_bytes = 0;  // a CTA's share of a row: longer rows take clusters
+  std::size_t min_row_bytes = 0;          // exclusive
+  std::size_t max_row_bytes = 0;          // inclusive
+  std::size_t max_share_bytes = 0;        // a CTA's share of a row: longer rows take clusters ...
+  std::size_t min_cluster_row_bytes = 0;  // ... when longer than this (exclusive)
 };
 StagedWindow staged_window_for(RowFamily family, int elem_bytes);
 

@@ -393,27 +393,28 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     RowFamily family;
     int elem;
     int reread_above_words, block_elems, max_tile_values;
-    std::size_t stash, ring_min_tile, staged_min, staged_max, staged_share;
+    std::size_t stash, ring_min_tile, staged_min, staged_max, staged_share, staged_min_cluster;
     bool over_split;
   };
   constexpr std::size_t K = 1024;
   const int d_block = defaults.block_elems, d_tile = defaults.max_tile_values;
   const Want table[] = {
-      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, 64 * K, 880 * K, 110 * K, true},
-      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, 0, true},
-      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, 0, true},
-      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, 0, 0, 0, true},
-      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, true},
-      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, false},
-      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, false},
-      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, false},
+      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, 64 * K, 880 * K,
+       110 * K, 128 * K, true},
+      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, 0, 0, true},
+      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, 0, 0, true},
+      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
+      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, 0, false},
+      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, 0, false},
+      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, 0, false},
   };
   for (const Want& w : table) {
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " elem " << w.elem);
@@ -426,6 +427,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.staged_min_row_bytes, w.staged_min);
     EXPECT_EQ(l.staged_max_row_bytes, w.staged_max);
     EXPECT_EQ(l.staged_max_share_bytes, w.staged_share);
+    EXPECT_EQ(l.staged_min_cluster_row_bytes, w.staged_min_cluster);
     EXPECT_EQ(l.reread_over_split, w.over_split);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -441,8 +443,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
 }
 
 // Staged rows (row_staged.cuh): 16-bit one-input rowwise rows of more than 64 KiB, one 512-thread
-// CTA a row up to 110 KiB, then clusters of up to 8 such shares; shared memory for the row at
-// any alignment; nothing else is staged.
+// CTA a row up to 110 KiB, clusters of up to 8 such shares past 128 KiB; shared memory for the
+// row at any alignment; nothing else is staged.
 TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
   const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
     RowKernelLimits limits = row_policy(family, elem);
@@ -454,7 +456,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
   };
   // Row length -> CTAs a row: one up to 110 KiB, then the fewest whose shares stay within it.
   struct Want { int64_t n; int ctas; };
-  for (const Want w : {Want{32769, 1}, Want{40009, 1}, Want{50257, 1}, Want{56320, 1}, Want{56321, 2}, Want{65536, 2},
+  for (const Want w : {Want{32769, 1}, Want{40009, 1}, Want{50257, 1}, Want{56320, 1}, Want{65537, 2},
                        Want{128256, 3}, Want{151936, 3}, Want{256000, 5}, Want{262144, 5}, Want{450560, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n);
     const RowKernelConfig c = plan(RowFamily::kRowwise, w.n, 2, 1);
@@ -471,6 +473,8 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
     EXPECT_EQ(c.split.chunks, 0);
   }
   EXPECT_NE(plan(RowFamily::kRowwise, 32768, 2, 1).kind, RowKernelKind::kStaged) << "64 KiB rows stay in registers";
+  for (int64_t n : {56321, 65536})
+    EXPECT_NE(plan(RowFamily::kRowwise, n, 2, 1).kind, RowKernelKind::kStaged) << n << ": no clusters up to 128 KiB";
   EXPECT_NE(plan(RowFamily::kRowwise, 450561, 2, 1).kind, RowKernelKind::kStaged) << "past a portable cluster";
   EXPECT_NE(plan(RowFamily::kRowwise, 1 << 20, 2, 1).kind, RowKernelKind::kStaged);
   EXPECT_NE(plan(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
@@ -484,11 +488,12 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
   small.staged_min_row_bytes = 64 << 10;
   small.staged_max_row_bytes = 880 << 10;
   small.staged_max_share_bytes = 110 << 10;
+  small.staged_min_cluster_row_bytes = 128 << 10;
   small.max_smem_per_block = 96 << 10;
   EXPECT_NE(plan_row_kernel(50257, 2, 1, small).kind, RowKernelKind::kStaged) << "a share that does not fit one CTA";
   small.max_smem_per_block = h200_limits().max_smem_per_block;
   small.max_cluster = 2;
-  EXPECT_EQ(plan_row_kernel(65536, 2, 1, small).kind, RowKernelKind::kStaged);
+  EXPECT_EQ(plan_row_kernel(65537, 2, 1, small).kind, RowKernelKind::kStaged);
   EXPECT_NE(plan_row_kernel(128256, 2, 1, small).kind, RowKernelKind::kStaged) << "a cluster past the device's";
 }
 
