@@ -69,8 +69,8 @@ from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm  # noqa: E
 from ._reduce import (amax, amin, argmax, argmin, logsumexp, mean, prod, std, std_mean, sum, var,  # noqa: E402,A004
                       var_mean)
 from . import nn  # noqa: E402
-from ._patch import PatchRecord, PatchReport, patch, unpatch  # noqa: E402
+from ._patch import PatchRecord, PatchReport, patch, patch_functional, unpatch  # noqa: E402
 
 __all__ = ["softmax", "log_softmax", "nn", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp",
            "var", "std", "var_mean", "std_mean", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-           "cross_entropy", "batch_norm", "patch", "unpatch", "PatchRecord", "PatchReport"]
+           "cross_entropy", "batch_norm", "patch", "unpatch", "patch_functional", "PatchRecord", "PatchReport"]

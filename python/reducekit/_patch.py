@@ -1,11 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""reducekit.patch: swap the modules of an existing torch model for reducekit's, in place.
+"""reducekit.patch: swap the modules of an existing torch model for reducekit's, in place; and
+reducekit.patch_functional: swap torch.nn.functional's functions for the length of a `with` block.
 
     report = reducekit.patch(model)                       # every module reducekit can run
     report = reducekit.patch(model, ops={"rms_norm"})     # one family
     report = reducekit.patch(model, dry_run=True)         # only say what would happen
     print(report)                                         # a line a module: replaced, or why not
     reducekit.unpatch(model)                              # the original classes back
+
+    with reducekit.patch_functional() as report:          # F.softmax & co. for code that calls them
+        loss = F.cross_entropy(model(x), target)          # reducekit's where it takes the call
 
 What it swaps (the exact classes, not subclasses, whose forward may differ):
     torch.nn.LayerNorm                -> reducekit.nn.LayerNorm      ("layer_norm")
@@ -46,11 +50,16 @@ Limits a patched model has at call time: CrossEntropyLoss's class-probability ta
 composed (reducekit.log_softmax, a product, reducekit.sum), not fused; a model pickled whole (torch.save(model), not
 its state_dict) holding a swapped transformers class unpickles only in a process that made the
 same swap, so pickle it after unpatch(). A model compiled before patch() is compiled again.
+
+patch_functional() is described at its definition (below).
 """
-from typing import Iterable, NamedTuple, Optional, Union
+import contextlib
+from typing import Callable, Iterable, NamedTuple, Optional, Union
 
 import torch
+import torch.nn.functional as F
 
+from . import _batch_norm, _functional, _loss, _norm
 from . import nn as _rk_nn
 from ._norm import rms_norm
 
@@ -180,10 +189,11 @@ _REDUCEKIT_CLASSES = frozenset(
 
 class PatchRecord(NamedTuple):
     """One module patch() looked at: `new` is the class it has (or would have) now, or a str
-    saying why it was left alone."""
-    name: str  # qualified name in the model ("" for the model itself)
-    old: type
-    new: Union[type, str]
+    saying why it was left alone. For patch_functional(), one function: `name` is where it lives
+    ("torch.nn.functional.softmax"), `old` the function found there, `new` its replacement."""
+    name: str  # qualified name in the model ("" for the model itself), or of the function
+    old: Union[type, Callable]
+    new: Union[type, Callable, str]
 
     @property
     def replaced(self) -> bool:
@@ -191,7 +201,8 @@ class PatchRecord(NamedTuple):
 
 
 class PatchReport(list):
-    """The PatchRecords of one patch() or unpatch() call, in module order."""
+    """The PatchRecords of one patch(), unpatch() or patch_functional() call, in module order
+    (patch_functional: in a fixed order of the functions)."""
 
     @property
     def replaced(self):
@@ -349,4 +360,217 @@ def unpatch(model: torch.nn.Module) -> PatchReport:
     return report
 
 
-__all__ = ["patch", "unpatch", "PatchRecord", "PatchReport", "OP_FAMILIES"]
+# ----------------------------------------------------------------------------- patch_functional()
+# Each replacement has the signature of the torch.nn.functional function it replaces (so a call
+# binds as it would there, and a bad one fails as it would), calls reducekit's function when
+# reducekit takes every argument as given, and otherwise calls the function it replaced with the
+# same arguments. reducekit's functions are looked up in their modules at each call
+# (_functional.softmax, not a name bound here), so that a test can put spies in their place.
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_MAX_RANK = 8  # reducekit's operators take rank 8 at most (kMaxRank, include/reducekit/tensor.hpp)
+_DTYPE_ARGS = (None,) + _FLOAT_DTYPES  # softmax's dtype=: reducekit casts x to it first, as torch
+
+
+def _takes(x, *others) -> bool:
+    """Whether reducekit's operators take x, and the other tensor arguments (None where not given)
+    beside it, as torch's function would."""
+    # A tensor subclass (DTensor and the like) must reach torch's function, whose
+    # __torch_function__ handling it relies on.
+    if type(x) not in _PLAIN or x.dtype not in _FLOAT_DTYPES or x.dim() > _MAX_RANK or not _runs_on(x.device):
+        return False
+    # Autocast would run most of these in float32 (softmax, the norms, the losses); reducekit's
+    # operators have no autocast rules and would compute in the input's dtype: leave them to torch.
+    if torch.is_autocast_enabled(x.device.type):
+        return False
+    for t in others:
+        if t is not None and (type(t) not in _PLAIN or t.device != x.device):
+            return False
+    return True
+
+
+def _floats(*tensors) -> bool:
+    """Every tensor given (None: not given) of a float dtype reducekit takes."""
+    for t in tensors:
+        if t is not None and t.dtype not in _FLOAT_DTYPES:
+            return False
+    return True
+
+
+def _norm_params_fit(x, weight, bias=None) -> bool:
+    """reducekit's norms take weight and bias in x's dtype, or float32 with 16-bit x, the two alike."""
+    allowed = (x.dtype, torch.float32) if x.dtype in _HALF else (x.dtype,)
+    for t in (weight, bias):
+        if t is not None and t.dtype not in allowed:
+            return False
+    return weight is None or bias is None or weight.dtype == bias.dtype
+
+
+def _wrap_softmax(torch_softmax):
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        # dim=None has torch pick a dim by the rank (deprecated, with a warning), and a str names a
+        # dim of a named tensor: torch's. _stacklevel only places that warning.
+        if isinstance(dim, int) and dtype in _DTYPE_ARGS and _takes(input):
+            return _functional.softmax(input, dim, dtype)
+        return torch_softmax(input, dim, _stacklevel + 1, dtype)  # + 1: the warning names our caller
+    return softmax
+
+
+def _wrap_log_softmax(torch_log_softmax):
+    def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if isinstance(dim, int) and dtype in _DTYPE_ARGS and _takes(input):  # as softmax
+            return _functional.log_softmax(input, dim, dtype)
+        return torch_log_softmax(input, dim, _stacklevel + 1, dtype)
+    return log_softmax
+
+
+def _wrap_layer_norm(torch_layer_norm):
+    def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        if _takes(input, weight, bias) and _norm_params_fit(input, weight, bias):
+            return _norm.layer_norm(input, normalized_shape, weight, bias, eps)
+        return torch_layer_norm(input, normalized_shape, weight, bias, eps)
+    return layer_norm
+
+
+def _wrap_rms_norm(torch_rms_norm):
+    def rms_norm(input, normalized_shape, weight=None, eps=None):
+        if _takes(input, weight) and _norm_params_fit(input, weight):
+            return _norm.rms_norm(input, normalized_shape, weight, eps)
+        return torch_rms_norm(input, normalized_shape, weight, eps)
+    return rms_norm
+
+
+def _wrap_batch_norm(torch_batch_norm):
+    def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+                   eps=1e-5):
+        channel = (running_mean, running_var, weight, bias)
+        # reducekit takes rank 2 to 5 and the running statistics both or neither (and needs them
+        # outside training); per-channel tensors of any float dtype go through a float copy.
+        if _takes(input, *channel) and _floats(*channel) and 2 <= input.dim() <= 5 \
+                and (running_mean is None) == (running_var is None) and (training or running_mean is not None):
+            return _batch_norm.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+        return torch_batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    return batch_norm
+
+
+def _wrap_cross_entropy(torch_cross_entropy):
+    def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                      reduction="mean", label_smoothing=0.0):
+        # size_average and reduce are torch's deprecated spellings of reduction: torch's. Targets
+        # as torch tells them apart: int64 class indices, or class probabilities of the input's
+        # shape (with ignore_index < 0: torch refuses it for those, with its own error).
+        if size_average is None and reduce is None and _takes(input, target, weight) and input.dim() > 0 \
+                and _floats(weight) \
+                and (target.dtype == torch.int64 and target.shape != input.shape
+                     or target.dtype in _FLOAT_DTYPES and target.shape == input.shape and ignore_index < 0):
+            return _loss.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)
+        return torch_cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction,
+                                   label_smoothing)
+    return cross_entropy
+
+
+# torch.nn.functional name -> the factory of its replacement, in the order patch_functional reports
+_FUNCTIONAL = {name: wrap for name, wrap in (
+    ("softmax", _wrap_softmax), ("log_softmax", _wrap_log_softmax), ("layer_norm", _wrap_layer_norm),
+    ("rms_norm", _wrap_rms_norm), ("batch_norm", _wrap_batch_norm), ("cross_entropy", _wrap_cross_entropy),
+) if name in OP_FAMILIES and hasattr(F, name)}
+# (name, the function replaced) -> its replacement, made once: torch.compile guards on the
+# function's identity, so a function compiled in one block runs without recompiling in the next.
+_functional_wrappers = {}
+
+
+def _functional_wrapper(name: str, found: Callable) -> Callable:
+    wrapper = _functional_wrappers.get((name, found))
+    if wrapper is None:
+        wrapper = _FUNCTIONAL[name](found)
+        wrapper.__qualname__ = name
+        wrapper.__doc__ = (f"torch.nn.functional.{name} on reducekit.{name} where reducekit takes the call "
+                           f"(reducekit.patch_functional); otherwise the function it replaced.")
+        _functional_wrappers[(name, found)] = wrapper
+    return wrapper
+
+
+def _settle_compile_table():
+    """Has torch.compile's table of torch's own functions made with torch's functions, not the
+    replacements. Dynamo makes it once (torch._dynamo.trace_rules.get_torch_obj_rule_map, on
+    importing torch._dynamo), by looking the functions up by name ("torch.nn.functional.softmax");
+    made while a block runs, it would list the replacements as torch functions, which a graph
+    holds unopened: neither their checks nor reducekit's operators traced, the compiled call
+    torch's. So it is made before a block replaces anything, and made again after a block during
+    which it was remade (torch.distributed.init_process_group clears it). A private table: where
+    a torch has none by that name, nothing is done."""
+    try:
+        from torch._dynamo import trace_rules
+        table = trace_rules.get_torch_obj_rule_map()
+        if any(wrapper in table for wrapper in _functional_wrappers.values()):
+            trace_rules.get_torch_obj_rule_map.cache_clear()
+            trace_rules.get_torch_obj_rule_map()
+    except (ImportError, AttributeError):
+        pass
+
+
+@contextlib.contextmanager
+def patch_functional(ops: Optional[Iterable[str]] = None):
+    """Inside the `with` block, torch.nn.functional's softmax, log_softmax, layer_norm, rms_norm,
+    batch_norm and cross_entropy (or those `ops` names) are reducekit's where reducekit takes the
+    call, and the functions they replaced otherwise; those are put back when the block ends,
+    also when an exception ends it.
+
+        with reducekit.patch_functional(ops={"softmax", "layer_norm"}) as report:
+            y = F.layer_norm(F.softmax(x, -1), x.shape[-1:])
+
+    A call is reducekit's when every tensor argument is a plain tensor (not a subclass) on the
+    input's GPU, the input of a float dtype reducekit takes and of rank 8 at most, autocast is
+    off, and the other arguments are ones reducekit's function expresses; otherwise the replaced
+    function runs, with the same arguments. Left to torch: softmax/log_softmax with dim=None, a
+    named dim or a non-float dtype=; norm weights and biases of another dtype than x's (float32
+    with 16-bit x is reducekit's) or of two dtypes; batch_norm of rank other than 2-5, with one
+    running statistic, or without them in inference; cross_entropy with size_average or reduce,
+    a target neither int64 class indices nor probabilities of the input's shape, or
+    probabilities with ignore_index >= 0. A call reducekit takes with wrong arguments (a weight
+    of the wrong shape) raises reducekit's error.
+
+    What it changes: attributes of the torch.nn.functional module, for the whole process and
+    every thread while the block runs. So torch's modules (nn.LayerNorm and the others, whose
+    forwards call F.layer_norm & co.) run reducekit's inside the block too, and code that bound
+    a function before it (`from torch.nn.functional import softmax`) keeps torch's.
+    torch.softmax, torch.log_softmax and Tensor.softmax are left alone: F.softmax's own body and
+    torch's internals call them, and torch.compile treats a Tensor method by its name, so a
+    patched method would silently not apply under compile. Blocks nest (an inner one leaves a
+    function the outer one replaced as it is; each puts back only what it replaced); blocks in
+    threads that overlap without nesting can put torch's functions back while another still
+    runs: the results stay right (they are torch's), reducekit just runs fewer of the calls.
+    A function torch.compile traces inside the block traces reducekit's operators (the
+    replacements are inlined); outside, dynamo's guard on the function sends it to a second
+    compilation with torch's.
+
+    ops: the functions to replace, by name, from those above (None: all). Yields a PatchReport:
+    a PatchRecord("torch.nn.functional.<name>", the function found, its replacement) for each
+    replaced, and a reason for each left as it was (not in ops, already reducekit's).
+    """
+    names = _parse_ops(ops)
+    report = PatchReport()
+    replaced = []  # (name, the function found), put back in reverse order
+    _settle_compile_table()
+    try:
+        for name in _FUNCTIONAL:
+            found = getattr(F, name)
+            where = f"torch.nn.functional.{name}"
+            if name not in names:
+                report.append(PatchRecord(where, found, f"'{name}' is not in ops"))
+            elif found in _functional_wrappers.values():
+                report.append(PatchRecord(where, found, "already reducekit's"))
+            else:
+                wrapper = _functional_wrapper(name, found)
+                setattr(F, name, wrapper)
+                replaced.append((name, found))
+                report.append(PatchRecord(where, found, wrapper))
+        yield report
+    finally:
+        for name, found in reversed(replaced):
+            setattr(F, name, found)
+        if replaced:
+            _settle_compile_table()
+
+
+__all__ = ["patch", "unpatch", "patch_functional", "PatchRecord", "PatchReport", "OP_FAMILIES"]

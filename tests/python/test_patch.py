@@ -10,15 +10,27 @@ tolerance fits torch's own float32 error. transformers' RMSNorm classes are writ
 with their forwards' roundings (patch() recognises them by class name and defining module,
 never by importing transformers); their patched forms must give the unpatched forms' dtype and,
 in 16-bit, the same values but for rare one-unit differences where a float32 value lies next to
-a rounding boundary. conftest.py skips this module, with the reason, where torch, a GPU or a
-built reducekit is missing.
+a rounding boundary.
+
+reducekit.patch_functional: the functions it swaps are put back (after an exception, in nested
+blocks), and calls reducekit does not take are torch's, to the bit (on the CPU, where every call
+is left to torch, and with reducekit's functions replaced by spies to see which calls reach
+them); on the GPU, calls through torch.nn.functional inside the block give reducekit's results
+and gradients, the same bits as calling reducekit directly, and a compiled function traces
+reducekit's operators inside the block and torch's outside. The CPU tests need no GPU, but they
+import reducekit, which needs its compiled library: conftest.py skips this module, with the
+reason, where torch, a GPU or a built reducekit is missing.
 """
 import copy
+import inspect
+import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import reducekit
+import reducekit._patch
 from tolerance import assert_close, ulp
 
 DEV = "cuda"
@@ -453,3 +465,374 @@ def test_residual_modules_backward(kind):
         grads.append([xl.grad, rl.grad] + [p.grad for p in module.parameters()])
     for got, want, name in zip(grads[0], grads[1], ("x", "residual", "weight", "bias")):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10, msg=name)
+
+
+# ----------------------------------------------------------------------------- patch_functional()
+
+FUNCTIONAL = ["softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "cross_entropy"]
+
+
+def functional_now():
+    return {name: getattr(F, name) for name in FUNCTIONAL}
+
+
+def params(fn):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_patch_functional_replaces_and_restores():
+    torch_fns = functional_now()
+    with reducekit.patch_functional() as report:
+        assert [r.name for r in report] == [f"torch.nn.functional.{name}" for name in FUNCTIONAL]
+        for r, name in zip(report, FUNCTIONAL):
+            assert r.replaced and r.old is torch_fns[name], f"{name}: {r}"
+            assert getattr(F, name) is r.new and r.new is not torch_fns[name], f"{name}: not replaced"
+            # the same signature, so every call torch's function takes binds as it would there
+            assert params(r.new) == params(torch_fns[name]), f"{name}: {inspect.signature(r.new)}"
+        assert "torch.nn.functional.softmax (torch.nn.functional.softmax) -> reducekit._patch.softmax" in str(report)
+        first = [r.new for r in report]
+    assert functional_now() == torch_fns, "not put back"
+    with reducekit.patch_functional() as again:
+        # one replacement a function: torch.compile's guards on it hold from one block to the next
+        assert [r.new for r in again] == first
+    assert functional_now() == torch_fns
+
+
+def test_patch_functional_restores_after_an_exception():
+    torch_fns = functional_now()
+    with pytest.raises(KeyError, match="inside"):
+        with reducekit.patch_functional():
+            assert F.softmax is not torch_fns["softmax"]
+            raise KeyError("inside")
+    assert functional_now() == torch_fns
+
+
+def test_patch_functional_nests():
+    torch_fns = functional_now()
+    with reducekit.patch_functional(ops={"softmax"}) as outer:
+        assert [r.name for r in outer.replaced] == ["torch.nn.functional.softmax"]
+        assert "'layer_norm' is not in ops" in {r.name: r.new for r in outer}["torch.nn.functional.layer_norm"]
+        ours = F.softmax
+        with reducekit.patch_functional() as inner:
+            reasons = {r.name.rsplit(".", 1)[1]: r.new for r in inner}
+            assert reasons["softmax"] == "already reducekit's" and F.softmax is ours
+            assert {r.name for r in inner.replaced} == {f"torch.nn.functional.{n}" for n in FUNCTIONAL} - \
+                {"torch.nn.functional.softmax"}
+        # the inner block put back only what it replaced
+        assert F.softmax is ours
+        assert {n: f for n, f in functional_now().items() if n != "softmax"} == \
+            {n: f for n, f in torch_fns.items() if n != "softmax"}
+    assert functional_now() == torch_fns
+
+
+def test_patch_functional_ops():
+    torch_fns = functional_now()
+    with pytest.raises(ValueError, match="ops: unknown layernorm"):
+        with reducekit.patch_functional(ops=["softmax", "layernorm"]):
+            pass
+    with pytest.raises(TypeError, match="ops:"):
+        with reducekit.patch_functional(ops=3):
+            pass
+    assert functional_now() == torch_fns, "a refused call changed something"
+    with reducekit.patch_functional(ops="cross_entropy") as report:
+        assert [r.name for r in report.replaced] == ["torch.nn.functional.cross_entropy"]
+        assert F.layer_norm is torch_fns["layer_norm"]
+    assert functional_now() == torch_fns
+
+
+def cpu_calls():
+    """Calls of every kind, on CPU tensors, as code using torch.nn.functional makes them: each
+    takes the functions to call (F's or, to compare, torch's) and `leaf`, which makes the leaf
+    tensors whose gradients are compared."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(BATCH, N, generator=g)
+    w, b = torch.randn(N, generator=g), torch.randn(N, generator=g)
+    x4 = torch.randn(4, C, 3, 3, generator=g)
+    cw, cb = torch.randn(C, generator=g), torch.randn(C, generator=g)
+    target = torch.randint(0, N, (BATCH,), generator=g)
+    probs = torch.softmax(torch.randn(BATCH, N, generator=g), -1)
+    return {
+        "softmax": lambda f, leaf: f["softmax"](leaf(x), -1),
+        "softmax dtype": lambda f, leaf: f["softmax"](leaf(x), dim=0, dtype=torch.float64),
+        "log_softmax": lambda f, leaf: f["log_softmax"](leaf(x), 1, 3, None),
+        "layer_norm": lambda f, leaf: f["layer_norm"](leaf(x), (N,), leaf(w), leaf(b), eps=1e-3),
+        "rms_norm": lambda f, leaf: f["rms_norm"](leaf(x), [N], weight=leaf(w)),
+        "batch_norm train": lambda f, leaf: f["batch_norm"](leaf(x4), torch.zeros(C), torch.ones(C), leaf(cw),
+                                                            leaf(cb), training=True, momentum=0.3),
+        "batch_norm eval": lambda f, leaf: f["batch_norm"](leaf(x4), cb.abs(), cw.abs() + 0.5, cw, cb),
+        "cross_entropy": lambda f, leaf: f["cross_entropy"](leaf(x), target, label_smoothing=0.1, reduction="sum"),
+        "cross_entropy probs": lambda f, leaf: f["cross_entropy"](leaf(x), probs, weight=w.abs()),
+        "LayerNorm module": lambda f, leaf: torch.nn.LayerNorm(N)(leaf(x)),  # its forward calls F.layer_norm
+    }
+
+
+def output_and_grads(call, functions):
+    """call's output and, after its backward, the gradients of the leaves it made."""
+    leaves = []
+
+    def leaf(t):
+        leaves.append(t.clone().requires_grad_(True))
+        return leaves[-1]
+
+    out = call(functions, leaf)
+    out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype))
+    return [out.detach()] + [t.grad for t in leaves]
+
+
+def test_patch_functional_leaves_cpu_calls_to_torch():
+    calls = cpu_calls()
+    torch_fns = functional_now()
+    want = {name: output_and_grads(call, torch_fns) for name, call in calls.items()}
+    with reducekit.patch_functional():
+        got = {name: output_and_grads(call, vars(F)) for name, call in calls.items()}
+    for name in calls:
+        assert len(got[name]) == len(want[name]), f"{name}: other leaves"
+        for g, w in zip(got[name], want[name]):
+            assert g.dtype == w.dtype and torch.equal(g, w), f"{name}: not torch's result"
+
+
+def test_patch_functional_keeps_torchs_warning_place():
+    """F.softmax(x) without dim warns at the caller's line, through the replacement too."""
+    x = torch.randn(3, 4)
+    with reducekit.patch_functional(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        F.softmax(x)
+    assert [w.filename for w in caught] == [__file__], [(w.filename, str(w.message)) for w in caught]
+
+
+class TaggedTensor(torch.Tensor):
+    """A tensor subclass: torch's functions handle it through __torch_function__."""
+
+
+SPIED = {"softmax": "_functional", "log_softmax": "_functional", "layer_norm": "_norm", "rms_norm": "_norm",
+         "batch_norm": "_batch_norm", "cross_entropy": "_loss"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_patch_functional_routes_only_calls_reducekit_takes(device, monkeypatch):
+    """Which calls reach reducekit's functions (replaced by spies here) and which are torch's:
+    on the CPU with the device check widened to it, and on the GPU as it is."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    if device == "cpu":
+        monkeypatch.setattr(reducekit._patch, "_runs_on", lambda d: d.type in ("cpu", "cuda"))
+    seen = []
+    for name, module in SPIED.items():
+        def spy(*args, name=name, **kwargs):
+            seen.append((name, args, kwargs))
+            return "reducekit"
+        monkeypatch.setattr(getattr(reducekit, module), name, spy)
+
+    def t(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device=device).to(dtype)
+
+    x, w, b = t(BATCH, N), t(N), t(N)
+    x4, cw, cb, rm, rv = t(4, C, 3, 3), t(C), t(C), t(C), t(C).abs()
+    target = torch.randint(0, N, (BATCH,), device=device)
+    reducekit_calls = {
+        "softmax": lambda: F.softmax(x, -1),
+        "softmax dtype": lambda: F.softmax(x, dim=0, dtype=torch.float64),
+        "log_softmax": lambda: F.log_softmax(x, 1),
+        "layer_norm": lambda: F.layer_norm(x, (N,), w, b),
+        "layer_norm bf16, float32 params": lambda: F.layer_norm(x.bfloat16(), (N,), w, b),
+        "rms_norm": lambda: F.rms_norm(x, [N], w, 1e-6),
+        "batch_norm train": lambda: F.batch_norm(x4, rm.clone(), rv.clone(), cw, cb, True),
+        "batch_norm eval": lambda: F.batch_norm(x4, rm, rv, training=False),
+        "batch_norm no stats": lambda: F.batch_norm(x4, None, None, cw, cb, training=True),
+        "cross_entropy": lambda: F.cross_entropy(x, target, w.abs(), ignore_index=3),
+        "cross_entropy probs": lambda: F.cross_entropy(x, x.softmax(-1), label_smoothing=0.1),
+        "cross_entropy [N, C, d]": lambda: F.cross_entropy(x4, target[:4, None, None].expand(4, 3, 3) % C),
+        "LayerNorm module": lambda: torch.nn.LayerNorm(N, device=device)(x),
+        "CrossEntropyLoss module": lambda: torch.nn.CrossEntropyLoss()(x, target),
+    }
+    torch_calls = {
+        "softmax dim=None": lambda: F.softmax(x),
+        "softmax of integers": lambda: F.softmax(target, -1, dtype=torch.float32),
+        "softmax of a subclass": lambda: F.softmax(x.as_subclass(TaggedTensor), -1),
+        "log_softmax rank 9": lambda: F.log_softmax(x.reshape([1] * 7 + [BATCH, N]), -1),
+        "rms_norm float64 x, float32 weight": lambda: F.rms_norm(x.double(), [N], w),
+        "rms_norm bfloat16 x, float16 weight": lambda: F.rms_norm(x.bfloat16(), [N], w.half()),
+        "batch_norm rank 6": lambda: F.batch_norm(x4[..., None, None], rm, rv),
+        "cross_entropy size_average": lambda: F.cross_entropy(x, target, size_average=False),
+        "cross_entropy reduce": lambda: F.cross_entropy(x, target, reduce=False),
+        "softmax under autocast": lambda: autocast(device, lambda: F.softmax(x, -1)),
+        "layer_norm under autocast": lambda: autocast(device, lambda: F.layer_norm(x, (N,), w, b)),
+    }
+    torch_may_refuse = {  # with torch's error, not reducekit's (whether torch takes it is torch's affair)
+        "layer_norm float64 weight": lambda: F.layer_norm(x, (N,), w.double(), b.double()),
+        "cross_entropy probs with ignore_index": lambda: F.cross_entropy(x, x.softmax(-1), ignore_index=1),
+    }
+    with reducekit.patch_functional(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dim=None and size_average warn, as in torch's own calls
+        for what, call in reducekit_calls.items():
+            seen.clear()
+            assert call() == "reducekit" and len(seen) == 1, f"{what}: did not reach reducekit ({seen})"
+        for what, call in torch_calls.items():
+            seen.clear()
+            out = call()
+            assert isinstance(out, torch.Tensor) and not seen, f"{what}: reached reducekit ({seen})"
+        for what, call in torch_may_refuse.items():
+            seen.clear()
+            try:
+                call()
+            except RuntimeError:
+                pass
+            assert not seen, f"{what}: reached reducekit ({seen})"
+    # the arguments as reducekit's functions take them (positional, in their order)
+    with reducekit.patch_functional():
+        seen.clear()
+        F.softmax(x, dim=0, dtype=torch.float64)
+        F.rms_norm(x, [N], eps=1e-3)
+        F.batch_norm(x4, rm, rv, cw, cb, True, 0.5, 1e-3)
+        F.cross_entropy(x, target, None, None, 5, None, "sum", 0.25)
+    assert [(name, args[1:]) for name, args, _ in seen] == [
+        ("softmax", (0, torch.float64)), ("rms_norm", ([N], None, 1e-3)),
+        ("batch_norm", (rm, rv, cw, cb, True, 0.5, 1e-3)), ("cross_entropy", (target, None, 5, "sum", 0.25))], seen
+
+
+def autocast(device, call):
+    with torch.autocast(device, dtype=torch.bfloat16):
+        return call()
+
+
+# -------- on the GPU
+
+def functional_tensors(dtype):
+    """The tensors functional_cases take: x of dtype, its norm parameters in its dtype, batch
+    norm's per-channel tensors in float32 (as torch's modules keep them for 16-bit input)."""
+    return {
+        "x": (torch.randn(BATCH, N, device=DEV) * 3 + 0.5).to(dtype),
+        "w": (1 + 0.5 * torch.randn(N, device=DEV)).to(dtype), "b": torch.randn(N, device=DEV).to(dtype),
+        "x4": (torch.randn(8, C, 5, 5, device=DEV) * 2 + 1).to(dtype),
+        "cw": 1 + 0.5 * torch.randn(C, device=DEV), "cb": torch.randn(C, device=DEV),
+        "rm": torch.randn(C, device=DEV), "rv": torch.rand(C, device=DEV) + 0.5,
+        "target": torch.randint(0, N, (BATCH,), device=DEV),
+        "probs": torch.softmax(torch.randn(BATCH, N, device=DEV), -1).to(dtype),
+    }
+
+
+# Each: a call made through `api` (torch.nn.functional or reducekit: the keywords are the same).
+FUNCTIONAL_CASES = {
+    "softmax": lambda api, t: api.softmax(t["x"], dim=-1),
+    "softmax dtype": lambda api, t: api.softmax(t["x"], dim=0, dtype=torch.float32),
+    "log_softmax": lambda api, t: api.log_softmax(t["x"], dim=1),
+    "layer_norm": lambda api, t: api.layer_norm(t["x"], (N,), weight=t["w"], bias=t["b"], eps=1e-5),
+    "rms_norm": lambda api, t: api.rms_norm(t["x"], [N], weight=t["w"]),
+    "batch_norm train": lambda api, t: api.batch_norm(t["x4"], t["rm"], t["rv"], weight=t["cw"], bias=t["cb"],
+                                                      training=True, momentum=0.2),
+    "batch_norm eval": lambda api, t: api.batch_norm(t["x4"], t["rm"], t["rv"], weight=t["cw"], bias=t["cb"]),
+    "cross_entropy": lambda api, t: api.cross_entropy(t["x"], t["target"], label_smoothing=0.1),
+    "cross_entropy probs": lambda api, t: api.cross_entropy(t["x"], t["probs"], reduction="sum"),
+}
+GRAD_LEAVES = ("x", "x4", "w", "b", "cw", "cb")
+
+
+def fresh(tensors, requires_grad=False, double=False):
+    """Copies (batch norm updates its running statistics in place), leaves where asked."""
+    out = {}
+    for k, v in tensors.items():
+        v = v.double() if double and v.is_floating_point() else v.clone()
+        out[k] = v.requires_grad_(True) if requires_grad and k in GRAD_LEAVES else v
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(FUNCTIONAL_CASES))
+def test_patch_functional_runs_reducekit_on_the_gpu(case, dtype):
+    call, base = FUNCTIONAL_CASES[case], functional_tensors(dtype)
+    reference = fresh(base, double=True)
+    want = call(F, reference)  # torch's, in float64
+    direct_tensors, block_tensors = fresh(base), fresh(base)
+    direct = call(reducekit, direct_tensors)
+    with reducekit.patch_functional():
+        got = call(F, block_tensors)
+    assert torch.equal(got, direct), f"{case}: not reducekit's result"
+    for k in base:  # batch norm's running statistics alike
+        assert torch.equal(block_tensors[k], direct_tensors[k]), f"{case}: {k} differs from reducekit's"
+    assert_close(got, want, got.dtype, want.abs().amax(), f"{case} against torch")
+    if case == "batch_norm train":
+        for k in ("rm", "rv"):
+            assert_close(block_tensors[k], reference[k], torch.float32, reference[k].abs().amax(), f"{case} {k}")
+
+
+@pytest.mark.parametrize("case", sorted(FUNCTIONAL_CASES))
+def test_patch_functional_gradients_on_the_gpu(case):
+    call, base = FUNCTIONAL_CASES[case], functional_tensors(torch.float32)
+    grads = []
+    for api, tensors in ((reducekit, fresh(base, True)), ("block", fresh(base, True)), (F, fresh(base, True, True))):
+        if api == "block":
+            with reducekit.patch_functional():
+                out = call(F, tensors)
+        else:
+            out = call(api, tensors)
+        out.backward(torch.linspace(-1, 1, out.numel(), device=DEV).reshape(out.shape).to(out.dtype))
+        grads.append({k: tensors[k].grad for k in GRAD_LEAVES})
+    direct, block, torch64 = grads
+    for k in GRAD_LEAVES:
+        assert (block[k] is None) == (torch64[k] is None), f"{case} d{k}: gradient presence differs from torch's"
+        if block[k] is not None:
+            assert torch.equal(block[k], direct[k]), f"{case} d{k}: not reducekit's gradient"
+            assert_close(block[k], torch64[k], torch.float32, torch64[k].abs().amax(), f"{case} d{k}")
+
+
+def test_patch_functional_under_torch_compile():
+    x = torch.randn(BATCH, N, device=DEV)
+    w, b = torch.randn(N, device=DEV), torch.randn(N, device=DEV)
+
+    def f(t):
+        return F.layer_norm(F.softmax(t, -1) * N, (N,), w, b)
+
+    graphs = []
+
+    def recording(gm, example_inputs):  # a backend that keeps the graph and runs it as it is
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(f, backend=recording, fullgraph=True)
+    direct = reducekit.layer_norm(reducekit.softmax(x, -1) * N, (N,), w, b)
+    with reducekit.patch_functional():
+        assert torch.equal(compiled(x), direct)
+        assert len(graphs) == 1 and ran_reducekit(graphs[0]), graphs[0].code
+        # torch's default backend, forward and backward
+        xg = x.clone().requires_grad_(True)
+        out = torch.compile(f, fullgraph=True)(xg)
+        out.square().sum().backward()
+    assert_close(out, direct.double(), torch.float32, direct.abs().amax(), "inductor")
+    xr = x.clone().requires_grad_(True)
+    reducekit.layer_norm(reducekit.softmax(xr, -1) * N, (N,), w, b).square().sum().backward()
+    assert_close(xg.grad, xr.grad.double(), torch.float32, xr.grad.abs().amax(), "inductor dx")
+    # after the block: the guard on F.layer_norm fails, so torch's functions are traced anew
+    torch.testing.assert_close(compiled(x), f(x))
+    assert len(graphs) == 2 and not ran_reducekit(graphs[1]), graphs[1].code
+    with reducekit.patch_functional():  # the first graph's guards hold again: no third trace
+        assert torch.equal(compiled(x), direct)
+    assert len(graphs) == 2
+
+
+def test_patch_functional_keeps_torch_compiles_table():
+    """torch.compile's table of torch's functions, remade during a block (as
+    torch.distributed.init_process_group has it remade), holds the replacements, which a graph
+    would keep unopened; after the block it is made again with torch's functions."""
+    trace_rules = pytest.importorskip("torch._dynamo.trace_rules")
+    table = getattr(trace_rules, "get_torch_obj_rule_map", None)
+    if table is None:
+        pytest.skip("this torch has no torch._dynamo.trace_rules.get_torch_obj_rule_map")
+    with reducekit.patch_functional():
+        ours = F.softmax
+        table.cache_clear()
+        assert ours in table(), "remade in the block, the table should hold the replacement"
+    assert F.softmax in table() and ours not in table(), "the table was not made again"
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with reducekit.patch_functional():
+        torch.compile(lambda t: F.softmax(t, -1), backend=recording, fullgraph=True)(
+            torch.randn(BATCH, N, device=DEV))
+    assert ran_reducekit(graphs[0]), graphs[0].code
+
+
+def ran_reducekit(gm):
+    return any("reducekit" in str(node.target) for node in gm.graph.nodes)
