@@ -174,20 +174,20 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   return c;
 }
 
-// The row staged in shared memory by the fewest CTAs (a cluster) whose shares stay within
-// limits.staged_max_share_bytes; the thread layout follows from the row length. None where the
-// row needs a larger cluster or a share does not fit a CTA.
-std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const RowKernelLimits& limits) {
+// The row staged in shared memory by the fewest CTAs (a cluster) of the band whose shares stay
+// within its share_bytes; the thread layout follows from the row length. None where the row
+// needs a larger cluster than the device launches or a share does not fit a CTA.
+std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const StagedBand& band,
+                                           const RowKernelLimits& limits) {
   RowKernelConfig c;
   c.vec = std::max(1, 16 / elem_bytes);
   const int64_t vectors = ceil_div(cols, c.vec);
-  const int64_t ctas = ceil_div(cols * elem_bytes, int64_t(std::max<std::size_t>(limits.staged_max_share_bytes, 1)));
+  const int64_t ctas = ceil_div(cols * elem_bytes, int64_t(std::max<std::size_t>(band.share_bytes, 1)));
   const int64_t share = ceil_div(vectors, ctas);
   if (ctas > std::min(kPortableClusterSize, limits.max_cluster)) return std::nullopt;
-  if (ctas > 1 && std::size_t(cols * elem_bytes) <= limits.staged_min_cluster_row_bytes) return std::nullopt;
   if (staged_share_smem_bytes(share) > limits.max_smem_per_block) return std::nullopt;
   c.kind = RowKernelKind::kStaged;
-  c.threads = kStagedThreads;
+  c.threads = band.threads;
   c.cluster = static_cast<int>(ctas);
   c.tiles = static_cast<int>(ceil_div(share, c.threads));
   c.smem_bytes = staged_share_smem_bytes(share);
@@ -200,11 +200,7 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const R
 RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   RowKernelLimits l;
   l.reread_above_words = reread_above_words_for(family, elem_bytes);
-  const StagedWindow staged = staged_window_for(family, elem_bytes);
-  l.staged_min_row_bytes = staged.min_row_bytes;
-  l.staged_max_row_bytes = staged.max_row_bytes;
-  l.staged_max_share_bytes = staged.max_share_bytes;
-  l.staged_min_cluster_row_bytes = staged.min_cluster_row_bytes;
+  l.staged = staged_bands_for(family, elem_bytes);
   switch (family) {
     case RowFamily::kRowwise:
       l.reread_stash_bytes = kRereadStashBytes;  // the second pass reads shared memory, not L2
@@ -232,15 +228,21 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   return l;
 }
 
-StagedWindow staged_window_for(RowFamily family, int elem_bytes) {
-  // 16-bit softmax / log_softmax rows above 64 KiB (one CTA a row was slower at 64 KiB), in
-  // shares that keep two CTAs an SM (110 KiB): one CTA a row beat the re-read rows at any
-  // alignment up to 110 KiB; clusters of up to eight shares beat them past 128 KiB rows (151936
-  // and 256000 columns by 6-8%) and lost at 128 KiB (two 64 KiB shares, 1-5%).
-  constexpr std::size_t KiB = 1024, kShare = 110 * KiB;
-  if (family == RowFamily::kRowwise && elem_bytes == 2)
-    return {64 * KiB, kPortableClusterSize * kShare, kShare, 128 * KiB};
-  return {};
+std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
+  if (family != RowFamily::kRowwise || elem_bytes != 2) return {};
+  // 16-bit softmax / log_softmax rows (LOG.md, runs 49-54), other rows as the held and re-read
+  // plans take them:
+  constexpr std::size_t KiB = 1024;
+  return {{
+      // 24-48 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows;
+      {24 * KiB, 48 * KiB, kStagedSmallThreads, 48 * KiB},
+      // 64-110 KiB: one 512-thread CTA a row, two an SM, beat the re-read rows at any alignment
+      // (64 KiB rows stay in registers: one CTA a row was slower there);
+      {64 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},
+      // 128-880 KiB: clusters of up to eight such shares beat the re-read rows (151936 and 256000
+      // columns by 6-8%); two 64 KiB shares lost to them at 128 KiB (1-5%).
+      {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
+  }};
 }
 
 int reread_above_words_for(RowFamily family, int elem_bytes) {
@@ -260,8 +262,9 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
-  if (inputs == 1 && row_bytes > limits.staged_min_row_bytes && row_bytes <= limits.staged_max_row_bytes) {
-    if (const auto staged = staged_plan(cols, elem_bytes, limits)) return *staged;
+  for (const StagedBand& band : limits.staged) {
+    if (inputs != 1 || band.threads == 0 || row_bytes <= band.min_row_bytes || row_bytes > band.max_row_bytes) continue;
+    if (const auto staged = staged_plan(cols, elem_bytes, band, limits)) return *staged;
   }
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;

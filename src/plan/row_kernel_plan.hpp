@@ -14,7 +14,7 @@
 //                                     clusters where that keeps the row on chip), then re-read
 //                                     via L2 (or, per reread_above_words_for, small tiles re-read via
 //                                     L2 in place of clusters and the stash)
-//   (one-input ops, RowKernelLimits::staged_*) -> kStaged: the whole row in shared memory, one
+//   (one-input ops, RowKernelLimits::staged)  -> kStaged: the whole row in shared memory, one
 //                                     CTA a row or a cluster's shares (row_staged.cuh), any alignment
 //   longer than a cluster's registers, with a workspace -> split rows (RowSplitConfig): the row
 //                                     is cut into chunks, one CTA each, all CTAs of a
@@ -23,6 +23,7 @@
 //                                     the workspace, so x is read from memory once
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -51,11 +52,24 @@ enum class RowKernelKind { kWarp, kBlock, kStaged };
 // The largest cluster every sm_90 device launches without opting in.
 constexpr int kPortableClusterSize = 8;
 
-// Staged rows (row_staged.cuh): CTAs of this many threads, each staging a share of `vectors`
-// 16-byte vectors of one row in shared memory that mirrors the row's granules (a spare granule
-// before the share, two after), a cluster of CTAs a row where one CTA's share would be too big.
+// Staged rows (row_staged.cuh): CTAs of kStagedThreads or kStagedSmallThreads threads, each
+// staging a share of `vectors` 16-byte vectors of one row in shared memory that mirrors the row's
+// granules (a spare granule before the share, two after), a cluster of CTAs a row where one
+// CTA's share would be too big.
 constexpr int kStagedThreads = 512;
+constexpr int kStagedSmallThreads = 256;
 constexpr std::size_t staged_share_smem_bytes(int64_t vectors) { return std::size_t(vectors + 3) * 16; }
+
+// One band of staged rows: one-input rows of more than min_row_bytes and at most max_row_bytes,
+// in CTAs of `threads` threads, each staging at most share_bytes of the row (longer rows: the
+// fewest CTAs, a cluster of at most kPortableClusterSize). threads 0: an unused band.
+struct StagedBand {
+  std::size_t min_row_bytes = 0;  // exclusive
+  std::size_t max_row_bytes = 0;  // inclusive
+  int threads = 0;
+  std::size_t share_bytes = 0;
+};
+constexpr int kMaxStagedBands = 3;
 
 struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
@@ -114,15 +128,8 @@ struct RowKernelLimits {
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
-  // One-input rows of more than staged_min_row_bytes and at most staged_max_row_bytes are staged
-  // (kStaged), in shares of at most staged_max_share_bytes a CTA: a cluster of at most
-  // kPortableClusterSize CTAs a row, for rows of more than staged_min_cluster_row_bytes only
-  // (shorter rows that one share cannot hold are not staged). Set per family and element size
-  // by staged_window_for (below); all 0: none.
-  std::size_t staged_min_row_bytes = 0;
-  std::size_t staged_max_row_bytes = 0;
-  std::size_t staged_max_share_bytes = 0;
-  std::size_t staged_min_cluster_row_bytes = 0;
+  // Rows staged (kStaged) by band; set per family and element size by staged_bands_for (below).
+  std::array<StagedBand, kMaxStagedBands> staged{};
 };
 
 // The ops' reread_stash_bytes: two such CTAs fit an SM.
@@ -148,14 +155,8 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes);
 // The shipped reread_above_words of a family's rows of `elem_bytes` elements.
 int reread_above_words_for(RowFamily family, int elem_bytes);
 
-// The shipped staged rows (RowKernelLimits::staged_*) of a family's rows of `elem_bytes` elements.
-struct StagedWindow {
-  std::size_t min_row_bytes = 0;          // exclusive
-  std::size_t max_row_bytes = 0;          // inclusive
-  std::size_t max_share_bytes = 0;        // a CTA's share of a row: longer rows take clusters ...
-  std::size_t min_cluster_row_bytes = 0;  // ... when longer than this (exclusive)
-};
-StagedWindow staged_window_for(RowFamily family, int elem_bytes);
+// The shipped staged rows (RowKernelLimits::staged) of a family's rows of `elem_bytes` elements.
+std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and

@@ -393,28 +393,28 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     RowFamily family;
     int elem;
     int reread_above_words, block_elems, max_tile_values;
-    std::size_t stash, ring_min_tile, staged_min, staged_max, staged_share, staged_min_cluster;
+    std::size_t stash, ring_min_tile;
+    bool staged;
     bool over_split;
   };
   constexpr std::size_t K = 1024;
   const int d_block = defaults.block_elems, d_tile = defaults.max_tile_values;
   const Want table[] = {
-      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, 64 * K, 880 * K,
-       110 * K, 128 * K, true},
-      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, 0, 0, true},
-      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, 0, 0, 0, 0, true},
-      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, 0, 0, 0, 0, true},
-      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, 0, false},
-      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, 0, false},
-      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, 0, 0, 0, 0, false},
+      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true},
+      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true},
+      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true},
+      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, false, true},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true},
+      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
+      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true},
+      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, false, true},
+      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
+      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true},
+      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, false, true},
+      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
+      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, false, false},
+      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, false, false},
+      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, false, false},
   };
   for (const Want& w : table) {
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " elem " << w.elem);
@@ -424,10 +424,10 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.max_tile_values, w.max_tile_values);
     EXPECT_EQ(l.reread_stash_bytes, w.stash);
     EXPECT_EQ(l.ring_min_tile_bytes, w.ring_min_tile);
-    EXPECT_EQ(l.staged_min_row_bytes, w.staged_min);
-    EXPECT_EQ(l.staged_max_row_bytes, w.staged_max);
-    EXPECT_EQ(l.staged_max_share_bytes, w.staged_share);
-    EXPECT_EQ(l.staged_min_cluster_row_bytes, w.staged_min_cluster);
+    // The bands themselves: StagedRowsOnlyInTheirBands.
+    EXPECT_EQ(l.staged[0].threads != 0, w.staged);
+    if (!w.staged)
+      for (const StagedBand& band : l.staged) EXPECT_EQ(band.threads, 0);
     EXPECT_EQ(l.reread_over_split, w.over_split);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -442,10 +442,10 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
   }
 }
 
-// Staged rows (row_staged.cuh): 16-bit one-input rowwise rows of more than 64 KiB, one 512-thread
-// CTA a row up to 110 KiB, clusters of up to 8 such shares past 128 KiB; shared memory for the
-// row at any alignment; nothing else is staged.
-TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
+// Staged rows (row_staged.cuh): 16-bit one-input rowwise rows in three bands: 24-48 KiB in one
+// 256-thread CTA a row, 64-110 KiB in one 512-thread CTA, 128-880 KiB over clusters of 2-8 such
+// CTAs; shared memory for the row at any alignment; nothing else is staged.
+TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
     RowKernelLimits limits = row_policy(family, elem);
     const RowKernelLimits device = h200_limits();
@@ -454,14 +454,16 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
     limits.max_smem_per_block = device.max_smem_per_block;
     return plan_row_kernel(n, elem, inputs, limits);
   };
-  // Row length -> CTAs a row: one up to 110 KiB, then the fewest whose shares stay within it.
-  struct Want { int64_t n; int ctas; };
-  for (const Want w : {Want{32769, 1}, Want{40009, 1}, Want{50257, 1}, Want{56320, 1}, Want{65537, 2},
-                       Want{128256, 3}, Want{151936, 3}, Want{256000, 5}, Want{262144, 5}, Want{450560, 8}}) {
+  // Row length -> CTA size and CTAs a row.
+  struct Want { int64_t n; int threads, ctas; };
+  for (const Want w : {Want{12289, 256, 1}, Want{12800, 256, 1}, Want{16384, 256, 1}, Want{24576, 256, 1},
+                       Want{32769, 512, 1}, Want{40009, 512, 1}, Want{50257, 512, 1}, Want{56320, 512, 1},
+                       Want{65537, 512, 2}, Want{128256, 512, 3}, Want{151936, 512, 3}, Want{256000, 512, 5},
+                       Want{262144, 512, 5}, Want{450560, 512, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n);
     const RowKernelConfig c = plan(RowFamily::kRowwise, w.n, 2, 1);
     EXPECT_EQ(c.kind, RowKernelKind::kStaged);
-    EXPECT_EQ(c.threads, kStagedThreads);
+    EXPECT_EQ(c.threads, w.threads);
     EXPECT_EQ(c.vpt, 1);
     EXPECT_EQ(c.cluster, w.ctas);
     const int64_t vectors = (w.n + 7) / 8, share = (vectors + w.ctas - 1) / w.ctas;
@@ -469,26 +471,21 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirWindow) {
     EXPECT_GE(c.capacity(), w.n);
     EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
     EXPECT_GE(c.smem_bytes, std::size_t(16 * share + 48)) << "the share, a spare granule before and two after";
-    EXPECT_LE(2 * (c.smem_bytes + 2048), h200_limits().max_smem_per_sm) << "two CTAs an SM";
+    const int per_sm = w.threads == 256 ? 4 : 2;
+    EXPECT_LE(per_sm * (c.smem_bytes + 2048), h200_limits().max_smem_per_sm) << per_sm << " CTAs an SM";
     EXPECT_EQ(c.split.chunks, 0);
   }
-  EXPECT_NE(plan(RowFamily::kRowwise, 32768, 2, 1).kind, RowKernelKind::kStaged) << "64 KiB rows stay in registers";
-  for (int64_t n : {56321, 65536})
-    EXPECT_NE(plan(RowFamily::kRowwise, n, 2, 1).kind, RowKernelKind::kStaged) << n << ": no clusters up to 128 KiB";
-  EXPECT_NE(plan(RowFamily::kRowwise, 450561, 2, 1).kind, RowKernelKind::kStaged) << "past a portable cluster";
-  EXPECT_NE(plan(RowFamily::kRowwise, 1 << 20, 2, 1).kind, RowKernelKind::kStaged);
+  for (int64_t n : {12288, 24577, 32768, 56321, 65536, 450561, 1 << 20})
+    EXPECT_NE(plan(RowFamily::kRowwise, n, 2, 1).kind, RowKernelKind::kStaged) << n << ": between or past the bands";
   EXPECT_NE(plan(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
   for (int elem : {4, 8}) EXPECT_NE(plan(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
   for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kRmsNormForward, RowFamily::kResidualNormForward,
                             RowFamily::kNormBackward}) {
-    EXPECT_EQ(staged_window_for(family, 2).max_row_bytes, 0u);
+    for (const StagedBand& band : staged_bands_for(family, 2)) EXPECT_EQ(band.threads, 0);
     EXPECT_NE(plan(family, 50257, 2, 1).kind, RowKernelKind::kStaged);
   }
   RowKernelLimits small = h200_limits();
-  small.staged_min_row_bytes = 64 << 10;
-  small.staged_max_row_bytes = 880 << 10;
-  small.staged_max_share_bytes = 110 << 10;
-  small.staged_min_cluster_row_bytes = 128 << 10;
+  small.staged = staged_bands_for(RowFamily::kRowwise, 2);
   small.max_smem_per_block = 96 << 10;
   EXPECT_NE(plan_row_kernel(50257, 2, 1, small).kind, RowKernelKind::kStaged) << "a share that does not fit one CTA";
   small.max_smem_per_block = h200_limits().max_smem_per_block;

@@ -195,9 +195,10 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
   check_against_oracle<__half>(Op::kLogSoftmaxBackward, {3000, 2045, 2048, 0}, "randn", 24);
 }
 
-// Staged rows (row_staged.cuh: 16-bit rows of more than 64 KiB, the whole row in shared memory,
-// one CTA a row up to 110 KiB, clusters of 2 to 8 shares past 128 KiB) at every element offset, with
-// -inf / NaN rows and large values; few rows, so the test also runs under compute-sanitizer.
+// Staged rows (row_staged.cuh: 16-bit rows in shared memory, one 256-thread CTA a row at 24-48
+// KiB, one 512-thread CTA at 64-110 KiB, clusters of 2 to 8 shares past 128 KiB) at every
+// element offset, with -inf / NaN rows and large values; few rows, so the test also runs under
+// compute-sanitizer.
 TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
   for (int64_t offset = 0; offset < 8; ++offset) {
     const auto seed = static_cast<uint32_t>(offset);
@@ -205,6 +206,9 @@ TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
                                         offset % 3 ? "randn" : "special", 80 + seed);
     check_against_oracle<__half>(offset % 2 ? Op::kSoftmax : Op::kLogSoftmax,
                                  {2, 32769 + offset, 32769 + 2 * offset, offset}, "large", 90 + seed);
+    // 256-thread CTAs (24-48 KiB rows).
+    check_against_oracle<__half>(offset % 2 ? Op::kLogSoftmax : Op::kSoftmax,
+                                 {3, 12289 + 1531 * offset, 24576 + offset, offset}, "special", 110 + seed);
     // Cluster rows: 2, 3, 5 and 8 shares; the share edges fall at every granule offset.
     const int64_t cluster_cols[] = {65537, 128256, 151936, 256000, 450553};
     const int64_t cols = cluster_cols[offset % 5] + offset;
