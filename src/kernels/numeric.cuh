@@ -42,6 +42,17 @@ template <typename S> __device__ __forceinline__ S load_partial(const S* p) {
   return r;
 }
 
+// Publishes a partial for load_partial, word by word: the padding words of a statistic (argmax's
+// float and int64) are written too, so no reader sees memory nobody wrote.
+template <typename S> __device__ __forceinline__ void store_partial(S* p, const S& s) {
+  static_assert(sizeof(S) % 4 == 0, "partials are whole 32-bit words");
+  uint32_t w[sizeof(S) / 4] = {};
+  memcpy(w, &s, sizeof(S));
+  auto* dst = reinterpret_cast<unsigned int*>(p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) dst[i] = w[i];
+}
+
 // exp of a value <= 0 relative to a max: ex2.approx is accurate to 2 ulp there and runs on
 // the special-function unit, leaving the FMA pipe to the rest. Flushing results below 2^-126
 // to zero is harmless for probabilities. The subtraction happens before the scaling (by the

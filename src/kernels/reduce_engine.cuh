@@ -143,7 +143,7 @@ __device__ bool publish_and_combine(typename P::Stat& s, typename P::Stat* parts
                                     unsigned* ticket, typename P::Stat* slots) {
   __shared__ bool last;
   if (threadIdx.x == 0) {
-    parts[index] = s;
+    store_partial(parts + index, s);
     __threadfence();  // the partial is visible device-wide before the ticket says so
     last = atomicAdd(ticket, 1u) == static_cast<unsigned>(count - 1);
   }
@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
       if (ky == static_cast<int>(part % G))
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
-          if (j < cl.columns) partials[part * a.outer * a.inner + o * a.inner + col + j] = acc[j];
+          if (j < cl.columns) store_partial(partials + part * a.outer * a.inner + o * a.inner + col + j, acc[j]);
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) last_cta = atomicAdd(a.tickets + slice, 1u) == static_cast<unsigned>(parts - 1);

@@ -82,7 +82,7 @@ __device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::St
                                                            typename Op::Stat* merged) {
   using Stat = typename Op::Stat;
   if (threadIdx.x == 0) {
-    parts[chunk] = mine;
+    store_partial(parts + chunk, mine);
     __threadfence();  // the statistic is visible device-wide before the arrival says so
     atomicAdd(counter, 1u);
     unsigned pause = 32;
