@@ -123,6 +123,9 @@ def parse_args(argv=None):
     plots.add_argument("--plot-both", dest="plot", action="store_const", const="both")
     plots.add_argument("--no-plot", dest="plot", action="store_const", const="none")
     p.set_defaults(plot="combined")
+    p.add_argument("--tune", action="append", default=[], metavar="NAME=VALUE",
+                   help="a planner override for this run (reducekit/tuning.hpp names; repeatable): the plan "
+                        "measured is then not the shipped one")
     p.add_argument("--from-json", default=None, metavar="PATH",
                    help="re-print the table and summary and re-draw plots from a results.json; needs no GPU")
     return p.parse_args(argv)
@@ -319,6 +322,12 @@ def main(argv=None):
 
     reducekit, note = peers.load_reducekit() if OURS in impl_names else (None, "reducekit: not selected")
     say(note)
+    for item in args.tune:
+        name, _, value = item.partition("=")
+        if reducekit is None or not value:
+            raise SystemExit(f"--tune {item}: needs NAME=VALUE and reducekit selected")
+        torch.ops.reducekit._set_tuning(name, int(value))
+        say(f"tuning override: {name} = {value}")
     seed_path = Path(args.seed_triton) if args.seed_triton else peers.default_seed_triton_path()
     seed, note = peers.load_seed_triton(seed_path) if "seed-triton" in impl_names else (None, "seed-triton: not selected")
     say(note)

@@ -3,17 +3,17 @@
 """Runs bench.py once per planner setting and prints GB/s side by side.
 
     python bench/sweep.py --out OUT --ops softmax --dtypes bfloat16 \
-        --variant "default:" --variant "e16:REDUCEKIT_TUNE_BLOCK_ELEMS=16" \
-        --variant "e16-noring:REDUCEKIT_TUNE_BLOCK_ELEMS=16 REDUCEKIT_TUNE_RING=0"
+        --variant "default:" --variant "e16:block_elems=16" \
+        --variant "e16-noring:block_elems=16 ring=0"
 
-Each variant is "name:VAR=value VAR=value" (REDUCEKIT_TUNE_* knobs, see
-src/ops/row_launch.cuh); "peers" is added once with the peer implementations. Every variant's
+Each variant is "name:setting=value setting=value" (planner overrides, passed to bench.py as
+--tune; the names: include/reducekit/tuning.hpp's tuning_names()); "peers" is added once with
+the peer implementations. Every variant's
 results.json lands in OUT/name; the table compares reducekit's GB/s per (op, dtype, shape), and a
 second table the CUDA-graph replay GB/s where bench.py timed them (small shapes).
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,17 +21,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run_variant(out: Path, name: str, env_text: str, impls: str, bench_args: list) -> list:
-    env = dict(os.environ)
-    for item in env_text.split():
-        key, _, value = item.partition("=")
-        env[key] = value
+def run_variant(out: Path, name: str, settings: str, impls: str, bench_args: list) -> list:
+    tune = [arg for item in settings.split() for arg in ("--tune", item)]
     folder = out / name
     # torch.compile is measured only where asked for among the peers (its compiles take ~1 s a point).
     no_compile = [] if "torch.compile" in impls.split(",") else ["--no-compile"]
     cmd = [sys.executable, str(HERE / "bench.py"), "--out", str(folder), "--impls", impls, *no_compile,
-           "--no-plot", *bench_args]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+           "--no-plot", *tune, *bench_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"{name}: bench.py failed\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", flush=True)
         return []
@@ -41,7 +38,7 @@ def run_variant(out: Path, name: str, env_text: str, impls: str, bench_args: lis
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--variant", action="append", required=True, help='"name:VAR=value ..."')
+    p.add_argument("--variant", action="append", required=True, help='"name:setting=value ..."')
     p.add_argument("--peers", default="torch,seed-triton", help="peer impls measured once ('' for none)")
     args, bench_args = p.parse_known_args()
     out = Path(args.out)
@@ -50,8 +47,8 @@ def main() -> int:
     runs = [(v.partition(":")[0], v.partition(":")[2], "reducekit") for v in args.variant]
     if args.peers:
         runs.append(("peers", "", args.peers))
-    for name, env_text, impls in runs:
-        for r in run_variant(out, name, env_text, impls, bench_args):
+    for name, settings, impls in runs:
+        for r in run_variant(out, name, settings, impls, bench_args):
             if r.get("status") != "ok":
                 continue
             col = name if impls == "reducekit" else r["impl"]

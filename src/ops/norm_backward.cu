@@ -5,7 +5,6 @@
 // rows. Longer rows take the two-kernel path: dx through the row engine, dweight/dbias through
 // the two-stage column kernels of norm_ops.cuh (a second read of x and dy).
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -14,6 +13,7 @@
 #include "kernels/norm_backward_fused.cuh"
 #include "plan/norm_backward_plan.hpp"
 #include "ops/norm_launch.cuh"
+#include "reducekit/tuning.hpp"
 
 namespace reducekit {
 namespace norm_detail {
@@ -30,20 +30,17 @@ int64_t param_grad_rows_per_block(int64_t rows) {
 
 // ---- fused path: layout, and how many CTAs loop over the rows ---------------------------------
 
-// Tuning knobs for benchmark sweeps only (read once; the defaults ship): the largest tile
-// (vectors a thread) and the most CTAs an SM that G counts.
+// The largest tile (vectors a thread) and the most CTAs an SM that G counts: the shipped values,
+// or a sweep's overrides (norm_bwd_*, reducekit/tuning.hpp).
 struct FusedTuning {
   int max_vpt = 4;
   int ctas_per_sm = kFusedMaxCtasPerSm;
 };
-const FusedTuning& fused_tuning() {
-  static const FusedTuning t = [] {
-    FusedTuning f;
-    if (const char* v = std::getenv("REDUCEKIT_TUNE_NORM_BWD_MAX_VPT")) f.max_vpt = std::max(1, std::atoi(v));
-    if (const char* v = std::getenv("REDUCEKIT_TUNE_NORM_BWD_CTAS_PER_SM")) f.ctas_per_sm = std::max(1, std::atoi(v));
-    return f;
-  }();
-  return t;
+FusedTuning fused_tuning() {
+  FusedTuning f;
+  if (const auto v = tuning("norm_bwd_max_vpt")) f.max_vpt = std::max<int>(1, static_cast<int>(*v));
+  if (const auto v = tuning("norm_bwd_ctas_per_sm")) f.ctas_per_sm = std::max<int>(1, static_cast<int>(*v));
+  return f;
 }
 
 FusedNormBackwardLayout fused_layout(int64_t cols, int elem_bytes) {

@@ -6,17 +6,18 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "kernels/row_engine.cuh"
 #include "kernels/row_staged.cuh"
 #include "kernels/row_stream.cuh"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
+#include "reducekit/tuning.hpp"
 #include "reducekit/status.hpp"
 
 namespace reducekit {
@@ -52,23 +53,26 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
   limits->max_smem_per_sm = static_cast<std::size_t>(smem_per_sm);
   limits->sm_count = sms;
-  // Tuning knobs for benchmark sweeps only; the defaults above are what ships.
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_CLUSTER")) limits->max_cluster = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_BLOCK_THREADS"))
-    limits->max_block_threads = std::min(std::atoi(v), kernels::kMaxBlockThreads);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_BLOCK_ELEMS")) limits->block_elems = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_MIN_BLOCK_THREADS")) limits->min_block_threads = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_RING")) limits->ring = std::atoi(v) != 0;
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_TWO_PHASE")) limits->two_phase = std::atoi(v) != 0;
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_MAX_TILE_VALUES")) limits->max_tile_values = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_CHUNK_TILES")) limits->split_chunk_tiles = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_RING")) limits->split_ring = std::clamp(std::atoi(v), 2, 4);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MIN_CLUSTER")) limits->split_min_cluster = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS")) limits->reread_above_words = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES"))
-    limits->reread_small_tiles_from_bytes = std::atoll(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES")) limits->split_max_elem_bytes = std::atoi(v);
-  if (const char* v = std::getenv("REDUCEKIT_TUNE_REREAD_STASH_BYTES")) limits->reread_stash_bytes = std::atoll(v);
+  // Overrides a sweep or test set explicitly (reducekit/tuning.hpp); none by default.
+  const auto set = [](const char* name, auto* field) {
+    if (const auto v = tuning(name)) *field = static_cast<std::remove_pointer_t<decltype(field)>>(*v);
+  };
+  set("max_cluster", &limits->max_cluster);
+  set("max_block_threads", &limits->max_block_threads);
+  limits->max_block_threads = std::min(limits->max_block_threads, kernels::kMaxBlockThreads);
+  set("block_elems", &limits->block_elems);
+  set("min_block_threads", &limits->min_block_threads);
+  set("ring", &limits->ring);
+  set("two_phase", &limits->two_phase);
+  set("max_tile_values", &limits->max_tile_values);
+  set("split_chunk_tiles", &limits->split_chunk_tiles);
+  set("split_ring", &limits->split_ring);
+  limits->split_ring = std::clamp(limits->split_ring, 2, 4);
+  set("split_min_cluster", &limits->split_min_cluster);
+  set("split_max_elem_bytes", &limits->split_max_elem_bytes);
+  set("reread_above_words", &limits->reread_above_words);
+  set("reread_small_tiles_from_bytes", &limits->reread_small_tiles_from_bytes);
+  set("reread_stash_bytes", &limits->reread_stash_bytes);
   return Status::ok();
 }
 

@@ -3,7 +3,8 @@
 #include "plan/reduce_config.hpp"
 
 #include <algorithm>
-#include <cstdlib>
+
+#include "reducekit/tuning.hpp"
 
 namespace reducekit {
 namespace {
@@ -94,16 +95,13 @@ const char* reduce_kernel_name(ReduceKernel k) {
   return "unknown";
 }
 
-const ColumnKnobs& column_knobs_from_env() {
-  static const ColumnKnobs knobs = [] {
-    ColumnKnobs k;
-    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS")) k.min_segment_rows = std::atoll(v);
-    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_MAX_SEGMENTS")) k.max_segments = std::atoll(v);
-    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_SPLIT_BELOW_VECTORS")) k.split_below_vectors = std::atoll(v);
-    if (const char* v = std::getenv("REDUCEKIT_TUNE_COL_GROUPS_BELOW_CTAS")) k.groups_below_ctas = std::atoll(v);
-    return k;
-  }();
-  return knobs;
+ColumnKnobs column_knobs() {
+  ColumnKnobs k;
+  if (const auto v = tuning("col_min_segment_rows")) k.min_segment_rows = *v;
+  if (const auto v = tuning("col_max_segments")) k.max_segments = *v;
+  if (const auto v = tuning("col_split_below_vectors")) k.split_below_vectors = *v;
+  if (const auto v = tuning("col_groups_below_ctas")) k.groups_below_ctas = *v;
+  return k;
 }
 
 ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ColumnKnobs& knobs) {

@@ -51,18 +51,18 @@ struct ReduceConfig {
   bool split() const { return parts > 1; }  // kColumn: partials through the workspace
 };
 
-// Column-path planner knobs. The defaults ship; REDUCEKIT_TUNE_COL_* environment variables
-// override them for benchmark sweeps only (column_knobs_from_env, read once per process).
-// min_segment_rows and max_segments change the arithmetic (segment length is part of it; still a
-// function of K only, so deterministic and batch-invariant within one setting); the other two
-// only spread work.
+// Column-path planner knobs. The defaults ship; a sweep overrides them by name (col_*,
+// reducekit/tuning.hpp). min_segment_rows and max_segments change the arithmetic (segment length is
+// part of it; still a function of K only, so deterministic and batch-invariant within one
+// setting); the other two only spread work.
 struct ColumnKnobs {
-  int64_t min_segment_rows = kColumnMinSegmentRows;          // REDUCEKIT_TUNE_COL_MIN_SEGMENT_ROWS (x 64)
-  int64_t max_segments = kColumnMaxSegments;                 // REDUCEKIT_TUNE_COL_MAX_SEGMENTS
-  int64_t split_below_vectors = kColumnSplitBelowVectors;    // REDUCEKIT_TUNE_COL_SPLIT_BELOW_VECTORS
-  int64_t groups_below_ctas = kColumnGroupsBelowCtas;        // REDUCEKIT_TUNE_COL_GROUPS_BELOW_CTAS
+  int64_t min_segment_rows = kColumnMinSegmentRows;        // col_min_segment_rows (x 64)
+  int64_t max_segments = kColumnMaxSegments;               // col_max_segments
+  int64_t split_below_vectors = kColumnSplitBelowVectors;  // col_split_below_vectors
+  int64_t groups_below_ctas = kColumnGroupsBelowCtas;      // col_groups_below_ctas
 };
-const ColumnKnobs& column_knobs_from_env();
+// The shipped knobs with the overrides set now.
+ColumnKnobs column_knobs();
 
 // The launch for `plan` over elements of `elem_bytes` bytes (4, 2 or 8).
 ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ColumnKnobs& knobs = ColumnKnobs{});

@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "reducekit/tuning.hpp"
 #include "reducekit/tensor.hpp"
 
 namespace reducekit::testing_util {
@@ -157,14 +159,14 @@ inline void expect_split_ran(const void* workspace, std::size_t zeroed_bytes, st
       << "no chunk statistic was written: the split kernel did not run";
 }
 
-// A planner tuning knob (REDUCEKIT_TUNE_*, read on every launch) set while a test runs, so the
-// test reaches a path the default plan does not take for its rows.
-class ScopedKnob {
+// A planner override (reducekit/tuning.hpp, read on every launch) set while a test runs, so the test
+// reaches a path the default plan does not take for its rows.
+class ScopedTuning {
  public:
-  ScopedKnob(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedKnob() { unsetenv(name_); }
-  ScopedKnob(const ScopedKnob&) = delete;
-  ScopedKnob& operator=(const ScopedKnob&) = delete;
+  ScopedTuning(const char* name, int64_t value) : name_(name) { EXPECT_TRUE(set_tuning(name, value).ok()) << name; }
+  ~ScopedTuning() { set_tuning(name_, std::nullopt); }
+  ScopedTuning(const ScopedTuning&) = delete;
+  ScopedTuning& operator=(const ScopedTuning&) = delete;
 
  private:
   const char* name_;

@@ -245,11 +245,11 @@ template <typename T> void check_parked_like_unparked(RowOp op, std::initializer
                                       << p.out_offset);
       std::vector<std::vector<T>> want, got;
       {
-        const ScopedKnob unparked("REDUCEKIT_TUNE_REREAD_STASH_BYTES", "0");
+        const ScopedTuning unparked("reread_stash_bytes", 0);
         want = run_placed<T>(op, rows, cols, p);
       }
       {
-        const ScopedKnob parked("REDUCEKIT_TUNE_REREAD_STASH_BYTES", std::to_string(kRereadStashBytes).c_str());
+        const ScopedTuning parked("reread_stash_bytes", kRereadStashBytes);
         got = run_placed<T>(op, rows, cols, p);
       }
       expect_same_bits(got, want);

@@ -371,10 +371,10 @@ REDUCEKIT_NORM_TESTS(BFloat16ParamsFloat32, __nv_bfloat16, float)
 // dtype (by default only some re-read): the forwards and backwards of rows past one CTA's tile on
 // small tiles, read twice.
 TEST_F(NormGpu, RereadRows) {
-  const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
-  for (const char* small : {"1073741824", "0"}) {  // tiles of 16 words, then of one vector
+  const ScopedTuning reread("reread_above_words", 16);
+  for (const int64_t small : {int64_t(1) << 30, int64_t(0)}) {  // tiles of 16 words, then of one vector
     SCOPED_TRACE(testing::Message() << "small tiles " << small);
-    const ScopedKnob small_tiles("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES", small);
+    const ScopedTuning small_tiles("reread_small_tiles_from_bytes", small);
     check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 40009, 40009, 0}, 71);
     check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, false, "constant"}, {4, 65536, 65600, 0}, 72);
     check_forward<__half, __half>({Kind::kLayer, true, true, true, "randn"}, {2, 100003, 100004, 1}, 73);
@@ -396,7 +396,7 @@ TEST_F(NormGpu, SplitRows) {
                                               83);
   check_forward<__half, float>({Kind::kRms, true, true, false, "randn", true}, {3, mega, mega + 8, 0}, 84);
   check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, false, "randn", true}, {12, mega, mega, 0}, 85);
-  const ScopedKnob every_dtype("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES", "8");
+  const ScopedTuning every_dtype("split_max_elem_bytes", 8);
   check_forward<float, float>({Kind::kLayer, false, true, true, "randn", true}, {3, mega, mega, 0}, 86);
   // float64 with a residual: 192 KB chunks (one 32 KB tile each), one CTA an SM; 300007 columns
   // make 74 chunks, within the grid (1000003 would be 245, past it: no split).

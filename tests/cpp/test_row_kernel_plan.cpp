@@ -187,7 +187,7 @@ RowKernelLimits h200_limits() {
   limits.sm_count = 132;
   limits.max_smem_per_sm = 228 * 1024;
   limits.max_smem_per_block = 227 * 1024 - 2048;
-  // Every dtype splits (REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES=8 does the same on a device): the
+  // Every dtype splits (the split_max_elem_bytes override of 8 does the same on a device): the
   // tests below check the split plan itself; SplitByDefaultOnlySixteenBitRows the default.
   limits.split_max_elem_bytes = 8;
   return limits;

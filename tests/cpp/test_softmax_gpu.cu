@@ -224,10 +224,10 @@ TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
 // forced by the knob for every dtype (by default only 16-bit rows re-read here): 2-CTA cluster
 // lengths, a stream length, odd strides and offsets, -inf / NaN rows, both backward ops.
 TEST_F(SoftmaxGpu, RereadRows) {
-  const ScopedKnob reread("REDUCEKIT_TUNE_REREAD_ABOVE_WORDS", "16");
-  for (const char* small : {"1073741824", "0"}) {  // tiles of 16 words, then of one vector
+  const ScopedTuning reread("reread_above_words", 16);
+  for (const int64_t small : {int64_t(1) << 30, int64_t(0)}) {  // tiles of 16 words, then of one vector
     SCOPED_TRACE(testing::Message() << "small tiles " << small);
-    const ScopedKnob small_tiles("REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES", small);
+    const ScopedTuning small_tiles("reread_small_tiles_from_bytes", small);
     check_against_oracle<float>(Op::kSoftmax, {3, 40009, 40009, 0}, "randn", 61);
     check_against_oracle<__nv_bfloat16>(Op::kLogSoftmax, {3, 65536, 65537, 1}, "special", 62);
     check_against_oracle<double>(Op::kSoftmax, {2, 32769, 32769, 0}, "large", 63);
@@ -242,9 +242,9 @@ TEST_F(SoftmaxGpu, RereadRows) {
 // The default plan splits only 16-bit rows (float32 rows measured faster on the stream kernel);
 // the split kernel serves every dtype, so its float32 and float64 tests widen the rule with the
 // planner's tuning knob while they run.
-class SplitEveryDtype : ScopedKnob {
+class SplitEveryDtype : ScopedTuning {
  public:
-  SplitEveryDtype() : ScopedKnob("REDUCEKIT_TUNE_SPLIT_MAX_ELEM_BYTES", "8") {}
+  SplitEveryDtype() : ScopedTuning("split_max_elem_bytes", 8) {}
 };
 
 // Every dtype splits 2^20-element rows (float32 64 chunks, 16-bit 32, float64 128 on an H200);

@@ -777,3 +777,20 @@ def test_columns_deterministic_and_batch_invariant(op, dtype, shape):
         assert torch.equal(RK[op](x[i:i + 1].clone(), dim=1), batch[i:i + 1]), f"slab {i} alone differs"
         # as a 2-d tensor the same columns are [K, inner] over dim 0, from an offset pointer
         assert torch.equal(RK[op](x[i], dim=0), batch[i]), f"slab {i} as a view differs"
+
+
+def test_planner_overrides_are_explicit_and_named():
+    """torch.ops.reducekit._set_tuning: an unknown name is refused by name; an override changes
+    the plan (clusters off: 128256-column rows re-read) but not the answer, and clearing it gives
+    the shipped plan's bits back."""
+    with pytest.raises(RuntimeError, match="'max_clusters'"):
+        torch.ops.reducekit._set_tuning("max_clusters", 1)
+    x = randn(3, 128256, dtype=torch.bfloat16)
+    shipped = reducekit.softmax(x, -1)
+    try:
+        torch.ops.reducekit._set_tuning("max_cluster", 1)
+        overridden = reducekit.softmax(x, -1)
+    finally:
+        torch.ops.reducekit._clear_tuning()
+    torch.testing.assert_close(overridden.float(), shipped.float(), rtol=2.0**-7, atol=1e-6)
+    assert torch.equal(reducekit.softmax(x, -1), shipped)

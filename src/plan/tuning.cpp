@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "reducekit/tuning.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+namespace reducekit {
+namespace {
+
+// The settings a sweep may override, as the planners read them.
+constexpr const char* kNames[] = {
+    // row engine (RowKernelLimits)
+    "max_cluster", "max_block_threads", "block_elems", "min_block_threads", "ring", "two_phase", "max_tile_values",
+    "split_chunk_tiles", "split_ring", "split_min_cluster", "split_max_elem_bytes", "reread_above_words",
+    "reread_small_tiles_from_bytes", "reread_stash_bytes",
+    // fused norm backward
+    "norm_bwd_max_vpt", "norm_bwd_ctas_per_sm",
+    // reduce engine's column path (ColumnKnobs)
+    "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas"};
+
+std::mutex mutex;
+std::map<std::string, int64_t> overrides;
+std::atomic<bool> any_set{false};  // lets every launch skip the lock when nothing is overridden
+
+}  // namespace
+
+Status set_tuning(const std::string& name, std::optional<int64_t> value) {
+  if (std::none_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return name == n; }))
+    return Status::invalid_argument("name: '" + name + "' is not a tuning setting (" + tuning_names() + ")");
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (value) overrides[name] = *value;
+  else overrides.erase(name);
+  any_set = !overrides.empty();
+  return Status::ok();
+}
+
+void clear_tuning() {
+  const std::lock_guard<std::mutex> lock(mutex);
+  overrides.clear();
+  any_set = false;
+}
+
+std::optional<int64_t> tuning(const char* name) {
+  if (!any_set) return std::nullopt;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = overrides.find(name);
+  if (it == overrides.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string tuning_names() {
+  std::string names;
+  for (const char* n : kNames) names += (names.empty() ? "" : ", ") + std::string(n);
+  return names;
+}
+
+}  // namespace reducekit
