@@ -8,6 +8,9 @@
 // channels_last_3d). y, dy and dx have x's sizes, dtype and strides. Per-channel tensors
 // (weight, bias, running_mean, running_var, save_mean, save_invstd, dweight, dbias): [C],
 // contiguous, float32 (float64 for float64 x), as torch keeps them for 16-bit inputs.
+// Aliasing: y may be the very view of x, dx of x or dy (in place); beyond that no output (nor the
+// running statistics, written in place) shares memory with another tensor of the call:
+// kInvalidArgument naming the output.
 //
 // The statistics of a channel are merged in an order fixed by the shape and the device's SM count
 // (exact two-pass moments or Welford within a CTA, Chan's merge across CTAs, no atomics): the

@@ -30,14 +30,16 @@ struct CrossEntropyOptions {
 };
 
 // loss and lse: [rows] each, contiguous, float32 (float64 for float64 logits); lse is what the
-// backward needs. weight: null or [classes], contiguous, the same dtype as loss.
+// backward needs. weight: null or [classes], contiguous, the same dtype as loss. loss and lse share
+// no memory with each other or with logits, target and weight.
 Status cross_entropy_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
                              const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
                              cudaStream_t stream);
 
 // dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]), the shape and dtype of logits (its own
-// row stride), not overlapping logits. grad_loss: [rows], the dtype of loss (for torch's 'mean',
-// the upstream gradient over the mean's denominator). lse: the forward's.
+// row stride), overlapping neither itself nor logits, target, weight, lse or grad_loss. grad_loss:
+// [rows], the dtype of loss (for torch's 'mean', the upstream gradient over the mean's
+// denominator). lse: the forward's.
 Status cross_entropy_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
                               const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
                               const TensorView& dlogits, cudaStream_t stream);

@@ -19,6 +19,9 @@
 // the leading dims must merge into one row index (contiguous tensors, or rows sliced out of a
 // wider buffer); otherwise kUnsupported (make it contiguous first, as the PyTorch layer does).
 // weight and bias must be contiguous. Optional tensors are passed as nullptr.
+// Aliasing: y and s may be the very view of x or residual, dx of dy or x (in place); beyond that
+// no output shares memory with another tensor of the call (weight, bias, mean, rstd, another
+// output) or overlaps itself (rows sharing memory): kInvalidArgument naming the output.
 //
 // Determinism: the kernel configuration depends only on the row length and dtype, so forward
 // results are batch-invariant; dweight/dbias are summed in a fixed order with no atomics, so

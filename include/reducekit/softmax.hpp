@@ -15,7 +15,8 @@
 // results are deterministic and batch-invariant (a column's bits depend on its values, K and
 // dtype alone) but, reduced in another order, may differ in the last bits from the same values
 // laid out as a row.
-// The output may be the input itself (in place) but may not partly overlap it.
+// The output may be the input itself (in place) but may not partly overlap it, nor itself (rows
+// sharing memory, as in a view with stride 0): kInvalidArgument naming the output.
 //
 // Workspace (forward ops; the column path never needs one). 16-bit rows longer than one cluster of CTAs holds in registers
 // (about 2^20 elements on an H200) run fastest split into chunks over a cooperative grid, which

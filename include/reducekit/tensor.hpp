@@ -36,7 +36,11 @@ inline constexpr const char* dtype_name(DType t) {
   return "unknown";
 }
 
-inline constexpr bool is_floating(DType t) { return t != DType::kInt64; }
+// Named explicitly: a DType cast from an out-of-range integer is neither floating nor int64, and
+// must fail the dtype checks rather than reach a kernel with dtype_size() == 0.
+inline constexpr bool is_floating(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat64;
+}
 
 struct TensorView {
   void* data = nullptr;

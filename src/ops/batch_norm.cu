@@ -269,11 +269,13 @@ bool same_offset16(std::initializer_list<const TensorView*> tensors) {
 }  // namespace
 
 Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req) {
+  if (req == nullptr) return Status::invalid_argument("req: must not be null");
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
   return workspace_need(x, req);
 }
 
 Status batch_norm_reads_once(const TensorView& x, bool backward, bool* once) {
+  if (once == nullptr) return Status::invalid_argument("once: must not be null");
   *once = false;
   BatchNormPlan plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
@@ -302,6 +304,13 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
   if ((running_mean == nullptr) != (running_var == nullptr))
     return Status::invalid_argument("running_var: running_mean and running_var come together (both or neither)");
+  // The running statistics are written in place, so they count as outputs here.
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&y, "y"}, {&save_mean, "save_mean"}, {&save_invstd, "save_invstd"},
+                                            {running_mean, "running_mean"}, {running_var, "running_var"}},
+                                           {{weight, "weight"}, {bias, "bias"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"},
+                                            {running_mean, "running_mean"}, {running_var, "running_var"}},
+                                           {{&x, "x"}}));
   if (!std::isfinite(options.momentum))
     return Status::invalid_argument("momentum: expected a finite value, got " + std::to_string(options.momentum));
   if (!(options.eps >= 0.0) || !std::isfinite(options.eps))
@@ -347,6 +356,10 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&running_var, "running_var", x));
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(save_mean, "save_mean", x));
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(save_invstd, "save_invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&y, "y"}, {save_mean, "save_mean"}, {save_invstd, "save_invstd"}},
+                                           {{weight, "weight"}, {bias, "bias"}, {&running_mean, "running_mean"},
+                                            {&running_var, "running_var"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{save_mean, "save_mean"}, {save_invstd, "save_invstd"}}, {{&x, "x"}}));
   if (!(eps >= 0.0) || !std::isfinite(eps))
     return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(eps));
   // An empty batch still gets its saved statistics: one (empty) chunk a tile.
@@ -387,6 +400,10 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dweight, "dweight", x));
   REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dbias, "dbias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
+      {{dx, "dx"}, {dweight, "dweight"}, {dbias, "dbias"}},
+      {{weight, "weight"}, {&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{dweight, "dweight"}, {dbias, "dbias"}}, {{&x, "x"}, {&dy, "dy"}}));
   if (plan.channel_count() == 0) {  // sums over nothing
     REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
     return fill_zero(dbias, stream);

@@ -132,6 +132,33 @@ Status check_no_partial_overlap(const TensorView& out, const char* out_name, con
                                   " without being the same view (in-place use must pass the same tensor)");
 }
 
+Status check_disjoint(std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    if (out->view == nullptr) continue;
+    uintptr_t a0, a1, b0, b1;
+    if (!byte_span(*out->view, &a0, &a1)) continue;
+    const auto shares = [&](const NamedView& other) {
+      return other.view != nullptr && byte_span(*other.view, &b0, &b1) && !(a1 < b0 || b1 < a0);
+    };
+    for (auto later = out + 1; later != outputs.end(); ++later)
+      if (shares(*later))
+        return Status::invalid_argument(std::string(out->name) + ": shares memory with " + later->name +
+                                        " (each output needs memory of its own)");
+    for (const NamedView& in : inputs)
+      if (shares(in))
+        return Status::invalid_argument(std::string(out->name) + ": shares memory with " + in.name +
+                                        ", which the call reads while writing " + out->name);
+  }
+  return Status::ok();
+}
+
+Status check_output_rows(int64_t rows, int64_t cols, int64_t row_stride, const char* name) {
+  if (rows <= 1 || cols == 0 || row_stride >= cols) return Status::ok();
+  return Status::invalid_argument(std::string(name) + ": its rows overlap (row stride " + std::to_string(row_stride) +
+                                  " below the row length " + std::to_string(cols) +
+                                  "), so two rows would write one element");
+}
+
 namespace {
 // One region of a workspace: there, at least `need` bytes, 16-byte aligned; `what` names it.
 Status check_region(const void* data, std::size_t have, std::size_t need, const char* what) {

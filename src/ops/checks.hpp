@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "reducekit/status.hpp"
@@ -33,6 +34,20 @@ Status check_matches(const TensorView& t, const char* name, const TensorView& re
 // `out` may be `in` exactly (an in-place op) but must not otherwise share memory with it.
 Status check_no_partial_overlap(const TensorView& out, const char* out_name, const TensorView& in,
                                 const char* in_name);
+
+// A tensor of a call, or an absent optional one (view null), named as errors print it.
+struct NamedView {
+  const TensorView* view;
+  const char* name;
+};
+
+// No output shares memory with another output or with any of `inputs` (absent ones skipped):
+// for the pairs that have no in-place form, e.g. y and weight, mean and x. Errors name the output.
+Status check_disjoint(std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
+
+// The rows of an output (`rows` of `cols` elements, `row_stride` apart) do not overlap one another:
+// a zero or short row stride (an expanded view) would have two rows write one element.
+Status check_output_rows(int64_t rows, int64_t cols, int64_t row_stride, const char* name);
 
 // A workspace of `bytes` device bytes whose first `zeroed_bytes` (the tickets) may live apart
 // in Workspace::tickets; 16-byte aligned. Errors name "workspace".

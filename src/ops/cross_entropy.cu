@@ -102,6 +102,8 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
   const DType values = accumulation_dtype(logits.dtype);
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}},
+                                           {{&logits, "logits"}, {&target, "target"}, {weight, "weight"}}));
   if (plan.rows == 0) return Status::ok();
   return by_dtype(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -132,6 +134,9 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
   REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(dlogits, -1, &out_plan));
   if (!out_plan.row_major)
     return Status::unsupported("dlogits: the class dim must be innermost (stride 1) with the other dims mergeable");
+  REDUCEKIT_RETURN_IF_ERROR(check_output_rows(out_plan.rows, out_plan.cols, out_plan.row_stride, "dlogits"));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}}, {{&target, "target"}, {weight, "weight"},
+                                                                     {&lse, "lse"}, {&grad_loss, "grad_loss"}}));
   if (plan.rows == 0) return Status::ok();
   return by_dtype(logits.dtype, [&](auto tag) {
     using T = decltype(tag);

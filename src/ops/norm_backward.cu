@@ -327,6 +327,11 @@ template <bool kLayer> Status run_backward(const BackwardCall& c, cudaStream_t s
   const int64_t rows = plans[0].rows, cols = plans[0].cols;
   if (c.mean != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.mean, "mean", x, rows));
   REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.rstd, "rstd", x, rows));
+  if (c.dx != nullptr)
+    REDUCEKIT_RETURN_IF_ERROR(check_output_rows(plans[2].rows, plans[2].cols, plans[2].row_stride, "dx"));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{c.dx, "dx"}, {c.dweight, "dweight"}, {c.dbias, "dbias"}},
+                                           {{c.weight, "weight"}, {c.mean, "mean"}, {c.rstd, "rstd"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{c.dweight, "dweight"}, {c.dbias, "dbias"}}, {{c.x, "x"}, {c.dy, "dy"}}));
   const bool want_param_grads = c.dweight != nullptr || c.dbias != nullptr;
   if (want_param_grads) {
     std::size_t need = 0;
@@ -366,6 +371,10 @@ Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& norma
   if (bytes == nullptr) return Status::invalid_argument("bytes: is null");
   if (x.rank < 0 || x.rank > kMaxRank)
     return Status::invalid_argument("x: rank " + std::to_string(x.rank) + " is outside 0.." + std::to_string(kMaxRank));
+  // Asked without a device tensor check, so the sizes are checked here: a negative one would
+  // make the row count, and with it the byte count, negative.
+  for (int d = 0; d < x.rank; ++d)
+    if (x.sizes[d] < 0) return Status::invalid_argument("x: negative size in " + shape_string(x));
   REDUCEKIT_RETURN_IF_ERROR(norm_detail::check_normalized_shape(x, normalized_shape));
   int64_t cols = 1, rows = 1;
   for (int d = 0; d < x.rank; ++d) (d >= x.rank - normalized_shape.rank ? cols : rows) *= x.sizes[d];

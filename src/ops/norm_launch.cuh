@@ -183,6 +183,7 @@ template <template <typename, bool> class OpFor, bool kResidual> std::size_t for
 // The workspace a forward call over x needs (its split rows' counters and chunk statistics).
 template <template <typename, bool> class OpFor, bool kResidual>
 Status forward_requirements(const TensorView& x, const NormShape& shape, NormRequirements* requirements) {
+  if (requirements == nullptr) return Status::invalid_argument("requirements: must not be null");
   *requirements = {};
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
   REDUCEKIT_RETURN_IF_ERROR(check_normalized_shape(x, shape));
@@ -242,6 +243,12 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   const int64_t rows = plans[0].rows, cols = plans[0].cols;
   if (c.mean != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.mean, "mean", x, rows));
   if (c.rstd != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_stat_tensor(*c.rstd, "rstd", x, rows));
+  REDUCEKIT_RETURN_IF_ERROR(check_output_rows(plans[2].rows, plans[2].cols, plans[2].row_stride, "y"));
+  if (kResidual) REDUCEKIT_RETURN_IF_ERROR(check_output_rows(plans[3].rows, plans[3].cols, plans[3].row_stride, "sum"));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{c.y, "y"}, {c.sum, "sum"}, {c.mean, "mean"}, {c.rstd, "rstd"}},
+                                           {{c.weight, "weight"}, {c.bias, "bias"}}));
+  REDUCEKIT_RETURN_IF_ERROR(
+      check_disjoint({{c.mean, "mean"}, {c.rstd, "rstd"}}, {{c.x, "x"}, {c.residual, "residual"}}));
   if (rows == 0) return Status::ok();
   if (cols == 0) {  // statistics of an empty set: 0 / 0, as the oracle and torch
     if (x.dtype == DType::kFloat64) {

@@ -76,6 +76,10 @@ struct Prepared {
 };
 
 Status prepare(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, Prepared* prep) {
+  // An integer cast to ReduceOp out of range would otherwise run the moments kernel.
+  const int op_value = static_cast<int>(op);
+  if (op_value < static_cast<int>(ReduceOp::kSum) || op_value > static_cast<int>(ReduceOp::kStdMean))
+    return Status::invalid_argument("op: " + std::to_string(op_value) + " is not a ReduceOp");
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
   ReduceDims rd;
   REDUCEKIT_RETURN_IF_ERROR(to_reduce_dims(dims, &rd));

@@ -113,6 +113,7 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
     const char* name = i < NIN ? t.in_name[i] : t.out_name;
     REDUCEKIT_RETURN_IF_ERROR(detail::plan_rowwise_rows(v, name, dim, &plans[i]));
   }
+  REDUCEKIT_RETURN_IF_ERROR(check_output_rows(plans[NIN].rows, plans[NIN].cols, plans[NIN].row_stride, t.out_name));
   const int64_t rows = plans[0].rows, cols = plans[0].cols;
   if (rows == 0 || cols == 0) return Status::ok();
   REDUCEKIT_RETURN_IF_ERROR(detail::check_row_length(cols, t.in_name[0]));
