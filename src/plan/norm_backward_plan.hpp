@@ -56,7 +56,7 @@ struct FusedNormBackwardLayout {
   int64_t capacity() const { return int64_t(row_threads) * vpt * vec; }
 };
 
-// max_vpt: fused_max_vpt(elem_bytes), or less for tuning sweeps (REDUCEKIT_TUNE_NORM_BWD_MAX_VPT;
+// max_vpt: fused_max_vpt(elem_bytes), or less for tuning sweeps (the norm_bwd_max_vpt override;
 // one-row layouts only: the row-lane kernels exist for fused_row_lane_vpt alone).
 inline FusedNormBackwardLayout plan_fused_norm_backward(int64_t cols, int elem_bytes, int max_vpt) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };

@@ -75,8 +75,8 @@ struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
   int max_block_threads = 512;                  // CTA size cap for kBlock rows (the kernels' bound)
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
-  // Planner knobs: the defaults ship; REDUCEKIT_TUNE_* environment variables override them
-  // for benchmark sweeps (see row_kernel_limits).
+  // Planner knobs: the defaults (and row_policy's) ship; a sweep overrides them by name
+  // (reducekit/tuning.hpp, applied in row_kernel_limits).
   int block_elems = 32;        // values (elements x inputs) a thread takes while a row fits one
                                // CTA that way: amortizes the per-row reduction over many values
   int min_block_threads = 64;  // smallest CTA for kBlock rows
@@ -106,7 +106,7 @@ struct RowKernelLimits {
   // the first pass folds the row, the second reads it again (from L2, just read) to write it.
   // Few registers a thread, so several CTAs an SM overlap their rows' reductions, as
   // torch.compile's norm kernels do. Set per op family and element size by
-  // reread_above_words_for (below); REDUCEKIT_TUNE_REREAD_ABOVE_WORDS overrides it (0: never,
+  // reread_above_words_for (below); the reread_above_words override replaces it (0: never,
   // kRereadPastOneCta: only rows past one CTA). The split path, where planned, still takes the
   // row when the caller gives a workspace, unless reread_over_split (below).
   int reread_above_words = 0;
@@ -117,7 +117,7 @@ struct RowKernelLimits {
   // 1024x65536 1728 -> 2056, rms_norm 2273 -> 2450, float32 layer_norm 2569 -> 2706 /
   // 2421 -> 2510, softmax and the backwards within noise; shorter rows keep kRereadTileWords
   // (float32 layer_norm 4096x12800, 50 KB rows in 7 such tiles, the last a quarter full, lost
-  // 2989 -> 2661). REDUCEKIT_TUNE_REREAD_SMALL_TILES_FROM_BYTES overrides it.
+  // 2989 -> 2661). The reread_small_tiles_from_bytes override replaces it.
   int64_t reread_small_tiles_from_bytes = int64_t(64) << 10;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
