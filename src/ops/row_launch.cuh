@@ -223,10 +223,10 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     // softmax forwards) are planned staged (staged_bands_for).
     if constexpr (sizeof(T) == 2 && sizeof...(Extra) == 0 && Op::kInputs == 1 && kernels::IsTwoPhase<Op>::value) {
       if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
-      auto kernel = c.threads == kStagedSmallThreads ? kernels::row_staged_kernel<T, Op, kStagedSmallThreads>
-                                                      : kernels::row_staged_kernel<T, Op, kStagedThreads>;
       if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
         return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
+      auto kernel = c.threads == kStagedSmallThreads ? kernels::row_staged_kernel<T, Op, kStagedSmallThreads>
+                                                      : kernels::row_staged_kernel<T, Op, kStagedThreads>;
       return launch_blocks(kernel, args.rows * c.cluster, c, stream, "row_staged_kernel", args);
     } else {
       return Status::unsupported("row plan: staged rows are planned for 16-bit softmax forwards only");

@@ -780,9 +780,11 @@ def test_columns_deterministic_and_batch_invariant(op, dtype, shape):
 
 
 def test_planner_overrides_are_explicit_and_named():
-    """torch.ops.reducekit._set_tuning: an unknown name is refused by name; an override changes
-    the plan (clusters off: 128256-column rows re-read) but not the answer, and clearing it gives
-    the shipped plan's bits back."""
+    """torch.ops.reducekit._set_tuning: an unknown name is refused by name; under an override
+    (clusters off: 128256-column rows re-read instead of staged) the answer stays right, and
+    clearing it gives the shipped plan's bits back. That overrides reach the plan is checked by
+    the C++ tests whose paths need one (RereadRows, the split tests: "the split kernel did not
+    run")."""
     with pytest.raises(RuntimeError, match="'max_clusters'"):
         torch.ops.reducekit._set_tuning("max_clusters", 1)
     x = randn(3, 128256, dtype=torch.bfloat16)
