@@ -112,6 +112,44 @@ template <typename P> __device__ __forceinline__ P pack_of(const Bytes16& b) {
   memcpy(&p, &b, sizeof(P));
   return p;
 }
+// A pack of VEC accumulators rounded to T: 16-bit pairs round in one instruction (a bf16x2 /
+// f16x2 conversion), the same rounding as one at a time.
+template <typename T, int VEC, typename Acc> __device__ __forceinline__ Pack<T, VEC> pack_from_acc(const Acc (&v)[VEC]) {
+  Pack<T, VEC> p;
+  if constexpr (std::is_same<Acc, float>::value && std::is_same<T, __nv_bfloat16>::value && VEC % 2 == 0) {
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(v[e], v[e + 1]);
+      memcpy(&p.v[e], &pair, sizeof(pair));
+    }
+  } else if constexpr (std::is_same<Acc, float>::value && std::is_same<T, __half>::value && VEC % 2 == 0) {
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      const __half2 pair = __floats2half2_rn(v[e], v[e + 1]);
+      memcpy(&p.v[e], &pair, sizeof(pair));
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) p.v[e] = from_acc<T>(v[e]);
+  }
+  return p;
+}
+// A pack's elements as accumulators: a bfloat16 pair widens from its 32-bit word with one
+// shift and one mask (a bfloat16 is the top half of its float32).
+template <typename T, int VEC, typename Acc> __device__ __forceinline__ void unpack_to_acc(const Pack<T, VEC>& p, Acc (&v)[VEC]) {
+  if constexpr (std::is_same<Acc, float>::value && std::is_same<T, __nv_bfloat16>::value && VEC % 2 == 0) {
+    uint32_t w[VEC / 2];
+    memcpy(w, p.v, sizeof(w));
+#pragma unroll
+    for (int j = 0; j < VEC / 2; ++j) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = to_acc<Acc>(p.v[e]);
+  }
+}
 template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
   return pack_of<P>(load_aligned16(src));
 }
@@ -282,8 +320,10 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   Acc values[NIN][kElems];
 
   __device__ __forceinline__ void unpack(int i, int k, const PackT& p) {
+    Acc v[VEC];
+    unpack_to_acc(p, v);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) values[i][k * VEC + e] = to_acc<Acc>(p.v[e]);
+    for (int e = 0; e < VEC; ++e) values[i][k * VEC + e] = v[e];
   }
 
   // A vector cut by the row end is read element by element so nothing past it is touched.
@@ -374,15 +414,18 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       if (!kShareGranules && e0 >= cols) continue;
       typename Op::Column c[VEC];
       Op::template columns<VEC, kAligned>(extra, e0, cols, c);
-      PackT o, o2;
+      Acc r[VEC], r2[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         Acc v[NIN];
 #pragma unroll
         for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
-        o.v[e] = from_acc<T>(Op::output(v, l, c[e]));
-        if constexpr (Op::kOutputs == 2) o2.v[e] = from_acc<T>(Op::second(v));
+        r[e] = Op::output(v, l, c[e]);
+        if constexpr (Op::kOutputs == 2) r2[e] = Op::second(v);
       }
+      const PackT o = pack_from_acc<T>(r);
+      PackT o2;
+      if constexpr (Op::kOutputs == 2) o2 = pack_from_acc<T>(r2);
       if constexpr (!kShareGranules) {
         write(out, e0, cols, o);
         if constexpr (Op::kOutputs == 2) write(out2, e0, cols, o2);

@@ -30,6 +30,7 @@
 
 #include <cuda/ptx>
 
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -76,6 +77,9 @@ template <typename T, class Op> struct StagedRow {
 
   // Vector v of the row (elements v * VEC ..), shifted by R = s: its values, pads past the end
   // (only the row's last vector has any: the others skip the per-element test).
+  template <int R> __device__ __forceinline__ void whole_vector_at(int v, Acc (&vals)[1][VEC]) const {
+    unpack_to_acc(pack_of<PackT>(staged_read<R>(buf, 1 + v - first)), vals[0]);
+  }
   template <int R> __device__ __forceinline__ void vector_at(int v, Acc (&vals)[1][VEC]) const {
     const PackT p = pack_of<PackT>(staged_read<R>(buf, 1 + v - first));
     if (v * VEC + VEC <= cols) {
@@ -97,17 +101,38 @@ template <typename T, class Op> struct StagedRow {
 // The statistic over this thread's vectors of the share [lo, hi), the op's merged one (softmax:
 // the max with the sum of exp(x - max), one exp an element), folded as the share lands: each
 // chunk is waited for when a vector first reaches into it, and every chunk before the pass ends.
+// Whole vectors go two a trip: their folds are independent (the latency of one hides the
+// other's), and they merge in the same order as one at a time, so the bits do not change.
 template <typename T, class Op, int THREADS> struct StagedFoldPass {
   const StagedRow<T, Op>& row;
   int lo, hi;
   typename Op::Stat stat;
+  int ready = 0;                // chunks waited for
+  int unwaited_from = INT_MIN;  // the first vector reaching into a chunk not waited for
+
+  template <int R> __device__ __forceinline__ void wait_for(int v) {
+    constexpr int kReach = R > 0 ? 1 : 0;  // a shifted vector reads the next slot too
+    if (v < unwaited_from) return;
+    const int need = row.chunk_of(1 + v + kReach);  // its last slot's
+    for (; ready <= need; ++ready) row.wait_chunk(ready);
+    unwaited_from = ready < row.chunks ? row.first + ready * kStagedChunkGranules - 1 - kReach : INT_MAX;
+  }
   template <int R> __device__ __forceinline__ void run() {
     constexpr int VEC = StagedRow<T, Op>::VEC;
-    int ready = 0;
-    for (int v = lo + threadIdx.x; v < hi; v += THREADS) {
-      const int need = row.chunk_of(1 + v + (R > 0 ? 1 : 0));  // its last slot's
-      for (; ready <= need; ++ready) row.wait_chunk(ready);
-      typename Op::Acc vals[1][VEC];
+    using Acc = typename Op::Acc;
+    const int whole_hi = min(hi, row.cols / VEC);  // vectors wholly inside the row
+    int v = lo + threadIdx.x;
+    for (; v + THREADS < whole_hi; v += 2 * THREADS) {
+      wait_for<R>(v + THREADS);
+      Acc a[1][VEC], b[1][VEC];
+      row.template whole_vector_at<R>(v, a);
+      row.template whole_vector_at<R>(v + THREADS, b);
+      const typename Op::Stat fa = Op::fold(a), fb = Op::fold(b);
+      stat = Op::merge(Op::merge(stat, fa), fb);
+    }
+    for (; v < hi; v += THREADS) {
+      wait_for<R>(v);
+      Acc vals[1][VEC];
       row.template vector_at<R>(v, vals);
       stat = Op::merge(stat, Op::fold(vals));
     }
@@ -132,17 +157,16 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
     const int slot_of_granule = (base >> 4) - row.first;  // output granule g's first slot, held locally
 #pragma unroll 4
     for (int g = lo + threadIdx.x; g < hi; g += THREADS) {
-      const auto p = pack_of<typename Row::PackT>(staged_read<R>(row.buf, g + slot_of_granule));
       typename Op::Acc vals[1][VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) vals[0][e] = to_acc<typename Op::Acc>(p.v[e]);
+      unpack_to_acc(pack_of<typename Row::PackT>(staged_read<R>(row.buf, g + slot_of_granule)), vals[0]);
       Op::fold_second(vals, first);  // leaves in vals what output() takes (softmax: exp(x - max))
-      typename Row::PackT o;
+      typename Op::Acc r[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const typename Op::Acc v[1] = {vals[0][e]};
-        o.v[e] = from_acc<T>(Op::output(v, local));
+        r[e] = Op::output(v, local);
       }
+      const typename Row::PackT o = pack_from_acc<T>(r);
       const int byte_lo = 16 * g;
       if (byte_lo >= so && byte_lo + 16 <= so + row_bytes) {
         store_aligned16(out_floor + byte_lo, bytes_of(o));

@@ -73,6 +73,18 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("reread_above_words", &limits->reread_above_words);
   set("reread_small_tiles_from_bytes", &limits->reread_small_tiles_from_bytes);
   set("reread_stash_bytes", &limits->reread_stash_bytes);
+  static_assert(kMaxStagedBands == 3, "a band's settings are named staged0_* .. staged2_*");
+  const char* const band_names[kMaxStagedBands][4] = {
+      {"staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes"},
+      {"staged1_min_bytes", "staged1_max_bytes", "staged1_threads", "staged1_share_bytes"},
+      {"staged2_min_bytes", "staged2_max_bytes", "staged2_threads", "staged2_share_bytes"}};
+  for (int b = 0; b < kMaxStagedBands; ++b) {
+    StagedBand& band = limits->staged[b];
+    set(band_names[b][0], &band.min_row_bytes);
+    set(band_names[b][1], &band.max_row_bytes);
+    set(band_names[b][2], &band.threads);
+    set(band_names[b][3], &band.share_bytes);
+  }
   return Status::ok();
 }
 

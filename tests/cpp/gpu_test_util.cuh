@@ -163,7 +163,7 @@ inline void expect_split_ran(const void* workspace, std::size_t zeroed_bytes, st
 // reaches a path the default plan does not take for its rows.
 class ScopedTuning {
  public:
-  ScopedTuning(const char* name, int64_t value) : name_(name) { EXPECT_TRUE(set_tuning(name, value).ok()) << name; }
+  ScopedTuning(const char* name, int64_t value) : name_(name) { EXPECT_TRUE(set_tuning(name, value).is_ok()) << name; }
   ~ScopedTuning() { set_tuning(name_, std::nullopt); }
   ScopedTuning(const ScopedTuning&) = delete;
   ScopedTuning& operator=(const ScopedTuning&) = delete;

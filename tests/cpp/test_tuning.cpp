@@ -12,16 +12,28 @@ namespace {
 TEST(Tuning, OverridesAreSetAndResetByName) {
   clear_tuning();
   EXPECT_FALSE(tuning("max_cluster").has_value());
-  ASSERT_TRUE(set_tuning("max_cluster", 4).ok());
-  ASSERT_TRUE(set_tuning("ring", 0).ok());
+  ASSERT_TRUE(set_tuning("max_cluster", 4).is_ok());
+  ASSERT_TRUE(set_tuning("ring", 0).is_ok());
   EXPECT_EQ(tuning("max_cluster"), std::optional<int64_t>(4));
   EXPECT_EQ(tuning("ring"), std::optional<int64_t>(0));
   EXPECT_FALSE(tuning("block_elems").has_value());
-  ASSERT_TRUE(set_tuning("max_cluster", std::nullopt).ok());
+  ASSERT_TRUE(set_tuning("max_cluster", std::nullopt).is_ok());
   EXPECT_FALSE(tuning("max_cluster").has_value());
   EXPECT_TRUE(tuning("ring").has_value()) << "resetting one name leaves the others";
   clear_tuning();
   EXPECT_FALSE(tuning("ring").has_value());
+}
+
+TEST(Tuning, EveryStagedBandIsNamed) {
+  clear_tuning();
+  for (const char* band : {"staged0_", "staged1_", "staged2_"})
+    for (const char* field : {"min_bytes", "max_bytes", "threads", "share_bytes"}) {
+      const std::string name = std::string(band) + field;
+      ASSERT_TRUE(set_tuning(name, 1).is_ok()) << name;
+      EXPECT_EQ(tuning(name.c_str()), std::optional<int64_t>(1)) << name;
+    }
+  EXPECT_FALSE(set_tuning("staged3_threads", 256).is_ok()) << "three bands, numbered from 0";
+  clear_tuning();
 }
 
 TEST(Tuning, UnknownNamesAreRefusedByName) {
@@ -35,7 +47,7 @@ TEST(Tuning, UnknownNamesAreRefusedByName) {
 TEST(Tuning, ColumnKnobsTakeTheOverrides) {
   clear_tuning();
   EXPECT_EQ(column_knobs().max_segments, ColumnKnobs{}.max_segments);
-  ASSERT_TRUE(set_tuning("col_max_segments", 3).ok());
+  ASSERT_TRUE(set_tuning("col_max_segments", 3).is_ok());
   EXPECT_EQ(column_knobs().max_segments, 3);
   EXPECT_EQ(column_knobs().min_segment_rows, ColumnKnobs{}.min_segment_rows);
   clear_tuning();
