@@ -25,7 +25,7 @@
 // alignment. The second writes the output, granule by granule of the output row (elementwise
 // once the row's parameters are known, as kTwoPhase ops' outputs are, row_engine.cuh):
 // fold_second against the row's First statistic (Op::first_of) leaves what output() takes.
-// Every shift is a compile-time constant (one dispatch a pass).
+// Each pass is compiled twice: for aligned reads and for reads at a run-time shift (staged_read).
 #pragma once
 
 #include <cuda/ptx>
@@ -44,26 +44,31 @@ constexpr int kStagedChunkGranules = 512;
 constexpr int kStagedMaxChunks = 32;
 static_assert(kStagedMaxChunks * kStagedChunkGranules * 16 >= 227 * 1024, "a CTA's largest row fits the barriers");
 
-// Bytes [R, R + 16) of the granules buf[i], buf[i + 1] (R a compile-time shift).
-template <int R> __device__ __forceinline__ Bytes16 staged_read(const Bytes16* buf, int i) {
-  if constexpr (R == 0) return load_aligned16(buf + i);
-  else return funnel16(load_aligned16(buf + i), load_aligned16(buf + i + 1), R);
+// The 16 bytes at byte `shift` of buf[i] (reaching into buf[i + 1] when shift > 0). Shifted
+// reads take the shift at run time: eight compiled copies of each pass (one a shift) overflowed
+// the instruction cache where CTAs an SM ran rows of different shifts. The five words read span
+// both granules, and one funnel shift a word aligns them.
+template <bool kShifted> __device__ __forceinline__ Bytes16 staged_read(const Bytes16* buf, int i, int shift) {
+  if constexpr (!kShifted) {
+    return load_aligned16(buf + i);
+  } else {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(buf + i) + (shift >> 2);
+    uint32_t u[5];
+#pragma unroll
+    for (int k = 0; k < 5; ++k) u[k] = w[k];
+    const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
+    Bytes16 r;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(u[j], u[j + 1], bits);
+    return r;
+  }
 }
 
-// Calls f.template run<R>() for the runtime shift r (bytes, a multiple of the element size), so
-// each pass compiles once per shift.
-template <int kElemBytes, class F> __device__ __forceinline__ void with_shift(int r, F& f) {
-  switch (r) {
-    case 0: f.template run<0>(); break;
-    case 8: if constexpr (kElemBytes <= 8) f.template run<8>(); break;
-    case 4: if constexpr (kElemBytes <= 4) f.template run<4>(); break;
-    case 12: if constexpr (kElemBytes <= 4) f.template run<12>(); break;
-    case 2: if constexpr (kElemBytes <= 2) f.template run<2>(); break;
-    case 6: if constexpr (kElemBytes <= 2) f.template run<6>(); break;
-    case 10: if constexpr (kElemBytes <= 2) f.template run<10>(); break;
-    case 14: if constexpr (kElemBytes <= 2) f.template run<14>(); break;
-    default: break;
-  }
+// Calls f.template run<kShifted>() for the shift (bytes): one compiled copy of a pass for
+// aligned reads, one for every other shift.
+template <class F> __device__ __forceinline__ void with_shift(int shift, F& f) {
+  if (shift == 0) f.template run<false>();
+  else f.template run<true>();
 }
 
 // A CTA's share of a staged row: the shared-memory slots it holds and where they lie.
@@ -73,15 +78,16 @@ template <typename T, class Op> struct StagedRow {
   static constexpr int VEC = 16 / sizeof(T);
   const Bytes16* buf;  // buf[m - first] holds mirror slot m
   int cols, first, chunks;
+  int shift;  // the row's bytes past a granule boundary
   uint64_t* arrived;
 
-  // Vector v of the row (elements v * VEC ..), shifted by R = s: its values, pads past the end
+  // Vector v of the row (elements v * VEC ..): its values, pads past the end
   // (only the row's last vector has any: the others skip the per-element test).
-  template <int R> __device__ __forceinline__ void whole_vector_at(int v, Acc (&vals)[1][VEC]) const {
-    unpack_to_acc(pack_of<PackT>(staged_read<R>(buf, 1 + v - first)), vals[0]);
+  template <bool kShifted> __device__ __forceinline__ void whole_vector_at(int v, Acc (&vals)[1][VEC]) const {
+    unpack_to_acc(pack_of<PackT>(staged_read<kShifted>(buf, 1 + v - first, shift)), vals[0]);
   }
-  template <int R> __device__ __forceinline__ void vector_at(int v, Acc (&vals)[1][VEC]) const {
-    const PackT p = pack_of<PackT>(staged_read<R>(buf, 1 + v - first));
+  template <bool kShifted> __device__ __forceinline__ void vector_at(int v, Acc (&vals)[1][VEC]) const {
+    const PackT p = pack_of<PackT>(staged_read<kShifted>(buf, 1 + v - first, shift));
     if (v * VEC + VEC <= cols) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) vals[0][e] = to_acc<Acc>(p.v[e]);
@@ -110,30 +116,30 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
   int ready = 0;                // chunks waited for
   int unwaited_from = INT_MIN;  // the first vector reaching into a chunk not waited for
 
-  template <int R> __device__ __forceinline__ void wait_for(int v) {
-    constexpr int kReach = R > 0 ? 1 : 0;  // a shifted vector reads the next slot too
+  template <bool kShifted> __device__ __forceinline__ void wait_for(int v) {
+    constexpr int kReach = kShifted ? 1 : 0;  // a shifted vector reads the next slot too
     if (v < unwaited_from) return;
     const int need = row.chunk_of(1 + v + kReach);  // its last slot's
     for (; ready <= need; ++ready) row.wait_chunk(ready);
     unwaited_from = ready < row.chunks ? row.first + ready * kStagedChunkGranules - 1 - kReach : INT_MAX;
   }
-  template <int R> __device__ __forceinline__ void run() {
+  template <bool kShifted> __device__ __forceinline__ void run() {
     constexpr int VEC = StagedRow<T, Op>::VEC;
     using Acc = typename Op::Acc;
     const int whole_hi = min(hi, row.cols / VEC);  // vectors wholly inside the row
     int v = lo + threadIdx.x;
     for (; v + THREADS < whole_hi; v += 2 * THREADS) {
-      wait_for<R>(v + THREADS);
+      wait_for<kShifted>(v + THREADS);
       Acc a[1][VEC], b[1][VEC];
-      row.template whole_vector_at<R>(v, a);
-      row.template whole_vector_at<R>(v + THREADS, b);
+      row.template whole_vector_at<kShifted>(v, a);
+      row.template whole_vector_at<kShifted>(v + THREADS, b);
       const typename Op::Stat fa = Op::fold(a), fb = Op::fold(b);
       stat = Op::merge(Op::merge(stat, fa), fb);
     }
     for (; v < hi; v += THREADS) {
-      wait_for<R>(v);
+      wait_for<kShifted>(v);
       Acc vals[1][VEC];
-      row.template vector_at<R>(v, vals);
+      row.template vector_at<kShifted>(v, vals);
       stat = Op::merge(stat, Op::fold(vals));
     }
     for (; ready < row.chunks; ++ready) row.wait_chunk(ready);
@@ -149,7 +155,7 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
   const Local& local;
   char* out_floor;
   int so, base, lo, hi;
-  template <int R> __device__ __forceinline__ void run() {
+  template <bool kShifted> __device__ __forceinline__ void run() {
     using Row = StagedRow<T, Op>;
     constexpr int VEC = Row::VEC;
     constexpr int ES = sizeof(T);
@@ -158,7 +164,7 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
 #pragma unroll 4
     for (int g = lo + threadIdx.x; g < hi; g += THREADS) {
       typename Op::Acc vals[1][VEC];
-      unpack_to_acc(pack_of<typename Row::PackT>(staged_read<R>(row.buf, g + slot_of_granule)), vals[0]);
+      unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
       Op::fold_second(vals, first);  // leaves in vals what output() takes (softmax: exp(x - max))
       typename Op::Acc r[VEC];
 #pragma unroll
@@ -241,9 +247,9 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   }
   __syncthreads();
 
-  const StagedRow<T, Op> staged{buf, cols, first, chunks, arrived};
+  const StagedRow<T, Op> staged{buf, cols, first, chunks, s, arrived};
   StagedFoldPass<T, Op, THREADS> fold{staged, first, min(first + share, vectors), Op::identity()};
-  with_shift<ES>(s, fold);
+  with_shift(s, fold);
   typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);
   if (ctas > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
   const typename Op::First::Stat first_stat = Op::first_of(stat);
@@ -253,7 +259,7 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   const int out_hi = rank == ctas - 1 ? out_granules : min(first + share, out_granules);
   StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, first_stat, local, reinterpret_cast<char*>(out) - so,
                                                            so, s - so + 16, first, out_hi};
-  with_shift<ES>((s - so + 16) & 15, output);
+  with_shift((s - so + 16) & 15, output);
 }
 
 }  // namespace reducekit::kernels

@@ -234,9 +234,9 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
   // plans take them:
   constexpr std::size_t KiB = 1024;
   return {{
-      // 24-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows by 11-51% (one
-      // loss: softmax of rows at a stride of 16003, -13%); at 48 KiB they were mixed (-3% / +6%);
-      {24 * KiB, 40 * KiB, kStagedSmallThreads, 40 * KiB},
+      // 16-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows by 4-51% (log_softmax
+      // 4096x11008 +31%); at 48 KiB they were mixed (-3% / +6%), at 16 KiB and below they lost;
+      {16 * KiB, 40 * KiB, kStagedSmallThreads, 40 * KiB},
       // 64-110 KiB: one 512-thread CTA a row, two an SM, beat the re-read rows at any alignment
       // (64 KiB rows stay in registers: one CTA a row was slower there);
       {64 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},

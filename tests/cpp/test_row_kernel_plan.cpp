@@ -442,7 +442,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
   }
 }
 
-// Staged rows (row_staged.cuh): 16-bit one-input rowwise rows in three bands: 24-40 KiB in one
+// Staged rows (row_staged.cuh): 16-bit one-input rowwise rows in three bands: 16-40 KiB in one
 // 256-thread CTA a row, 64-110 KiB in one 512-thread CTA, 128-880 KiB over clusters of 2-8 such
 // CTAs; shared memory for the row at any alignment; nothing else is staged.
 TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
@@ -456,7 +456,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   };
   // Row length -> CTA size and CTAs a row.
   struct Want { int64_t n; int threads, ctas; };
-  for (const Want w : {Want{12289, 256, 1}, Want{12800, 256, 1}, Want{16384, 256, 1}, Want{20480, 256, 1},
+  for (const Want w : {Want{8193, 256, 1}, Want{11008, 256, 1}, Want{12800, 256, 1}, Want{16384, 256, 1}, Want{20480, 256, 1},
                        Want{32769, 512, 1}, Want{40009, 512, 1}, Want{50257, 512, 1}, Want{56320, 512, 1},
                        Want{65537, 512, 2}, Want{128256, 512, 3}, Want{151936, 512, 3}, Want{256000, 512, 5},
                        Want{262144, 512, 5}, Want{450560, 512, 8}}) {
@@ -475,7 +475,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
     EXPECT_LE(per_sm * (c.smem_bytes + 2048), h200_limits().max_smem_per_sm) << per_sm << " CTAs an SM";
     EXPECT_EQ(c.split.chunks, 0);
   }
-  for (int64_t n : {12288, 20481, 24576, 32768, 56321, 65536, 450561, 1 << 20})
+  for (int64_t n : {8192, 20481, 24576, 32768, 56321, 65536, 450561, 1 << 20})
     EXPECT_NE(plan(RowFamily::kRowwise, n, 2, 1).kind, RowKernelKind::kStaged) << n << ": between or past the bands";
   EXPECT_NE(plan(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
   for (int elem : {4, 8}) EXPECT_NE(plan(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
