@@ -44,4 +44,14 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
                               const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
                               const TensorView& dlogits, cudaStream_t stream);
 
+// The forward and the backward in one kernel, for a caller that knows each row's upstream
+// gradient before the forward (training: the mean's 1 / denominator, or 1 for 'sum'): loss and
+// lse as cross_entropy_forward writes them, and dlogits as cross_entropy_backward with that
+// grad_loss and this lse. dlogits may be logits itself (the same data and strides): the gradient
+// is then written over the logits, and training needs no tensor of the logits' size besides them.
+// Otherwise dlogits overlaps none of the other tensors.
+Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                           const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
+                           const TensorView& lse, const TensorView& dlogits, cudaStream_t stream);
+
 }  // namespace reducekit

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, and
-// the gradient of the per-row losses. Thin: outputs come from torch's caching allocator, logits
+// torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, the
+// gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits). Thin: outputs come from torch's caching allocator, logits
 // the core cannot read in place (kUnsupported) are retried as a contiguous copy, class weights
 // are cast to the per-row values' dtype, and every check lives in the core.
 #include <ATen/ATen.h>
@@ -107,6 +107,52 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tenso
   return dlogits;
 }
 
+// loss, lse and dlogits in one kernel (grad_loss: each row's upstream gradient, known before).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_fused_cuda(
+    const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
+    double softcap) {
+  check_cuda(logits, "logits");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(logits, target, weight);
+  const auto options = logits.options().dtype(row_value_type(logits));
+  at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
+  const at::Tensor grad_c = grad_loss.to(row_value_type(logits)).contiguous();
+  at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
+  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
+  with_contiguous_fallback(logits, [&](const at::Tensor& x) {
+    return reducekit::cross_entropy_fused(to_view(x, "logits"), in.target_view, in.weight_ptr(),
+                                          to_view(grad_c, "grad_loss"), o, to_view(loss, "loss"), to_view(lse, "lse"),
+                                          to_view(dlogits, "dlogits"), stream);
+  });
+  return {loss, lse, dlogits};
+}
+
+// As cross_entropy_fused, the gradient written over the logits (no tensor of their size more).
+// Logits the core cannot address in place are computed on a contiguous copy and copied back.
+std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
+    at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
+    double softcap) {
+  check_cuda(logits, "logits");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(logits, target, weight);
+  const auto options = logits.options().dtype(row_value_type(logits));
+  at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
+  const at::Tensor grad_c = grad_loss.to(row_value_type(logits)).contiguous();
+  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
+  const auto run = [&](const at::Tensor& x) {
+    const reducekit::TensorView v = to_view(x, "logits");
+    return reducekit::cross_entropy_fused(v, in.target_view, in.weight_ptr(), to_view(grad_c, "grad_loss"), o,
+                                          to_view(loss, "loss"), to_view(lse, "lse"), v, stream);
+  };
+  const at::Tensor written = with_contiguous_fallback(logits, run);
+  if (!written.is_same(logits)) logits.copy_(written);
+  return {loss, lse};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
@@ -114,9 +160,15 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " float label_smoothing=0.0, float lse_square_scale=0.0, float softcap=0.0) -> (Tensor, Tensor)");
   m.def("cross_entropy_backward(Tensor logits, Tensor target, Tensor? weight, Tensor lse, Tensor grad_loss,"
         " int ignore_index, float label_smoothing, float lse_square_scale, float softcap) -> Tensor");
+  m.def("cross_entropy_fused(Tensor logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
+        " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor, Tensor)");
+  m.def("cross_entropy_fused_(Tensor(a!) logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
+        " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("cross_entropy_forward", &cross_entropy_forward_cuda);
   m.impl("cross_entropy_backward", &cross_entropy_backward_cuda);
+  m.impl("cross_entropy_fused", &cross_entropy_fused_cuda);
+  m.impl("cross_entropy_fused_", &cross_entropy_fused_inplace_cuda);
 }

@@ -64,6 +64,17 @@ def _backward(ctx, grad_loss, grad_lse):
 torch.library.register_autograd("reducekit::cross_entropy_forward", _backward, setup_context=_setup)
 
 
+@torch.library.register_fake("reducekit::cross_entropy_fused")
+def _fused_fake(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap):
+    loss, lse = _forward_fake(logits, target)
+    return loss, lse, torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("reducekit::cross_entropy_fused_")
+def _fused_inplace_fake(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap):
+    return _forward_fake(logits, target)
+
+
 @torch.compiler.disable  # runs eagerly: a graph break under torch.compile, refused by fullgraph=True
 def _check_class_indices(target, classes, ignore_index):
     """Raises ValueError naming the first target (in flattened order) that is neither a class
@@ -192,4 +203,61 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     return (total / _sum(kept)).to(input.dtype)
 
 
-__all__ = ["cross_entropy"]
+
+def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
+                            lse_square_scale=0.0, softcap=0.0, grad_scale=1.0, inplace=False):
+    """The loss of cross_entropy (class-index targets) and its gradient with respect to input, in
+    one kernel that reads the logits once (a training step's forward and backward together).
+
+    Returns (loss, grad): loss as cross_entropy(input, target, weight, ignore_index, reduction,
+    label_smoothing, lse_square_scale=..., softcap=...) gives it, and grad = d(grad_scale * loss) /
+    d input, of input's shape and dtype. For reduction 'none', grad_scale may be a tensor of
+    loss's shape (each row's upstream gradient). inplace=True writes grad over input and returns
+    input as grad: a training step then needs no tensor of the logits' size besides them (input
+    must not be needed afterwards). Neither output carries autograd history: pass grad on
+    yourself (for example logits.backward(grad) from the layer before).
+
+    input: [N, C] or [C]; target: int64 class indices of input's shape without C. A target outside
+    [0, C) that is not ignore_index gives its row a NaN loss and NaN gradient, as in cross_entropy.
+    """
+    if reduction not in ("none", "sum", "mean"):
+        raise ValueError(f"reduction: expected 'none', 'sum' or 'mean', got {reduction!r}")
+    if input.dim() not in (1, 2):
+        raise ValueError(f"input: expected logits [N, C] or [C], got {input.dim()} dims (move the class dim last "
+                         "and flatten the rest into rows)")
+    if target.dtype != torch.int64:
+        raise ValueError(f"target: expected int64 class indices, got {target.dtype}")
+    logits = input.unsqueeze(0) if input.dim() == 1 else input
+    rows = target.reshape(-1)
+    values = _row_values_dtype(input)
+    w = None if weight is None else weight.to(values)
+    options = (int(ignore_index), float(label_smoothing), float(lse_square_scale), float(softcap))
+    if reduction == "mean":
+        kept = (rows != ignore_index).to(values)
+        if w is not None:
+            kept = kept * w[rows.clamp(0, w.numel() - 1)]
+        denominator = _sum(kept)
+        grad_loss = (grad_scale / denominator).to(values).expand(rows.shape[0])
+    elif torch.is_tensor(grad_scale):
+        if reduction == "sum" and grad_scale.numel() != 1:
+            raise ValueError("grad_scale: expected a number or a one-element tensor for reduction 'sum'")
+        grad_loss = grad_scale.to(device=input.device, dtype=values).reshape(-1).expand(rows.shape[0])
+    else:
+        grad_loss = torch.full((rows.shape[0],), float(grad_scale), dtype=values, device=input.device)
+    grad_loss = grad_loss.contiguous()
+    with torch.no_grad():  # the gradient is the output here, not something autograd records
+        if inplace:
+            loss, _ = _ops.cross_entropy_fused_(logits, rows, w, grad_loss, *options)
+            grad = input
+        else:
+            loss, _, grad = _ops.cross_entropy_fused(logits, rows, w, grad_loss, *options)
+            grad = grad.reshape(input.shape)
+    if reduction == "none":
+        return loss.reshape(target.shape).to(input.dtype), grad
+    total = _sum(loss)
+    if reduction == "sum":
+        return total.to(input.dtype), grad
+    return (total / denominator).to(input.dtype), grad
+
+
+__all__ = ["cross_entropy", "cross_entropy_with_grad"]

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cross-entropy kernels (include/reducekit/loss.hpp): one CTA a row, CTAs looping over rows.
+// The fused kernel runs the forward and then the backward of each row in its CTA.
 //
 // Forward: each thread folds its 16-byte vectors of the row (vectors tid, tid + threads, ...,
 // kCrossEntropyUnroll loads in flight) into softmax's (max, sum of exp) statistic and, with label
@@ -97,25 +98,33 @@ __device__ __forceinline__ Acc class_weight_sum(const Acc* weight, int64_t class
   return block_reduce<RowSum<Acc>>({{s}}, slots).w[0];
 }
 
-// Forward: a thread folds each step's U vectors into its (max, sum of exp(z - max)) at once, the
-// step's max first, so a step costs one exp an element and one rescale; the next step's loads are
-// in flight meanwhile. The target's logit is read at the row's start, off the critical path.
-// kExtras: label smoothing or soft-capping in use; without them the kernel is lean enough for
-// more CTAs an SM.
-template <typename T, bool kExtras>
-__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_kernel(CrossEntropyArgs<T> a) {
+// One row's forward: a thread folds each step's U vectors into its (max, sum of exp(z - max)) at
+// once, the step's max first, so a step costs one exp an element and one rescale; the next step's
+// loads are in flight meanwhile. The target's logit is read at the row's start, off the critical
+// path. Every thread returns the row's lse; thread 0 writes the row's loss and lse. Ends with a
+// barrier (in block_reduce) after every read of the row, so the row may be overwritten next.
+template <typename T, bool kExtras> struct CrossEntropyRow {
   using Acc = acc_t<T>;
   using Lse = SoftmaxForwardOp<T, false>;  // its (max, sum of exp) statistic and merge
-  constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
-  __shared__ typename Lse::Stat lse_slots[33];
-  __shared__ StatVec<Acc, 1> sum_slots[33];
-  const bool smooth = kExtras && a.smoothing > Acc(0);
-  const Acc softcap = kExtras ? a.softcap : Acc(0);
-  const Acc weight_sum = smooth ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
-  const int64_t vectors = (a.classes + VEC - 1) / VEC;
-  const int64_t step = int64_t(U) * blockDim.x;
+  static constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
+  typename Lse::Stat* lse_slots;   // 33 each, shared
+  StatVec<Acc, 1>* sum_slots;
+  CrossEntropyArgs<T> a;
+  bool smooth;
+  Acc softcap, weight_sum;
+  int64_t vectors, step;
 
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+  __device__ __forceinline__ CrossEntropyRow(const CrossEntropyArgs<T>& args, typename Lse::Stat* lse_s,
+                                             StatVec<Acc, 1>* sum_s)
+      : lse_slots(lse_s), sum_slots(sum_s), a(args) {
+    smooth = kExtras && a.smoothing > Acc(0);
+    softcap = kExtras ? a.softcap : Acc(0);
+    weight_sum = smooth ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
+    vectors = (a.classes + VEC - 1) / VEC;
+    step = int64_t(U) * blockDim.x;
+  }
+
+  __device__ __forceinline__ Acc forward(int64_t row) const {
     const T* x = a.logits + row * a.logits_stride;
     int64_t t = 0;
     T target_logit = from_acc<T>(Acc(0));
@@ -150,9 +159,9 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_ke
     }
     const typename Lse::Stat stat = block_reduce<Lse>({{m, s}}, lse_slots);
     if (smooth) wz = block_reduce<RowSum<Acc>>({{wz}}, sum_slots).w[0];
+    const Acc log_sum = precise_log(stat.w[1]);
+    const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
     if (threadIdx.x == 0) {
-      const Acc log_sum = precise_log(stat.w[1]);
-      const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
       Acc loss = Acc(0);
       if (t != a.ignore_index) {
         if (t < 0 || t >= a.classes) {
@@ -171,26 +180,16 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_ke
       a.loss[row] = loss;
       a.lse[row] = lse;
     }
+    return lse;
   }
-}
 
-template <typename T, bool kExtras>
-__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_kernel(CrossEntropyArgs<T> a) {
-  using Acc = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
-  __shared__ StatVec<Acc, 1> sum_slots[33];
-  const bool smooth = kExtras && a.smoothing > Acc(0);
-  const Acc softcap = kExtras ? a.softcap : Acc(0);
-  const Acc weight_sum = smooth ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
-  const int64_t vectors = (a.classes + VEC - 1) / VEC;
-  const int64_t step = int64_t(U) * blockDim.x;
-
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+  // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
+  // only its own vectors, so dlogits may be the logits themselves once forward() has returned.
+  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
     const int64_t t = a.target[row];
     const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
-    const Acc g = a.grad[row], lse = a.saved_lse[row];
     // d loss / d z_j = p_j * (target + smooth * W + 2 s g lse) - target [j == t] - smooth * w[j],
     // with target = g (1 - ls) w[t], smooth = g ls / classes, W = sum_j w[j], p_j = exp(z_j - lse).
     const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1));
@@ -235,6 +234,33 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
       cur = next;
     }
   }
+};
+
+// kExtras: label smoothing or soft-capping in use; without them the kernels are lean enough for
+// more CTAs an SM.
+template <typename T, bool kExtras>
+__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_kernel(CrossEntropyArgs<T> a) {
+  __shared__ typename CrossEntropyRow<T, kExtras>::Lse::Stat lse_slots[33];
+  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
+  const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.forward(row);
+}
+
+template <typename T, bool kExtras>
+__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_kernel(CrossEntropyArgs<T> a) {
+  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
+  const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.gradient(row, a.saved_lse[row], a.grad[row]);
+}
+
+// Loss, lse and dlogits of each row in one kernel: the gradient pass re-reads the row its CTA just
+// read (from L2 for rows the CTAs in flight hold there), and may write over the logits.
+template <typename T, bool kExtras>
+__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_fused_kernel(CrossEntropyArgs<T> a) {
+  __shared__ typename CrossEntropyRow<T, kExtras>::Lse::Stat lse_slots[33];
+  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
+  const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.gradient(row, r.forward(row), a.grad[row]);
 }
 
 }  // namespace reducekit::kernels

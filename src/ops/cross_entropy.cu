@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// cross_entropy_forward / cross_entropy_backward: argument checks, row planning and dtype
+// cross_entropy_forward / _backward / _fused: argument checks, row planning and dtype
 // dispatch; the kernels are in kernels/cross_entropy.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,6 +43,20 @@ Status plan_logits(const TensorView& logits, const char* name, const TensorView&
     REDUCEKIT_RETURN_IF_ERROR(
         check_dense_vector(*weight, "weight", accumulation_dtype(logits.dtype), plan->cols, "one per class"));
   return check_options(options);
+}
+
+// dlogits: the shape and dtype of logits, rows that do not overlap; the logits themselves only
+// where the kernel writes over them (`over_logits`), otherwise sharing no memory with them.
+Status plan_dlogits(const TensorView& logits, const TensorView& dlogits, bool over_logits, RowwisePlan* out_plan) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(dlogits, "dlogits"));
+  REDUCEKIT_RETURN_IF_ERROR(check_matches(dlogits, "dlogits", logits, "logits"));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dlogits, "dlogits", logits, "logits"));
+  if (!over_logits && dlogits.data == logits.data && logits.numel() > 0)
+    return Status::unsupported("dlogits: the backward does not write over logits (cross_entropy_fused does)");
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(dlogits, -1, out_plan));
+  if (!out_plan->row_major)
+    return Status::unsupported("dlogits: the class dim must be innermost (stride 1) with the other dims mergeable");
+  return check_output_rows(out_plan->rows, out_plan->cols, out_plan->row_stride, "dlogits");
 }
 
 // As many CTAs as fit on the device at once (each loops over its rows), at most one a row.
@@ -126,15 +140,7 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
   const DType values = accumulation_dtype(logits.dtype);
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
-  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(dlogits, "dlogits"));
-  REDUCEKIT_RETURN_IF_ERROR(check_matches(dlogits, "dlogits", logits, "logits"));
-  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dlogits, "dlogits", logits, "logits"));
-  if (dlogits.data == logits.data && plan.rows > 0)
-    return Status::unsupported("dlogits: writing the gradient over logits is not supported yet");
-  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(dlogits, -1, &out_plan));
-  if (!out_plan.row_major)
-    return Status::unsupported("dlogits: the class dim must be innermost (stride 1) with the other dims mergeable");
-  REDUCEKIT_RETURN_IF_ERROR(check_output_rows(out_plan.rows, out_plan.cols, out_plan.row_stride, "dlogits"));
+  REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, false, &out_plan));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}}, {{&target, "target"}, {weight, "weight"},
                                                                      {&lse, "lse"}, {&grad_loss, "grad_loss"}}));
   if (plan.rows == 0) return Status::ok();
@@ -150,6 +156,36 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
     const auto kernel = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
     kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
     return launched("cross_entropy_backward");
+  });
+}
+
+Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                           const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
+                           const TensorView& lse, const TensorView& dlogits, cudaStream_t stream) {
+  RowwisePlan plan, out_plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
+  const DType values = accumulation_dtype(logits.dtype);
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, true, &out_plan));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}, {&dlogits, "dlogits"}},
+                                           {{&target, "target"}, {weight, "weight"}, {&grad_loss, "grad_loss"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}}, {{&logits, "logits"}}));
+  if (plan.rows == 0) return Status::ok();
+  return by_dtype(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
+    a.loss = static_cast<Acc*>(loss.data);
+    a.lse = static_cast<Acc*>(lse.data);
+    a.grad = static_cast<const Acc*>(grad_loss.data);
+    a.dlogits = static_cast<T*>(dlogits.data);
+    a.dlogits_stride = out_plan.row_stride;
+    const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
+    const auto kernel = extras ? kernels::cross_entropy_fused_kernel<T, true> : kernels::cross_entropy_fused_kernel<T, false>;
+    kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    return launched("cross_entropy_fused");
   });
 }
 

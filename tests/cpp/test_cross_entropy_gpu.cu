@@ -2,7 +2,8 @@
 // Cross-entropy on the GPU against the float64 oracle: every dtype, class counts of several
 // residues mod 8 (odd vocabularies), sliced and offset rows, ignored and out-of-range targets,
 // class weights, label smoothing, z-loss and soft-capping, forward and backward; bitwise
-// determinism and batch invariance; argument errors.
+// determinism and batch invariance; the fused forward and backward (into its own dlogits and over
+// the logits) against the two apart, bit for bit; argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,16 @@ template <typename A> TensorView vector_view(void* data, int64_t n) {
   TensorView v;
   v.data = data, v.dtype = dtype_of<A>(), v.rank = 1, v.sizes[0] = n, v.strides[0] = 1, v.device = 0;
   return v;
+}
+
+template <typename A> std::vector<A> copy_back(const DeviceBuffer& b, int64_t n) {
+  std::vector<A> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), b.get(), n * sizeof(A), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<A>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(A)) == 0;
 }
 
 // Target of row r: spread over the classes, row 1 ignored.
@@ -119,6 +130,34 @@ template <typename T> void check_case(const Case& c) {
       }
     }
   }
+  // The fused kernel: the same bits as the forward and the backward, into dlogits of its own and
+  // written over a copy of the logits.
+  DeviceBuffer floss(c.rows * sizeof(Acc)), flse(c.rows * sizeof(Acc)), fdlogits(out.span() * sizeof(T)),
+      over(image);
+  ASSERT_TRUE(floss.get() && flse.get() && fdlogits.get() && over.get());
+  REDUCEKIT_CUDA_OK(cudaMemset(fdlogits.get(), 0xff, out.span() * sizeof(T)));
+  const TensorView floss_v = vector_view<Acc>(floss.get(), c.rows), flse_v = vector_view<Acc>(flse.get(), c.rows);
+  const TensorView gradv = vector_view<Acc>(dgrad.get(), c.rows);
+  s = cross_entropy_fused(xv, tv, w, gradv, o, floss_v, flse_v, row_view(fdlogits.get(), dtype_of<T>(), out), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(copy_back<Acc>(floss, c.rows), loss)) << "fused loss bits";
+  EXPECT_TRUE(same_bits(copy_back<Acc>(flse, c.rows), lse)) << "fused lse bits";
+  EXPECT_TRUE(same_bits(copy_back<T>(fdlogits, out.span()), dlogits)) << "fused dlogits bits";
+  const TensorView over_v = row_view(over.get(), dtype_of<T>(), in);
+  s = cross_entropy_fused(over_v, tv, w, gradv, o, floss_v, flse_v, over_v, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<T> written = copy_back<T>(over, in.span());
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t j = 0; j < c.classes; ++j)
+      if (!same_bits(std::vector<T>{written[in.offset + r * in.stride + j]},
+                     std::vector<T>{dlogits[out.offset + r * out.stride + j]})) {
+        ADD_FAILURE() << "in-place dlogits row " << r << " class " << j;
+        return;
+      }
+  EXPECT_TRUE(same_bits(copy_back<Acc>(floss, c.rows), loss)) << "in-place loss bits";
+
   // The row's logsumexp, as the backward uses it (of the soft-capped logits).
   for (int64_t r = 0; r < c.rows; ++r) {
     std::vector<double> z(c.classes);
@@ -244,6 +283,24 @@ TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   o.softcap = -1;
   fails(cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr), "softcap");
   fails(cross_entropy_backward(xv, tv, nullptr, sv, lv, {}, xv, nullptr), "dlogits");
+  // The fused op: dlogits over logits exactly is its in-place form; any other overlap is refused.
+  DeviceBuffer gl(rows * 4), gd(rows * classes * 4);
+  const TensorView glv = vector_view<float>(gl.get(), rows), gdv = row_view(gd.get(), DType::kFloat32, {rows, classes, classes, 0});
+  EXPECT_TRUE(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, gdv, nullptr).is_ok());
+  EXPECT_TRUE(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, xv, nullptr).is_ok());
+  const TensorView shifted = row_view(static_cast<float*>(x.get()) + 1, DType::kFloat32, {rows - 1, classes, classes, 0});
+  const TensorView first_rows = row_view(x.get(), DType::kFloat32, {rows - 1, classes, classes, 0});
+  fails(cross_entropy_fused(first_rows, vector_view<int64_t>(t.get(), rows - 1), nullptr,
+                            vector_view<float>(gl.get(), rows - 1), {}, vector_view<float>(f.get(), rows - 1),
+                            vector_view<float>(static_cast<float*>(f.get()) + rows, rows - 1), shifted, nullptr),
+        "dlogits");
+  fails(cross_entropy_fused(xv, tv, nullptr, vector_view<float>(gl.get(), rows - 1), {}, lv, sv, gdv, nullptr),
+        "grad_loss");
+  fails(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, lv, gdv, nullptr), "loss");
+  fails(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, row_view(gd.get(), DType::kFloat16,
+                                                                      {rows, classes, classes, 0}), nullptr),
+        "dlogits");
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
   TensorView transposed = xv;
   std::swap(transposed.sizes[0], transposed.sizes[1]);
   transposed.strides[0] = 1, transposed.strides[1] = classes;

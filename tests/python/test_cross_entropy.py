@@ -478,3 +478,83 @@ def test_nn_module_probability_targets():
         ours = reducekit.nn.CrossEntropyLoss(weight=w, label_smoothing=0.05, reduction=reduction, check_targets=True)
         theirs = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.05, reduction=reduction)
         _close(ours(x, p), theirs(x.double(), p.double()), torch.float32)
+
+
+# cross_entropy_with_grad: the loss and its gradient from one kernel, against cross_entropy and its
+# autograd backward (the same kernels' bits apart: the fused kernel runs the forward's and the
+# backward's row code in one CTA) and against torch in float64.
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "weighted": True},
+                                     {"lse_square_scale": 1e-3, "softcap": 20.0}], ids=["plain", "ls_w", "z_cap"])
+def test_with_grad_equals_the_forward_and_backward(dtype, reduction, options):
+    options = dict(options)
+    classes = 50257
+    x, t = _inputs(19, classes, dtype, seed=11)
+    w = torch.rand(classes, device=DEV) + 0.5 if options.pop("weighted", False) else None
+    # Per-row upstream gradients that the 16-bit loss's own dtype holds exactly: autograd rounds
+    # the gradient reaching a 16-bit loss to its dtype.
+    upstream = torch.randn(19, device=DEV).to(dtype).float() if reduction == "none" else 0.75
+    loss, grad = reducekit.cross_entropy_with_grad(x, t, w, reduction=reduction, grad_scale=upstream, **options)
+    a = x.clone().requires_grad_()
+    ref = reducekit.cross_entropy(a, t, w, reduction=reduction, **options)
+    (ref * upstream).sum().backward()
+    assert loss.dtype == dtype and grad.dtype == dtype and grad.shape == x.shape
+    assert torch.equal(loss, ref.detach()), "the loss of the fused kernel"
+    assert torch.equal(grad, a.grad), "the gradient of the fused kernel"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_with_grad_matches_torch(dtype):
+    x, t = _inputs(24, 4099, dtype, seed=12)
+    w = torch.rand(4099, device=DEV) + 0.5
+    loss, grad = reducekit.cross_entropy_with_grad(x, t, w, label_smoothing=0.1)
+    b = x.double().clone().requires_grad_()
+    want = F.cross_entropy(b, t, w.double(), label_smoothing=0.1)
+    want.backward()
+    _close(loss, want, dtype)
+    _close(grad, b.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(37, 50257), (8, 50257, 50260), (5, 1000)], ids=str)
+def test_with_grad_in_place(dtype, shape):
+    rows, classes = shape[0], shape[1]
+    stride = shape[2] if len(shape) == 3 else classes
+    g = torch.Generator(device=DEV).manual_seed(13)
+    base = (3 * torch.randn(rows, stride, device=DEV, generator=g)).to(dtype)
+    x = base[:, :classes]  # rows at a stride (3 of them odd): written in place all the same
+    t = torch.randint(0, classes, (rows,), device=DEV, generator=g)
+    want_loss, want_grad = reducekit.cross_entropy_with_grad(x.clone(), t)
+    tail = base[:, classes:].clone()
+    loss, grad = reducekit.cross_entropy_with_grad(x, t, inplace=True)
+    assert grad.data_ptr() == x.data_ptr(), "inplace=True returns the logits, now holding the gradient"
+    assert torch.equal(loss, want_loss)
+    assert torch.equal(x, want_grad)
+    assert torch.equal(base[:, classes:], tail), "nothing past the rows was written"
+
+
+def test_with_grad_bad_targets_and_errors():
+    x, t = _inputs(6, 300, torch.float32, seed=14, ignore=False)
+    t[2] = 300  # out of range: its row's loss and gradient NaN, the others exact
+    loss, grad = reducekit.cross_entropy_with_grad(x, t, reduction="none")
+    assert loss[2].isnan() and grad[2].isnan().all()
+    keep = torch.tensor([0, 1, 3, 4, 5], device=DEV)
+    want, want_grad = reducekit.cross_entropy_with_grad(x[keep], t[keep], reduction="none")
+    assert torch.equal(loss[keep], want) and torch.equal(grad[keep], want_grad)
+    with pytest.raises(ValueError, match="reduction"):
+        reducekit.cross_entropy_with_grad(x, t, reduction="avg")
+    with pytest.raises(ValueError, match="input"):
+        reducekit.cross_entropy_with_grad(x.view(2, 3, 300), t.view(2, 3))
+    with pytest.raises(ValueError, match="target"):
+        reducekit.cross_entropy_with_grad(x, t.to(torch.int32))
+    with pytest.raises(RuntimeError, match="weight"):
+        reducekit.cross_entropy_with_grad(x, t, torch.ones(299, device=DEV))
+
+
+def test_with_grad_opcheck():
+    x, t = _inputs(8, 100, torch.float32, seed=15)
+    w = torch.rand(100, device=DEV)
+    g = torch.rand(8, device=DEV)
+    torch.library.opcheck(torch.ops.reducekit.cross_entropy_fused.default, (x, t, w, g, -100, 0.1, 1e-4, 0.0))
+    torch.library.opcheck(torch.ops.reducekit.cross_entropy_fused_.default, (x.clone(), t, w, g, -100, 0.1, 1e-4, 0.0))
