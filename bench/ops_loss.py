@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """cross_entropy over vocabulary rows, for the benchmark registry: the forward ('mean' over the
-rows) and the forward with its backward (the gradient of the logits, as training runs it)."""
+rows) and the forward with its backward (the gradient of the logits, as training runs it), and that
+step with reducekit's fused kernel (cross_entropy_step, counted as the least a step moves)."""
 from __future__ import annotations
 
 import math
@@ -38,6 +39,11 @@ def _training_bytes(shape, dtype):
     return 3 * m * n * _element_bytes(dtype) + m * 8  # logits twice (forward, backward), dlogits once
 
 
+def _step_bytes(shape, dtype):
+    m, n = rows_of(shape)
+    return 2 * m * n * _element_bytes(dtype) + m * 8  # the least a step moves: logits once, dlogits once
+
+
 def _with_grad(loss_fn):
     def step(x, target):
         x = x.detach().requires_grad_()
@@ -46,12 +52,17 @@ def _with_grad(loss_fn):
     return step
 
 
-def _register(name, training):
+def _register(name, training, fused=False):
+    """fused: reducekit's step is cross_entropy_with_grad (loss and gradient from one kernel); the
+    peers' is the same forward and autograd backward as `training`."""
     torch_fn = (lambda x, t: F.cross_entropy(x, t))
 
     def build_reducekit(ctx: BuildContext, inputs):
         if ctx.reducekit is None or not hasattr(ctx.reducekit, "cross_entropy"):
             raise NotApplicable("reducekit.cross_entropy is not built")
+        if fused:
+            with_grad = ctx.reducekit.cross_entropy_with_grad
+            return Impl(lambda x, t: with_grad(x, t)[1])
         fn = ctx.reducekit.cross_entropy
         return Impl(_with_grad(fn) if training else fn)
 
@@ -80,7 +91,8 @@ def _register(name, training):
             return 1e-6, 2e-5
         return 1e-4, 2e-2
 
-    register(OpSpec(name=name, make_inputs=_make_inputs, bytes_moved=_training_bytes if training else _forward_bytes,
+    bytes_moved = _step_bytes if fused else _training_bytes if training else _forward_bytes
+    register(OpSpec(name=name, make_inputs=_make_inputs, bytes_moved=bytes_moved,
                     reference=reference,
                     impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile},
                     shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance))
@@ -88,3 +100,4 @@ def _register(name, training):
 
 _register("cross_entropy", training=False)
 _register("cross_entropy_training", training=True)
+_register("cross_entropy_step", training=True, fused=True)
