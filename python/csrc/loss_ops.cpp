@@ -46,6 +46,7 @@ struct Inputs {
   bool has_weight = false;
   Inputs(const at::Tensor& logits, const at::Tensor& t, const std::optional<at::Tensor>& w) {
     check_cuda(t, "target");
+    TORCH_CHECK(t.scalar_type() == at::kLong, "target: expected int64 class indices, got ", t.scalar_type());
     target = t.contiguous();
     target_view = to_view(target, "target");
     if (w.has_value() && w->defined()) {
@@ -153,6 +154,31 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
   return {loss, lse};
 }
 
+// CPU logits get the core's clear message, not a dispatcher error.
+std::tuple<at::Tensor, at::Tensor> reject_cpu_forward(const at::Tensor& logits, const at::Tensor&,
+                                                      const std::optional<at::Tensor>&, int64_t, double, double,
+                                                      double) {
+  check_cuda(logits, "logits");
+  return {logits, logits};
+}
+at::Tensor reject_cpu_backward(const at::Tensor& logits, const at::Tensor&, const std::optional<at::Tensor>&,
+                               const at::Tensor&, const at::Tensor&, int64_t, double, double, double) {
+  check_cuda(logits, "logits");
+  return logits;
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_fused(const at::Tensor& logits, const at::Tensor&,
+                                                                const std::optional<at::Tensor>&, const at::Tensor&,
+                                                                int64_t, double, double, double) {
+  check_cuda(logits, "logits");
+  return {logits, logits, logits};
+}
+std::tuple<at::Tensor, at::Tensor> reject_cpu_fused_inplace(at::Tensor& logits, const at::Tensor&,
+                                                            const std::optional<at::Tensor>&, const at::Tensor&,
+                                                            int64_t, double, double, double) {
+  check_cuda(logits, "logits");
+  return {logits, logits};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
@@ -171,4 +197,11 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("cross_entropy_backward", &cross_entropy_backward_cuda);
   m.impl("cross_entropy_fused", &cross_entropy_fused_cuda);
   m.impl("cross_entropy_fused_", &cross_entropy_fused_inplace_cuda);
+}
+
+TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
+  m.impl("cross_entropy_forward", &reject_cpu_forward);
+  m.impl("cross_entropy_backward", &reject_cpu_backward);
+  m.impl("cross_entropy_fused", &reject_cpu_fused);
+  m.impl("cross_entropy_fused_", &reject_cpu_fused_inplace);
 }

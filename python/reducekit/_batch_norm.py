@@ -78,6 +78,8 @@ def _verify_batch_size(shape):
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """torch.nn.functional.batch_norm."""
+    if not isinstance(momentum, (int, float)):  # the modules' momentum=None (a cumulative average) is theirs
+        raise TypeError(f"momentum: expected a number, got {type(momentum).__name__}")
     if training:
         _verify_batch_size(input.shape)
     return _ops.batch_norm(input, weight, bias, running_mean, running_var, bool(training), float(momentum),

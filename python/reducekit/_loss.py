@@ -139,6 +139,18 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
     return (total / count).to(out_dtype)
 
 
+def _check_index_target_shape(input, target):
+    """Class indices have input's shape without the class dim (dim 1, or the only dim of one
+    unbatched row, whose target may also hold one element); torch raises RuntimeError otherwise.
+    Logits of rank 0 are left to the class dim's IndexError."""
+    if input.dim() == 0:
+        return
+    expected = [input.shape[0], *input.shape[2:]] if input.dim() >= 2 else []
+    if list(target.shape) != expected and not (input.dim() == 1 and target.numel() == 1):
+        raise RuntimeError(f"target: expected class indices of shape {expected} for input of shape "
+                           f"{list(input.shape)}, got {list(target.shape)}")
+
+
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
                   lse_square_scale=0.0, softcap=0.0, check_targets=False):
     """torch.nn.functional.cross_entropy(input, target, weight, ignore_index=-100, reduction="mean",
@@ -180,6 +192,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if target.is_floating_point():
         raise ValueError(f"target: a floating-point target holds class probabilities and needs the input's shape "
                          f"{tuple(input.shape)}, got {tuple(target.shape)}; class indices are int64")
+    _check_index_target_shape(input, target)
     if input.dim() == 1:  # one unbatched row
         logits, rows = input.unsqueeze(0), target.reshape(1)
     elif input.dim() == 2:
@@ -227,6 +240,7 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
                          "and flatten the rest into rows)")
     if target.dtype != torch.int64:
         raise ValueError(f"target: expected int64 class indices, got {target.dtype}")
+    _check_index_target_shape(input, target)
     logits = input.unsqueeze(0) if input.dim() == 1 else input
     rows = target.reshape(-1)
     values = _row_values_dtype(input)

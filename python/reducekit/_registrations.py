@@ -2,12 +2,18 @@
 """Fake (meta) kernels for torch.ops.reducekit.softmax & co.
 
 Fake kernels let torch.compile trace the ops without running them: every op returns a fresh
-contiguous tensor of its first input's shape and dtype, exactly as the CUDA kernels do.
+contiguous tensor of its first input's shape and dtype, exactly as the CUDA kernels do, and
+refuses a dim out of range as they do.
 """
 import torch
 
 
 def _like_first(first, *rest):
+    """The output, after the dim check the CUDA op makes (its last argument), so that a bad dim
+    fails while tracing as it would when run."""
+    dim, bound = rest[-1], max(first.dim(), 1)
+    if dim < -bound or dim >= bound:
+        raise IndexError(f"dim: {dim} is out of range for a tensor of rank {first.dim()}")
     return torch.empty(first.shape, dtype=first.dtype, device=first.device)
 
 
