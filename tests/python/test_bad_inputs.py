@@ -6,7 +6,9 @@ context) fails that case instead of ending the suite: the child reports each cas
 when it dies the case it was in is recorded as a crash and a new child takes the cases after it.
 A case either must raise (`error`: the message names one of the given words), or must give
 torch's result (`match`), or may do either (`either`: an error naming the words, or torch's
-result). After every case the child checks that no CUDA error was left pending.
+result). After every case the child checks that no CUDA error was left pending. A case may also
+name the exception types an error must have (torch's for the same mistake); where it names none,
+any exception with the right words will do.
 """
 import json
 import subprocess
@@ -18,8 +20,10 @@ import pytest
 
 from conftest import PACKAGE_PATH
 
-# name -> (expectation, words an error must name, code). The code runs with torch, reducekit (as
-# rk) and x9 (a rank-9 CUDA tensor) in scope; `match` and `either` cases set `out` and `ref`.
+# name -> (expectation, words an error must name, code[, exception types an error must have]). The
+# code runs with torch, reducekit (as rk) and x9 (a rank-9 CUDA tensor) in scope; `match`
+# and `either` cases set `out` and `ref` (NaN is compared through isnan() or nan_to_num(), since
+# assert_close takes NaN for a mismatch). Words are lower case: the message is lowered first.
 CASES = {
     # rank above 8: TensorView holds 8 dims
     "softmax_rank9": ("either", ["rank"], "out = rk.softmax(x9, -1); ref = torch.softmax(x9, -1)"),
@@ -75,6 +79,284 @@ CASES = {
                          "ref = torch.softmax(x, -1)"),
     "layer_norm_sliced_rows": ("match", [], "x = torch.randn(5, 11, device='cuda')[:, :10]; "
                                "out = rk.layer_norm(x, [10]); ref = torch.nn.functional.layer_norm(x, [10])"),
+    # cross_entropy: target dtype, shape and device (class-index targets must be int64, one a row)
+    "cross_entropy_target_int32": ("error", ["target"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                   "torch.tensor([0, 1, 2, 3], device='cuda', dtype=torch.int32))"),
+    "cross_entropy_float_target_wrong_shape": ("error", ["target"], "rk.cross_entropy(torch.randn(4, 5, "
+                                               "device='cuda'), torch.rand(4, device='cuda'))"),
+    "cross_entropy_target_wrong_length": ("error", ["target"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                          "torch.tensor([0, 1, 2], device='cuda'))", ("RuntimeError",)),
+    # torch: "0D or 1D target tensor expected" (the same 4 elements as a [2, 2] target)
+    "cross_entropy_target_2d_for_2d_logits": ("error", ["target"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                              "torch.tensor([[0, 1], [2, 3]], device='cuda'))"),
+    # torch: "Expected target size [2, 3], got [3, 2]"
+    "cross_entropy_target_wrong_spatial_shape": ("error", ["target"], "rk.cross_entropy(torch.randn(2, 5, 3, "
+                                                 "device='cuda'), torch.zeros(3, 2, dtype=torch.long, device='cuda'))"),
+    # unbatched [C] logits with a [1] target: torch raised "size mismatch (got input: [5], target: [1])"
+    # until its nll_loss took a 1-D target of size 1 there (a scalar loss)
+    "cross_entropy_unbatched_target_with_batch_dim": ("either", ["target"], textwrap.dedent("""\
+        x = torch.randn(5, device='cuda', dtype=torch.float64); t = torch.tensor([1], device='cuda')
+        out = rk.cross_entropy(x, t); ref = torch.nn.functional.cross_entropy(x, t)""")),
+    "cross_entropy_target_on_cpu": ("error", ["target"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                    "torch.tensor([0, 1, 2, 3]))"),
+    # cross_entropy: class weights
+    "cross_entropy_weight_wrong_length": ("error", ["weight"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                          "torch.tensor([0, 1, 2, 3], device='cuda'), torch.ones(4, device='cuda'))",
+                                          ("RuntimeError",)),
+    "cross_entropy_weight_on_cpu": ("error", ["weight"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                    "torch.tensor([0, 1, 2, 3], device='cuda'), torch.ones(5))"),
+    "cross_entropy_prob_target_weight_wrong_length": ("error", ["weight"], textwrap.dedent("""\
+        x = torch.randn(4, 5, device='cuda'); p = torch.softmax(torch.randn(4, 5, device='cuda'), 1)
+        rk.cross_entropy(x, p, torch.ones(4, device='cuda'))""")),
+    # cross_entropy: target values outside [0, C): check_targets raises naming the value, else NaN rows
+    "cross_entropy_target_out_of_range_checked": ("error", ["target: 7 at flattened index 2"], "rk.cross_entropy("
+                                                  "torch.randn(4, 5, device='cuda'), torch.tensor([0, 1, 7, 2], "
+                                                  "device='cuda'), check_targets=True)", ("ValueError",)),
+    "cross_entropy_target_out_of_range_checked_spatial": ("error", ["target: 5 at flattened index 5"],
+                                                          textwrap.dedent("""\
+        t = torch.zeros(2, 3, dtype=torch.long, device='cuda'); t[1, 2] = 5
+        rk.cross_entropy(torch.randn(2, 5, 3, device='cuda'), t, check_targets=True)"""), ("ValueError",)),
+    "cross_entropy_module_check_targets": ("error", ["target: 7 at flattened index 2"], "rk.nn.CrossEntropyLoss("
+                                           "check_targets=True)(torch.randn(4, 5, device='cuda'), "
+                                           "torch.tensor([0, 1, 7, 2], device='cuda'))", ("ValueError",)),
+    "cross_entropy_target_out_of_range_unchecked_none": ("match", [], textwrap.dedent("""\
+        x = torch.randn(4, 5, device='cuda', dtype=torch.float64); t = torch.tensor([0, 1, 7, 2], device='cuda')
+        out = rk.cross_entropy(x, t, reduction='none').nan_to_num(nan=-1.0)  # row 2's loss is NaN
+        ref = torch.nn.functional.cross_entropy(x, t.clamp(max=4), reduction='none'); ref[2] = -1.0""")),
+    "cross_entropy_target_out_of_range_unchecked_mean": ("match", [], textwrap.dedent("""\
+        x = torch.randn(4, 5, device='cuda'); t = torch.tensor([0, -3, 1, 2], device='cuda')
+        out = rk.cross_entropy(x, t).isnan(); ref = torch.tensor(True, device='cuda')""")),
+    "cross_entropy_target_out_of_range_unchecked_backward": ("match", [], textwrap.dedent("""\
+        x = torch.randn(4, 5, device='cuda', dtype=torch.float64, requires_grad=True)
+        t = torch.tensor([0, 1, 7, 2], device='cuda')
+        rk.cross_entropy(x, t, reduction='sum').backward()
+        y = x.detach().clone().requires_grad_()
+        torch.nn.functional.cross_entropy(y, t.clamp(max=4), reduction='sum').backward()
+        out = x.grad.nan_to_num(nan=-1.0)  # row 2's gradient is NaN
+        ref = y.grad.clone(); ref[2] = -1.0""")),
+    # cross_entropy: options out of range, an unknown reduction, arguments that do not go together
+    "cross_entropy_label_smoothing_above_one": ("error", ["label_smoothing"], "rk.cross_entropy(torch.randn(4, 5, "
+                                                "device='cuda'), torch.tensor([0, 1, 2, 3], device='cuda'), "
+                                                "label_smoothing=1.5)", ("RuntimeError",)),
+    "cross_entropy_prob_label_smoothing_negative": ("error", ["label_smoothing"], textwrap.dedent("""\
+        x = torch.randn(4, 5, device='cuda'); p = torch.softmax(torch.randn(4, 5, device='cuda'), 1)
+        rk.cross_entropy(x, p, label_smoothing=-0.1)""")),
+    "cross_entropy_softcap_negative": ("error", ["softcap"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                       "torch.tensor([0, 1, 2, 3], device='cuda'), softcap=-1.0)"),
+    "cross_entropy_lse_square_scale_nan": ("error", ["lse_square_scale"], "rk.cross_entropy(torch.randn(4, 5, "
+                                           "device='cuda'), torch.tensor([0, 1, 2, 3], device='cuda'), "
+                                           "lse_square_scale=float('nan'))"),
+    "cross_entropy_reduction_invalid": ("error", ["reduction"], "rk.cross_entropy(torch.randn(4, 5, device='cuda'), "
+                                        "torch.tensor([0, 1, 2, 3], device='cuda'), reduction='avg')",
+                                        ("ValueError",)),
+    "cross_entropy_module_reduction_invalid": ("error", ["reduction"], "rk.nn.CrossEntropyLoss(reduction='avg')("
+                                               "torch.randn(4, 5, device='cuda'), torch.tensor([0, 1, 2, 3], "
+                                               "device='cuda'))", ("ValueError",)),
+    "cross_entropy_prob_target_ignore_index": ("error", ["ignore_index"], textwrap.dedent("""\
+        x = torch.randn(4, 5, device='cuda'); p = torch.softmax(torch.randn(4, 5, device='cuda'), 1)
+        rk.cross_entropy(x, p, ignore_index=1)""")),
+    # cross_entropy: logits of rank 0 and 1, on the CPU, of an integer dtype, without classes, without rows
+    "cross_entropy_logits_rank0_prob_target": ("error", ["input"], "rk.cross_entropy(torch.tensor(0.5, device='cuda'), "
+                                               "torch.tensor(1.0, device='cuda'))"),
+    # torch's own error here (log_softmax over dim 1 of a 0-d tensor): an IndexError naming the dim
+    "cross_entropy_logits_rank0_index_target": ("error", ["dimension out of range", "input", "logits"],
+                                                "rk.cross_entropy(torch.tensor(0.5, device='cuda'), "
+                                                "torch.tensor([0], device='cuda'))", ("IndexError",)),
+    "cross_entropy_unbatched_rank1": ("match", [], textwrap.dedent("""\
+        x = torch.randn(5, device='cuda', dtype=torch.float64); t = torch.tensor(3, device='cuda')
+        out = (rk.cross_entropy(x, t), rk.cross_entropy(x, t, reduction='none'))
+        ref = (torch.nn.functional.cross_entropy(x, t), torch.nn.functional.cross_entropy(x, t, reduction='none'))""")),
+    # CPU logits: an error naming them, as the other ops' CPU kernels give ("x: expected a CUDA tensor")
+    "cross_entropy_logits_cpu": ("error", ["logits"], "rk.cross_entropy(torch.randn(4, 5), "
+                                 "torch.tensor([0, 1, 2, 3]))"),
+    "cross_entropy_logits_int": ("error", ["logits"], "rk.cross_entropy(torch.arange(20, device='cuda').view(4, 5), "
+                                 "torch.tensor([0, 1, 2, 3], device='cuda'))", ("RuntimeError",)),
+    "cross_entropy_zero_classes": ("error", ["no classes"], "rk.cross_entropy(torch.randn(4, 0, device='cuda'), "
+                                   "torch.zeros(4, dtype=torch.long, device='cuda'))"),
+    "cross_entropy_empty_batch": ("match", [], textwrap.dedent("""\
+        x = torch.randn(0, 5, device='cuda', dtype=torch.float64); t = torch.zeros(0, dtype=torch.long, device='cuda')
+        F = torch.nn.functional
+        out = (rk.cross_entropy(x, t, reduction='none'), rk.cross_entropy(x, t, reduction='sum'),
+               rk.cross_entropy(x, t).isnan())  # the mean over no rows: 0 / 0
+        ref = (F.cross_entropy(x, t, reduction='none'), F.cross_entropy(x, t, reduction='sum'),
+               F.cross_entropy(x, t).isnan())""")),
+    # batch_norm: running statistics of the wrong length, device or dtype, or only one of them
+    "batch_norm_running_mean_wrong_length": ("error", ["running_mean"], "rk.batch_norm(torch.randn(4, 3, "
+                                             "device='cuda'), torch.zeros(5, device='cuda'), torch.ones(3, "
+                                             "device='cuda'))", ("RuntimeError",)),
+    "batch_norm_running_var_wrong_length_training": ("error", ["running_var"], "rk.batch_norm(torch.randn(4, 3, "
+                                                     "device='cuda'), torch.zeros(3, device='cuda'), "
+                                                     "torch.ones(2, device='cuda'), training=True)"),
+    "batch_norm_running_mean_on_cpu": ("error", ["running_mean"], "rk.batch_norm(torch.randn(4, 3, device='cuda'), "
+                                       "torch.zeros(3), torch.ones(3, device='cuda'))"),
+    # float64 statistics for float32 input: reducekit updates a float32 copy and writes it back
+    "batch_norm_running_stats_float64": ("either", ["running_mean", "dtype"], textwrap.dedent("""\
+        x = torch.randn(8, 3, device='cuda')
+        rm = torch.randn(3, device='cuda', dtype=torch.float64)
+        rv = torch.rand(3, device='cuda', dtype=torch.float64) + 0.5
+        rm32, rv32 = rm.float(), rv.float()
+        y = rk.batch_norm(x, rm, rv, training=True)
+        out = (y, rm.float(), rv.float())
+        ref = (torch.nn.functional.batch_norm(x, rm32, rv32, training=True), rm32, rv32)""")),
+    "batch_norm_running_mean_without_running_var": ("error", ["running_var"], "rk.batch_norm(torch.randn(4, 3, "
+                                                    "device='cuda'), torch.zeros(3, device='cuda'), None, "
+                                                    "training=True)"),
+    "batch_norm_inference_without_running_stats": ("error", ["running_mean"], "rk.batch_norm(torch.randn(4, 3, "
+                                                   "device='cuda'), None, None, training=False)", ("RuntimeError",)),
+    # batch_norm: one value per channel in training (torch's ValueError), ranks outside 2..5
+    "batch_norm_training_one_value_per_channel": ("error", ["more than 1 value per channel"], "rk.batch_norm("
+                                                  "torch.randn(1, 3, device='cuda'), None, None, training=True)",
+                                                  ("ValueError",)),
+    "batch_norm_module_one_value_per_channel": ("error", ["more than 1 value per channel"],
+                                                "rk.nn.BatchNorm2d(3).cuda()(torch.randn(1, 3, 1, 1, device='cuda'))",
+                                                ("ValueError",)),
+    "batch_norm_rank1": ("error", ["rank"], "rk.batch_norm(torch.randn(3, device='cuda'), torch.zeros(3, "
+                         "device='cuda'), torch.ones(3, device='cuda'))"),
+    "batch_norm_module_rank1": ("error", ["expected 2d or 3d input"], "rk.nn.BatchNorm1d(3).cuda()(torch.randn(3, "
+                                "device='cuda'))", ("ValueError",)),
+    "batch_norm3d_module_rank4": ("error", ["expected 5d input"], "rk.nn.BatchNorm3d(3).cuda()(torch.randn(2, 3, 4, 4, "
+                                  "device='cuda'))", ("ValueError",)),
+    "batch_norm_zero_channels": ("either", ["channel"], textwrap.dedent("""\
+        x = torch.randn(4, 0, device='cuda'); rm = torch.zeros(0, device='cuda'); rv = torch.ones(0, device='cuda')
+        out = rk.batch_norm(x, rm, rv); ref = torch.nn.functional.batch_norm(x, rm, rv)""")),
+    "batch_norm_int_input": ("error", ["int64"], "rk.batch_norm(torch.arange(12, device='cuda').view(4, 3), None, "
+                             "None, training=True)"),
+    # batch_norm: weight and bias of the wrong length or device, eps and momentum
+    "batch_norm_weight_wrong_length": ("error", ["weight"], "rk.batch_norm(torch.randn(4, 3, device='cuda'), "
+                                       "torch.zeros(3, device='cuda'), torch.ones(3, device='cuda'), "
+                                       "torch.ones(4, device='cuda'))"),
+    "batch_norm_bias_on_cpu": ("error", ["bias"], "rk.batch_norm(torch.randn(4, 3, device='cuda'), torch.zeros(3, "
+                               "device='cuda'), torch.ones(3, device='cuda'), None, torch.zeros(3))"),
+    "batch_norm_eps_negative": ("error", ["eps"], "rk.batch_norm(torch.randn(4, 3, device='cuda'), torch.zeros(3, "
+                                "device='cuda'), torch.ones(3, device='cuda'), eps=-1.0)"),
+    # torch: "batch_norm(): argument 'momentum' (position 7) must be float, not NoneType"
+    "batch_norm_functional_momentum_none": ("error", ["momentum"], "rk.batch_norm(torch.randn(4, 3, device='cuda'), "
+                                            "torch.zeros(3, device='cuda'), torch.ones(3, device='cuda'), "
+                                            "training=True, momentum=None)", ("TypeError",)),
+    # the modules take momentum=None: a cumulative average over the batches seen, as torch's
+    "batch_norm_module_momentum_none": ("match", [], textwrap.dedent("""\
+        m = rk.nn.BatchNorm1d(3, momentum=None).cuda(); r = torch.nn.BatchNorm1d(3, momentum=None).cuda()
+        xs = [torch.randn(8, 3, device='cuda') for _ in range(3)]
+        ys = [m(x) for x in xs]; zs = [r(x) for x in xs]
+        out = (ys[-1], m.running_mean, m.running_var, m.num_batches_tracked)
+        ref = (zs[-1], r.running_mean, r.running_var, r.num_batches_tracked)""")),
+    # reductions: dims out of range or repeated (mean, std, var_mean, std_mean, logsumexp, prod, amin, argmin)
+    "mean_dim_out_of_range": ("error", ["out of range"], "rk.mean(torch.randn(2, 3, device='cuda'), dim=2)"),
+    "std_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.std(torch.randn(2, 3, device='cuda'), "
+                         "dim=(1, -1))"),
+    "var_mean_dim_out_of_range": ("error", ["out of range"], "rk.var_mean(torch.randn(2, 3, device='cuda'), dim=-3)"),
+    "std_mean_dim_out_of_range": ("error", ["out of range"], "rk.std_mean(torch.randn(2, 3, device='cuda'), "
+                                  "dim=[0, 7])"),
+    "logsumexp_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.logsumexp(torch.randn(2, 3, "
+                               "device='cuda'), dim=(0, -2))"),
+    "prod_dim_out_of_range": ("error", ["out of range"], "rk.prod(torch.randn(2, 3, device='cuda'), dim=5)"),
+    "amin_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.amin(torch.randn(2, 3, device='cuda'), "
+                          "dim=[1, 1])"),
+    "argmin_dim_out_of_range": ("error", ["out of range"], "rk.argmin(torch.randn(2, 3, device='cuda'), dim=2)"),
+    "argmax_0d_dim_out_of_range": ("error", ["out of range"], "rk.argmax(torch.tensor(2.0, device='cuda'), dim=1)"),
+    "var_unbiased_and_correction": ("error", ["correction"], "rk.var(torch.randn(3, 4, device='cuda'), 1, True, "
+                                    "correction=0)", ("TypeError",)),
+    # reductions: keepdim with an empty dim list (every dim, as torch) or over zero-size dims
+    "sum_empty_dim_list_keepdim": ("match", [], "x = torch.randn(3, 4, device='cuda'); "
+                                   "out = rk.sum(x, dim=[], keepdim=True); ref = torch.sum(x, dim=[], keepdim=True)"),
+    "amax_default_dims_keepdim": ("match", [], "x = torch.randn(3, 4, device='cuda'); "
+                                  "out = rk.amax(x, keepdim=True); ref = torch.amax(x, keepdim=True)"),
+    "mean_empty_set_keepdim": ("match", [], "x = torch.randn(3, 0, device='cuda'); "
+                               "out = rk.mean(x, dim=1, keepdim=True).isnan(); "
+                               "ref = torch.mean(x, dim=1, keepdim=True).isnan()"),
+    "amax_zero_size_kept_dim_keepdim": ("match", [], "x = torch.randn(3, 0, device='cuda'); "
+                                        "out = rk.amax(x, dim=0, keepdim=True); "
+                                        "ref = torch.amax(x, dim=0, keepdim=True)"),
+    # reductions: an empty reduced set, where torch raises (extrema, arg-extrema) or has a value
+    "amin_empty_dim": ("error", ["size 0"], "rk.amin(torch.randn(0, 3, device='cuda'), dim=0)"),
+    "argmin_empty_all": ("error", ["size 0"], "rk.argmin(torch.randn(0, device='cuda'))"),
+    "logsumexp_empty_dim": ("match", [], "x = torch.randn(3, 0, device='cuda'); "
+                            "out = rk.logsumexp(x, 1); ref = torch.logsumexp(x, 1)"),
+    "prod_empty_dim": ("match", [], "x = torch.randn(3, 0, device='cuda'); out = rk.prod(x, 1); "
+                       "ref = torch.prod(x, 1)"),
+    # reductions: dtypes reducekit does not take (bool, int64, complex64, float8) and an integer dtype=
+    "sum_bool": ("error", ["bool"], "rk.sum(torch.ones(3, 4, dtype=torch.bool, device='cuda'), dim=1)"),
+    "mean_int64": ("error", ["int64"], "rk.mean(torch.arange(12, device='cuda').view(3, 4), dim=1)"),
+    "std_mean_int64": ("error", ["int64"], "rk.std_mean(torch.arange(12, device='cuda').view(3, 4), dim=1)"),
+    "var_complex64": ("error", ["complex"], "rk.var(torch.randn(3, 4, dtype=torch.complex64, device='cuda'), dim=1)"),
+    "amax_float8": ("error", ["float8"], "rk.amax(torch.randn(3, 4, device='cuda').to(torch.float8_e4m3fn), dim=1)"),
+    "sum_integer_dtype_argument": ("error", ["dtype"], "rk.sum(torch.randn(3, 4, device='cuda'), dim=1, "
+                                   "dtype=torch.int64)"),
+    # meta tensors: shapes from the fake kernels, bad dims refused as on CUDA
+    "sum_meta": ("match", [], "x = torch.randn(3, 4, device='meta'); out = rk.sum(x, dim=0); "
+                 "ref = torch.sum(x, dim=0)"),
+    "softmax_meta": ("match", [], "x = torch.randn(3, 4, device='meta'); out = rk.softmax(x, -1); "
+                     "ref = torch.softmax(x, -1)"),
+    "argmax_meta_dim_out_of_range": ("error", ["out of range"], "rk.argmax(torch.randn(3, 4, device='meta'), dim=2)",
+                                     ("IndexError",)),
+    "var_meta_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.var(torch.randn(3, 4, device='meta'), "
+                              "dim=(0, 0))", ("RuntimeError",)),
+    "softmax_meta_dim_out_of_range": ("error", ["dim"], "rk.softmax(torch.randn(2, 3, device='meta'), 5)"),
+    "layer_norm_meta_shape_mismatch": ("error", ["normalized_shape"], "rk.layer_norm(torch.randn(2, 4, "
+                                       "device='meta'), [5])"),
+    # softmax / log_softmax: dtype= an integer dtype, 0-d tensors, complex input, the modules
+    "softmax_dtype_int64": ("error", ["int64"], "rk.softmax(torch.randn(2, 3, device='cuda'), -1, dtype=torch.int64)"),
+    "log_softmax_dtype_int32": ("error", ["got int"], "rk.log_softmax(torch.randn(2, 3, device='cuda'), 0, "
+                                "dtype=torch.int32)"),
+    "softmax_0d_dim_out_of_range": ("error", ["out of range"], "rk.softmax(torch.tensor(1.5, device='cuda'), 1)"),
+    "log_softmax_0d": ("match", [], "x = torch.tensor(1.5, device='cuda'); out = rk.log_softmax(x, -1); "
+                       "ref = torch.log_softmax(x, -1)"),
+    "softmax_complex": ("error", ["complex"], "rk.softmax(torch.randn(2, 3, dtype=torch.complex64, device='cuda'), -1)",
+                        ("RuntimeError",)),
+    "softmax_module_dim_out_of_range": ("error", ["out of range"], "rk.nn.Softmax(dim=2)(torch.randn(2, 3, "
+                                        "device='cuda'))"),
+    "log_softmax_module_int": ("error", ["int64"], "rk.nn.LogSoftmax(dim=-1)(torch.arange(6, "
+                               "device='cuda').view(2, 3))"),
+    # norms: normalized_shape longer than the rank, empty, or unlike the trailing dims
+    "layer_norm_normalized_shape_longer_than_rank": ("error", ["normalized_shape"], "rk.layer_norm(torch.randn(2, 4, "
+                                                     "device='cuda'), [3, 2, 4])", ("RuntimeError",)),
+    "rms_norm_normalized_shape_longer_than_rank": ("error", ["normalized_shape"], "rk.rms_norm(torch.randn(4, "
+                                                   "device='cuda'), [1, 4])"),
+    "rms_norm_0d_input": ("error", ["normalized_shape"], "rk.rms_norm(torch.tensor(1.0, device='cuda'), [1])"),
+    "layer_norm_empty_normalized_shape": ("error", ["normalized_shape"], "rk.layer_norm(torch.randn(2, 4, "
+                                          "device='cuda'), [])", ("RuntimeError",)),
+    "layer_norm_module_shape_mismatch": ("error", ["normalized_shape"], "rk.nn.LayerNorm(4).cuda()(torch.randn(2, 5, "
+                                         "device='cuda'))"),
+    "rms_norm_module_shape_mismatch": ("error", ["normalized_shape"], "rk.nn.RMSNorm([2, 4]).cuda()("
+                                       "torch.randn(3, 4, 2, device='cuda'))"),
+    # norms: eps out of range
+    "layer_norm_eps_negative": ("error", ["eps"], "rk.layer_norm(torch.randn(2, 4, device='cuda'), [4], eps=-1e-3)"),
+    "rms_norm_eps_nan": ("error", ["eps"], "rk.rms_norm(torch.randn(2, 4, device='cuda'), [4], eps=float('nan'))"),
+    # norms: weight, bias and residual of the wrong dtype, shape or device
+    "rms_norm_weight_wrong_dtype": ("error", ["weight"], "rk.rms_norm(torch.randn(2, 4, device='cuda'), [4], "
+                                    "torch.ones(4, device='cuda', dtype=torch.float16))"),
+    "rms_norm_weight_int64": ("error", ["weight"], "rk.rms_norm(torch.randn(2, 4, device='cuda'), [4], "
+                              "torch.ones(4, device='cuda', dtype=torch.long))"),
+    "layer_norm_bias_dtype_unlike_weight": ("error", ["bias"], "rk.layer_norm(torch.randn(2, 4, device='cuda', "
+                                            "dtype=torch.bfloat16), [4], torch.ones(4, device='cuda'), "
+                                            "torch.zeros(4, device='cuda', dtype=torch.bfloat16))"),
+    "layer_norm_weight_flat_for_2d_shape": ("error", ["weight"], "rk.layer_norm(torch.randn(3, 2, 4, device='cuda'), "
+                                            "[2, 4], torch.ones(8, device='cuda'))"),
+    "add_rms_norm_residual_dtype": ("error", ["residual"], "rk.add_rms_norm(torch.randn(2, 4, device='cuda'), "
+                                    "torch.randn(2, 4, device='cuda', dtype=torch.float16), [4])"),
+    "add_rms_norm_module_residual_shape": ("error", ["residual"], "rk.nn.AddRMSNorm(4).cuda()(torch.randn(2, 4, "
+                                           "device='cuda'), torch.randn(3, 4, device='cuda'))"),
+    "add_layer_norm_module_residual_on_cpu": ("error", ["residual"], "rk.nn.AddLayerNorm(4).cuda()(torch.randn(2, 4, "
+                                              "device='cuda'), torch.randn(2, 4))"),
+    "layer_norm_cpu": ("either", ["cuda", "device"], "x = torch.randn(2, 4); out = rk.layer_norm(x, [4]); "
+                       "ref = torch.nn.functional.layer_norm(x, [4])"),
+    # patch, unpatch, patch_functional: what they are given
+    "patch_not_a_module": ("error", ["model"], "rk.patch('model')", ("TypeError",)),
+    "unpatch_not_a_module": ("error", ["model"], "rk.unpatch(None)", ("TypeError",)),
+    "patch_unknown_family": ("error", ["ops: unknown"], "rk.patch(torch.nn.Softmax(dim=-1), ops=['softmaxx'])",
+                             ("ValueError",)),
+    "patch_functional_ops_not_iterable": ("error", ["ops"], "with rk.patch_functional(ops=5):\n    pass",
+                                          ("TypeError",)),
+    # reducekit's error from inside the block, and torch's function back in place after it
+    "patch_functional_bad_weight_raises_and_restores": ("error", ["weight"], textwrap.dedent("""\
+        import torch.nn.functional as F
+        found = F.layer_norm
+        try:
+            with rk.patch_functional():
+                F.layer_norm(torch.randn(2, 4, device='cuda'), [4], torch.ones(5, device='cuda'))
+        finally:
+            assert F.layer_norm is found, "patch_functional left its layer_norm in place after an error"
+        """)),
 }
 
 CHILD = textwrap.dedent("""\
@@ -108,7 +390,7 @@ CHILD = textwrap.dedent("""\
 
 def _run_all():
     """Runs every case, a fresh child after each crash; returns name -> result."""
-    codes = {name: code for name, (_, _, code) in CASES.items()}
+    codes = {name: case[2] for name, case in CASES.items()}
     script = CHILD.format(path=PACKAGE_PATH, cases=json.dumps(codes))
     left, results = list(CASES), {}
     while left:
@@ -140,7 +422,7 @@ def results():
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_gets_an_answer_or_a_clear_error(results, name):
-    expect, words, _ = CASES[name]
+    expect, words, _, *types = CASES[name]
     r = results[name]
     assert r["status"] != "crashed", f"{name} crashed the process: {r}"
     assert "pending" not in r, f"{name} left a CUDA error pending: {r['pending']}"
@@ -153,3 +435,5 @@ def test_bad_input_gets_an_answer_or_a_clear_error(results, name):
         assert expect != "match", r
         message = r["message"].lower()
         assert any(w in message for w in words), f"{name}: the error names none of {words}: {r['message']}"
+        if types:
+            assert r["type"] in types[0], f"{name}: raised {r['type']}, expected one of {types[0]}: {r['message']}"
