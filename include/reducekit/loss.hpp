@@ -44,12 +44,16 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
                               const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
                               const TensorView& dlogits, cudaStream_t stream);
 
-// The forward and the backward in one kernel, for a caller that knows each row's upstream
-// gradient before the forward (training: the mean's 1 / denominator, or 1 for 'sum'): loss and
-// lse as cross_entropy_forward writes them, and dlogits as cross_entropy_backward with that
-// grad_loss and this lse. dlogits may be logits itself (the same data and strides): the gradient
-// is then written over the logits, and training needs no tensor of the logits' size besides them.
-// Otherwise dlogits overlaps none of the other tensors.
+// The forward and the backward in one call, for a caller that knows each row's upstream
+// gradient before the forward (training: the mean's 1 / denominator, or 1 for 'sum'): loss, lse
+// and dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]). 16-bit rows that the softmax family
+// stages (16-40, 64-110 and 128-880 KiB), without label smoothing or soft-capping, are read once, staged in shared memory, and their
+// gradient written from there in the same kernel; other rows run cross_entropy_forward's and
+// cross_entropy_backward's kernels, so their bits are those two calls'. The staged rows' bits are
+// those of cross_entropy_forward too where it stages the row (one CTA a row: up to 110 KiB).
+// dlogits may be logits itself (the same data and strides): the gradient is then written over the
+// logits, and training needs no tensor of the logits' size besides them. Otherwise dlogits
+// overlaps none of the other tensors.
 Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
                            const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
                            const TensorView& lse, const TensorView& dlogits, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Cross-entropy kernels (include/reducekit/loss.hpp): one CTA a row, CTAs looping over rows.
-// The fused kernel runs the forward and then the backward of each row in its CTA.
+// Cross-entropy kernels (include/reducekit/loss.hpp): one CTA a row, CTAs looping over rows;
+// 16-bit rows of the staged bands also on staged rows (cross_entropy_staged_kernel), which can
+// write the gradient in the same pass.
 //
 // Forward: each thread folds its 16-byte vectors of the row (vectors tid, tid + threads, ...,
 // kCrossEntropyUnroll loads in flight) into softmax's (max, sum of exp) statistic and, with label
@@ -15,6 +16,7 @@
 
 #include "kernels/numeric.cuh"
 #include "kernels/row_engine.cuh"
+#include "kernels/row_staged.cuh"
 #include "kernels/softmax_ops.cuh"
 #include "kernels/vector_io.cuh"
 
@@ -101,8 +103,7 @@ __device__ __forceinline__ Acc class_weight_sum(const Acc* weight, int64_t class
 // One row's forward: a thread folds each step's U vectors into its (max, sum of exp(z - max)) at
 // once, the step's max first, so a step costs one exp an element and one rescale; the next step's
 // loads are in flight meanwhile. The target's logit is read at the row's start, off the critical
-// path. Every thread returns the row's lse; thread 0 writes the row's loss and lse. Ends with a
-// barrier (in block_reduce) after every read of the row, so the row may be overwritten next.
+// path. Thread 0 writes the row's loss and lse.
 template <typename T, bool kExtras> struct CrossEntropyRow {
   using Acc = acc_t<T>;
   using Lse = SoftmaxForwardOp<T, false>;  // its (max, sum of exp) statistic and merge
@@ -124,7 +125,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     step = int64_t(U) * blockDim.x;
   }
 
-  __device__ __forceinline__ Acc forward(int64_t row) const {
+  __device__ __forceinline__ void forward(int64_t row) const {
     const T* x = a.logits + row * a.logits_stride;
     int64_t t = 0;
     T target_logit = from_acc<T>(Acc(0));
@@ -180,11 +181,10 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
       a.loss[row] = loss;
       a.lse[row] = lse;
     }
-    return lse;
   }
 
   // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
-  // only its own vectors, so dlogits may be the logits themselves once forward() has returned.
+  // only its own vectors, so dlogits may be the logits themselves.
   __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
@@ -253,14 +253,74 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.gradient(row, a.saved_lse[row], a.grad[row]);
 }
 
-// Loss, lse and dlogits of each row in one kernel: the gradient pass re-reads the row its CTA just
-// read (from L2 for rows the CTAs in flight hold there), and may write over the logits.
-template <typename T, bool kExtras>
-__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_fused_kernel(CrossEntropyArgs<T> a) {
-  __shared__ typename CrossEntropyRow<T, kExtras>::Lse::Stat lse_slots[33];
-  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
-  const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.gradient(row, r.forward(row), a.grad[row]);
+// The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged
+// kernel's rows): the expressions of CrossEntropyRow::gradient, so the bits are its.
+template <typename Acc> struct CrossEntropyStagedWriter {
+  Acc lse, p_factor, target_part, fill;
+  int64_t target;
+  bool kept;  // neither ignored nor a bad target
+  template <int VEC> __device__ __forceinline__ void operator()(Acc (&z)[1][VEC], int col, Acc (&d)[VEC]) const {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      d[e] = fill;
+      if (kept) {
+        d[e] = fast_exp(z[0][e] - lse) * p_factor;
+        if (col + e == target) d[e] -= target_part;
+      }
+    }
+  }
+};
+
+// 16-bit rows without label smoothing or soft-capping, staged whole in shared memory
+// (row_staged.cuh: one CTA a row or a cluster's shares, any alignment): the row is read from
+// HBM once, its statistic folded as it lands, and with kGradient the gradient is written from
+// shared memory. The fold is the staged softmax's, so these rows' loss and lse are this kernel's
+// whether or not it writes the gradient (the forward takes it too). Launched as rows x C CTAs
+// in clusters of C, the dynamic shared memory staged_share_smem_bytes(P).
+template <typename T, int THREADS, bool kGradient>
+__global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntropyArgs<T> a) {
+  using Acc = acc_t<T>;
+  using Lse = SoftmaxForwardOp<T, false>;
+  extern __shared__ __align__(128) unsigned char staged_bytes[];
+  __shared__ uint64_t arrived[kStagedMaxChunks];
+  __shared__ typename Lse::Stat slots[33];
+  __shared__ typename Lse::Stat cluster_slot;
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / ctas;
+  const T* x = a.logits + row * a.logits_stride;
+  const int64_t t = a.target[row];
+  const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
+  const bool writes_loss = rank == 0 && threadIdx.x == 0;
+  // Read before the row may be overwritten (after the statistic's barriers).
+  const T target_logit = writes_loss && !ignored && !bad ? x[t] : from_acc<T>(Acc(0));
+  const StagedRow<T, Lse> staged = stage_share<T, Lse>(x, static_cast<int>(a.classes), rank, ctas, staged_bytes, arrived);
+  const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, &cluster_slot);
+  const Acc log_sum = precise_log(stat.w[1]);
+  const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
+  if (writes_loss) {
+    Acc loss = Acc(0);
+    if (bad) {
+      loss = Acc(NAN);
+    } else if (!ignored) {
+      // As CrossEntropyRow::forward without smoothing: (max - z_t) + log(sum), exact near the max.
+      loss = (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1)) *
+             ((stat.w[0] - to_acc<Acc>(target_logit)) + log_sum);
+      if (a.z_scale != Acc(0)) loss += a.z_scale * lse * lse;
+    }
+    a.loss[row] = loss;
+    a.lse[row] = lse;
+  }
+  if constexpr (kGradient) {
+    const Acc g = a.grad[row];
+    const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1));
+    const Acc smooth_part = g * a.smoothing / Acc(a.classes);
+    const Acc p_factor = target_part + smooth_part * Acc(0) + Acc(2) * a.z_scale * g * lse;
+    const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, bad ? Acc(NAN) : Acc(0), t, !ignored && !bad};
+    write_staged_share<T, Lse, THREADS>(staged, rank, ctas, a.dlogits + row * a.dlogits_stride, write);
+  }
 }
 
 }  // namespace reducekit::kernels

@@ -80,6 +80,7 @@ template <typename T, class Op> struct StagedRow {
   int cols, first, chunks;
   int shift;  // the row's bytes past a granule boundary
   uint64_t* arrived;
+  int share;  // vectors a CTA of the row owns: [first, first + share)
 
   // Vector v of the row (elements v * VEC ..): its values, pads past the end
   // (only the row's last vector has any: the others skip the per-element test).
@@ -148,11 +149,12 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
 
 // Output granules [lo, hi) of the output row (which starts so bytes past a granule): granule g
 // holds the input bytes at mirror offset 16 g + s - so, i.e. mirror slot g + (base >> 4)
-// shifted by base & 15 with base = s - so + 16 in [1, 31].
-template <typename T, class Op, int THREADS, class Local> struct StagedOutputPass {
+// shifted by base & 15 with base = s - so + 16 in [1, 31]. write(vals, col, r) turns a
+// granule's input values (col: the column of its first element, negative in a head granule)
+// into its outputs.
+template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPass {
   const StagedRow<T, Op>& row;
-  const typename Op::First::Stat& first;
-  const Local& local;
+  const Writer& write;
   char* out_floor;
   int so, base, lo, hi;
   template <bool kShifted> __device__ __forceinline__ void run() {
@@ -165,13 +167,8 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
     for (int g = lo + threadIdx.x; g < hi; g += THREADS) {
       typename Op::Acc vals[1][VEC];
       unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
-      Op::fold_second(vals, first);  // leaves in vals what output() takes (softmax: exp(x - max))
       typename Op::Acc r[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const typename Op::Acc v[1] = {vals[0][e]};
-        r[e] = Op::output(v, local);
-      }
+      write(vals, (16 * g - so) / ES, r);
       const typename Row::PackT o = pack_from_acc<T>(r);
       const int byte_lo = 16 * g;
       if (byte_lo >= so && byte_lo + 16 <= so + row_bytes) {
@@ -187,25 +184,31 @@ template <typename T, class Op, int THREADS, class Local> struct StagedOutputPas
   }
 };
 
-// Launched as rows x C CTAs in clusters of C (a plain launch: C = 1), the dynamic shared memory
-// staged_share_smem_bytes(P).
-template <typename T, class Op, int THREADS>
-__global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args) {
+// A kTwoPhase op's outputs from the row's merged statistic: fold_second against its First
+// statistic leaves in vals what output() takes (softmax: exp(x - max)).
+template <class Op, class Local> struct StagedTwoPhaseWriter {
+  typename Op::First::Stat first;
+  Local local;
+  template <int VEC> __device__ __forceinline__ void operator()(typename Op::Acc (&vals)[1][VEC], int,
+                                                                typename Op::Acc (&r)[VEC]) const {
+    Op::fold_second(vals, first);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const typename Op::Acc v[1] = {vals[0][e]};
+      r[e] = Op::output(v, local);
+    }
+  }
+};
+
+// CTA `rank` of the `ctas` staging a row of `cols` elements at `in`: thread 0 starts the bulk
+// copies of its mirror slots, threads 1 .. 2 VEC fill the row's partial end granules it holds,
+// and the CTA syncs. `staged_bytes`: staged_share_smem_bytes(share) of dynamic shared memory.
+template <typename T, class Op>
+__device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, int rank, int ctas,
+                                                        unsigned char* staged_bytes, uint64_t* arrived) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int ES = sizeof(T);
-  extern __shared__ __align__(128) unsigned char staged_bytes[];
   Bytes16* buf = reinterpret_cast<Bytes16*>(staged_bytes);
-  __shared__ uint64_t arrived[kStagedMaxChunks];
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int ctas = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int64_t row = blockIdx.x / ctas;
-  const T* in = args.in[0] + row * args.in_stride[0];
-  T* out = args.out + row * args.out_stride;
-  const int cols = args.cols;
   const int row_bytes = cols * ES;
   const int vectors = (cols + VEC - 1) / VEC;
   const int share = (vectors + ctas - 1) / ctas;
@@ -246,20 +249,56 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
     if (mine) *reinterpret_cast<T*>(staged_bytes + 16 * (1 - first) + s + e * ES) = in[e];
   }
   __syncthreads();
+  return {buf, cols, first, chunks, s, arrived, share};
+}
 
-  const StagedRow<T, Op> staged{buf, cols, first, chunks, s, arrived};
-  StagedFoldPass<T, Op, THREADS> fold{staged, first, min(first + share, vectors), Op::identity()};
-  with_shift(s, fold);
+// The row's merged statistic in every thread of every CTA of its cluster: the CTA's share folded
+// as it lands, the CTA's threads merged (block_reduce), then the cluster's CTAs in rank order.
+template <typename T, class Op, int THREADS>
+__device__ __forceinline__ typename Op::Stat staged_row_stat(const StagedRow<T, Op>& staged, int ctas,
+                                                              typename Op::Stat* slots,
+                                                              typename Op::Stat* cluster_slot) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int vectors = (staged.cols + VEC - 1) / VEC;
+  StagedFoldPass<T, Op, THREADS> fold{staged, staged.first, min(staged.first + staged.share, vectors), Op::identity()};
+  with_shift(staged.shift, fold);
   typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);
-  if (ctas > 1) stat = cluster_reduce<Op>(stat, &cluster_slot);
-  const typename Op::First::Stat first_stat = Op::first_of(stat);
-  const auto local = Op::local_two(Op::finalize(stat));
+  if (ctas > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+  return stat;
+}
+
+// Writes the output granules of CTA `rank`'s share of the row (the last CTA: through the row's
+// end) at `out`, from its staged input.
+template <typename T, class Op, int THREADS, class Writer>
+__device__ __forceinline__ void write_staged_share(const StagedRow<T, Op>& staged, int rank, int ctas, T* out,
+                                                   const Writer& write) {
   const int so = misalignment16(out);
-  const int out_granules = (so + row_bytes + 15) / 16;
-  const int out_hi = rank == ctas - 1 ? out_granules : min(first + share, out_granules);
-  StagedOutputPass<T, Op, THREADS, decltype(local)> output{staged, first_stat, local, reinterpret_cast<char*>(out) - so,
-                                                           so, s - so + 16, first, out_hi};
-  with_shift((s - so + 16) & 15, output);
+  const int out_granules = (so + staged.cols * int(sizeof(T)) + 15) / 16;
+  const int out_hi = rank == ctas - 1 ? out_granules : min(staged.first + staged.share, out_granules);
+  StagedOutputPass<T, Op, THREADS, Writer> output{staged, write, reinterpret_cast<char*>(out) - so, so,
+                                                  staged.shift - so + 16, staged.first, out_hi};
+  with_shift((staged.shift - so + 16) & 15, output);
+}
+
+// Launched as rows x C CTAs in clusters of C (a plain launch: C = 1), the dynamic shared memory
+// staged_share_smem_bytes(P).
+template <typename T, class Op, int THREADS>
+__global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args) {
+  extern __shared__ __align__(128) unsigned char staged_bytes[];
+  __shared__ uint64_t arrived[kStagedMaxChunks];
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / ctas;
+  const StagedRow<T, Op> staged =
+      stage_share<T, Op>(args.in[0] + row * args.in_stride[0], args.cols, rank, ctas, staged_bytes, arrived);
+  const typename Op::Stat stat = staged_row_stat<T, Op, THREADS>(staged, ctas, slots, &cluster_slot);
+  const auto local = Op::local_two(Op::finalize(stat));
+  const StagedTwoPhaseWriter<Op, decltype(local)> write{Op::first_of(stat), local};
+  write_staged_share<T, Op, THREADS>(staged, rank, ctas, args.out + row * args.out_stride, write);
 }
 
 }  // namespace reducekit::kernels

@@ -10,6 +10,7 @@
 
 #include "kernels/cross_entropy.cuh"
 #include "ops/checks.hpp"
+#include "ops/row_launch.cuh"
 #include "plan/reduction_plan.hpp"
 #include "reducekit/loss.hpp"
 
@@ -90,6 +91,37 @@ kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan
   return a;
 }
 
+// 16-bit logits without label smoothing or soft-capping whose rows the softmax family stages
+// (staged_bands_for) run on the staged kernel. The choice depends on the row length, the dtype
+// and those options alone, so a row's bits do not depend on the batch.
+Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, RowKernelConfig* c,
+                   bool* staged) {
+  *staged = false;
+  const int elem_bytes = static_cast<int>(dtype_size(logits.dtype));
+  if (elem_bytes != 2 || o.label_smoothing > 0.0 || o.softcap > 0.0 || classes > kMaxRowLength) return Status::ok();
+  RowKernelLimits limits = row_policy(RowFamily::kRowwise, elem_bytes);
+  REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
+  *c = plan_row_kernel(classes, elem_bytes, 1, limits);
+  *staged = c->kind == RowKernelKind::kStaged;
+  return Status::ok();
+}
+
+template <bool kGradient, typename T>
+Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfig& c, cudaStream_t stream,
+                     const char* name) {
+  if constexpr (sizeof(T) == 2) {
+    if (a.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("logits: too many rows for one launch");
+    if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
+      return Status::unsupported("logits: staged CTAs of an uninstantiated size");
+    const auto kernel = c.threads == kStagedSmallThreads
+                            ? kernels::cross_entropy_staged_kernel<T, kStagedSmallThreads, kGradient>
+                            : kernels::cross_entropy_staged_kernel<T, kStagedThreads, kGradient>;
+    return detail::launch_blocks(kernel, a.rows * c.cluster, c, stream, name, a);
+  } else {
+    return Status::unsupported("logits: staged rows are 16-bit rows");
+  }
+}
+
 Status launched(const char* name) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return Status::ok();
@@ -125,6 +157,13 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
     kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
     a.loss = static_cast<Acc*>(loss.data);
     a.lse = static_cast<Acc*>(lse.data);
+    RowKernelConfig c;
+    bool staged = false;
+    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, &c, &staged));
+    // Alone, the forward stages only rows one CTA holds: a cluster's CTAs wait for their shares
+    // and each other with nothing to write, and the row loop of the one-CTA kernel keeps more of
+    // the row in flight.
+    if (staged && c.cluster == 1) return launch_staged<false>(a, c, stream, "cross_entropy_forward");
     const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
     const auto kernel = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
     kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
@@ -182,9 +221,19 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
     a.grad = static_cast<const Acc*>(grad_loss.data);
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
+    RowKernelConfig c;
+    bool staged = false;
+    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, &c, &staged));
+    if (staged) return launch_staged<true>(a, c, stream, "cross_entropy_fused");
+    // Other rows: the forward kernel, then the backward kernel over the lse it wrote (faster than
+    // one kernel doing both, whose CTAs held twice the registers and re-read the row from L2).
+    a.saved_lse = a.lse;
     const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
-    const auto kernel = extras ? kernels::cross_entropy_fused_kernel<T, true> : kernels::cross_entropy_fused_kernel<T, false>;
-    kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    const auto forward = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
+    forward<<<grid_for(forward, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("cross_entropy_fused"));
+    const auto backward = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
+    backward<<<grid_for(backward, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
     return launched("cross_entropy_fused");
   });
 }

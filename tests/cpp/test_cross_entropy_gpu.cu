@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.cuh"
+#include "plan/row_kernel_plan.hpp"
 #include "reducekit/loss.hpp"
 #include "reference/reference.hpp"
 
@@ -42,6 +44,17 @@ template <typename A> std::vector<A> copy_back(const DeviceBuffer& b, int64_t n)
 
 template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<A>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(A)) == 0;
+}
+
+// Whether cross_entropy_fused stages the case's rows over a cluster of CTAs (16-bit rows of the
+// softmax family's cluster band, no label smoothing or soft-capping): the forward alone does not.
+template <typename T> bool staged_over_a_cluster(const Case& c) {
+  if (sizeof(T) != 2 || c.smoothing > 0 || c.softcap > 0) return false;
+  const std::size_t bytes = std::size_t(c.classes) * 2;
+  for (const StagedBand& band : staged_bands_for(RowFamily::kRowwise, 2))
+    if (band.threads != 0 && bytes > band.min_row_bytes && bytes <= band.max_row_bytes)
+      return bytes > band.share_bytes;
+  return false;
 }
 
 // Target of row r: spread over the classes, row 1 ignored.
@@ -113,15 +126,16 @@ template <typename T> void check_case(const Case& c) {
   ASSERT_TRUE(reference::cross_entropy_backward(logits.data(), targets.data(), grad.data(), want_grad.data(), c.rows,
                                                 c.classes, ro));
   const double max_w = c.weights ? 2.0 : 1.0;
+  std::vector<double> row_scale(c.rows), grad_scale(c.rows);
   for (int64_t r = 0; r < c.rows; ++r) {
     // The loss is a difference of terms as large as the logsumexp and the logits.
     double zmax = 0;
     for (int64_t j = 0; j < c.classes; ++j) zmax = std::max(zmax, std::fabs(logits[r * c.classes + j]));
     const double lse_scale = zmax + std::log(static_cast<double>(c.classes)) + 1;
-    const double scale = max_w * lse_scale * (1 + 2 * c.z_scale * lse_scale) * 4;
+    const double scale = row_scale[r] = max_w * lse_scale * (1 + 2 * c.z_scale * lse_scale) * 4;
     EXPECT_TRUE(close_enough<Acc>(loss[r], want_loss[r], scale)) << "loss row " << r << ": " << loss[r] << " vs "
                                                                   << want_loss[r];
-    const double gscale = std::fabs(grad[r]) * max_w * (2 + 2 * c.z_scale * lse_scale) * 4;
+    const double gscale = grad_scale[r] = std::fabs(grad[r]) * max_w * (2 + 2 * c.z_scale * lse_scale) * 4;
     for (int64_t j = 0; j < c.classes; ++j) {
       const double got = to_double(dlogits[out.offset + r * out.stride + j]), want = want_grad[r * c.classes + j];
       if (!close_enough<T>(got, want, gscale)) {
@@ -130,8 +144,10 @@ template <typename T> void check_case(const Case& c) {
       }
     }
   }
-  // The fused kernel: the same bits as the forward and the backward, into dlogits of its own and
-  // written over a copy of the logits.
+  // The fused op, into dlogits of its own and written over a copy of the logits: the bits of the
+  // forward and the backward, but for 16-bit rows it stages over a cluster (the forward alone
+  // does not stage those), whose loss and gradient are checked against the oracle instead.
+  const bool shared_bits = !staged_over_a_cluster<T>(c);
   DeviceBuffer floss(c.rows * sizeof(Acc)), flse(c.rows * sizeof(Acc)), fdlogits(out.span() * sizeof(T)),
       over(image);
   ASSERT_TRUE(floss.get() && flse.get() && fdlogits.get() && over.get());
@@ -141,9 +157,23 @@ template <typename T> void check_case(const Case& c) {
   s = cross_entropy_fused(xv, tv, w, gradv, o, floss_v, flse_v, row_view(fdlogits.get(), dtype_of<T>(), out), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_TRUE(same_bits(copy_back<Acc>(floss, c.rows), loss)) << "fused loss bits";
-  EXPECT_TRUE(same_bits(copy_back<Acc>(flse, c.rows), lse)) << "fused lse bits";
-  EXPECT_TRUE(same_bits(copy_back<T>(fdlogits, out.span()), dlogits)) << "fused dlogits bits";
+  const std::vector<Acc> fused_loss = copy_back<Acc>(floss, c.rows);
+  const std::vector<T> fused_dlogits = copy_back<T>(fdlogits, out.span());
+  if (shared_bits) {
+    EXPECT_TRUE(same_bits(fused_loss, loss)) << "fused loss bits";
+    EXPECT_TRUE(same_bits(copy_back<Acc>(flse, c.rows), lse)) << "fused lse bits";
+    EXPECT_TRUE(same_bits(fused_dlogits, dlogits)) << "fused dlogits bits";
+  } else {
+    for (int64_t r = 0; r < c.rows; ++r) {
+      EXPECT_TRUE(close_enough<Acc>(fused_loss[r], want_loss[r], row_scale[r])) << "fused loss row " << r;
+      for (int64_t j = 0; j < c.classes; ++j)
+        if (!close_enough<T>(to_double(fused_dlogits[out.offset + r * out.stride + j]), want_grad[r * c.classes + j],
+                             grad_scale[r])) {
+          ADD_FAILURE() << "fused dlogits row " << r << " class " << j;
+          return;
+        }
+    }
+  }
   const TensorView over_v = row_view(over.get(), dtype_of<T>(), in);
   s = cross_entropy_fused(over_v, tv, w, gradv, o, floss_v, flse_v, over_v, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
@@ -152,11 +182,11 @@ template <typename T> void check_case(const Case& c) {
   for (int64_t r = 0; r < c.rows; ++r)
     for (int64_t j = 0; j < c.classes; ++j)
       if (!same_bits(std::vector<T>{written[in.offset + r * in.stride + j]},
-                     std::vector<T>{dlogits[out.offset + r * out.stride + j]})) {
+                     std::vector<T>{fused_dlogits[out.offset + r * out.stride + j]})) {
         ADD_FAILURE() << "in-place dlogits row " << r << " class " << j;
         return;
       }
-  EXPECT_TRUE(same_bits(copy_back<Acc>(floss, c.rows), loss)) << "in-place loss bits";
+  EXPECT_TRUE(same_bits(copy_back<Acc>(floss, c.rows), fused_loss)) << "in-place loss bits";
 
   // The row's logsumexp, as the backward uses it (of the soft-capped logits).
   for (int64_t r = 0; r < c.rows; ++r) {
@@ -177,7 +207,8 @@ template <typename T> void check_every_case() {
   for (const Case& c : {Case{5, 1}, Case{37, 7}, Case{64, 1000, 3, 1, 2}, Case{9, 50257}, Case{9, 50257, 1, 3, 0},
                         Case{4, 131073, 0, 0, 5}, Case{40, 1000, 0, 0, 0, 0.1, 0, 0, true},
                         Case{12, 4099, 5, 2, 7, 0.2, 1e-3, 30.0, true}, Case{12, 4099, 0, 0, 0, 0, 1e-4, 0},
-                        Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true}}) {
+                        Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true},
+                        Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true}}) {
     check_case<T>(c);
     if (testing::Test::HasFailure()) return;
   }
@@ -219,6 +250,54 @@ TEST(CrossEntropyGpu, DeterministicAndBatchInvariant) {
   for (int64_t first : {0, 7, 299}) {
     const std::vector<float> one = loss_bits(dx, dt, first, 1, classes);
     EXPECT_EQ(std::memcmp(one.data(), &all[first], sizeof(float)), 0) << "row " << first << " alone";
+  }
+}
+
+// 16-bit rows of the staged bands (256-thread CTAs, one 512-thread CTA, a cluster): the fused
+// op's bits are the same in two calls, for a row alone as in the batch, and at another alignment;
+// out-of-range targets give NaN rows, ignored ones zero, and the other rows are untouched.
+TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
+  REDUCEKIT_REQUIRE_GPU();
+  using T = __nv_bfloat16;
+  for (const int64_t classes : {20000, 50257, 131073}) {
+    SCOPED_TRACE(testing::Message() << "classes " << classes);
+    const int64_t rows = 40;
+    const std::vector<double> v = make_values(rows * classes, "randn", 95);
+    std::vector<T> x(rows * classes + 1);  // one element more: the rows again one element on
+    for (int64_t i = 0; i < rows * classes; ++i) x[i] = from_double<T>(3 * v[i]);
+    std::vector<int64_t> targets = targets_for(rows, classes);
+    targets[5] = classes + 3, targets[6] = -7;
+    std::vector<T> shifted(rows * classes + 1);
+    std::copy(x.begin(), x.begin() + rows * classes, shifted.begin() + 1);
+    DeviceBuffer dx(x), dshift(shifted), dt(targets), grad(std::vector<float>(rows, 0.5f));
+    // The fused op over rows [first, first + n) of `base` (+ `offset` elements): loss and dlogits bits.
+    const auto run = [&](const DeviceBuffer& base, int64_t offset, int64_t first, int64_t n) {
+      DeviceBuffer loss(n * 4), lse(n * 4), dl(n * classes * sizeof(T));
+      const RowLayout rows_at{n, classes, classes, 0};
+      const TensorView xv = row_view(static_cast<T*>(base.get()) + offset + first * classes, DType::kBFloat16, rows_at);
+      const Status st = cross_entropy_fused(xv, vector_view<int64_t>(static_cast<int64_t*>(dt.get()) + first, n), nullptr,
+                                            vector_view<float>(static_cast<float*>(grad.get()) + first, n), {},
+                                            vector_view<float>(loss.get(), n), vector_view<float>(lse.get(), n),
+                                            row_view(dl.get(), DType::kBFloat16, rows_at), nullptr);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      return std::make_pair(copy_back<float>(loss, n), copy_back<T>(dl, n * classes));
+    };
+    const auto all = run(dx, 0, 0, rows);
+    EXPECT_TRUE(same_bits(run(dx, 0, 0, rows).first, all.first)) << "two calls differ";
+    for (const int64_t r : {0, 5, 17, 39}) {
+      const auto one = run(dx, 0, r, 1), moved = run(dshift, 1, r, 1);
+      const std::vector<float> want(all.first.begin() + r, all.first.begin() + r + 1);
+      const std::vector<T> want_dl(all.second.begin() + r * classes, all.second.begin() + (r + 1) * classes);
+      EXPECT_TRUE(same_bits(one.first, want) && same_bits(one.second, want_dl)) << "row " << r << " alone";
+      EXPECT_TRUE(same_bits(moved.first, want) && same_bits(moved.second, want_dl)) << "row " << r << " moved";
+    }
+    for (const int64_t r : {5, 6}) {
+      EXPECT_TRUE(std::isnan(all.first[r])) << "row " << r;
+      for (int64_t j = 0; j < classes; j += 997) EXPECT_TRUE(std::isnan(to_double(all.second[r * classes + j])));
+    }
+    EXPECT_EQ(all.first[1], 0.0f) << "ignored";
+    for (int64_t j = 0; j < classes; j += 997) EXPECT_EQ(to_double(all.second[classes + j]), 0.0);
+    for (const int64_t r : {0, 4, 7}) EXPECT_TRUE(std::isfinite(all.first[r])) << "row " << r;
   }
 }
 
