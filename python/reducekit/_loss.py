@@ -220,7 +220,9 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
 def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
                             lse_square_scale=0.0, softcap=0.0, grad_scale=1.0, inplace=False):
     """The loss of cross_entropy (class-index targets) and its gradient with respect to input, in
-    one kernel that reads the logits once (a training step's forward and backward together).
+    one call (a training step's forward and backward together): 16-bit vocabulary rows are read
+    once into shared memory and their gradient written from there (torch.ops.reducekit.
+    cross_entropy_fused); other rows run the forward and backward kernels.
 
     Returns (loss, grad): loss as cross_entropy(input, target, weight, ignore_index, reduction,
     label_smoothing, lse_square_scale=..., softcap=...) gives it, and grad = d(grad_scale * loss) /
