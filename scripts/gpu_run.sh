@@ -113,6 +113,11 @@ if stage san; then
   default_filter+=":NormGpu.Errors:BatchNormGpu.OutputsAlignedUnlikeX:BatchNormGpu.BadArguments"
   default_filter+=":CrossEntropyGpu.OutOfRangeTargetsGiveNaNRows:SoftmaxColumnsGpu.InPlace"
   default_filter+=":ReduceGpu.TicketsApartFromTheWorkspace:ReduceGpu.RejectsBadArgumentsWithoutWriting"
+  # re-read rows and the fused residual forms; one-CTA, cluster and warp rows; column reductions;
+  # cross-entropy on staged rows (one CTA, 256-thread CTAs, clusters, gradient in place)
+  default_filter+=":NormGpu.RereadRows:SoftmaxGpu.DeterministicAndBatchInvariant"
+  default_filter+=":ReduceGpu.ColumnsAreDeterministicAndBatchInvariant"
+  default_filter+=":CrossEntropyGpu.StagedRowsDeterministicBatchInvariantAndSafe:CrossEntropyGpu.MatchesTheOracleInEveryDtype"
   filter="${REDUCEKIT_SAN_FILTER:-$default_filter}"
   san_log="$OUT_DIR/sanitizer.log"
   reports=0

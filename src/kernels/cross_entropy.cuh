@@ -6,7 +6,7 @@
 // Forward: each thread folds its 16-byte vectors of the row (vectors tid, tid + threads, ...,
 // kCrossEntropyUnroll loads in flight) into softmax's (max, sum of exp) statistic and, with label
 // smoothing, into sum_j w[j] z[j]; the CTA merges them in a fixed order (butterflies, then the
-// warps in order: block_reduce), and thread 0 writes the row's loss and logsumexp. Backward: each
+// warps in order: block_butterfly_reduce), and thread 0 writes the row's loss and logsumexp. Backward: each
 // element's gradient from its row's saved logsumexp, target and upstream gradient; no reduction.
 // Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh); the thread-to-element
 // layout depends on the row length alone, so a row's results do not depend on the batch.
@@ -97,7 +97,7 @@ __device__ __forceinline__ Acc class_weight_sum(const Acc* weight, int64_t class
   if (weight == nullptr) return Acc(classes);
   Acc s = Acc(0);
   for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += weight[j];
-  return block_reduce<RowSum<Acc>>({{s}}, slots).w[0];
+  return block_butterfly_reduce<RowSum<Acc>>({{s}}, slots).w[0];
 }
 
 // One row's forward: a thread folds each step's U vectors into its (max, sum of exp(z - max)) at
@@ -158,8 +158,8 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
       }
       cur = next;
     }
-    const typename Lse::Stat stat = block_reduce<Lse>({{m, s}}, lse_slots);
-    if (smooth) wz = block_reduce<RowSum<Acc>>({{wz}}, sum_slots).w[0];
+    const typename Lse::Stat stat = block_butterfly_reduce<Lse>({{m, s}}, lse_slots);
+    if (smooth) wz = block_butterfly_reduce<RowSum<Acc>>({{wz}}, sum_slots).w[0];
     const Acc log_sum = precise_log(stat.w[1]);
     const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
     if (threadIdx.x == 0) {

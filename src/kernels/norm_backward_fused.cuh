@@ -53,7 +53,7 @@ inline std::size_t fused_ring_bytes(int threads, int vpt) {
 template <class Op, int LANES>
 __device__ __forceinline__ typename Op::Stat row_lanes_reduce(typename Op::Stat s, typename Op::Stat* slots,
                                                               int row_threads) {
-  s = group_reduce<Op, LANES>(s);
+  s = lane_butterfly_reduce<Op, LANES>(s);
   if constexpr (LANES < 32) {
     return s;
   } else {

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 
+#include "kernels/combine.cuh"
 #include "kernels/reduce_args.hpp"
 #include "kernels/reduce_stats.cuh"
 #include "kernels/vector_io.cuh"
@@ -93,47 +94,6 @@ __device__ __forceinline__ void fold_values(typename P::Stat& s, const typename 
 }
 
 // ---- combines ------------------------------------------------------------------------------------
-// Statistics cross lanes as 32-bit words; `move` is one warp shuffle of one word.
-template <typename S, class Move> __device__ __forceinline__ S shuffle_stat(const S& s, Move move) {
-  static_assert(sizeof(S) % 4 == 0, "statistics move as 32-bit words");
-  constexpr int kWords = sizeof(S) / 4;
-  uint32_t w[kWords];
-  memcpy(w, &s, sizeof(S));
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) w[i] = move(w[i]);
-  S r;
-  memcpy(&r, w, sizeof(S));
-  return r;
-}
-
-template <typename S> __device__ __forceinline__ S shfl_down_stat(const S& s, int offset, int width) {
-  return shuffle_stat(s, [&](uint32_t w) { return __shfl_down_sync(0xffffffffu, w, offset, width); });
-}
-
-template <typename S> __device__ __forceinline__ S shfl_stat(const S& s, int src_lane) {
-  return shuffle_stat(s, [&](uint32_t w) { return __shfl_sync(0xffffffffu, w, src_lane); });
-}
-
-// Tree over WIDTH consecutive lanes, lower lanes first; the first lane of each group gets the result.
-template <class P, int WIDTH> __device__ __forceinline__ typename P::Stat group_reduce(typename P::Stat s) {
-#pragma unroll
-  for (int offset = WIDTH / 2; offset > 0; offset /= 2) s = P::merge(s, shfl_down_stat(s, offset, WIDTH));
-  return s;
-}
-
-// Whole CTA; thread 0 gets the result. `slots` holds 32 statistics; the caller syncs before reuse.
-template <class P> __device__ __forceinline__ typename P::Stat block_reduce(typename P::Stat s, typename P::Stat* slots) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  s = group_reduce<P, 32>(s);
-  if (lane == 0) slots[warp] = s;
-  __syncthreads();
-  if (warp == 0) {
-    s = lane < static_cast<int>(blockDim.x / 32) ? slots[lane] : P::identity();
-    s = group_reduce<P, 32>(s);
-  }
-  return s;
-}
-
 // Every thread of the CTA calls this once its partial (in thread 0) is final. Thread 0 stores
 // it at parts[index] and takes a ticket; the CTA that takes the last of `count` tickets merges
 // parts[0 .. count) in a fixed order (thread t folds t, t + blockDim, ..., then the block tree),
@@ -152,8 +112,8 @@ __device__ bool publish_and_combine(typename P::Stat& s, typename P::Stat* parts
   __threadfence();
   typename P::Stat t = P::identity();
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) t = P::merge(t, load_partial(parts + j));
-  __syncthreads();  // slots may still be read by warp 0 of the block_reduce before
-  t = block_reduce<P>(t, slots);
+  __syncthreads();  // slots may still be read by warp 0 of the block_tree_reduce before
+  t = block_tree_reduce<P>(t, slots);
   if (threadIdx.x == 0) {
     *ticket = 0;
     s = t;
@@ -168,7 +128,7 @@ template <class P>
 __device__ __forceinline__ void finish_cta_part(typename P::Stat s, typename P::Stat* slots, typename P::Stat* parts,
                                                 int64_t index, int64_t count, unsigned* ticket, const ReduceArgs& a,
                                                 typename P::Accum pivot, int64_t out_index) {
-  s = block_reduce<P>(s, slots);
+  s = block_tree_reduce<P>(s, slots);
   const bool done = count == 1 || publish_and_combine<P>(s, parts, index, count, ticket, slots);
   if (done && threadIdx.x == 0) P::finalize(s, pivot, a.reduced, a.outs, out_index);
 }
@@ -223,7 +183,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_row_warp_kernel(ReduceA
       pivot = pivot_at<P>(run);
       fold_run<P, kAligned>(s, run, a.reduced, 0, lane, LANES, pivot);
     }
-    s = group_reduce<P, LANES>(s);
+    s = lane_tree_reduce<P, LANES>(s);
     if (live && lane == 0) P::finalize(s, pivot, a.reduced, a.outs, row);
   }
 }

@@ -65,6 +65,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/combine.cuh"
 #include "kernels/numeric.cuh"
 #include "kernels/vector_io.cuh"
 #include "plan/row_kernel_plan.hpp"
@@ -157,9 +158,6 @@ template <typename P> __device__ __forceinline__ void store_pack_global(void* ds
   store_aligned16(dst, bytes_of(p));
 }
 
-template <typename Acc, int WORDS> struct StatVec {
-  Acc w[WORDS];
-};
 
 // Reduction policies of one plain statistic, for kTwoPhase ops. Both merges are commutative
 // bit for bit (fmax returns the non-NaN operand either way), so butterflies stay uniform.
@@ -524,40 +522,6 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 };
 
-template <typename Acc, int WORDS>
-__device__ __forceinline__ StatVec<Acc, WORDS> shfl_xor(StatVec<Acc, WORDS> s, int offset, int width) {
-#pragma unroll
-  for (int w = 0; w < WORDS; ++w) s.w[w] = __shfl_xor_sync(0xffffffffu, s.w[w], offset, width);
-  return s;
-}
-
-// Butterfly over LANES consecutive lanes. Every lane ends with bitwise the same value because
-// each step merges the same two operands and Op::merge is commutative.
-template <class Op, int LANES>
-__device__ __forceinline__ typename Op::Stat group_reduce(typename Op::Stat s) {
-#pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor(s, offset, LANES));
-  return s;
-}
-
-// Whole-CTA reduction; `slots` holds 33 statistics in shared memory. All threads get the result.
-template <class Op>
-__device__ __forceinline__ typename Op::Stat block_reduce(typename Op::Stat s, typename Op::Stat* slots) {
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  s = group_reduce<Op, 32>(s);
-  if (blockDim.x == 32) return s;
-  if (lane == 0) slots[warp] = s;
-  __syncthreads();
-  if (warp == 0) {
-    typename Op::Stat t = lane < static_cast<int>(blockDim.x / 32) ? slots[lane] : Op::identity();
-    t = group_reduce<Op, 32>(t);
-    if (lane == 0) slots[32] = t;
-  }
-  __syncthreads();
-  return slots[32];
-}
-
 // Combines the per-CTA statistics of a cluster through distributed shared memory, in rank
 // order, identically in every CTA.
 template <class Op>
@@ -595,7 +559,7 @@ template <int LANES> struct LaneGroup {
   bool two_phase_rows;  // RowArgs::two_phase
   __device__ __forceinline__ bool two_phase() const { return two_phase_rows; }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
-    return group_reduce<P, LANES>(s);
+    return lane_butterfly_reduce<P, LANES>(s);
   }
 };
 // kCluster: the row spans a cluster of CTAs. One-CTA rows are compiled without the cluster
@@ -611,7 +575,7 @@ template <class Op, bool kCluster> struct BlockGroup {
   __device__ __forceinline__ bool two_phase() const { return two_phase_rows && !kCluster; }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
-    s = block_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
+    s = block_butterfly_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
     if constexpr (kCluster) s = cluster_reduce<P>(s, reinterpret_cast<typename P::Stat*>(cluster_slot));
     return s;
   }
@@ -718,7 +682,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRingMinCtas<VEC * VPT * Op::kInputs>)
 row_ring_kernel(RowArgs<T, Op::kInputs> args) {
-  __shared__ typename Op::Stat slots[33];  // the reduction slots (block_reduce, cluster_reduce)
+  __shared__ typename Op::Stat slots[33];  // the reduction slots (block_butterfly_reduce, cluster_reduce)
   __shared__ typename Op::Stat cluster_slot;
   row_ring_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot);
 }

@@ -10,7 +10,7 @@
 //   1. its chunk is already in one of `ring` shared-memory buffers (cp.async, issued ring - 1
 //      items ahead), as the stream kernel's parked tiles: thread t owns the same slots of every
 //      tile, so no barrier guards the buffers;
-//   2. folds the chunk's tiles (Op::fold, Op::merge) and reduces them over the CTA (block_reduce);
+//   2. folds the chunk's tiles (Op::fold, Op::merge) and reduces them over the CTA (block_butterfly_reduce);
 //   3. thread 0 stores that statistic at partials[r][j], then arrives on the row's counter
 //      (__threadfence, atomicAdd: the release), and waits, with acquire loads and a growing
 //      __nanosleep, until all C chunks of the row have arrived;
@@ -96,7 +96,7 @@ __device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::St
   if (threadIdx.x < 32) {
     Stat s = Op::identity();
     for (int j = threadIdx.x; j < chunks; j += 32) s = Op::merge(s, load_partial(parts + j));  // at L2
-    s = group_reduce<Op, 32>(s);
+    s = lane_butterfly_reduce<Op, 32>(s);
     if (threadIdx.x == 0) {
       *merged = s;
       // Departure: the last of the row's 2C additions resets the counter for the next launch.
@@ -162,7 +162,7 @@ __device__ __forceinline__ void row_split_body(RowArgs<T, Op::kInputs> args, con
       tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, first + t * tile_vectors, threads, me, threads);
       mine = Op::merge(mine, fold_tile<Op, kAligned>(extra, row, first + t * tile_vectors, threads, cols, tile.values));
     }
-    mine = block_reduce<Op>(mine, slots);
+    mine = block_butterfly_reduce<Op>(mine, slots);
     const Stat stat = row_statistic<Op>(mine, partials + row * chunks, chunk, chunks, split.counters + row, merged_slot);
     const typename Op::Params p =
         finalize_row<Op, kAligned>(extra, row, first, threads, cols, stat, chunk == 0 && me == 0);

@@ -253,7 +253,7 @@ __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, i
 }
 
 // The row's merged statistic in every thread of every CTA of its cluster: the CTA's share folded
-// as it lands, the CTA's threads merged (block_reduce), then the cluster's CTAs in rank order.
+// as it lands, the CTA's threads merged (block_butterfly_reduce), then the cluster's CTAs in rank order.
 template <typename T, class Op, int THREADS>
 __device__ __forceinline__ typename Op::Stat staged_row_stat(const StagedRow<T, Op>& staged, int ctas,
                                                               typename Op::Stat* slots,
@@ -262,7 +262,7 @@ __device__ __forceinline__ typename Op::Stat staged_row_stat(const StagedRow<T, 
   const int vectors = (staged.cols + VEC - 1) / VEC;
   StagedFoldPass<T, Op, THREADS> fold{staged, staged.first, min(staged.first + staged.share, vectors), Op::identity()};
   with_shift(staged.shift, fold);
-  typename Op::Stat stat = block_reduce<Op>(fold.stat, slots);
+  typename Op::Stat stat = block_butterfly_reduce<Op>(fold.stat, slots);
   if (ctas > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
   return stat;
 }

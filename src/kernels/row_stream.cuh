@@ -98,7 +98,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
       stat = Op::merge(stat, last);
     }
-    stat = block_reduce<Op>(stat, slots);
+    stat = block_butterfly_reduce<Op>(stat, slots);
     if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
     const typename Op::Params p =
         finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
