@@ -108,26 +108,39 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tenso
   return dlogits;
 }
 
-// loss, lse and dlogits in one kernel (grad_loss: each row's upstream gradient, known before).
+// What both fused ops share: the stream, the targets and weights, loss and lse, the upstream
+// gradient in the per-row values' dtype; run(x, dlogits) calls the core over logits x.
+struct FusedCall {
+  const c10::cuda::CUDAGuard guard;
+  const cudaStream_t stream;
+  const Inputs in;
+  at::Tensor loss, lse, grad;
+  reducekit::CrossEntropyOptions options;
+  FusedCall(const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+            const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
+            double softcap)
+      : guard((check_cuda(logits, "logits"), logits.device())),
+        stream(c10::cuda::getCurrentCUDAStream(logits.get_device()).stream()),
+        in(logits, target, weight),
+        loss(at::empty(row_shape(logits), logits.options().dtype(row_value_type(logits)))),
+        lse(at::empty_like(loss)),
+        grad(grad_loss.to(row_value_type(logits)).contiguous()),
+        options(options_of(ignore_index, label_smoothing, lse_square_scale, softcap)) {}
+  reducekit::Status run(const at::Tensor& x, const reducekit::TensorView& dlogits) const {
+    return reducekit::cross_entropy_fused(to_view(x, "logits"), in.target_view, in.weight_ptr(), to_view(grad, "grad_loss"),
+                                          options, to_view(loss, "loss"), to_view(lse, "lse"), dlogits, stream);
+  }
+};
+
+// loss, lse and dlogits in one call (grad_loss: each row's upstream gradient, known before).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_fused_cuda(
     const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
     const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
     double softcap) {
-  check_cuda(logits, "logits");
-  const c10::cuda::CUDAGuard guard(logits.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  const Inputs in(logits, target, weight);
-  const auto options = logits.options().dtype(row_value_type(logits));
-  at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
-  const at::Tensor grad_c = grad_loss.to(row_value_type(logits)).contiguous();
+  const FusedCall call(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap);
   at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
-  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
-  with_contiguous_fallback(logits, [&](const at::Tensor& x) {
-    return reducekit::cross_entropy_fused(to_view(x, "logits"), in.target_view, in.weight_ptr(),
-                                          to_view(grad_c, "grad_loss"), o, to_view(loss, "loss"), to_view(lse, "lse"),
-                                          to_view(dlogits, "dlogits"), stream);
-  });
-  return {loss, lse, dlogits};
+  with_contiguous_fallback(logits, [&](const at::Tensor& x) { return call.run(x, to_view(dlogits, "dlogits")); });
+  return {call.loss, call.lse, dlogits};
 }
 
 // As cross_entropy_fused, the gradient written over the logits (no tensor of their size more).
@@ -136,22 +149,11 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
     at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
     const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
     double softcap) {
-  check_cuda(logits, "logits");
-  const c10::cuda::CUDAGuard guard(logits.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  const Inputs in(logits, target, weight);
-  const auto options = logits.options().dtype(row_value_type(logits));
-  at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
-  const at::Tensor grad_c = grad_loss.to(row_value_type(logits)).contiguous();
-  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
-  const auto run = [&](const at::Tensor& x) {
-    const reducekit::TensorView v = to_view(x, "logits");
-    return reducekit::cross_entropy_fused(v, in.target_view, in.weight_ptr(), to_view(grad_c, "grad_loss"), o,
-                                          to_view(loss, "loss"), to_view(lse, "lse"), v, stream);
-  };
-  const at::Tensor written = with_contiguous_fallback(logits, run);
+  const FusedCall call(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap);
+  const at::Tensor written =
+      with_contiguous_fallback(logits, [&](const at::Tensor& x) { return call.run(x, to_view(x, "logits")); });
   if (!written.is_same(logits)) logits.copy_(written);
-  return {loss, lse};
+  return {call.loss, call.lse};
 }
 
 // CPU logits get the core's clear message, not a dispatcher error.

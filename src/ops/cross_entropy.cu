@@ -128,6 +128,25 @@ Status launched(const char* name) {
   return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
 }
 
+// The row-loop kernels (one CTA a row): the lean ones unless label smoothing or soft-capping.
+template <typename T>
+Status launch_forward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
+                           const char* name) {
+  const bool extras = o.label_smoothing > 0.0 || o.softcap > 0.0;
+  const auto kernel = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
+  kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+  return launched(name);
+}
+
+template <typename T>
+Status launch_backward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
+                            const char* name) {
+  const bool extras = o.label_smoothing > 0.0 || o.softcap > 0.0;
+  const auto kernel = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
+  kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+  return launched(name);
+}
+
 template <class Run> Status by_dtype(DType dtype, Run run) {
   switch (dtype) {
     case DType::kFloat32: return run(float{});
@@ -164,10 +183,7 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
     // and each other with nothing to write, and the row loop of the one-CTA kernel keeps more of
     // the row in flight.
     if (staged && c.cluster == 1) return launch_staged<false>(a, c, stream, "cross_entropy_forward");
-    const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
-    const auto kernel = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
-    kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-    return launched("cross_entropy_forward");
+    return launch_forward_rows(a, options, stream, "cross_entropy_forward");
   });
 }
 
@@ -191,10 +207,7 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
     a.grad = static_cast<const Acc*>(grad_loss.data);
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
-    const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
-    const auto kernel = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
-    kernel<<<grid_for(kernel, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-    return launched("cross_entropy_backward");
+    return launch_backward_rows(a, options, stream, "cross_entropy_backward");
   });
 }
 
@@ -228,13 +241,8 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
     // Other rows: the forward kernel, then the backward kernel over the lse it wrote (faster than
     // one kernel doing both, whose CTAs held twice the registers and re-read the row from L2).
     a.saved_lse = a.lse;
-    const bool extras = options.label_smoothing > 0.0 || options.softcap > 0.0;
-    const auto forward = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
-    forward<<<grid_for(forward, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("cross_entropy_fused"));
-    const auto backward = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
-    backward<<<grid_for(backward, plan.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-    return launched("cross_entropy_fused");
+    REDUCEKIT_RETURN_IF_ERROR(launch_forward_rows(a, options, stream, "cross_entropy_fused"));
+    return launch_backward_rows(a, options, stream, "cross_entropy_fused");
   });
 }
 
