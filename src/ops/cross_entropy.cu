@@ -128,33 +128,27 @@ Status launched(const char* name) {
   return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
 }
 
-// The row-loop kernels (one CTA a row): the lean ones unless label smoothing or soft-capping.
+// A row-loop kernel (one CTA a row): the lean one unless label smoothing or soft-capping.
+template <typename T, class Kernel>
+Status launch_rows(Kernel lean, Kernel extras, const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o,
+                   cudaStream_t stream, const char* name) {
+  const Kernel kernel = o.label_smoothing > 0.0 || o.softcap > 0.0 ? extras : lean;
+  kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+  return launched(name);
+}
+
 template <typename T>
 Status launch_forward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
                            const char* name) {
-  const bool extras = o.label_smoothing > 0.0 || o.softcap > 0.0;
-  const auto kernel = extras ? kernels::cross_entropy_forward_kernel<T, true> : kernels::cross_entropy_forward_kernel<T, false>;
-  kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-  return launched(name);
+  return launch_rows(kernels::cross_entropy_forward_kernel<T, false>, kernels::cross_entropy_forward_kernel<T, true>,
+                     a, o, stream, name);
 }
 
 template <typename T>
 Status launch_backward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
                             const char* name) {
-  const bool extras = o.label_smoothing > 0.0 || o.softcap > 0.0;
-  const auto kernel = extras ? kernels::cross_entropy_backward_kernel<T, true> : kernels::cross_entropy_backward_kernel<T, false>;
-  kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-  return launched(name);
-}
-
-template <class Run> Status by_dtype(DType dtype, Run run) {
-  switch (dtype) {
-    case DType::kFloat32: return run(float{});
-    case DType::kFloat16: return run(__half{});
-    case DType::kBFloat16: return run(__nv_bfloat16{});
-    case DType::kFloat64: return run(double{});
-    default: return Status::invalid_argument("logits: unsupported dtype");
-  }
+  return launch_rows(kernels::cross_entropy_backward_kernel<T, false>, kernels::cross_entropy_backward_kernel<T, true>,
+                     a, o, stream, name);
 }
 
 }  // namespace
