@@ -151,6 +151,16 @@ Status launch_backward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEn
                      a, o, stream, name);
 }
 
+template <class Run> Status by_dtype(DType dtype, Run run) {
+  switch (dtype) {
+    case DType::kFloat32: return run(float{});
+    case DType::kFloat16: return run(__half{});
+    case DType::kBFloat16: return run(__nv_bfloat16{});
+    case DType::kFloat64: return run(double{});
+    default: return Status::invalid_argument("logits: unsupported dtype");
+  }
+}
+
 }  // namespace
 
 Status cross_entropy_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
