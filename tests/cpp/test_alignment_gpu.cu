@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "kernels/vector_io.cuh"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/norm.hpp"

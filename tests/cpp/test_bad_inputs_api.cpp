@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "reducekit/reducekit.hpp"
 
 namespace reducekit {

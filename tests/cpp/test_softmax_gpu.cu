@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "softmax_test_ops.hpp"
 #include "reducekit/softmax.hpp"
 #include "reference/reference.hpp"

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "plan/norm_backward_plan.hpp"
 #include "reducekit/norm.hpp"
 #include "reference/reference.hpp"

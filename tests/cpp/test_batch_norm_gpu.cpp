@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "reducekit/batch_norm.hpp"
 #include "reference/reference.hpp"
 

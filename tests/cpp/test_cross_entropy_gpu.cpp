@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/loss.hpp"
 #include "reference/reference.hpp"

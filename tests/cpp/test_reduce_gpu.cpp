@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "reducekit/reduce.hpp"
 #include "reference/reference.hpp"
 
@@ -90,7 +90,7 @@ SetFacts set_facts(const std::vector<double>& x, const Shape& shape, const Dims&
   return f;
 }
 
-// close_enough (gpu_test_util.cuh) with a scale that fits each op's rounding: sums err by a few
+// close_enough (gpu_test_util.hpp) with a scale that fits each op's rounding: sums err by a few
 // units of the accumulator times sum|x|; a product by one unit per factor; moments and
 // logsumexp relative to their own value.
 template <typename T> bool matches(ReduceOp op, double got, double want, int64_t n, double abs_sum) {

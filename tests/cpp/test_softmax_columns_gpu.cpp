@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test_util.cuh"
+#include "gpu_test_util.hpp"
 #include "softmax_test_ops.hpp"
 #include "reducekit/softmax.hpp"
 #include "reference/reference.hpp"
@@ -78,7 +78,7 @@ bool oracle(Op op, const double* a, const double* b, double* out, const Columns&
   }
 }
 
-// The magnitude of the terms behind a column's outputs (see close_enough in gpu_test_util.cuh).
+// The magnitude of the terms behind a column's outputs (see close_enough in gpu_test_util.hpp).
 double column_scale(Op op, const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& want,
                     const Columns& c, int64_t o, int64_t i) {
   auto idx = [&](int64_t k) { return (o * c.k + k) * c.inner + i; };
