@@ -47,11 +47,15 @@ FusedNormBackwardLayout fused_layout(int64_t cols, int elem_bytes) {
   return plan_fused_norm_backward(cols, elem_bytes, std::min(fused_tuning().max_vpt, fused_max_vpt(elem_bytes)));
 }
 
-// f(std::integral_constant<int, VPT>{}) for the layout's vpt (1, 2 or 4, up to the dtype's cap).
+// f(std::integral_constant<int, VPT>{}) for a one-row layout's vpt (1, 2 or 4, from the
+// dtype's least to its cap).
 template <typename T, class F> Status with_vpt(int vpt, F&& f) {
+  constexpr int kMin = fused_one_row_min_vpt(sizeof(T));
   constexpr int kMax = fused_max_vpt(sizeof(T));
-  if (vpt == 1) return f(std::integral_constant<int, 1>{});
-  if constexpr (kMax >= 2) {
+  if constexpr (kMin == 1) {
+    if (vpt == 1) return f(std::integral_constant<int, 1>{});
+  }
+  if constexpr (kMin <= 2 && kMax >= 2) {
     if (vpt == 2) return f(std::integral_constant<int, 2>{});
   }
   if constexpr (kMax >= 4) {
@@ -61,8 +65,8 @@ template <typename T, class F> Status with_vpt(int vpt, F&& f) {
 }
 
 // f(kernel, row_threads) for the fused kernel a layout launches, kLayer and kAligned given:
-// norm_backward_fused_kernel for the layout's vpt (one-row CTAs: 1, 2 or 4 up to the dtype's
-// cap; row lanes: fused_row_lane_vpt only) and min(S, 32) lanes.
+// norm_backward_fused_kernel for the layout's vpt (one-row CTAs: with_vpt's; row lanes:
+// fused_row_lane_vpt only) and min(S, 32) lanes.
 template <typename T, bool kLayer, bool kAligned, class F>
 Status with_fused_kernel(const FusedNormBackwardLayout& l, F&& f) {
   auto kernel = [&](auto vpt, auto lanes) {
@@ -287,7 +291,7 @@ Status launch_backward(const BackwardCall& c, const RowwisePlan (&plans)[3], boo
   RowKernelLimits limits = row_policy(RowFamily::kNormBackward, static_cast<int>(sizeof(T)));
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   const RowKernelConfig config = plan_row_kernel(args.cols, static_cast<int>(sizeof(T)), 2, limits);
-  return launch_row_op<T, Op>(args, extra, config, aligned, stream);
+  return launch_row_op<RowFamily::kNormBackward, T, Op>(args, extra, config, aligned, stream);
 }
 
 template <bool kLayer> Status run_backward(const BackwardCall& c, cudaStream_t stream) {

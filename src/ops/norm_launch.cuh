@@ -133,7 +133,7 @@ struct ForwardCall {
   const Workspace* workspace = nullptr;  // split rows' counters and statistics (none: stream kernel)
 };
 
-template <typename T, class Op>
+template <RowFamily F, typename T, class Op>
 Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool params_f32,
                       const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
   RowSplitBuffers split;
@@ -155,17 +155,20 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
     extra.sum = static_cast<T*>(c.sum->data);
     extra.sum_stride = plans[3].row_stride;
   }
-  return launch_row_op_split<T, Op>(args, config, aligned, split, stream, extra);
+  return launch_row_op_split<F, T, Op>(args, config, aligned, split, stream, extra);
 }
+
+// The row family (policy) of a forward op.
+template <template <typename, bool> class OpFor, bool kResidual>
+constexpr RowFamily kForwardFamily =
+    kResidual ? RowFamily::kResidualNormForward
+    : std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>> ? RowFamily::kLayerNormForward
+                                                                                      : RowFamily::kRmsNormForward;
 
 // The plan of a forward call's rows: depends on the op, the row length and the dtype only.
 template <template <typename, bool> class OpFor, bool kResidual>
 Status forward_config(int64_t cols, int elem_bytes, RowKernelConfig* config) {
-  constexpr bool kLayerNorm = std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>;
-  constexpr RowFamily family = kResidual    ? RowFamily::kResidualNormForward
-                               : kLayerNorm ? RowFamily::kLayerNormForward
-                                            : RowFamily::kRmsNormForward;
-  RowKernelLimits limits = row_policy(family, elem_bytes);
+  RowKernelLimits limits = row_policy(kForwardFamily<OpFor, kResidual>, elem_bytes);
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   *config = plan_row_kernel(cols, elem_bytes, kResidual ? 2 : 1, limits);
   return Status::ok();
@@ -269,16 +272,17 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   RowKernelConfig config;
   REDUCEKIT_RETURN_IF_ERROR((forward_config<OpFor, kResidual>(cols, elem_bytes, &config)));
 
+  constexpr RowFamily F = kForwardFamily<OpFor, kResidual>;
   switch (x.dtype) {
     case DType::kFloat32:
-      return launch_forward<float, OpFor<float, kResidual>>(c, plans, params_f32, config, aligned, stream);
+      return launch_forward<F, float, OpFor<float, kResidual>>(c, plans, params_f32, config, aligned, stream);
     case DType::kFloat16:
-      return launch_forward<__half, OpFor<__half, kResidual>>(c, plans, params_f32, config, aligned, stream);
+      return launch_forward<F, __half, OpFor<__half, kResidual>>(c, plans, params_f32, config, aligned, stream);
     case DType::kBFloat16:
-      return launch_forward<__nv_bfloat16, OpFor<__nv_bfloat16, kResidual>>(c, plans, params_f32, config, aligned,
-                                                                             stream);
+      return launch_forward<F, __nv_bfloat16, OpFor<__nv_bfloat16, kResidual>>(c, plans, params_f32, config, aligned,
+                                                                                stream);
     case DType::kFloat64:
-      return launch_forward<double, OpFor<double, kResidual>>(c, plans, params_f32, config, aligned, stream);
+      return launch_forward<F, double, OpFor<double, kResidual>>(c, plans, params_f32, config, aligned, stream);
     default: return Status::invalid_argument("x: unsupported dtype");
   }
 }

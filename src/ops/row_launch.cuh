@@ -99,15 +99,27 @@ template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned, clas
   else return kernels::row_warp_kernel_ext<T, Op, VEC, VPT, LANES, kAligned>;
 }
 
-template <typename T, class Op, int VEC, bool kAligned, class... Extra>
+// The warp kernel of `lanes` lanes and `vpt` vectors a lane, null where kTiles builds none.
+template <typename T, class Op, int VEC, bool kAligned, unsigned kTiles, class... Extra>
 auto pick_warp_kernel(int lanes, int vpt) {
-  if (vpt == 2) return warp_kernel<T, Op, VEC, 2, 32, kAligned, Extra...>();
-  if (vpt > 2) return warp_kernel<T, Op, VEC, 4, 32, kAligned, Extra...>();
-  switch (lanes) {
-    case 4: return warp_kernel<T, Op, VEC, 1, 4, kAligned, Extra...>();
-    case 8: return warp_kernel<T, Op, VEC, 1, 8, kAligned, Extra...>();
-    case 16: return warp_kernel<T, Op, VEC, 1, 16, kAligned, Extra...>();
-    default: return warp_kernel<T, Op, VEC, 1, 32, kAligned, Extra...>();
+  using Kernel = decltype(warp_kernel<T, Op, VEC, 1, 32, kAligned, Extra...>());
+  if (vpt == 2) {
+    if constexpr (has_row_vpt(kTiles, 2)) return warp_kernel<T, Op, VEC, 2, 32, kAligned, Extra...>();
+    return Kernel{};
+  }
+  if (vpt > 2) {
+    if constexpr (has_row_vpt(kTiles, 4)) return warp_kernel<T, Op, VEC, 4, 32, kAligned, Extra...>();
+    return Kernel{};
+  }
+  if constexpr (!has_row_vpt(kTiles, 1)) {
+    return Kernel{};
+  } else {
+    switch (lanes) {
+      case 4: return warp_kernel<T, Op, VEC, 1, 4, kAligned, Extra...>();
+      case 8: return warp_kernel<T, Op, VEC, 1, 8, kAligned, Extra...>();
+      case 16: return warp_kernel<T, Op, VEC, 1, 16, kAligned, Extra...>();
+      default: return warp_kernel<T, Op, VEC, 1, 32, kAligned, Extra...>();
+    }
   }
 }
 
@@ -130,17 +142,27 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct R
   }
 };
 
-// The largest instantiated tile with at most `vpt` vectors a thread, up to kMaxVpt (the
-// planner's cap for the dtype and input count; larger tiles would spill).
-template <class Kernels, int kMaxVpt, int VPT = 16> auto pick_tile(int vpt) {
-  if constexpr (VPT == 1) {
-    return Kernels::template get<1>();
-  } else if constexpr (VPT > kMaxVpt) {
-    return pick_tile<Kernels, kMaxVpt, VPT / 2>(vpt);
+// The kernel of tiles of `vpt` vectors a thread, null where kTiles (within kMaxVpt, the
+// planner's cap for the dtype and input count; larger tiles would spill) builds none.
+template <class Kernels, unsigned kTiles, int kMaxVpt, int VPT = 16> auto pick_tile(int vpt) {
+  if constexpr (VPT > 1) {
+    if constexpr (VPT <= kMaxVpt && has_row_vpt(kTiles, VPT)) {
+      if (vpt == VPT) return Kernels::template get<VPT>();
+    }
+    return pick_tile<Kernels, kTiles, kMaxVpt, VPT / 2>(vpt);
   } else {
-    if (vpt >= VPT) return Kernels::template get<VPT>();
-    return pick_tile<Kernels, kMaxVpt, VPT / 2>(vpt);
+    using Kernel = decltype(Kernels::template get<1>());
+    if constexpr (has_row_vpt(kTiles, 1)) {
+      if (vpt == 1) return Kernels::template get<1>();
+    }
+    return Kernel{};
   }
+}
+
+inline Status no_row_kernel(const char* kernel, int vpt) {
+  return Status::unsupported(std::string("row plan: no ") + kernel + " of " + std::to_string(vpt) +
+                             " vectors a thread is built for this op and dtype (a planner override may plan one; "
+                             "REDUCEKIT_ALL_ROW_TILES builds them all)");
 }
 
 inline Status launch_status(const char* what) {
@@ -217,17 +239,27 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
   return launch_with_attribute(kernel, grid, c.threads, c.smem_bytes, stream, cluster, name, args...);
 }
 
-template <typename T, class Op, bool kAligned, class... Extra>
+// The tiles built for an op of family F: the family's (row_tiles), or every one for sweeps.
+#ifdef REDUCEKIT_ALL_ROW_TILES
+template <RowFamily F, typename T, class Op> constexpr RowTiles kRowTiles{~0u, ~0u, ~0u, ~0u};
+#else
+template <RowFamily F, typename T, class Op>
+constexpr RowTiles kRowTiles = row_tiles(F, static_cast<int>(sizeof(T)), Op::kInputs);
+#endif
+
+template <RowFamily F, typename T, class Op, bool kAligned, class... Extra>
 Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, cudaStream_t stream,
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
+  constexpr RowTiles kTiles = kRowTiles<F, T, Op>;
   if (c.kind == RowKernelKind::kWarp) {
     const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
     const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
-    pick_warp_kernel<T, Op, VEC, kAligned, Extra...>(c.lanes, c.vpt)<<<static_cast<unsigned>(grid),
-                                                                     kernels::kWarpKernelThreads, 0, stream>>>(args, extra...);
+    auto kernel = pick_warp_kernel<T, Op, VEC, kAligned, kTiles.warp, Extra...>(c.lanes, c.vpt);
+    if (kernel == nullptr) return no_row_kernel("warp kernel", c.vpt);
+    kernel<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0, stream>>>(args, extra...);
     return launch_status("row_warp_kernel");
   }
   if (c.kind == RowKernelKind::kStaged) {
@@ -254,7 +286,8 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
       // (row_ring_body): no ring memory.
       RowKernelConfig rc = c;
       if (!kAligned) rc.smem_bytes = 0;
-      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned, Extra...>, kMaxVpt>(rc.vpt);
+      auto kernel = pick_tile<RingKernels<T, Op, VEC, kAligned, Extra...>, kTiles.ring, kMaxVpt>(rc.vpt);
+      if (kernel == nullptr) return no_row_kernel("ring kernel", rc.vpt);
       REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, rc.smem_bytes, "row_ring_kernel"));
       int resident = 0;
       REDUCEKIT_RETURN_IF_ERROR(
@@ -287,31 +320,34 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   // Block kernels take one row a CTA (cluster) and no more: the grid must hold every row.
   // (Unreachable in practice: 2^31 rows of a block kernel's length would be terabytes.)
   if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
-  auto kernel = c.cluster > 1 ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kMaxVpt>(c.vpt)
-                               : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kMaxVpt>(c.vpt);
+  auto kernel = c.cluster > 1
+                    ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kTiles.cluster, kMaxVpt>(c.vpt)
+                    : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kTiles.block, kMaxVpt>(c.vpt);
+  if (kernel == nullptr) return no_row_kernel(c.cluster > 1 ? "cluster block kernel" : "block kernel", c.vpt);
   return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);
 }
 
 }  // namespace detail
 
 // Launches Op over args.rows rows of args.cols elements with the configuration plan_row_kernel
-// gave for cols. `aligned` says whether every row start of every array is 16-byte aligned;
-// it changes how elements move, never which thread combines them.
-template <typename T, class Op>
+// gave for cols under family F's policy (F picks the tiles built, row_tiles). `aligned` says
+// whether every row start of every array is 16-byte aligned; it changes how elements move, never
+// which thread combines them.
+template <RowFamily F, typename T, class Op>
 Status launch_row_op(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, bool aligned, cudaStream_t stream) {
   if (args.rows == 0 || args.cols == 0) return Status::ok();
-  if (aligned) return detail::launch_row_op_aligned<T, Op, true>(args, c, stream);
-  return detail::launch_row_op_aligned<T, Op, false>(args, c, stream);
+  if (aligned) return detail::launch_row_op_aligned<F, T, Op, true>(args, c, stream);
+  return detail::launch_row_op_aligned<F, T, Op, false>(args, c, stream);
 }
 
 // The same for an op of the extended interface (Op::Extra, see row_engine.cuh), whose kernels
 // take `extra` as a second argument. `aligned` covers the arrays the Extra points at as well.
-template <typename T, class Op>
+template <RowFamily F, typename T, class Op>
 Status launch_row_op(const RowArgsFor<T, Op>& args, const typename Op::Extra& extra, const RowKernelConfig& c,
                      bool aligned, cudaStream_t stream) {
   if (args.rows == 0 || args.cols == 0) return Status::ok();
-  if (aligned) return detail::launch_row_op_aligned<T, Op, true>(args, c, stream, extra);
-  return detail::launch_row_op_aligned<T, Op, false>(args, c, stream, extra);
+  if (aligned) return detail::launch_row_op_aligned<F, T, Op, true>(args, c, stream, extra);
+  return detail::launch_row_op_aligned<F, T, Op, false>(args, c, stream, extra);
 }
 
 }  // namespace reducekit

@@ -103,7 +103,7 @@ Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c,
 // launch_row_op (row_launch.cuh), plain or with the op's Extra, with split rows when the plan
 // has them and the caller gave their buffers; otherwise (no buffers, no cooperative launch, too
 // few resident CTAs) the plan's stream kernel runs the row.
-template <typename T, class Op, class... Extra>
+template <RowFamily F, typename T, class Op, class... Extra>
 Status launch_row_op_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, bool aligned,
                            const RowSplitBuffers& buffers, cudaStream_t stream, const Extra&... extra) {
   if (args.rows == 0 || args.cols == 0) return Status::ok();
@@ -115,7 +115,7 @@ Status launch_row_op_split(const RowArgsFor<T, Op>& args, const RowKernelConfig&
       REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, false>(args, c, buffers, stream, &launched, extra...)));
     if (launched) return Status::ok();
   }
-  return launch_row_op<T, Op>(args, extra..., c, aligned, stream);
+  return launch_row_op<F, T, Op>(args, extra..., c, aligned, stream);
 }
 
 }  // namespace reducekit

@@ -35,8 +35,9 @@ Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)
   for (int i = 0; i < NIN; ++i) in[i] = t.in[i].data;
   const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, t.out.data, plans[NIN]);
   // Only ops that take a workspace (the one-input forward ops) instantiate the split kernel.
-  if constexpr (NIN == 1) return launch_row_op_split<T, OpFor<T>>(args, config, aligned, split, stream);
-  else return launch_row_op<T, OpFor<T>>(args, config, aligned, stream);
+  constexpr RowFamily F = RowFamily::kRowwise;
+  if constexpr (NIN == 1) return launch_row_op_split<F, T, OpFor<T>>(args, config, aligned, split, stream);
+  else return launch_row_op<F, T, OpFor<T>>(args, config, aligned, stream);
 }
 
 // Device limits with the rowwise ops' settings (row_policy).

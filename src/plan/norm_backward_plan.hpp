@@ -46,6 +46,17 @@ constexpr int fused_max_vpt(int elem_bytes) {
 // 2 (float32) or 4 (float64); the only tile the row-lane kernels are instantiated for.
 constexpr int fused_row_lane_vpt(int elem_bytes) { return std::max(1, kFusedTargetElems * elem_bytes / 16); }
 
+// Vectors a thread of a one-row layout holds at least: such rows are longer than the row lanes
+// hold, on at most kFusedMaxThreads threads: 1 (16-bit), 2 (float32, float64).
+constexpr int fused_one_row_min_vpt(int elem_bytes) {
+  const int lane_vpt = fused_row_lane_vpt(elem_bytes);
+  const int lane_cta = std::min(kFusedMaxThreads, kFusedRowLaneVectors / lane_vpt);
+  const int lane_vectors = lane_vpt * std::min(kFusedMaxRowThreads, lane_cta / 2);
+  int vpt = 1;
+  while (vpt * kFusedMaxThreads <= lane_vectors) vpt *= 2;
+  return vpt;
+}
+
 struct FusedNormBackwardLayout {
   bool fused = false;    // false: the two-kernel path
   int vec = 1;           // elements per 16-byte vector

@@ -8,8 +8,6 @@ namespace reducekit {
 namespace {
 
 constexpr int kWarpThreads = 128;
-constexpr int kWarpMaxElems = 16;        // per lane, all inputs together: short rows stay latency-light
-constexpr int kMaxWarpVectors = 4;       // slots per lane the warp kernel is instantiated for
 constexpr std::size_t kMaxStashBytes = 200 * 1024;  // leaves room for a second CTA's reduction slots
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -85,7 +83,7 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));
 
   // Short rows: at most one warp each, several rows per CTA, no block barrier.
-  const int warp_vpt = std::clamp(kWarpMaxElems / (c.vec * inputs), 1, kMaxWarpVectors);
+  const int warp_vpt = row_warp_max_vpt(elem_bytes, inputs);
   if (vectors <= 32 * warp_vpt) {
     c.kind = RowKernelKind::kWarp;
     c.threads = kWarpThreads;

@@ -49,6 +49,15 @@ constexpr int reread_vpt(int words, int vec, int acc_words, int inputs) {
 
 enum class RowKernelKind { kWarp, kBlock, kStaged };
 
+// Warp rows: at most kWarpMaxElems values a lane (all inputs together: short rows stay
+// latency-light), in at most kMaxWarpVectors vectors, a power of two.
+constexpr int kWarpMaxElems = 16;
+constexpr int kMaxWarpVectors = 4;
+constexpr int row_warp_max_vpt(int elem_bytes, int inputs) {
+  const int vpt = kWarpMaxElems / ((elem_bytes < 16 ? 16 / elem_bytes : 1) * inputs);
+  return vpt < 1 ? 1 : vpt > kMaxWarpVectors ? kMaxWarpVectors : vpt;
+}
+
 // The largest cluster every sm_90 device launches without opting in.
 constexpr int kPortableClusterSize = 8;
 
@@ -146,6 +155,64 @@ enum class RowFamily {
   kResidualNormForward, // either norm of x + residual
   kNormBackward,        // layer_norm / rms_norm backward
 };
+
+// Tiles of 1, 2, 4, 8 or 16 vectors a thread, as a set: bit v stands for v vectors.
+constexpr unsigned row_vpt_bit(int vpt) { return vpt >= 1 && vpt <= 16 ? 1u << vpt : 0u; }
+constexpr bool has_row_vpt(unsigned set, int vpt) { return (set & row_vpt_bit(vpt)) != 0; }
+
+// The tiles the launcher (src/ops/row_launch.cuh) builds kernels for, by kernel: every tile
+// another kernel would hold is compile time spent on a kernel no plan runs. Streamed rows (tiles
+// > 1) always have their three (the largest tile, the two re-read tiles).
+struct RowTiles {
+  unsigned warp = 0;     // kWarp rows (every lane count)
+  unsigned ring = 0;     // one-CTA 16-bit rows looping with a shared-memory ring
+  unsigned block = 0;    // one-CTA rows
+  unsigned cluster = 0;  // rows held in a cluster's registers
+};
+
+// A family's tiles for rows of `elem_bytes` elements and `inputs` inputs: exactly those its
+// shipped plans (row_policy, on devices of 99 to 227 KB of shared memory a CTA) and the tests'
+// overrides reach, as test_row_kernel_plan.cpp checks both ways. norm backward rows short enough
+// for warp rows or one-vector tiles always take the fused kernel (norm_backward_plan.hpp).
+// A sweep that overrides the tile choices needs the REDUCEKIT_ALL_ROW_TILES build.
+constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
+  constexpr unsigned v1 = row_vpt_bit(1), v2 = row_vpt_bit(2), v4 = row_vpt_bit(4), v8 = row_vpt_bit(8),
+                     v16 = row_vpt_bit(16);
+  const int warp_vpt = row_warp_max_vpt(elem_bytes, inputs);
+  RowTiles t;
+  if (family != RowFamily::kNormBackward) t.warp = v1 | (warp_vpt >= 2 ? v2 : 0u) | (warp_vpt >= 4 ? v4 : 0u);
+  const bool narrow = elem_bytes == 2, wide = elem_bytes == 8;
+  switch (family) {
+    case RowFamily::kRowwise:
+      if (inputs == 1) {
+        if (narrow) t.ring = v8, t.block = v1 | v2 | v4 | v8;
+        else t.block = v1 | v4 | v8 | v16, t.cluster = v16;
+      } else {
+        if (narrow) t.ring = v2 | v4, t.block = v1 | v2 | v4;
+        else t.block = v1 | v2 | v4 | v8, t.cluster = v8;
+      }
+      break;
+    case RowFamily::kLayerNormForward:
+      if (narrow) t.ring = v2 | v4;
+      else if (wide) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
+      else t.block = v4, t.cluster = v16;
+      break;
+    case RowFamily::kRmsNormForward:
+      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2 | v8;
+      else if (wide) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
+      else t.block = v4 | v8 | v16, t.cluster = v8 | v16;
+      break;
+    case RowFamily::kResidualNormForward:
+      if (narrow) t.ring = v1 | v2 | v4, t.block = v1 | v4;
+      else t.block = v1 | v2 | v4 | v8, t.cluster = v8;
+      break;
+    case RowFamily::kNormBackward:
+      if (narrow) t.ring = v4, t.block = v4;
+      else t.block = v8, t.cluster = v8;
+      break;
+  }
+  return t;
+}
 
 // The policy table: the planner settings a family ships for rows of `elem_bytes` elements (one
 // reason an entry, row_kernel_plan.cpp). The device's limits come on top (row_kernel_limits in

@@ -145,5 +145,22 @@ TEST(NormBackwardPlan, TileCapBelowTheRowIsNotFused) {
   EXPECT_FALSE(plan_fused_norm_backward(2045, 8, 1).fused);
 }
 
+// One-row layouts hold at least fused_one_row_min_vpt vectors a thread, whatever the tile cap:
+// the fused kernels of fewer (float32 and float64 one-vector tiles) are not built.
+TEST(NormBackwardPlan, OneRowLayoutsHoldAtLeastTheLeastBuiltTile) {
+  EXPECT_EQ(fused_one_row_min_vpt(2), 1);
+  EXPECT_EQ(fused_one_row_min_vpt(4), 2);
+  EXPECT_EQ(fused_one_row_min_vpt(8), 2);
+  for (int elem : {2, 4, 8}) {
+    for (int max_vpt = 1; max_vpt <= fused_max_vpt(elem); ++max_vpt) {
+      for (int64_t n = 1; n <= 20000; ++n) {
+        const FusedNormBackwardLayout l = plan_fused_norm_backward(n, elem, max_vpt);
+        if (!l.fused || l.rows_per_cta > 1) continue;
+        ASSERT_GE(l.vpt, fused_one_row_min_vpt(elem)) << "n=" << n << " elem=" << elem << " max_vpt=" << max_vpt;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace reducekit

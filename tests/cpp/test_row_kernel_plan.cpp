@@ -3,8 +3,11 @@
 // instantiated kernel shapes and fits the device limits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
+#include "plan/norm_backward_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 
 namespace reducekit {
@@ -602,6 +605,156 @@ TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
   }
   EXPECT_EQ(row_split_workspace(c, 0, 8).bytes, 0u);
   EXPECT_EQ(row_split_workspace(plan_row_kernel(4096, 4, 1, limits), 16, 8).bytes, 0u) << "no split, no workspace";
+}
+
+// ---- the tiles built (row_tiles) ---------------------------------------------------------
+
+// The kernels whose tiles row_tiles lists, as the launcher (row_launch.cuh) picks them; staged
+// and streamed rows (tiles > 1) have all their kernels built.
+enum class TiledKernel { kWarp, kRing, kBlock, kCluster, kNone };
+
+TiledKernel tiled_kernel(const RowKernelConfig& c, int elem) {
+  if (c.kind == RowKernelKind::kWarp) return TiledKernel::kWarp;
+  if (c.kind == RowKernelKind::kStaged || c.tiles > 1) return TiledKernel::kNone;
+  if (elem < 4 && c.ring > 0) return TiledKernel::kRing;
+  return c.cluster > 1 ? TiledKernel::kCluster : TiledKernel::kBlock;
+}
+
+unsigned tiles_of(const RowTiles& t, TiledKernel k) {
+  switch (k) {
+    case TiledKernel::kWarp: return t.warp;
+    case TiledKernel::kRing: return t.ring;
+    case TiledKernel::kBlock: return t.block;
+    default: return t.cluster;
+  }
+}
+
+const char* kernel_name(TiledKernel k) {
+  const char* const names[] = {"warp", "ring", "block", "cluster block"};
+  return names[static_cast<int>(k)];
+}
+
+void add_tile(RowTiles* t, TiledKernel k, int vpt) {
+  unsigned* sets[] = {&t->warp, &t->ring, &t->block, &t->cluster};
+  *sets[static_cast<int>(k)] |= row_vpt_bit(vpt);
+}
+
+// Every length up to 2^16, then a spread up to 2^20 (longer rows of every dtype are streamed or
+// staged), then lengths about powers of two and an odd spread up to kMaxRowLength.
+std::vector<int64_t> every_row_length() {
+  std::vector<int64_t> n;
+  for (int64_t c = 1; c <= (1 << 16); ++c) n.push_back(c);
+  for (int64_t c = (1 << 16) + 1; c <= (1 << 18); c += 3) n.push_back(c);
+  for (int64_t c = (1 << 18) + 1; c <= (1 << 20); c += 13) n.push_back(c);
+  for (int e = 20; e <= 30; ++e)
+    for (int64_t d = -3; d <= 3; ++d) n.push_back((int64_t(1) << e) + d);
+  for (int64_t c = (1 << 20) + 7; c <= kMaxRowLength; c += 1000003 * 7) n.push_back(c);
+  return n;
+}
+
+// The limits plans are made with: the shipped policy on devices of 227, 163 and 99 KB of shared
+// memory a CTA, and on an H200 the overrides the GPU tests set (RereadRows, the split tests,
+// the parked re-read rows, the Python override test's max_cluster).
+std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
+  std::vector<RowKernelLimits> out;
+  for (const int smem_kb : {227, 163, 99}) {
+    RowKernelLimits l = row_policy(family, elem);
+    l.sm_count = 132;
+    l.max_smem_per_block = std::size_t(smem_kb) * 1024 - 2048;
+    l.max_smem_per_sm = std::size_t(smem_kb + 1) * 1024;
+    out.push_back(l);
+  }
+  const RowKernelLimits h200 = out[0];
+  for (const int64_t small : {int64_t(1) << 30, int64_t(0)}) {
+    RowKernelLimits l = h200;
+    l.reread_above_words = 16;
+    l.reread_small_tiles_from_bytes = small;
+    out.push_back(l);
+  }
+  out.push_back(h200);
+  out.back().split_max_elem_bytes = 8;
+  for (const std::size_t stash : {std::size_t(0), kRereadStashBytes}) {
+    out.push_back(h200);
+    out.back().reread_stash_bytes = stash;
+  }
+  out.push_back(h200);
+  out.back().max_cluster = 1;
+  return out;
+}
+
+std::string tile_list(unsigned set) {
+  std::string s;
+  for (int v = 1; v <= 16; v *= 2)
+    if (has_row_vpt(set, v)) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return "{" + s + "}";
+}
+
+// row_tiles is exactly what the plans reach: no plan names a kernel that is not built (its launch
+// would fail), and no built kernel is left that no plan names (compile time for nothing).
+TEST(RowKernelPlan, RowTilesAreExactlyThePlannedTiles) {
+  struct Family {
+    RowFamily family;
+    int inputs;
+    const char* name;
+  };
+  const Family families[] = {{RowFamily::kRowwise, 1, "softmax"},
+                             {RowFamily::kRowwise, 2, "softmax backward"},
+                             {RowFamily::kLayerNormForward, 1, "layer_norm"},
+                             {RowFamily::kRmsNormForward, 1, "rms_norm"},
+                             {RowFamily::kResidualNormForward, 2, "add_*_norm"},
+                             {RowFamily::kNormBackward, 2, "norm backward"}};
+  const std::vector<int64_t> lengths = every_row_length();
+  for (const Family& f : families) {
+    for (int elem : {2, 4, 8}) {
+      SCOPED_TRACE(testing::Message() << f.name << " elem=" << elem);
+      RowTiles planned;
+      const RowTiles built = row_tiles(f.family, elem, f.inputs);
+      for (const RowKernelLimits& limits : limits_planned(f.family, elem)) {
+        for (int64_t n : lengths) {
+          // Norm backward rows the fused kernel takes never reach the row engine.
+          if (f.family == RowFamily::kNormBackward && plan_fused_norm_backward(n, elem, fused_max_vpt(elem)).fused)
+            continue;
+          const RowKernelConfig c = plan_row_kernel(n, elem, f.inputs, limits);
+          const TiledKernel k = tiled_kernel(c, elem);
+          if (k == TiledKernel::kNone) continue;
+          const int vpt = k == TiledKernel::kWarp ? std::min(c.vpt, 4) : c.vpt;
+          if (!has_row_vpt(tiles_of(planned, k), vpt))
+            EXPECT_TRUE(has_row_vpt(tiles_of(built, k), vpt))
+                << "n=" << n << ": a " << kernel_name(k) << " kernel of " << vpt << " vectors a thread, not built";
+          add_tile(&planned, k, vpt);
+        }
+      }
+      EXPECT_EQ(tile_list(planned.warp), tile_list(built.warp)) << "warp";
+      EXPECT_EQ(tile_list(planned.ring), tile_list(built.ring)) << "ring";
+      EXPECT_EQ(tile_list(planned.block), tile_list(built.block)) << "block";
+      EXPECT_EQ(tile_list(planned.cluster), tile_list(built.cluster)) << "cluster";
+    }
+  }
+}
+
+// Norm backward rows the row engine takes are never warp rows or one-vector tiles, whatever the
+// fused kernel's tile cap (the norm_bwd_max_vpt override): the fused kernel takes every row that
+// short, so row_tiles builds none for them.
+TEST(RowKernelPlan, NormBackwardRowsOfTheRowEngineAreLong) {
+  for (int elem : {2, 4, 8}) {
+    for (int max_vpt = 1; max_vpt <= fused_max_vpt(elem); ++max_vpt) {
+      RowKernelLimits limits = row_policy(RowFamily::kNormBackward, elem);
+      limits.min_block_threads = 32;
+      limits.block_elems = 1;  // as many threads as the row fills: the smallest tiles
+      for (int64_t n = 1; n <= 20000; ++n) {
+        if (plan_fused_norm_backward(n, elem, max_vpt).fused) continue;
+        for (const int reread : {0, 1}) {  // none, or every row past a warp's re-read on small tiles
+          for (const int64_t small : {int64_t(0), int64_t(1) << 30}) {
+            limits.reread_above_words = reread;
+            limits.reread_small_tiles_from_bytes = small;
+            const RowKernelConfig c = plan_row_kernel(n, elem, 2, limits);
+            ASSERT_NE(c.kind, RowKernelKind::kWarp) << "n=" << n << " elem=" << elem << " max_vpt=" << max_vpt;
+            if (c.tiles == 1) ASSERT_GE(c.vpt, 2) << "n=" << n << " elem=" << elem << " max_vpt=" << max_vpt;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
