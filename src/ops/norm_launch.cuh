@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Validation, row planning and dtype dispatch shared by the layer_norm / rms_norm entry points
-// (norm_forward.cu, norm_residual.cu, norm_backward.cu). Math lives in kernels/norm_ops.cuh.
+// (layer_norm.cu, rms_norm.cu, add_layer_norm.cu, add_rms_norm.cu: one op a file, so they compile
+// side by side; norm_backward.cu). Math lives in kernels/norm_ops.cuh.
 #pragma once
 
 #include <cuda_bf16.h>

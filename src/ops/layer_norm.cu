@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// layer_norm and rms_norm forward: validation and planning in norm_launch.cuh, math in
-// kernels/norm_ops.cuh.
+// layer_norm forward: validation and planning in norm_launch.cuh, math in kernels/norm_ops.cuh.
 #include "ops/norm_launch.cuh"
 
 namespace reducekit {
@@ -10,13 +9,6 @@ Status layer_norm_requirements(const TensorView& x, const NormShape& normalized_
   if (residual)
     return norm_detail::forward_requirements<kernels::LayerNormForwardOp, true>(x, normalized_shape, requirements);
   return norm_detail::forward_requirements<kernels::LayerNormForwardOp, false>(x, normalized_shape, requirements);
-}
-
-Status rms_norm_requirements(const TensorView& x, const NormShape& normalized_shape, bool residual,
-                             NormRequirements* requirements) {
-  if (residual)
-    return norm_detail::forward_requirements<kernels::RmsNormForwardOp, true>(x, normalized_shape, requirements);
-  return norm_detail::forward_requirements<kernels::RmsNormForwardOp, false>(x, normalized_shape, requirements);
 }
 
 Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
@@ -30,17 +22,6 @@ Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const 
                   const TensorView* bias, double eps, const TensorView& y, const TensorView* mean,
                   const TensorView* rstd, cudaStream_t stream) {
   return layer_norm(x, normalized_shape, weight, bias, eps, y, mean, rstd, Workspace{}, stream);
-}
-
-Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
-                const TensorView& y, const TensorView* rstd, const Workspace& workspace, cudaStream_t stream) {
-  return norm_detail::run_forward<kernels::RmsNormForwardOp, false>(
-      {&x, nullptr, normalized_shape, weight, nullptr, eps, &y, nullptr, nullptr, rstd, &workspace}, stream);
-}
-
-Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
-                const TensorView& y, const TensorView* rstd, cudaStream_t stream) {
-  return rms_norm(x, normalized_shape, weight, eps, y, rstd, Workspace{}, stream);
 }
 
 }  // namespace reducekit

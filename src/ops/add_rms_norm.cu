@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fused residual add + rms_norm: one read of x and residual, one write of y and s.
+#include "ops/norm_launch.cuh"
+
+namespace reducekit {
+
+Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                    const TensorView* weight, double eps, const TensorView& y, const TensorView& sum,
+                    const TensorView* rstd, const Workspace& workspace, cudaStream_t stream) {
+  return norm_detail::run_forward<kernels::RmsNormForwardOp, true>(
+      {&x, &residual, normalized_shape, weight, nullptr, eps, &y, &sum, nullptr, rstd, &workspace}, stream);
+}
+
+Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                    const TensorView* weight, double eps, const TensorView& y, const TensorView& sum,
+                    const TensorView* rstd, cudaStream_t stream) {
+  return add_rms_norm(x, residual, normalized_shape, weight, eps, y, sum, rstd, Workspace{}, stream);
+}
+
+}  // namespace reducekit
