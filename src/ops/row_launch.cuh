@@ -93,6 +93,10 @@ namespace detail {
 // Elements per 16-byte vector: the planner's and the kernels' unit of work.
 template <typename T> constexpr int kVec = 16 / sizeof(T);
 
+// A row kernel of the plain interface (no Extra) or of the extended one (one Extra argument),
+// named without instantiating one.
+template <typename T, class Op, class... Extra> using RowKernel = void (*)(kernels::RowArgs<T, Op::kInputs>, Extra...);
+
 // Kernels of the plain interface (no Extra) or of the extended one (one Extra argument).
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned, class... Extra> auto warp_kernel() {
   if constexpr (sizeof...(Extra) == 0) return kernels::row_warp_kernel<T, Op, VEC, VPT, LANES, kAligned>;
@@ -101,8 +105,8 @@ template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned, clas
 
 // The warp kernel of `lanes` lanes and `vpt` vectors a lane, null where kTiles builds none.
 template <typename T, class Op, int VEC, bool kAligned, unsigned kTiles, class... Extra>
-auto pick_warp_kernel(int lanes, int vpt) {
-  using Kernel = decltype(warp_kernel<T, Op, VEC, 1, 32, kAligned, Extra...>());
+RowKernel<T, Op, Extra...> pick_warp_kernel(int lanes, int vpt) {
+  using Kernel = RowKernel<T, Op, Extra...>;
   if (vpt == 2) {
     if constexpr (has_row_vpt(kTiles, 2)) return warp_kernel<T, Op, VEC, 2, 32, kAligned, Extra...>();
     return Kernel{};
@@ -125,6 +129,7 @@ auto pick_warp_kernel(int lanes, int vpt) {
 
 // Kernel families with a VPT (vectors per thread) parameter, for pick_tile.
 template <typename T, class Op, int VEC, bool kAligned, bool kCluster, class... Extra> struct BlockKernels {
+  using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
     if constexpr (sizeof...(Extra) == 0) return kernels::row_block_kernel<T, Op, VEC, VPT, kAligned, kCluster>;
     else return kernels::row_block_kernel_ext<T, Op, VEC, VPT, kAligned, kCluster>;
@@ -136,6 +141,7 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash
   else return kernels::row_stream_kernel_ext<T, Op, VEC, VPT, kAligned, kBulkStash>;
 }
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
+  using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
     if constexpr (sizeof...(Extra) == 0) return kernels::row_ring_kernel<T, Op, VEC, VPT, kAligned>;
     else return kernels::row_ring_kernel_ext<T, Op, VEC, VPT, kAligned>;
@@ -144,18 +150,17 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct R
 
 // The kernel of tiles of `vpt` vectors a thread, null where kTiles (within kMaxVpt, the
 // planner's cap for the dtype and input count; larger tiles would spill) builds none.
-template <class Kernels, unsigned kTiles, int kMaxVpt, int VPT = 16> auto pick_tile(int vpt) {
+template <class Kernels, unsigned kTiles, int kMaxVpt, int VPT = 16> typename Kernels::Kernel pick_tile(int vpt) {
   if constexpr (VPT > 1) {
     if constexpr (VPT <= kMaxVpt && has_row_vpt(kTiles, VPT)) {
       if (vpt == VPT) return Kernels::template get<VPT>();
     }
     return pick_tile<Kernels, kTiles, kMaxVpt, VPT / 2>(vpt);
   } else {
-    using Kernel = decltype(Kernels::template get<1>());
     if constexpr (has_row_vpt(kTiles, 1)) {
       if (vpt == 1) return Kernels::template get<1>();
     }
-    return Kernel{};
+    return nullptr;
   }
 }
 
