@@ -921,7 +921,7 @@ std::vector<Case> gpu_cases() {
        [] { CrossEntropyCall c; c.dlogits = on_device(kF32, {4, 11}); return c.backward(); }},
       {"cross_entropy_backward_dlogits_partial_overlap", kInvalid, "dlogits: overlaps logits",
        [] { CrossEntropyCall c; c.dlogits = shifted(c.logits, 1); return c.backward(); }},
-      {"cross_entropy_backward_dlogits_is_logits", kUnsupported, "dlogits: writing the gradient over logits",
+      {"cross_entropy_backward_dlogits_is_logits", kUnsupported, "dlogits: the backward does not write over logits",
        [] { CrossEntropyCall c; c.dlogits = c.logits; return c.backward(); }},
       {"cross_entropy_backward_dlogits_rows_overlap", kInvalid, "dlogits: its rows overlap",
        [] { CrossEntropyCall c; c.dlogits = with_strides(c.dlogits, {0, 1}); return c.backward(); }},
