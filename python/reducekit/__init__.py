@@ -65,6 +65,7 @@ from . import _registrations  # noqa: E402,F401  fake kernels and autograd formu
 from ._batch_norm import batch_norm  # noqa: E402
 from ._functional import log_softmax, softmax  # noqa: E402
 from ._loss import cross_entropy, cross_entropy_with_grad  # noqa: E402
+from ._linear_loss import linear_cross_entropy  # noqa: E402
 from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from ._reduce import (amax, amin, argmax, argmin, logsumexp, mean, prod, std, std_mean, sum, var,  # noqa: E402,A004
                       var_mean)
@@ -73,4 +74,4 @@ from ._patch import PatchRecord, PatchReport, patch, patch_functional, unpatch  
 
 __all__ = ["softmax", "log_softmax", "nn", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp",
            "var", "std", "var_mean", "std_mean", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-           "cross_entropy", "cross_entropy_with_grad", "batch_norm", "patch", "unpatch", "patch_functional", "PatchRecord", "PatchReport"]
+           "cross_entropy", "cross_entropy_with_grad", "linear_cross_entropy", "batch_norm", "patch", "unpatch", "patch_functional", "PatchRecord", "PatchReport"]

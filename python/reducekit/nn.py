@@ -6,6 +6,7 @@ import torch
 
 from ._batch_norm import batch_norm_module_forward
 from ._functional import log_softmax, softmax
+from ._linear_loss import linear_cross_entropy
 from ._loss import cross_entropy
 from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm
 
@@ -114,3 +115,45 @@ class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
         return cross_entropy(input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing,
                              lse_square_scale=self.lse_square_scale, softcap=self.softcap,
                              check_targets=self.check_targets)
+
+
+class LinearCrossEntropyLoss(torch.nn.Linear):
+    """A language model's head and its loss in one: torch.nn.Linear(in_features, out_features, bias)
+    (same parameters, initialization and state dict) whose forward(hidden, target) returns
+    cross_entropy(linear(hidden), target) by reducekit.linear_cross_entropy, never holding the logits
+    of all rows at once. The loss options are CrossEntropyLoss's (class_weight is its `weight`) plus
+    the extras of reducekit.cross_entropy and chunk_rows.
+
+        loss_fn = reducekit.nn.LinearCrossEntropyLoss.from_linear(model.lm_head)  # shares its weight
+        loss = loss_fn(hidden, target)   # in place of cross_entropy(model.lm_head(hidden), target)
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 class_weight: Optional[torch.Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0, lse_square_scale: float = 0.0, softcap: float = 0.0,
+                 chunk_rows: Optional[int] = None, check_targets: bool = False):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.register_buffer("class_weight", class_weight)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.lse_square_scale = lse_square_scale
+        self.softcap = softcap
+        self.chunk_rows = chunk_rows
+        self.check_targets = check_targets
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, **loss_options) -> "LinearCrossEntropyLoss":
+        """A loss over linear's own weight and bias Parameters (not copies: training either trains
+        both, and a weight tied to an embedding stays tied)."""
+        module = cls(linear.in_features, linear.out_features, linear.bias is not None, device="meta",
+                     dtype=linear.weight.dtype, **loss_options)
+        module.weight = linear.weight
+        module.bias = linear.bias
+        return module
+
+    def forward(self, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return linear_cross_entropy(hidden, self.weight, target, self.bias, self.class_weight, self.ignore_index,
+                                    self.reduction, self.label_smoothing, lse_square_scale=self.lse_square_scale,
+                                    softcap=self.softcap, chunk_rows=self.chunk_rows,
+                                    check_targets=self.check_targets)

@@ -290,32 +290,35 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
   const int ctas = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t row = blockIdx.x / ctas;
-  const T* x = a.logits + row * a.logits_stride;
+  const StagedRow<T, Lse> staged =
+      stage_share<T, Lse>(a.logits + row * a.logits_stride, static_cast<int>(a.classes), rank, ctas, staged_bytes,
+                          arrived);
+  // The row's target, class weight and upstream gradient load while its share lands (thread 0
+  // issued the bulk copies first: they do not wait for these loads).
   const int64_t t = a.target[row];
   const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
-  const bool writes_loss = rank == 0 && threadIdx.x == 0;
-  // Read before the row may be overwritten (after the statistic's barriers).
-  const T target_logit = writes_loss && !ignored && !bad ? x[t] : from_acc<T>(Acc(0));
-  const StagedRow<T, Lse> staged = stage_share<T, Lse>(x, static_cast<int>(a.classes), rank, ctas, staged_bytes, arrived);
+  const Acc w_t = a.weight && !ignored && !bad ? a.weight[t] : Acc(1);
+  const Acc g = kGradient ? a.grad[row] : Acc(0);
   const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, &cluster_slot);
   const Acc log_sum = precise_log(stat.w[1]);
   const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
+  // The CTA holding the target's logit (in its shared memory, so the row may already be
+  // overwritten in global memory) writes the loss; rank 0 does where there is no target.
+  const bool writes_loss = threadIdx.x == 0 && (ignored || bad ? rank == 0 : staged.holds(static_cast<int>(t)));
   if (writes_loss) {
     Acc loss = Acc(0);
     if (bad) {
       loss = Acc(NAN);
     } else if (!ignored) {
       // As CrossEntropyRow::forward without smoothing: (max - z_t) + log(sum), exact near the max.
-      loss = (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1)) *
-             ((stat.w[0] - to_acc<Acc>(target_logit)) + log_sum);
+      loss = (Acc(1) - a.smoothing) * w_t * ((stat.w[0] - to_acc<Acc>(staged.element(static_cast<int>(t)))) + log_sum);
       if (a.z_scale != Acc(0)) loss += a.z_scale * lse * lse;
     }
     a.loss[row] = loss;
     a.lse[row] = lse;
   }
   if constexpr (kGradient) {
-    const Acc g = a.grad[row];
-    const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1));
+    const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * w_t;
     const Acc smooth_part = g * a.smoothing / Acc(a.classes);
     const Acc p_factor = target_part + smooth_part * Acc(0) + Acc(2) * a.z_scale * g * lse;
     const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, bad ? Acc(NAN) : Acc(0), t, !ignored && !bad};

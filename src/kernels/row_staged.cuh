@@ -97,6 +97,12 @@ template <typename T, class Op> struct StagedRow {
       for (int e = 0; e < VEC; ++e) vals[0][e] = v * VEC + e < cols ? to_acc<Acc>(p.v[e]) : Op::pad(0);
     }
   }
+  // Element j of the row, from shared memory: a CTA holds the elements of its own vectors once
+  // every chunk has landed (after its fold pass).
+  __device__ __forceinline__ T element(int j) const {
+    return *reinterpret_cast<const T*>(reinterpret_cast<const char*>(buf) + 16 * (1 - first) + shift + j * sizeof(T));
+  }
+  __device__ __forceinline__ bool holds(int j) const { return j / VEC >= first && j / VEC < first + share; }
   __device__ __forceinline__ void wait_chunk(int k) const {
     while (!cuda::ptx::mbarrier_try_wait_parity(&arrived[k], 0u)) {
     }

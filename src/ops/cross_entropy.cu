@@ -92,8 +92,10 @@ kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan
 }
 
 // 16-bit logits without label smoothing or soft-capping whose rows the softmax family stages
-// (staged_bands_for) run on the staged kernel. The choice depends on the row length, the dtype
-// and those options alone, so a row's bits do not depend on the batch.
+// (staged_bands_for) run on the staged kernel, and so do the rows between its first two bands,
+// which the softmax holds in registers but the cross-entropy row kernels would read twice. The
+// choice depends on the row length, the dtype and those options alone, so a row's bits do not
+// depend on the batch.
 Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, RowKernelConfig* c,
                    bool* staged) {
   *staged = false;
@@ -101,6 +103,7 @@ Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropy
   if (elem_bytes != 2 || o.label_smoothing > 0.0 || o.softcap > 0.0 || classes > kMaxRowLength) return Status::ok();
   RowKernelLimits limits = row_policy(RowFamily::kRowwise, elem_bytes);
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
+  limits.staged[1].min_row_bytes = std::min(limits.staged[1].min_row_bytes, limits.staged[0].max_row_bytes);
   *c = plan_row_kernel(classes, elem_bytes, 1, limits);
   *staged = c->kind == RowKernelKind::kStaged;
   return Status::ok();

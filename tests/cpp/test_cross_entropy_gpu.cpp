@@ -208,7 +208,7 @@ template <typename T> void check_every_case() {
                         Case{4, 131073, 0, 0, 5}, Case{40, 1000, 0, 0, 0, 0.1, 0, 0, true},
                         Case{12, 4099, 5, 2, 7, 0.2, 1e-3, 30.0, true}, Case{12, 4099, 0, 0, 0, 0, 1e-4, 0},
                         Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true},
-                        Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true}}) {
+                        Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true}, Case{6, 30001, 1, 3, 0, 0, 1e-4, 0, true}}) {
     check_case<T>(c);
     if (testing::Test::HasFailure()) return;
   }
