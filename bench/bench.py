@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 
 import registry  # noqa: E402
 import report  # noqa: E402
-from registry import IMPL_ORDER, OURS, REGISTRY, BuildContext, NotApplicable  # noqa: E402
+from registry import IMPL_ORDER, REGISTRY, USES_REDUCEKIT, BuildContext, NotApplicable  # noqa: E402
 
 REPO = HERE.parent
 # Modules that register op families; a new family adds its module here.
@@ -44,6 +44,9 @@ DTYPES = {
 }
 DEFAULT_DTYPES = "float32,bfloat16,float16"
 COPY_ELEMENTS = 1 << 28  # 1 GiB of float32: far past L2, like the large grid points
+# Elements check_output compares at a time: its float64 temporaries of a whole 16384 x 256000
+# gradient (31 GiB each, several at once) would not fit beside the oracle and the logits.
+CHECK_CHUNK = 1 << 27
 
 
 def say(*args) -> None:
@@ -171,23 +174,34 @@ def render(records, meta, out_dir, plot_mode):
 
 # ----------------------------------------------------------------------------- GPU part
 
+def _row_chunks(o, r):
+    """(o, r) slices over the first dim of about CHECK_CHUNK elements each (a 0-d pair whole)."""
+    if o.dim() == 0 or o.numel() <= CHECK_CHUNK:
+        yield o, r
+        return
+    rows = max(1, CHECK_CHUNK * o.shape[0] // o.numel())
+    for i in range(0, o.shape[0], rows):
+        yield o[i:i + rows], r[i:i + rows]
+
+
 def check_output(torch, out, ref, tol):
     """(ok, worst error / tolerance, message). NaN and inf must sit exactly where the oracle has them."""
     outs = out if isinstance(out, (tuple, list)) else (out,)
     refs = ref if isinstance(ref, (tuple, list)) else (ref,)
     worst = 0.0
-    for o, r in zip(outs, refs):
-        if tuple(o.shape) != tuple(r.shape):
-            return False, math.inf, f"shape {tuple(o.shape)} != {tuple(r.shape)}"
-        atol, rtol = tol(o.dtype)
-        o = o.double()
-        if not torch.equal(o.isnan(), r.isnan()):
-            return False, math.inf, "NaN pattern differs from the float64 oracle"
-        r_inf = r.isinf()
-        if bool(r_inf.any()) and not torch.equal(o[r_inf], r[r_inf]):
-            return False, math.inf, "inf values differ from the float64 oracle"
-        ratio = torch.where(r.isfinite(), (o - r).abs() / (atol + rtol * r.abs()), torch.zeros_like(r))
-        worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
+    for o_all, r_all in zip(outs, refs):
+        if tuple(o_all.shape) != tuple(r_all.shape):
+            return False, math.inf, f"shape {tuple(o_all.shape)} != {tuple(r_all.shape)}"
+        atol, rtol = tol(o_all.dtype)
+        for o, r in _row_chunks(o_all, r_all):
+            o = o.double()
+            if not torch.equal(o.isnan(), r.isnan()):
+                return False, math.inf, "NaN pattern differs from the float64 oracle"
+            r_inf = r.isinf()
+            if bool(r_inf.any()) and not torch.equal(o[r_inf], r[r_inf]):
+                return False, math.inf, "inf values differ from the float64 oracle"
+            ratio = torch.where(r.isfinite(), (o - r).abs() / (atol + rtol * r.abs()), torch.zeros_like(r))
+            worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
     if worst > 1.0:
         return False, worst, f"max error {worst:.3g}x the tolerance"
     return True, worst, ""
@@ -201,6 +215,23 @@ def measure_copy(torch, do_bench, warmup, reps):
     del src, dst
     torch.cuda.empty_cache()
     return gbps, ms
+
+
+def peak_extra(torch, fn, inputs, copy_first=False):
+    """Bytes one call allocates at its peak beyond what is held before it (the inputs, the oracle):
+    its outputs, the tensors it saves for backward and its workspaces. After a first call, so
+    that one-time setup is not counted. copy_first: the call writes over its first input, so it
+    gets a copy of it (made before, so not counted, as the input is not)."""
+    if copy_first:
+        inputs = (inputs[0].clone(),) + tuple(inputs[1:])
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn(*inputs)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - held
+    del out
+    return peak
 
 
 def run_point(torch, spec, shape, dtype_name, impl_names, ctx, args, copy_gbps, timers):
@@ -243,6 +274,15 @@ def run_point(torch, spec, shape, dtype_name, impl_names, ctx, args, copy_gbps, 
         if not ok:
             rec.update(status="wrong", note=msg)
             say(f"WARNING: {spec.name} {name} {dtype_name} {report.shape_str(shape)}: WRONG OUTPUT: {msg}")
+        if spec.measure_peak:
+            try:
+                rec.update(peak_extra_bytes=peak_extra(torch, fn, inputs),
+                           input_bytes=inputs[0].numel() * inputs[0].element_size())
+                if impl.inplace is not None:
+                    rec["peak_inplace_bytes"] = peak_extra(torch, impl.inplace, inputs, copy_first=True)
+            except Exception as exc:
+                rec["note"] = (rec["note"] + "; " if rec["note"] else "") + f"peak memory: {report_error(exc)}"
+                _recover(torch)
         try:
             ms = do_bench(lambda: fn(*inputs), warmup=args.warmup, rep=args.reps, return_mode="median")
         except Exception as exc:
@@ -320,7 +360,8 @@ def main(argv=None):
         impl_names = [i for i in impl_names if i != "torch.compile"]
     user_shapes = parse_shapes(args.shapes) if args.shapes else None
 
-    reducekit, note = peers.load_reducekit() if OURS in impl_names else (None, "reducekit: not selected")
+    reducekit, note = (peers.load_reducekit() if set(USES_REDUCEKIT) & set(impl_names)
+                       else (None, "reducekit: not selected"))
     say(note)
     for item in args.tune:
         name, _, value = item.partition("=")

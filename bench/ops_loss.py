@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """cross_entropy over vocabulary rows, for the benchmark registry: the forward ('mean' over the
 rows) and the forward with its backward (the gradient of the logits, as training runs it), and that
-step with reducekit's fused kernel (cross_entropy_step, counted as the least a step moves)."""
+step with reducekit's fused kernel (cross_entropy_step, counted as the least a step moves). Peers:
+torch, torch.compile and reducekit-unfused (reducekit.log_softmax, then torch's nll_loss: what the
+fused kernels replace). The two training ops record each implementation's peak memory of a step."""
 from __future__ import annotations
 
 import math
@@ -12,10 +14,17 @@ import torch.nn.functional as F
 from peers import compile_fresh
 from registry import BuildContext, Impl, NotApplicable, OpSpec, register, rows_of, rows_tensor
 
-# Language-model vocabularies (GPT-2, Llama 2 / 3, Qwen, Gemma) at token counts of a step.
-SHAPES = [(4096, 32000), (8192, 50257), (4096, 128256), (2048, 151936), (1024, 256000), (32768, 8192)]
-QUICK = [(8192, 50257), (4096, 128256)]
-ODD = [(2048, 50257), (2048, 50264), (1024, 151936)]
+# Language-model vocabularies (Llama 2, GPT-2, Llama 3, Qwen, Gemma) at token counts of a step
+# (issue 16's grid). The largest point, 16384 x 256000 float32 (4.2e9 elements, past 2^31), holds
+# the logits (15.6 GiB) and the gradient's float64 oracle (31.3 GiB) through the point; torch's
+# training step adds its log-probabilities, their gradient and the logits' gradient (3 x 15.6 GiB),
+# about 94 GiB in all at its peak, within the H200's 139 GiB. The forward's oracle peaks at the
+# logits and two float64 copies (78 GiB); check_output compares in chunks for that reason.
+VOCABS = (32000, 50257, 128256, 151936, 256000)
+SHAPES = [(m, v) for m in (4096, 16384) for v in VOCABS]
+QUICK = [(4096, 50257), (16384, 128256)]
+# GPT-2's odd vocabulary beside its padded twin (50264 = 8 x 6283) at both row counts.
+ODD = [(4096, 50257), (4096, 50264), (16384, 50257), (16384, 50264)]
 
 
 def _make_inputs(shape, dtype):
@@ -52,22 +61,42 @@ def _with_grad(loss_fn):
     return step
 
 
+def _grad_reference(x, target):
+    """d mean(cross_entropy) / d logits in float64, (softmax(x) - one_hot(target)) / M, built in
+    place in one float64 copy (a copy for float64 logits too): autograd on x.double() would hold
+    four (125 GiB at 16384 x 256000)."""
+    g = x.to(torch.float64, copy=True)
+    g.sub_(g.amax(-1, keepdim=True)).exp_()
+    g.div_(g.sum(-1, keepdim=True))
+    rows = torch.arange(g.shape[0], device=g.device)
+    g.index_put_((rows, target), torch.tensor(-1.0, dtype=g.dtype, device=g.device), accumulate=True)
+    return g.div_(g.shape[0])
+
+
 def _register(name, training, fused=False):
     """fused: reducekit's step is cross_entropy_with_grad (loss and gradient from one kernel); the
     peers' is the same forward and autograd backward as `training`."""
     torch_fn = (lambda x, t: F.cross_entropy(x, t))
+    step = _with_grad if training else (lambda fn: fn)
 
     def build_reducekit(ctx: BuildContext, inputs):
         if ctx.reducekit is None or not hasattr(ctx.reducekit, "cross_entropy"):
             raise NotApplicable("reducekit.cross_entropy is not built")
         if fused:
             with_grad = ctx.reducekit.cross_entropy_with_grad
-            return Impl(lambda x, t: with_grad(x, t)[1])
-        fn = ctx.reducekit.cross_entropy
-        return Impl(_with_grad(fn) if training else fn)
+            return Impl(lambda x, t: with_grad(x, t)[1], inplace=lambda x, t: with_grad(x, t, inplace=True)[1])
+        return Impl(step(ctx.reducekit.cross_entropy))
+
+    def build_unfused(ctx, inputs):
+        # The composition a fused cross_entropy saves: the log-probabilities written out (and held
+        # for backward), read again by nll_loss; backward through both ops' autograd.
+        if ctx.reducekit is None or not hasattr(ctx.reducekit, "log_softmax"):
+            raise NotApplicable("reducekit.log_softmax is not built")
+        log_softmax = ctx.reducekit.log_softmax
+        return Impl(step(lambda x, t: F.nll_loss(log_softmax(x, -1), t)))
 
     def build_torch(ctx, inputs):
-        return Impl(_with_grad(torch_fn) if training else torch_fn)
+        return Impl(step(torch_fn))
 
     def build_compile(ctx, inputs):
         # The loss is compiled; the training step's leaf and backward stay outside (dynamo does not
@@ -80,9 +109,7 @@ def _register(name, training, fused=False):
         return Impl(_with_grad(compiled), {"compile_s": round(seconds, 2)})
 
     def reference(x, target):
-        if not training:
-            return F.cross_entropy(x.double(), target)
-        return _with_grad(torch_fn)(x.double(), target)
+        return _grad_reference(x, target) if training else F.cross_entropy(x.double(), target)
 
     def tolerance(dtype):
         if dtype == torch.float64:
@@ -94,8 +121,10 @@ def _register(name, training, fused=False):
     bytes_moved = _step_bytes if fused else _training_bytes if training else _forward_bytes
     register(OpSpec(name=name, make_inputs=_make_inputs, bytes_moved=bytes_moved,
                     reference=reference,
-                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile},
-                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance))
+                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
+                           "reducekit-unfused": build_unfused},
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance,
+                    measure_peak=training))
 
 
 _register("cross_entropy", training=False)

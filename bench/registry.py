@@ -19,9 +19,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 Shape = Tuple[int, ...]
 
 # Implementation names, in the order the table and plots show them. "reducekit" is ours,
-# every other one is a peer.
+# every other one is a peer. "reducekit-unfused" is reducekit's pieces composed where the op has
+# a fused kernel (cross_entropy: reducekit.log_softmax, then torch's nll_loss): a peer like the
+# others, since the fused kernel should beat the composition it replaces.
 OURS = "reducekit"
-IMPL_ORDER = ("reducekit", "torch", "torch.compile", "seed-triton")
+IMPL_ORDER = ("reducekit", "torch", "torch.compile", "seed-triton", "reducekit-unfused")
+# The implementations that need the reducekit package loaded.
+USES_REDUCEKIT = ("reducekit", "reducekit-unfused")
 
 # The standard grid of rowwise problems (DESIGN.md, Benchmarks): an M = 4096 sweep over N,
 # plus long rows, many rows, one very long row per few rows, and tiny rows.
@@ -74,6 +78,9 @@ class Impl:
 
     fn: Callable[..., Any]
     info: Dict[str, Any] = field(default_factory=dict)
+    # The same op writing its output over its first input, where the implementation has that
+    # form: not timed, only its peak memory measured (on a copy of the input; OpSpec.measure_peak).
+    inplace: Optional[Callable[..., Any]] = None
 
 
 # (context, inputs) -> Impl, or raise NotApplicable
@@ -100,6 +107,9 @@ class OpSpec:
     sweep_label: str = "N"
     # (torch dtype) -> (atol, rtol) for the correctness check, in the output's units
     tolerance: Optional[Callable[[Any], Tuple[float, float]]] = None
+    # Record each implementation's peak device memory of one call beyond what it is given
+    # (peak_extra_bytes; bench.py, peak_extra): for ops whose saved tensors and gradients are the point.
+    measure_peak: bool = False
 
 
 REGISTRY: Dict[str, OpSpec] = {}

@@ -3,7 +3,9 @@
 so results.json can be re-rendered anywhere: python bench/bench.py --from-json results.json
 
 A record is a dict: op, impl, dtype, shape (list), bytes, status ("ok", "wrong", "n/a",
-"failed"), gbps, ms, graph_ms, graph_gbps, pct_of_copy, max_err, note, sweep_x, ...
+"failed"), gbps, ms, graph_ms, graph_gbps, pct_of_copy, max_err, note, sweep_x, and where the
+op measures memory (OpSpec.measure_peak) peak_extra_bytes, peak_inplace_bytes, input_bytes; older
+results.json files lack those, and their columns and lines are then left out.
 """
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from registry import IMPL_ORDER, OURS
 # Run-to-run noise of a median: differences below this are not called a loss.
 NOISE = 0.01
 
-SHORT = {"reducekit": "rk", "torch": "torch", "torch.compile": "compile", "seed-triton": "triton"}
+SHORT = {"reducekit": "rk", "torch": "torch", "torch.compile": "compile", "seed-triton": "triton",
+         "reducekit-unfused": "rk-unf"}
+# Peak memory fields of a record: (field, column suffix, words in the summary).
+PEAKS = (("peak_extra_bytes", "", ""), ("peak_inplace_bytes", "-inpl", " in place"))
 
 
 def shape_str(shape) -> str:
@@ -54,6 +59,19 @@ def _us_cell(r: Optional[dict]) -> str:
     return f"{r['graph_ms'] * 1e3:.1f}"
 
 
+def _mib_cell(r: Optional[dict], key: str) -> str:
+    if r is None or r.get(key) is None:
+        return "-"
+    mib = r[key] / 2**20
+    return f"{mib:.0f}" if mib >= 10 else f"{mib:.2f}"
+
+
+def peak_columns(records: List[dict]) -> List[tuple]:
+    """(impl, field) of every peak memory measured in these records, in table order."""
+    return [(i, key) for key, _, _ in PEAKS for i in impls_in(records)
+            if any(r["impl"] == i and r.get(key) is not None for r in records)]
+
+
 def best_peer(point: Dict[str, dict], key: str = "gbps"):
     """(impl, GB/s) of the fastest correct peer at one point, or (None, None); key "graph_gbps" for replay."""
     peers = [(r[key], i) for i, r in point.items()
@@ -68,11 +86,16 @@ def format_table(records: List[dict]) -> str:
     impls = impls_in(records)
     peers = [i for i in impls if i != OURS]
     has_ours = OURS in impls
-    cols = [("op", 12, "<"), ("dtype", 9, "<"), ("shape", 14, "<")]
+    op_width = max([12] + [len(r["op"]) for r in records])  # cross_entropy_training is 22
+    cols = [("op", op_width, "<"), ("dtype", 9, "<"), ("shape", 14, "<")]
     cols += [(SHORT.get(i, i), 7, ">") for i in impls]
     if has_ours:
         cols += [("rk%copy", 7, ">")] + [("vs " + SHORT.get(p, p), 10, ">") for p in peers]
     cols += [("us:" + SHORT.get(i, i), 10, ">") for i in impls]
+    peaks = peak_columns(records)
+    suffix = {key: tail for key, tail, _ in PEAKS}
+    cols += [(name, max(8, len(name) + 1), ">") for name in
+             ("MiB:" + SHORT.get(i, i) + suffix[key] for i, key in peaks)]
 
     def line(cells):
         return " ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, cols)).rstrip()
@@ -81,6 +104,11 @@ def format_table(records: List[dict]) -> str:
         "GB/s = (bytes read once + bytes written once) / median eager time, L2 flushed (triton do_bench);",
         "'!' = output failed the correctness check; vs X = reducekit GB/s / X GB/s;",
         "us:X = CUDA-graph replay time per call in microseconds (small shapes; L2 not flushed).",
+    ]
+    if peaks:
+        out.append("MiB:X = X's peak device memory in one call beyond what it is given (outputs, tensors saved for "
+                   "backward, workspaces); X-inpl: the gradient written over the logits.")
+    out += [
         line([c for c, _, _ in cols]),
         line(["-" * w for _, w, _ in cols]),
     ]
@@ -99,6 +127,7 @@ def format_table(records: List[dict]) -> str:
                     mark = "!" if "wrong" in (ours.get("status"), peer.get("status")) else ""
                     cells.append(f"{ours_gbps / peer['gbps']:.2f}x{mark}")
         cells += [_us_cell(point.get(i)) for i in impls]
+        cells += [_mib_cell(point.get(i), key) for i, key in peaks]
         out.append(line(cells))
     return "\n".join(out)
 
@@ -126,10 +155,12 @@ def summarize(records: List[dict]) -> List[str]:
         per_key.setdefault((op, dtype), []).append((shape, point))
     for (op, dtype), points in per_key.items():
         head = f"SUMMARY {op} {dtype}:"
+        peak = _peak_lines(op, dtype, points)
         ours = [(s, p[OURS]) for s, p in points if OURS in p and p[OURS].get("gbps") is not None]
         if not ours:
             reasons = {p[OURS].get("note") for _, p in points if OURS in p} - {None, ""}
             lines.append(f"{head} reducekit not measured ({'; '.join(sorted(reasons)) or 'not run'})")
+            lines += peak
             continue
         pcts = [r["pct_of_copy"] for _, r in ours if r.get("pct_of_copy") is not None]
         text = f"{head} reducekit % of copy min {min(pcts):.1f} median {statistics.median(pcts):.1f} over {len(pcts)} shapes"
@@ -147,7 +178,25 @@ def summarize(records: List[dict]) -> List[str]:
         if count:
             text = f"SUMMARY {op} {dtype} graph replay: slower than the best peer (by > {NOISE:.0%}) at {len(slower)}/{count}"
             lines.append(text + (": " + ", ".join(slower) if slower else ""))
+        lines += peak
     return lines
+
+
+def _peak_lines(op, dtype, points) -> List[str]:
+    """The most each implementation's call allocated beyond its inputs over these points, in
+    multiples of the first input (the logits): issue 16 asks a step for at most 1 (the gradient)
+    plus O(M), and 0 plus O(M) with the gradient in place."""
+    parts = []
+    for key, _, words in PEAKS:
+        for impl in impls_in([r for _, p in points for r in p.values()]):
+            ratios = [p[impl][key] / p[impl]["input_bytes"] for _, p in points
+                      if impl in p and p[impl].get(key) is not None and p[impl].get("input_bytes")]
+            if ratios:
+                parts.append(f"{impl}{words} {max(ratios):.2f}")
+    if not parts:
+        return []
+    return [f"SUMMARY {op} {dtype} peak memory of a call beyond its inputs, in logits sizes (the most over "
+            f"{len(points)} shapes): " + ", ".join(parts)]
 
 
 def _slower_than_best_peer(points, key):
