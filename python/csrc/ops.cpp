@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit.*: thin adapters from at::Tensor to the C++ API. They allocate outputs,
 // pick the current stream and device, and turn a failed Status into a Python exception; all
-// checking and planning lives in the core.
+// checking and planning lives in the core, but for dim's range: checked here, as torch does, so
+// that it raises torch's IndexError (a failed Status is a RuntimeError).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,6 +26,8 @@ template <class Run>
 at::Tensor rowwise(std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs, int64_t dim, Run run) {
   const at::Tensor& first = *inputs.begin()->first;
   for (const auto& [t, name] : inputs) check_cuda(*t, name);
+  // torch's check and words, raised as c10::IndexError (Python's IndexError, as torch.softmax's)
+  const int64_t d = at::maybe_wrap_dim(dim, first.dim());
   const c10::cuda::CUDAGuard guard(first.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(first.get_device()).stream();
   std::vector<reducekit::TensorView> views;
@@ -35,7 +38,6 @@ at::Tensor rowwise(std::initializer_list<std::pair<const at::Tensor*, const char
     throw_if_failed(s);
     return out;
   }
-  const int64_t d = at::maybe_wrap_dim(dim, first.dim());
   std::vector<at::Tensor> moved;
   views.clear();
   for (const auto& [t, name] : inputs) {

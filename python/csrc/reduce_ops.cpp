@@ -2,7 +2,9 @@
 // torch.ops.reducekit reductions: sum, mean, prod, amax, amin, argmax, argmin, logsumexp, var,
 // std, var_mean, std_mean. Thin: outputs and the workspace come from torch's caching allocator,
 // layouts the core cannot read in place go through the permuted contiguous copy the core asks
-// for (ReduceRequirements::needs_copy), and every check lives in the core.
+// for (ReduceRequirements::needs_copy), and every check lives in the core but three made here
+// first, in torch's words and exception types: dims out of range, empty sets of the extrema, and
+// dtype= (check_arguments).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -13,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -50,8 +53,38 @@ struct Dims {
   }
 };
 
+bool is_arg_op(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
+
+// Checked before the core sees the call, as torch checks them: the core's failed Status is a
+// RuntimeError, and its words are its own.
+//  - A dim out of range is torch's IndexError ("Dimension out of range (expected ...)").
+//  - An empty reduced set of the extrema is ATen's zero_numel_check_dims: an IndexError naming the
+//    dim (argmax/argmin name it wrapped, amax/amin as given); with no dim given, argmax/argmin's
+//    is an IndexError and amax/amin's a RuntimeError. x.size(d) raises torch's out-of-range
+//    IndexError first, as ATen's does.
+//  - dtype= of sum and mean names the output's type; the core would blame `out`, made from it.
+void check_arguments(ReduceOp op, const at::Tensor& x, const Dims& dims, std::optional<at::ScalarType> dtype) {
+  const bool arg = is_arg_op(op);
+  if ((arg || op == ReduceOp::kAmax || op == ReduceOp::kAmin) && x.numel() == 0) {
+    const std::string name = std::string(reducekit::reduce_op_name(op)) + "()";
+    TORCH_CHECK_INDEX(!dims.all || !arg, name, ": Expected reduction dim to be specified for input.numel() == 0.");
+    TORCH_CHECK(!dims.all, name, ": Expected reduction dim to be specified for input.numel() == 0. ",
+                "Specify the reduction dim with the 'dim' argument.");
+    for (const int64_t d : dims.list)
+      TORCH_CHECK_INDEX(x.size(d) != 0, name, ": Expected reduction dim ", arg ? at::maybe_wrap_dim(d, x.dim()) : d,
+                        " to have non-zero size.");
+  }
+  for (const int64_t d : dims.list) at::maybe_wrap_dim(d, x.dim());
+  if (dtype.has_value()) {
+    const at::ScalarType t = *dtype;
+    TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16, "dtype: ",
+                c10::getDtypeNames(t).first, " is not supported; ", reducekit::reduce_op_name(op),
+                " returns float32, float64, float16 or bfloat16");
+  }
+}
+
 at::ScalarType output_type(ReduceOp op, const at::Tensor& x, std::optional<at::ScalarType> dtype) {
-  if (op == ReduceOp::kArgmax || op == ReduceOp::kArgmin) return at::kLong;
+  if (is_arg_op(op)) return at::kLong;
   if ((op == ReduceOp::kSum || op == ReduceOp::kMean) && dtype.has_value()) return *dtype;
   return x.scalar_type();
 }
@@ -66,6 +99,7 @@ std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, 
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   const Dims dims(dim);
+  check_arguments(op, x, dims, dtype);
   reducekit::ReduceRequirements req;
   throw_if_failed(reducekit::reduce_requirements(op, to_view(x, "x"), dims.view(), keepdim, &req));
 

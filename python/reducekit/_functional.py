@@ -2,6 +2,8 @@
 """Functional API mirroring torch's signatures."""
 import torch
 
+from ._checks import check_dtype
+
 # The ops are called as they are: their autograd is C++ (python/csrc/ops.cpp), which costs less
 # host time a call than the reductions' direct route (reducekit/_dispatch.py) would save.
 _ops = torch.ops.reducekit
@@ -9,6 +11,7 @@ _ops = torch.ops.reducekit
 
 def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.softmax(x, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
+    check_dtype(dtype, "softmax computes in")  # before the cast, which would make x the culprit
     if dtype is not None:
         x = x.to(dtype)
     return _ops.softmax(x, dim)
@@ -16,6 +19,7 @@ def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.
 
 def log_softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.log_softmax(x, dim, dtype) on reducekit's kernels."""
+    check_dtype(dtype, "log_softmax computes in")  # before the cast, which would make x the culprit
     if dtype is not None:
         x = x.to(dtype)
     return _ops.log_softmax(x, dim)

@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from ._checks import check_dtype, wrap_dim
 from ._dispatch import eager
 
 _ops = torch.ops.reducekit
@@ -53,12 +54,9 @@ def _reduced_dims(rank, dim):
     dims = [dim] if isinstance(dim, int) else list(dim)
     if not dims:
         return set(range(rank))
-    bound = builtins.max(rank, 1)
     wrapped = set()
     for d in dims:
-        if d < -bound or d >= bound:
-            raise IndexError(f"dim: {d} is out of range for a tensor of rank {rank}")
-        w = d % bound
+        w = wrap_dim(d, rank)
         if w in wrapped:
             raise RuntimeError(f"dim: {w} appears twice")
         wrapped.add(w)
@@ -83,17 +81,46 @@ def _expand_to_input(g, x, dim, keepdim):
 
 
 # ----------------------------------------------------------------------------- fake kernels
+# Each makes the CUDA op's checks first (python/csrc/reduce_ops.cpp, check_arguments), so that a
+# bad call raises the same exception, in the same words, when traced.
 
-def _fake_reduce(x, dim=None, keepdim=False, *, dtype=None):
-    return x.new_empty(_out_shape(x, dim, keepdim), dtype=dtype or x.dtype)
+_EXTREMA = ("amax", "amin", "argmax", "argmin")
+
+
+def _check_nonempty_set(op, x, dim):
+    """torch's errors for an extremum of an empty set (ATen's zero_numel_check_dims): an IndexError
+    naming the dim (argmax/argmin name it wrapped, amax/amin as given); with no dim given,
+    argmax/argmin's is an IndexError and amax/amin's a RuntimeError."""
+    if x.numel() != 0:
+        return
+    arg = op in ("argmax", "argmin")
+    dims = [dim] if isinstance(dim, int) else list(dim or ())
+    if not dims:
+        if arg:
+            raise IndexError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0.")
+        raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+                           "Specify the reduction dim with the 'dim' argument.")
+    for d in dims:
+        w = wrap_dim(d, x.dim())
+        if x.shape[w] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {w if arg else d} to have non-zero size.")
+
+
+def _fake_reduce(op):
+    """The fake kernel of op (x, dim, keepdim[, dtype]): sum, mean, prod, the extrema, logsumexp."""
+    index_dtype = torch.int64 if op in ("argmax", "argmin") else None
+
+    def fake(x, dim=None, keepdim=False, *, dtype=None):
+        if op in _EXTREMA:
+            _check_nonempty_set(op, x, dim)
+        shape = _out_shape(x, dim, keepdim)
+        check_dtype(dtype, f"{op} returns")  # only sum and mean take a dtype
+        return x.new_empty(shape, dtype=index_dtype or dtype or x.dtype)
+    return fake
 
 
 def _fake_moments(x, dim=None, correction=1.0, keepdim=False):
     return x.new_empty(_out_shape(x, dim, keepdim))
-
-
-def _fake_arg(x, dim=None, keepdim=False):
-    return x.new_empty(_out_shape(x, dim, keepdim), dtype=torch.int64)
 
 
 def _fake_moments_pair(x, dim=None, correction=1.0, keepdim=False):
@@ -101,12 +128,10 @@ def _fake_moments_pair(x, dim=None, correction=1.0, keepdim=False):
     return x.new_empty(shape), x.new_empty(shape)
 
 
-for _name in ("sum", "mean", "prod", "amax", "amin", "logsumexp"):
-    torch.library.register_fake(f"reducekit::{_name}")(_fake_reduce)
+for _name in ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp"):
+    torch.library.register_fake(f"reducekit::{_name}")(_fake_reduce(_name))
 for _name in ("var", "std"):
     torch.library.register_fake(f"reducekit::{_name}")(_fake_moments)
-for _name in ("argmax", "argmin"):
-    torch.library.register_fake(f"reducekit::{_name}")(_fake_arg)
 for _name in ("var_mean", "std_mean"):
     torch.library.register_fake(f"reducekit::{_name}")(_fake_moments_pair)
 
@@ -271,13 +296,14 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
 
 def prod(x, dim=None, keepdim=False, *, dtype=None):
     """torch.prod (any dims, not only one); dtype casts x first, as torch does."""
+    check_dtype(dtype, "prod computes in")  # before the cast, which would make x the culprit
     if dtype is not None:
         x = x.to(dtype)
     return _prod(x, _dim_list(dim), keepdim)
 
 
 def amax(x, dim=(), keepdim=False):
-    """torch.amax: NaN propagates; an empty set raises, naming the dim."""
+    """torch.amax: NaN propagates; an empty set raises torch's error (IndexError naming the dim)."""
     return _amax(x, _dim_list(dim), keepdim)
 
 

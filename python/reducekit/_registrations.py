@@ -7,13 +7,13 @@ refuses a dim out of range as they do.
 """
 import torch
 
+from ._checks import wrap_dim
+
 
 def _like_first(first, *rest):
     """The output, after the dim check the CUDA op makes (its last argument), so that a bad dim
-    fails while tracing as it would when run."""
-    dim, bound = rest[-1], max(first.dim(), 1)
-    if dim < -bound or dim >= bound:
-        raise IndexError(f"dim: {dim} is out of range for a tensor of rank {first.dim()}")
+    fails while tracing as it would when run: torch's IndexError."""
+    wrap_dim(rest[-1], first.dim())
     return torch.empty(first.shape, dtype=first.dtype, device=first.device)
 
 

@@ -20,6 +20,30 @@ import pytest
 
 from conftest import PACKAGE_PATH
 
+
+def out_of_range(rank, dim):
+    """torch's message for a dim out of range of a tensor of `rank` dims, lowered as messages are."""
+    bound = max(rank, 1)
+    return f"dimension out of range (expected to be in range of [{-bound}, {bound - 1}], but got {dim})"
+
+
+# torch's words for an extremum of an empty set (ATen's zero_numel_check_dims), lowered
+EMPTY_DIM = "{}(): expected reduction dim {} to have non-zero size."
+EMPTY_ALL = "{}(): expected reduction dim to be specified for input.numel() == 0."
+
+# reducekit's function and torch's under torch.compile (the eager backend: dynamo traces with the
+# fake kernels) must fail alike: reducekit's error is raised where both raised the same type.
+COMPILED_ERROR = textwrap.dedent("""\
+    def compiled_error(f):
+        try:
+            torch.compile(f, backend='eager')(torch.randn(2, 3, device='cuda'))
+        except Exception as exc:
+            return exc
+        raise AssertionError('no error under torch.compile')
+    mine, theirs = compiled_error({}), compiled_error({})
+    assert type(mine) is type(theirs), f'{{type(mine).__name__}} {{mine}}; torch: {{type(theirs).__name__}} {{theirs}}'
+    raise mine""")
+
 # name -> (expectation, words an error must name, code[, exception types an error must have]). The
 # code runs with torch, reducekit (as rk) and x9 (a rank-9 CUDA tensor) in scope; `match`
 # and `either` cases set `out` and `ref` (NaN is compared through isnan() or nan_to_num(), since
@@ -52,10 +76,41 @@ CASES = {
     "add_rms_norm_residual_on_cpu": ("error", ["residual", "device", "cuda"],
                                      "rk.add_rms_norm(torch.randn(2, 4, device='cuda'), torch.randn(2, 4), [4])"),
     # shapes and dims
-    "softmax_dim_out_of_range": ("error", ["dim", "range"], "rk.softmax(torch.randn(2, 3, device='cuda'), 2)"),
-    "sum_dim_out_of_range": ("error", ["dim", "range"], "rk.sum(torch.randn(2, 3, device='cuda'), dim=-3)"),
+    # a dim out of range: torch's IndexError and words, from the functions and the ops alike
+    "softmax_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.softmax(torch.randn(2, 3, device='cuda'), 2)",
+                                 ("IndexError",)),
+    "sum_dim_out_of_range": ("error", [out_of_range(2, -3)], "rk.sum(torch.randn(2, 3, device='cuda'), dim=-3)",
+                             ("IndexError",)),
     "sum_repeated_dim": ("error", ["dim", "repeat", "twice", "multiple"],
-                         "rk.sum(torch.randn(2, 3, device='cuda'), dim=(0, 0))"),
+                         "rk.sum(torch.randn(2, 3, device='cuda'), dim=(0, 0))", ("RuntimeError",)),
+    "log_softmax_dim_out_of_range": ("error", [out_of_range(2, 5)], "rk.log_softmax(torch.randn(2, 3, "
+                                     "device='cuda'), dim=5)", ("IndexError",)),
+    "amax_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.amax(torch.randn(2, 3, device='cuda'), dim=(0, 2))",
+                              ("IndexError",)),
+    "argmax_dim_out_of_range": ("error", [out_of_range(2, -3)], "rk.argmax(torch.randn(2, 3, device='cuda'), dim=-3)",
+                                ("IndexError",)),
+    "var_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.var(torch.randn(2, 3, device='cuda'), dim=2)",
+                             ("IndexError",)),
+    "logsumexp_dim_out_of_range": ("error", [out_of_range(3, 3)], "rk.logsumexp(torch.randn(2, 3, 4, "
+                                   "device='cuda'), dim=3)", ("IndexError",)),
+    "softmax_op_dim_out_of_range": ("error", [out_of_range(2, 5)], "torch.ops.reducekit.softmax(torch.randn(2, 3, "
+                                    "device='cuda'), 5)", ("IndexError",)),
+    "log_softmax_op_dim_out_of_range": ("error", [out_of_range(2, -3)], "torch.ops.reducekit.log_softmax("
+                                        "torch.randn(2, 3, device='cuda'), -3)", ("IndexError",)),
+    "softmax_backward_op_dim_out_of_range": ("error", [out_of_range(2, 2)], textwrap.dedent("""\
+        y = torch.softmax(torch.randn(2, 3, device='cuda'), -1)
+        torch.ops.reducekit.softmax_backward(y, torch.randn(2, 3, device='cuda'), 2)"""), ("IndexError",)),
+    "sum_op_dim_out_of_range": ("error", [out_of_range(2, 2)], "torch.ops.reducekit.sum(torch.randn(2, 3, "
+                                "device='cuda'), [2])", ("IndexError",)),
+    "argmax_op_dim_out_of_range": ("error", [out_of_range(2, 4)], "torch.ops.reducekit.argmax(torch.randn(2, 3, "
+                                   "device='cuda'), 4)", ("IndexError",)),
+    "std_mean_op_dim_out_of_range": ("error", [out_of_range(2, -5)], "torch.ops.reducekit.std_mean(torch.randn(2, 3, "
+                                     "device='cuda'), [0, -5])", ("IndexError",)),
+    # with grad: the ops' autograd kernels (C++ for softmax, Python for the reductions) check alike
+    "softmax_grad_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.softmax(torch.randn(2, 3, device='cuda', "
+                                      "requires_grad=True), 2)", ("IndexError",)),
+    "sum_grad_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.sum(torch.randn(2, 3, device='cuda', "
+                                  "requires_grad=True), 2)", ("IndexError",)),
     "layer_norm_shape_mismatch": ("error", ["normalized_shape", "shape"],
                                   "rk.layer_norm(torch.randn(2, 4, device='cuda'), [5])"),
     "layer_norm_weight_shape": ("error", ["weight", "shape"],
@@ -65,10 +120,10 @@ CASES = {
     "add_layer_norm_residual_shape": ("error", ["residual", "shape"],
                                       "rk.add_layer_norm(torch.randn(2, 4, device='cuda'), "
                                       "torch.randn(3, 4, device='cuda'), [4])"),
-    "argmax_empty": ("error", ["empty", "no elements", "numel", "zero"],
-                     "rk.argmax(torch.randn(0, 3, device='cuda'), dim=0)"),
-    "amax_empty": ("error", ["empty", "no elements", "numel", "zero", "identity"],
-                   "rk.amax(torch.randn(0, 3, device='cuda'), dim=0)"),
+    "argmax_empty": ("error", [EMPTY_DIM.format("argmax", 0)], "rk.argmax(torch.randn(0, 3, device='cuda'), dim=0)",
+                     ("IndexError",)),
+    "amax_empty": ("error", [EMPTY_DIM.format("amax", 0)], "rk.amax(torch.randn(0, 3, device='cuda'), dim=0)",
+                   ("IndexError",)),
     # zero-size and strided inputs that have an answer
     "softmax_zero_rows": ("match", [], "x = torch.randn(0, 7, device='cuda'); out = rk.softmax(x, -1); "
                           "ref = torch.softmax(x, -1)"),
@@ -241,19 +296,26 @@ CASES = {
         out = (ys[-1], m.running_mean, m.running_var, m.num_batches_tracked)
         ref = (zs[-1], r.running_mean, r.running_var, r.num_batches_tracked)""")),
     # reductions: dims out of range or repeated (mean, std, var_mean, std_mean, logsumexp, prod, amin, argmin)
-    "mean_dim_out_of_range": ("error", ["out of range"], "rk.mean(torch.randn(2, 3, device='cuda'), dim=2)"),
+    "mean_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.mean(torch.randn(2, 3, device='cuda'), dim=2)",
+                              ("IndexError",)),
     "std_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.std(torch.randn(2, 3, device='cuda'), "
-                         "dim=(1, -1))"),
-    "var_mean_dim_out_of_range": ("error", ["out of range"], "rk.var_mean(torch.randn(2, 3, device='cuda'), dim=-3)"),
-    "std_mean_dim_out_of_range": ("error", ["out of range"], "rk.std_mean(torch.randn(2, 3, device='cuda'), "
-                                  "dim=[0, 7])"),
+                         "dim=(1, -1))", ("RuntimeError",)),
+    "var_mean_dim_out_of_range": ("error", [out_of_range(2, -3)], "rk.var_mean(torch.randn(2, 3, device='cuda'), "
+                                  "dim=-3)", ("IndexError",)),
+    "std_mean_dim_out_of_range": ("error", [out_of_range(2, 7)], "rk.std_mean(torch.randn(2, 3, device='cuda'), "
+                                  "dim=[0, 7])", ("IndexError",)),
     "logsumexp_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.logsumexp(torch.randn(2, 3, "
-                               "device='cuda'), dim=(0, -2))"),
-    "prod_dim_out_of_range": ("error", ["out of range"], "rk.prod(torch.randn(2, 3, device='cuda'), dim=5)"),
+                               "device='cuda'), dim=(0, -2))", ("RuntimeError",)),
+    "prod_dim_out_of_range": ("error", [out_of_range(2, 5)], "rk.prod(torch.randn(2, 3, device='cuda'), dim=5)",
+                              ("IndexError",)),
     "amin_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.amin(torch.randn(2, 3, device='cuda'), "
-                          "dim=[1, 1])"),
-    "argmin_dim_out_of_range": ("error", ["out of range"], "rk.argmin(torch.randn(2, 3, device='cuda'), dim=2)"),
-    "argmax_0d_dim_out_of_range": ("error", ["out of range"], "rk.argmax(torch.tensor(2.0, device='cuda'), dim=1)"),
+                          "dim=[1, 1])", ("RuntimeError",)),
+    "argmin_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.argmin(torch.randn(2, 3, device='cuda'), dim=2)",
+                                ("IndexError",)),
+    "argmax_0d_dim_out_of_range": ("error", [out_of_range(0, 1)], "rk.argmax(torch.tensor(2.0, device='cuda'), dim=1)",
+                                   ("IndexError",)),
+    "sum_0d_dim_out_of_range": ("error", [out_of_range(0, -2)], "rk.sum(torch.tensor(2.0, device='cuda'), dim=-2)",
+                                ("IndexError",)),
     "var_unbiased_and_correction": ("error", ["correction"], "rk.var(torch.randn(3, 4, device='cuda'), 1, True, "
                                     "correction=0)", ("TypeError",)),
     # reductions: keepdim with an empty dim list (every dim, as torch) or over zero-size dims
@@ -268,8 +330,33 @@ CASES = {
                                         "out = rk.amax(x, dim=0, keepdim=True); "
                                         "ref = torch.amax(x, dim=0, keepdim=True)"),
     # reductions: an empty reduced set, where torch raises (extrema, arg-extrema) or has a value
-    "amin_empty_dim": ("error", ["size 0"], "rk.amin(torch.randn(0, 3, device='cuda'), dim=0)"),
-    "argmin_empty_all": ("error", ["size 0"], "rk.argmin(torch.randn(0, device='cuda'))"),
+    "amin_empty_dim": ("error", [EMPTY_DIM.format("amin", 0)], "rk.amin(torch.randn(0, 3, device='cuda'), dim=0)",
+                       ("IndexError",)),
+    "argmin_empty_all": ("error", [EMPTY_ALL.format("argmin")], "rk.argmin(torch.randn(0, device='cuda'))",
+                         ("IndexError",)),
+    # torch names the dim as given for amax/amin, wrapped for argmax/argmin
+    "amax_empty_negative_dim": ("error", [EMPTY_DIM.format("amax", -2)], "rk.amax(torch.randn(0, 3, "
+                                "device='cuda'), dim=-2)", ("IndexError",)),
+    "argmax_empty_negative_dim": ("error", [EMPTY_DIM.format("argmax", 1)], "rk.argmax(torch.randn(3, 0, "
+                                  "device='cuda'), dim=-1)", ("IndexError",)),
+    "amin_empty_second_dim": ("error", [EMPTY_DIM.format("amin", 2)], "rk.amin(torch.randn(2, 3, 0, "
+                              "device='cuda'), dim=(0, 2))", ("IndexError",)),
+    "argmax_op_empty_dim": ("error", [EMPTY_DIM.format("argmax", 0)], "torch.ops.reducekit.argmax(torch.randn(0, 3, "
+                            "device='cuda'), 0)", ("IndexError",)),
+    "amax_op_empty_dim": ("error", [EMPTY_DIM.format("amax", 0)], "torch.ops.reducekit.amax(torch.randn(0, 3, "
+                          "device='cuda'), [0])", ("IndexError",)),
+    # every dim of an empty tensor: torch's RuntimeError for amax/amin, IndexError for argmax/argmin
+    "amax_empty_all": ("error", [EMPTY_ALL.format("amax") + " specify the reduction dim with the 'dim' argument."],
+                       "rk.amax(torch.randn(2, 0, device='cuda'))", ("RuntimeError",)),
+    "amin_empty_dim_list": ("error", [EMPTY_ALL.format("amin")], "rk.amin(torch.randn(0, 3, device='cuda'), dim=[])",
+                            ("RuntimeError",)),
+    "argmax_empty_all": ("error", [EMPTY_ALL.format("argmax")], "rk.argmax(torch.randn(2, 0, device='cuda'))",
+                         ("IndexError",)),
+    # an empty tensor whose reduced dims are not empty: an empty result, as torch's
+    "argmax_empty_tensor_nonempty_dim": ("match", [], "x = torch.randn(0, 3, device='cuda'); "
+                                         "out = rk.argmax(x, dim=1); ref = torch.argmax(x, dim=1)"),
+    "amin_empty_tensor_nonempty_dim": ("match", [], "x = torch.randn(0, 3, device='cuda'); "
+                                       "out = rk.amin(x, dim=-1); ref = torch.amin(x, dim=-1)"),
     "logsumexp_empty_dim": ("match", [], "x = torch.randn(3, 0, device='cuda'); "
                             "out = rk.logsumexp(x, 1); ref = torch.logsumexp(x, 1)"),
     "prod_empty_dim": ("match", [], "x = torch.randn(3, 0, device='cuda'); out = rk.prod(x, 1); "
@@ -280,31 +367,65 @@ CASES = {
     "std_mean_int64": ("error", ["int64"], "rk.std_mean(torch.arange(12, device='cuda').view(3, 4), dim=1)"),
     "var_complex64": ("error", ["complex"], "rk.var(torch.randn(3, 4, dtype=torch.complex64, device='cuda'), dim=1)"),
     "amax_float8": ("error", ["float8"], "rk.amax(torch.randn(3, 4, device='cuda').to(torch.float8_e4m3fn), dim=1)"),
-    "sum_integer_dtype_argument": ("error", ["dtype"], "rk.sum(torch.randn(3, 4, device='cuda'), dim=1, "
-                                   "dtype=torch.int64)"),
+    # an unsupported dtype= is named as such (not as the output or input made from it)
+    "sum_integer_dtype_argument": ("error", ["dtype: int64 is not supported; sum"], "rk.sum(torch.randn(3, 4, "
+                                   "device='cuda'), dim=1, dtype=torch.int64)", ("RuntimeError",)),
+    "sum_all_integer_dtype_argument": ("error", ["dtype: int64 is not supported; sum"], "rk.sum(torch.randn(3, 4, "
+                                       "device='cuda'), dtype=torch.int64)", ("RuntimeError",)),
+    "mean_integer_dtype_argument": ("error", ["dtype: int32 is not supported; mean"], "rk.mean(torch.randn(3, 4, "
+                                    "device='cuda'), dim=1, dtype=torch.int32)", ("RuntimeError",)),
+    "prod_integer_dtype_argument": ("error", ["dtype: int64 is not supported; prod"], "rk.prod(torch.randn(3, 4, "
+                                    "device='cuda'), dim=1, dtype=torch.int64)", ("RuntimeError",)),
+    "sum_op_bool_dtype_argument": ("error", ["dtype: bool is not supported; sum"], "torch.ops.reducekit.sum("
+                                   "torch.randn(3, 4, device='cuda'), [1], dtype=torch.bool)", ("RuntimeError",)),
     # meta tensors: shapes from the fake kernels, bad dims refused as on CUDA
     "sum_meta": ("match", [], "x = torch.randn(3, 4, device='meta'); out = rk.sum(x, dim=0); "
                  "ref = torch.sum(x, dim=0)"),
     "softmax_meta": ("match", [], "x = torch.randn(3, 4, device='meta'); out = rk.softmax(x, -1); "
                      "ref = torch.softmax(x, -1)"),
-    "argmax_meta_dim_out_of_range": ("error", ["out of range"], "rk.argmax(torch.randn(3, 4, device='meta'), dim=2)",
-                                     ("IndexError",)),
+    "argmax_meta_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.argmax(torch.randn(3, 4, device='meta'), "
+                                     "dim=2)", ("IndexError",)),
     "var_meta_repeated_dim": ("error", ["appears twice", "multiple times"], "rk.var(torch.randn(3, 4, device='meta'), "
                               "dim=(0, 0))", ("RuntimeError",)),
-    "softmax_meta_dim_out_of_range": ("error", ["dim"], "rk.softmax(torch.randn(2, 3, device='meta'), 5)"),
+    "softmax_meta_dim_out_of_range": ("error", [out_of_range(2, 5)], "rk.softmax(torch.randn(2, 3, device='meta'), 5)",
+                                      ("IndexError",)),
+    "sum_meta_dim_out_of_range": ("error", [out_of_range(2, -3)], "rk.sum(torch.randn(3, 4, device='meta'), dim=-3)",
+                                  ("IndexError",)),
+    "log_softmax_backward_meta_dim_out_of_range": ("error", [out_of_range(2, 2)], "torch.ops.reducekit."
+                                                   "log_softmax_backward(torch.randn(2, 3, device='meta'), "
+                                                   "torch.randn(2, 3, device='meta'), 2)", ("IndexError",)),
+    "amax_meta_empty_dim": ("error", [EMPTY_DIM.format("amax", -2)], "rk.amax(torch.randn(0, 3, device='meta'), "
+                            "dim=-2)", ("IndexError",)),
+    "argmin_meta_empty_all": ("error", [EMPTY_ALL.format("argmin")], "rk.argmin(torch.randn(0, device='meta'))",
+                              ("IndexError",)),
+    "amin_meta_empty_all": ("error", [EMPTY_ALL.format("amin")], "rk.amin(torch.randn(0, 3, device='meta'))",
+                            ("RuntimeError",)),
+    "sum_meta_integer_dtype_argument": ("error", ["dtype: int64 is not supported; sum"], "rk.sum(torch.randn(3, 4, "
+                                        "device='meta'), dim=1, dtype=torch.int64)", ("RuntimeError",)),
+    # torch.compile: the fake kernels' errors reach the caller as torch's own do
+    "softmax_compiled_dim_out_of_range": ("error", [out_of_range(2, 5)], COMPILED_ERROR.format(
+        "lambda x: rk.softmax(x, 5)", "lambda x: torch.softmax(x, 5)")),
+    "sum_compiled_dim_out_of_range": ("error", [out_of_range(2, 2)], COMPILED_ERROR.format(
+        "lambda x: rk.sum(x, 2)", "lambda x: torch.sum(x, 2)")),
+    "amax_compiled_empty_dim": ("error", [EMPTY_DIM.format("amax", 0)], COMPILED_ERROR.format(
+        "lambda x: rk.amax(x[:0], 0)", "lambda x: torch.amax(x[:0], 0)")),
     "layer_norm_meta_shape_mismatch": ("error", ["normalized_shape"], "rk.layer_norm(torch.randn(2, 4, "
                                        "device='meta'), [5])"),
     # softmax / log_softmax: dtype= an integer dtype, 0-d tensors, complex input, the modules
-    "softmax_dtype_int64": ("error", ["int64"], "rk.softmax(torch.randn(2, 3, device='cuda'), -1, dtype=torch.int64)"),
-    "log_softmax_dtype_int32": ("error", ["got int"], "rk.log_softmax(torch.randn(2, 3, device='cuda'), 0, "
-                                "dtype=torch.int32)"),
-    "softmax_0d_dim_out_of_range": ("error", ["out of range"], "rk.softmax(torch.tensor(1.5, device='cuda'), 1)"),
+    "softmax_dtype_int64": ("error", ["dtype: int64 is not supported; softmax computes in"], "rk.softmax("
+                            "torch.randn(2, 3, device='cuda'), -1, dtype=torch.int64)", ("RuntimeError",)),
+    "log_softmax_dtype_int32": ("error", ["dtype: int32 is not supported; log_softmax computes in"], "rk.log_softmax("
+                                "torch.randn(2, 3, device='cuda'), 0, dtype=torch.int32)", ("RuntimeError",)),
+    "softmax_dtype_float8": ("error", ["dtype: float8_e4m3fn is not supported; softmax"], "rk.softmax("
+                             "torch.randn(2, 3, device='cuda'), -1, dtype=torch.float8_e4m3fn)", ("RuntimeError",)),
+    "softmax_0d_dim_out_of_range": ("error", [out_of_range(0, 1)], "rk.softmax(torch.tensor(1.5, device='cuda'), 1)",
+                                    ("IndexError",)),
     "log_softmax_0d": ("match", [], "x = torch.tensor(1.5, device='cuda'); out = rk.log_softmax(x, -1); "
                        "ref = torch.log_softmax(x, -1)"),
     "softmax_complex": ("error", ["complex"], "rk.softmax(torch.randn(2, 3, dtype=torch.complex64, device='cuda'), -1)",
                         ("RuntimeError",)),
-    "softmax_module_dim_out_of_range": ("error", ["out of range"], "rk.nn.Softmax(dim=2)(torch.randn(2, 3, "
-                                        "device='cuda'))"),
+    "softmax_module_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.nn.Softmax(dim=2)(torch.randn(2, 3, "
+                                        "device='cuda'))", ("IndexError",)),
     "log_softmax_module_int": ("error", ["int64"], "rk.nn.LogSoftmax(dim=-1)(torch.arange(6, "
                                "device='cuda').view(2, 3))"),
     # norms: normalized_shape longer than the rank, empty, or unlike the trailing dims
