@@ -2,7 +2,7 @@
 """Functional API mirroring torch's signatures."""
 import torch
 
-from ._checks import check_dtype
+from ._checks import check_dtype, wrap_dim
 
 # The ops are called as they are: their autograd is C++ (python/csrc/ops.cpp), which costs less
 # host time a call than the reductions' direct route (reducekit/_dispatch.py) would save.
@@ -12,6 +12,7 @@ _ops = torch.ops.reducekit
 def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.softmax(x, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
     check_dtype(dtype, "softmax computes in")  # before the cast, which would make x the culprit
+    wrap_dim(dim, x.dim())  # torch's IndexError, raised here also while torch.compile traces
     if dtype is not None:
         x = x.to(dtype)
     return _ops.softmax(x, dim)
@@ -20,6 +21,7 @@ def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.
 def log_softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.log_softmax(x, dim, dtype) on reducekit's kernels."""
     check_dtype(dtype, "log_softmax computes in")  # before the cast, which would make x the culprit
+    wrap_dim(dim, x.dim())  # torch's IndexError, raised here also while torch.compile traces
     if dtype is not None:
         x = x.to(dtype)
     return _ops.log_softmax(x, dim)

@@ -271,36 +271,35 @@ template <typename Acc> struct CrossEntropyStagedWriter {
   }
 };
 
-// What a staged row needs besides its logits, loaded when the row is staged (their latency hides
-// behind the rows before it).
-template <typename Acc> struct StagedRowTarget {
-  int64_t t;
-  bool ignored, bad;
-  Acc w_t, g;
-  template <typename T, bool kGradient>
-  __device__ __forceinline__ static StagedRowTarget load(const CrossEntropyArgs<T>& a, int64_t row) {
-    StagedRowTarget r;
-    r.t = a.target[row];
-    r.ignored = r.t == a.ignore_index;
-    r.bad = !r.ignored && (r.t < 0 || r.t >= a.classes);
-    r.w_t = a.weight && !r.ignored && !r.bad ? a.weight[r.t] : Acc(1);
-    r.g = kGradient ? a.grad[row] : Acc(0);
-    return r;
-  }
-};
-
-// One staged row's loss and lse and, with kGradient, its gradient (CTA `rank` of `ctas`).
+// 16-bit rows without label smoothing or soft-capping, staged whole in shared memory
+// (row_staged.cuh: one CTA a row or a cluster's shares, any alignment): the row is read from
+// HBM once, its statistic folded as it lands, and with kGradient the gradient is written from
+// shared memory. The fold is the staged softmax's, so these rows' loss and lse are this kernel's
+// whether or not it writes the gradient (the forward takes it too). Launched as rows x C CTAs
+// in clusters of C, the dynamic shared memory staged_share_smem_bytes(P).
 template <typename T, int THREADS, bool kGradient>
-__device__ __forceinline__ void cross_entropy_staged_row(const CrossEntropyArgs<T>& a, int64_t row,
-                                                         const StagedRow<T, SoftmaxForwardOp<T, false>>& staged,
-                                                         const StagedRowTarget<acc_t<T>>& target, int rank, int ctas,
-                                                         typename SoftmaxForwardOp<T, false>::Stat* slots,
-                                                         typename SoftmaxForwardOp<T, false>::Stat* cluster_slot) {
+__global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntropyArgs<T> a) {
   using Acc = acc_t<T>;
   using Lse = SoftmaxForwardOp<T, false>;
-  const int64_t t = target.t;
-  const bool ignored = target.ignored, bad = target.bad;
-  const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, cluster_slot);
+  extern __shared__ __align__(128) unsigned char staged_bytes[];
+  __shared__ uint64_t arrived[kStagedMaxChunks];
+  __shared__ typename Lse::Stat slots[33];
+  __shared__ typename Lse::Stat cluster_slot;
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / ctas;
+  const StagedRow<T, Lse> staged =
+      stage_share<T, Lse>(a.logits + row * a.logits_stride, static_cast<int>(a.classes), rank, ctas, staged_bytes,
+                          arrived);
+  // The row's target, class weight and upstream gradient load while its share lands (thread 0
+  // issued the bulk copies first: they do not wait for these loads).
+  const int64_t t = a.target[row];
+  const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
+  const Acc w_t = a.weight && !ignored && !bad ? a.weight[t] : Acc(1);
+  const Acc g = kGradient ? a.grad[row] : Acc(0);
+  const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, &cluster_slot);
   const Acc log_sum = precise_log(stat.w[1]);
   const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
   // The CTA holding the target's logit (in its shared memory, so the row may already be
@@ -312,67 +311,18 @@ __device__ __forceinline__ void cross_entropy_staged_row(const CrossEntropyArgs<
       loss = Acc(NAN);
     } else if (!ignored) {
       // As CrossEntropyRow::forward without smoothing: (max - z_t) + log(sum), exact near the max.
-      loss = (Acc(1) - a.smoothing) * target.w_t *
-             ((stat.w[0] - to_acc<Acc>(staged.element(static_cast<int>(t)))) + log_sum);
+      loss = (Acc(1) - a.smoothing) * w_t * ((stat.w[0] - to_acc<Acc>(staged.element(static_cast<int>(t)))) + log_sum);
       if (a.z_scale != Acc(0)) loss += a.z_scale * lse * lse;
     }
     a.loss[row] = loss;
     a.lse[row] = lse;
   }
   if constexpr (kGradient) {
-    const Acc g = target.g;
-    const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * target.w_t;
+    const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * w_t;
     const Acc smooth_part = g * a.smoothing / Acc(a.classes);
     const Acc p_factor = target_part + smooth_part * Acc(0) + Acc(2) * a.z_scale * g * lse;
     const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, bad ? Acc(NAN) : Acc(0), t, !ignored && !bad};
     write_staged_share<T, Lse, THREADS>(staged, rank, ctas, a.dlogits + row * a.dlogits_stride, write);
-  }
-}
-
-// 16-bit rows without label smoothing or soft-capping, staged whole in shared memory
-// (row_staged.cuh: one CTA a row or a cluster's shares, any alignment): the row is read from
-// HBM once, its statistic folded as it lands, and with kGradient the gradient is written from
-// shared memory. The fold is the staged softmax's, so these rows' loss and lse are this kernel's
-// whether or not it writes the gradient (the forward takes it too).
-// Persistent: each CTA (cluster) takes rows g, g + G, ... (G CTA groups in the grid) and stages
-// the next row into its second buffer before it folds and writes the current one, so a row's read
-// is in flight through the passes over the row before. Launched as G x C CTAs in clusters of C,
-// the dynamic shared memory 2 x staged_share_smem_bytes(P).
-template <typename T, int THREADS, bool kGradient>
-__global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntropyArgs<T> a) {
-  using Lse = SoftmaxForwardOp<T, false>;
-  using Target = StagedRowTarget<acc_t<T>>;
-  constexpr int VEC = 16 / sizeof(T);
-  extern __shared__ __align__(128) unsigned char staged_bytes[];
-  __shared__ uint64_t arrived[2][kStagedMaxChunks];
-  __shared__ typename Lse::Stat slots[33];
-  __shared__ typename Lse::Stat cluster_slot;
-
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int ctas = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int cols = static_cast<int>(a.classes);
-  const int64_t groups = gridDim.x / ctas;
-  const int buffer_bytes = ((cols + VEC - 1) / VEC + ctas - 1) / ctas * 16 + 48;  // staged_share_smem_bytes
-  // Use u of the buffers stages into buffer u % 2, completing phase (u / 2) % 2 of its barriers.
-  const auto stage = [&](int64_t row, int use) {
-    return stage_share<T, Lse>(a.logits + row * a.logits_stride, cols, rank, ctas,
-                               staged_bytes + (use & 1) * buffer_bytes, arrived[use & 1], (use >> 1) & 1, use < 2);
-  };
-  int64_t row = blockIdx.x / ctas;
-  StagedRow<T, Lse> current = stage(row, 0);
-  Target target = Target::template load<T, kGradient>(a, row);
-  for (int use = 0; row < a.rows; ++use, row += groups) {
-    StagedRow<T, Lse> next = current;
-    Target next_target = target;
-    if (row + groups < a.rows) {
-      next = stage(row + groups, use + 1);
-      next_target = Target::template load<T, kGradient>(a, row + groups);
-    }
-    cross_entropy_staged_row<T, THREADS, kGradient>(a, row, current, target, rank, ctas, slots, &cluster_slot);
-    __syncthreads();  // the current buffer is read to the end before the row after next is staged into it
-    current = next;
-    target = next_target;
   }
 }
 

@@ -80,8 +80,7 @@ template <typename T, class Op> struct StagedRow {
   int cols, first, chunks;
   int shift;  // the row's bytes past a granule boundary
   uint64_t* arrived;
-  int share;        // vectors a CTA of the row owns: [first, first + share)
-  uint32_t parity;  // the phase of `arrived` this row's copies complete
+  int share;  // vectors a CTA of the row owns: [first, first + share)
 
   // Vector v of the row (elements v * VEC ..): its values, pads past the end
   // (only the row's last vector has any: the others skip the per-element test).
@@ -105,7 +104,7 @@ template <typename T, class Op> struct StagedRow {
   }
   __device__ __forceinline__ bool holds(int j) const { return j / VEC >= first && j / VEC < first + share; }
   __device__ __forceinline__ void wait_chunk(int k) const {
-    while (!cuda::ptx::mbarrier_try_wait_parity(&arrived[k], parity)) {
+    while (!cuda::ptx::mbarrier_try_wait_parity(&arrived[k], 0u)) {
     }
   }
   // The chunk holding mirror slot m.
@@ -210,13 +209,9 @@ template <class Op, class Local> struct StagedTwoPhaseWriter {
 // CTA `rank` of the `ctas` staging a row of `cols` elements at `in`: thread 0 starts the bulk
 // copies of its mirror slots, threads 1 .. 2 VEC fill the row's partial end granules it holds,
 // and the CTA syncs. `staged_bytes`: staged_share_smem_bytes(share) of dynamic shared memory.
-// A CTA that stages rows into the same buffer again (a persistent kernel) passes the use's
-// parity (0, 1, 0, ... from the first use, which initializes the barriers); every thread must be
-// done with the buffer's previous row (a barrier between) before the call.
 template <typename T, class Op>
 __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, int rank, int ctas,
-                                                        unsigned char* staged_bytes, uint64_t* arrived,
-                                                        uint32_t parity = 0, bool first_use = true) {
+                                                        unsigned char* staged_bytes, uint64_t* arrived) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int ES = sizeof(T);
   Bytes16* buf = reinterpret_cast<Bytes16*>(staged_bytes);
@@ -234,14 +229,8 @@ __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, i
   const int chunks = (share + 3 + kStagedChunkGranules - 1) / kStagedChunkGranules;
 
   if (threadIdx.x == 0) {
-    if (first_use) {
-      for (int k = 0; k < chunks; ++k) cuda::ptx::mbarrier_init(&arrived[k], 1);
-      cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-    } else {
-      // The threads' reads and element writes of the buffer's previous row come before the
-      // copies (async proxy) overwrite it.
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-    }
+    for (int k = 0; k < chunks; ++k) cuda::ptx::mbarrier_init(&arrived[k], 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
     const char* floor = reinterpret_cast<const char*>(in) - s;
     for (int k = 0; k < chunks; ++k) {
       const int lo = max(first - 1 + k * kStagedChunkGranules, max(g_lo, first_whole));
@@ -266,7 +255,7 @@ __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, i
     if (mine) *reinterpret_cast<T*>(staged_bytes + 16 * (1 - first) + s + e * ES) = in[e];
   }
   __syncthreads();
-  return {buf, cols, first, chunks, s, arrived, share, parity};
+  return {buf, cols, first, chunks, s, arrived, share};
 }
 
 // The row's merged statistic in every thread of every CTA of its cluster: the CTA's share folded

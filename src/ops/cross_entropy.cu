@@ -105,7 +105,7 @@ Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropy
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   limits.staged[1].min_row_bytes = std::min(limits.staged[1].min_row_bytes, limits.staged[0].max_row_bytes);
   *c = plan_row_kernel(classes, elem_bytes, 1, limits);
-  *staged = c->kind == RowKernelKind::kStaged && 2 * c->smem_bytes <= limits.max_smem_per_block;  // two buffers
+  *staged = c->kind == RowKernelKind::kStaged;
   return Status::ok();
 }
 
@@ -119,17 +119,7 @@ Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfi
     const auto kernel = c.threads == kStagedSmallThreads
                             ? kernels::cross_entropy_staged_kernel<T, kStagedSmallThreads, kGradient>
                             : kernels::cross_entropy_staged_kernel<T, kStagedThreads, kGradient>;
-    RowKernelConfig persistent = c;
-    persistent.smem_bytes = 2 * c.smem_bytes;  // the current row and the next
-    REDUCEKIT_RETURN_IF_ERROR(detail::allow_smem(kernel, persistent.smem_bytes, name));
-    int groups = 0;  // CTAs, or clusters, resident at once
-    if (c.cluster == 1)
-      REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(reinterpret_cast<const void*>(kernel), c.threads,
-                                                      persistent.smem_bytes, &groups));
-    else
-      REDUCEKIT_RETURN_IF_ERROR(
-          detail::resident_clusters(kernel, c.cluster, c.threads, persistent.smem_bytes, &groups));
-    return detail::launch_blocks(kernel, std::min<int64_t>(a.rows, groups) * c.cluster, persistent, stream, name, a);
+    return detail::launch_blocks(kernel, a.rows * c.cluster, c, stream, name, a);
   } else {
     return Status::unsupported("logits: staged rows are 16-bit rows");
   }

@@ -196,36 +196,6 @@ inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, i
   return Status::ok();
 }
 
-// Clusters of `cluster` CTAs of `kernel` the whole device holds at once (the GPCs place whole
-// clusters), cached as resident_ctas. The kernel must allow `smem` already (allow_smem).
-template <class... KernelArgs>
-Status resident_clusters(void (*kernel)(KernelArgs...), int cluster, int threads, std::size_t smem, int* clusters) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int, std::size_t, int>, int> cache;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), cluster, threads, smem, device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache.find(key); it != cache.end()) {
-    *clusters = it->second;
-    return Status::ok();
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = smem;
-  cudaLaunchAttribute shape = {};
-  shape.id = cudaLaunchAttributeClusterDimension;
-  shape.val.clusterDim.x = static_cast<unsigned>(cluster);
-  shape.val.clusterDim.y = shape.val.clusterDim.z = 1;
-  config.attrs = &shape;
-  config.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) return launch_status("cluster occupancy query");
-  *clusters = cache[key] = std::max(1, n);
-  return Status::ok();
-}
-
 // Kernels need an opt-in for more than 48 KB of dynamic shared memory.
 template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, const char* name) {
   if (bytes <= 48 * 1024 ||

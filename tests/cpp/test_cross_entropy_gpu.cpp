@@ -254,7 +254,7 @@ TEST(CrossEntropyGpu, DeterministicAndBatchInvariant) {
 }
 
 // 16-bit rows of the staged bands (256-thread CTAs, one 512-thread CTA, a cluster), more of them
-// than the persistent kernel's CTAs: the fused op's bits are the same in two calls, for a row alone
+// than the device holds at once: the fused op's bits are the same in two calls, for a row alone
 // as in the batch, and at another alignment;
 // out-of-range targets give NaN rows, ignored ones zero, and the other rows are untouched.
 TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
@@ -262,7 +262,7 @@ TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
   using T = __nv_bfloat16;
   for (const int64_t classes : {20000, 50257, 131073}) {
     SCOPED_TRACE(testing::Message() << "classes " << classes);
-    const int64_t rows = classes > 100000 ? 120 : 300;  // more rows than CTAs (clusters) resident: they loop
+    const int64_t rows = classes > 100000 ? 120 : 300;  // more rows than CTAs (clusters) resident at once
     const std::vector<double> v = make_values(rows * classes, "randn", 95);
     std::vector<T> x(rows * classes + 1);  // one element more: the rows again one element on
     for (int64_t i = 0; i < rows * classes; ++i) x[i] = from_double<T>(3 * v[i]);

@@ -27,14 +27,14 @@ def _exact_float32_gemms():
     torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
-def _problem(rows, features, classes, dtype, bias=False, seed=0, ignore=True):
+def _problem(rows, features, classes, dtype, bias=False, seed=0, ignore_index=-100):
     g = torch.Generator(device=DEV).manual_seed(seed)
     hidden = torch.randn(rows, features, device=DEV, generator=g).to(dtype)
     weight = (torch.randn(classes, features, device=DEV, generator=g) / math.sqrt(features)).to(dtype)
     b = torch.randn(classes, device=DEV, generator=g).to(dtype) if bias else None
     target = torch.randint(0, classes, (rows,), device=DEV, generator=g)
-    if ignore and rows > 2:
-        target[1] = -100
+    if rows > 2:
+        target[1] = ignore_index
     return hidden, weight, b, target
 
 
@@ -75,7 +75,8 @@ def _assert_close(got, want, dtype, what):
 
 def _check_step(dtype, rows=37, features=64, classes=1001, bias=False, reduction="mean", chunk_rows=None,
                 upstream=None, **options):
-    hidden, weight, b, target = _problem(rows, features, classes, dtype, bias)
+    hidden, weight, b, target = _problem(rows, features, classes, dtype, bias,
+                                         ignore_index=options.get("ignore_index", -100))
     h, w, bb = _leaves(hidden, weight, b)
     loss = reducekit.linear_cross_entropy(h, w, target, bb, reduction=reduction, chunk_rows=chunk_rows, **options)
     h64, w64, b64 = _leaves(hidden.double(), weight.double(), None if b is None else b.double())
