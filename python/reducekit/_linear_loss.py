@@ -35,11 +35,19 @@ def plan_chunk_rows(rows: int, classes: int, element_size: int, chunk_rows: Opti
         return max(1, min(rows, chunk_rows))
     if rows == 0:
         return 1
-    row_bytes = classes * element_size
-    budget = max(rows * row_bytes // 8 - 16 * rows - 8 * classes, _CHUNK_FLOOR_BYTES)
+    row_bytes = (classes + -classes % max(1, 16 // element_size)) * element_size  # as _logits_buffer pads
+    budget = max(rows * classes * element_size // 8 - 16 * rows - 8 * classes, _CHUNK_FLOOR_BYTES)
     most = max(1, budget // max(row_bytes, 1))
     chunks = math.ceil(rows / most)
     return math.ceil(rows / chunks)
+
+
+def _logits_buffer(hidden: Tensor, rows: int, classes: int) -> Tensor:
+    """[rows, classes] logits whose rows start 16 bytes apart at least and 16-byte aligned: cuBLAS
+    takes its fast kernels only for aligned leading dimensions (an odd vocabulary such as 50257
+    made every GEMM of a chunk several times slower)."""
+    pad = -classes % max(1, 16 // hidden.element_size())
+    return hidden.new_empty((rows, classes + pad))[:, :classes]
 
 
 def _project(h: Tensor, weight: Tensor, bias: Optional[Tensor], out: Tensor) -> Tensor:
@@ -57,7 +65,7 @@ def _forward_op(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], target: 
     values = _row_values_dtype(hidden)
     loss = hidden.new_empty(rows, dtype=values)
     lse = hidden.new_empty(rows, dtype=values)
-    buffer = hidden.new_empty((min(chunk_rows, rows), classes))
+    buffer = _logits_buffer(hidden, min(chunk_rows, rows), classes)
     for start in range(0, rows, chunk_rows):
         end = min(start + chunk_rows, rows)
         logits = _project(hidden[start:end], weight, bias, buffer[:end - start])
@@ -90,7 +98,7 @@ def _fused_op(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], target: Te
     dbias = torch.zeros(classes, dtype=values, device=hidden.device) if bias_grad else weight.new_empty(0)
     if weight_grad and rows == 0:
         dweight.zero_()
-    buffer = hidden.new_empty((min(chunk_rows, rows), classes))
+    buffer = _logits_buffer(hidden, min(chunk_rows, rows), classes)
     for start in range(0, rows, chunk_rows):
         end = min(start + chunk_rows, rows)
         h = hidden[start:end]
