@@ -9,7 +9,7 @@ does; its warm-up launches run outside the NVTX range, so `--nvtx --nvtx-include
 layer_norm float32 4096x32768/"` profiles the timed launch only).
 
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
-sum_col (sum over dim 0). Each launch is inside an NVTX range "impl op dtype shape".
+sum_col (sum over dim 0), cross_entropy_step (the fused loss and gradient, random targets). Each launch is inside an NVTX range "impl op dtype shape".
 Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
 """
 import argparse
@@ -28,7 +28,8 @@ def main():
     p.add_argument("--shapes", default="4096x4096")
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--impls", default="reducekit,seed-triton")
-    p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm", "sum_col"])
+    p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm", "sum_col",
+                                                        "cross_entropy_step"])
     args = p.parse_args()
     peers.load_reducekit()  # registers torch.ops.reducekit
     seed, _ = peers.load_seed_triton(peers.default_seed_triton_path())
@@ -39,6 +40,13 @@ def main():
         key = (x.dtype, x.shape[-1])
         if key not in params:
             params[key] = tuple(torch.randn(x.shape[-1], device="cuda", dtype=x.dtype) for _ in range(2))
+        return params[key]
+
+    def targets(x):  # class indices and each row's upstream gradient, per shape
+        key = ("targets", x.shape)
+        if key not in params:
+            params[key] = (torch.randint(0, x.shape[-1], x.shape[:-1], device="cuda"),
+                           torch.full(x.shape[:-1], 1.0 / x.shape[0], device="cuda"))
         return params[key]
 
     eps = 1e-5
@@ -53,6 +61,8 @@ def main():
         "rms_norm": {"reducekit": lambda x: ops.rms_norm(x, [x.shape[-1]], wb(x)[0], eps),
                      "torch": lambda x: torch.nn.functional.rms_norm(x, [x.shape[-1]], wb(x)[0], eps)},
         "sum_col": {"reducekit": lambda x: ops.sum(x, [0], False), "torch": lambda x: torch.sum(x, 0)},
+        "cross_entropy_step": {"reducekit": lambda x: ops.cross_entropy_fused(x, targets(x)[0], None, targets(x)[1],
+                                                                              -100, 0.0, 0.0, 0.0)},
     }[args.op]
     for dtype in args.dtypes.split(","):
         for shape in args.shapes.split(","):
