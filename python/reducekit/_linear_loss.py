@@ -35,19 +35,25 @@ def plan_chunk_rows(rows: int, classes: int, element_size: int, chunk_rows: Opti
         return max(1, min(rows, chunk_rows))
     if rows == 0:
         return 1
-    row_bytes = (classes + -classes % max(1, 16 // element_size)) * element_size  # as _logits_buffer pads
+    row_bytes = (classes + -classes % max(1, 16 // element_size)) * element_size  # as _padded_classes pads
     budget = max(rows * classes * element_size // 8 - 16 * rows - 8 * classes, _CHUNK_FLOOR_BYTES)
     most = max(1, budget // max(row_bytes, 1))
     chunks = math.ceil(rows / most)
     return math.ceil(rows / chunks)
 
 
-def _logits_buffer(hidden: Tensor, rows: int, classes: int) -> Tensor:
-    """[rows, classes] logits whose rows start 16 bytes apart at least and 16-byte aligned: cuBLAS
-    takes its fast kernels only for aligned leading dimensions (an odd vocabulary such as 50257
-    made every GEMM of a chunk several times slower)."""
-    pad = -classes % max(1, 16 // hidden.element_size())
-    return hidden.new_empty((rows, classes + pad))[:, :classes]
+def _padded_classes(weight: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+    """weight and bias with zero classes appended up to a multiple of 16 bytes of elements: cuBLAS
+    runs GEMMs with a dimension such as 50257 on slow kernels (run 65: 37 ms a step where
+    torch.compile, which pads likewise, took 8.8), so a chunk's GEMMs see the padded vocabulary.
+    A padded class has logit 0 in every row, and its gradient is never read (the loss kernels see
+    the real classes only; it meets zero rows of the weight in dhidden and lands in dweight's
+    dropped rows). Costs a copy of the weight where the vocabulary is not aligned."""
+    pad = -weight.shape[0] % max(1, 16 // weight.element_size())
+    if pad == 0:
+        return weight, bias
+    weight = torch.cat([weight, weight.new_zeros(pad, weight.shape[1])])
+    return weight, None if bias is None else torch.cat([bias, bias.new_zeros(pad)])
 
 
 def _project(h: Tensor, weight: Tensor, bias: Optional[Tensor], out: Tensor) -> Tensor:
@@ -65,10 +71,11 @@ def _forward_op(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], target: 
     values = _row_values_dtype(hidden)
     loss = hidden.new_empty(rows, dtype=values)
     lse = hidden.new_empty(rows, dtype=values)
-    buffer = _logits_buffer(hidden, min(chunk_rows, rows), classes)
+    weight, bias = _padded_classes(weight, bias)
+    buffer = hidden.new_empty((min(chunk_rows, rows), weight.shape[0]))
     for start in range(0, rows, chunk_rows):
         end = min(start + chunk_rows, rows)
-        logits = _project(hidden[start:end], weight, bias, buffer[:end - start])
+        logits = _project(hidden[start:end], weight, bias, buffer[:end - start])[:, :classes]
         loss[start:end], lse[start:end] = _ops.cross_entropy_forward(
             logits, target[start:end], class_weight, ignore_index, label_smoothing, lse_square_scale, softcap)
     return loss, lse
@@ -94,18 +101,20 @@ def _fused_op(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], target: Te
     loss = hidden.new_empty(rows, dtype=values)
     lse = hidden.new_empty(rows, dtype=values)
     dhidden = torch.empty_like(hidden, memory_format=torch.contiguous_format) if hidden_grad else hidden.new_empty(0)
-    dweight = torch.empty_like(weight, memory_format=torch.contiguous_format) if weight_grad else weight.new_empty(0)
-    dbias = torch.zeros(classes, dtype=values, device=hidden.device) if bias_grad else weight.new_empty(0)
+    weight, bias = _padded_classes(weight, bias)
+    padded = weight.shape[0]
+    dweight = weight.new_empty((padded, weight.shape[1])) if weight_grad else weight.new_empty(0)
+    dbias = torch.zeros(padded, dtype=values, device=hidden.device) if bias_grad else weight.new_empty(0)
     if weight_grad and rows == 0:
         dweight.zero_()
-    buffer = _logits_buffer(hidden, min(chunk_rows, rows), classes)
+    buffer = hidden.new_empty((min(chunk_rows, rows), padded))
     for start in range(0, rows, chunk_rows):
         end = min(start + chunk_rows, rows)
         h = hidden[start:end]
-        dlogits = _project(h, weight, bias, buffer[:end - start])
+        dlogits = _project(h, weight, bias, buffer[:end - start])  # becomes the gradient in place
         loss[start:end], lse[start:end] = _ops.cross_entropy_fused_(
-            dlogits, target[start:end], class_weight, grad_loss[start:end], ignore_index, label_smoothing,
-            lse_square_scale, softcap)
+            dlogits[:, :classes], target[start:end], class_weight, grad_loss[start:end], ignore_index,
+            label_smoothing, lse_square_scale, softcap)
         if hidden_grad:
             torch.mm(dlogits, weight, out=dhidden[start:end])
         if weight_grad:
@@ -115,7 +124,11 @@ def _fused_op(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], target: Te
                 dweight.addmm_(dlogits.t(), h)
         if bias_grad:
             dbias += _sum(dlogits, 0, dtype=values)
-    return loss, lse, dhidden, dweight, dbias.to(weight.dtype) if bias_grad else dbias
+    if weight_grad:
+        dweight = dweight[:classes]  # the first rows: contiguous
+    if bias_grad:
+        dbias = dbias[:classes].to(weight.dtype)
+    return loss, lse, dhidden, dweight, dbias
 
 
 @_fused_op.register_fake
@@ -148,17 +161,17 @@ class _ReducedLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        saved = ctx.saved_tensors
         if torch.compiler.is_compiling():
-            grads = [g * grad.to(g.dtype) if want else None for g, want in zip(saved, ctx.wanted)]
+            grads = [g * grad.to(g.dtype) if want else None for g, want in zip(ctx.saved_tensors, ctx.wanted)]
         else:
             # In place: the gradients are as large as the weight, and a scaled copy would double them
-            # for a moment. So the saved gradients serve one backward only.
+            # for a moment. So the saved gradients serve one backward only (checked before they are
+            # unpacked, whose version check would give a less clear error).
             if ctx.used:
                 raise RuntimeError("linear_cross_entropy: backward ran twice over one forward (retain_graph); "
                                    "its gradients are computed in the forward and scaled in place once")
             ctx.used = True
-            grads = [g.mul_(grad.to(g.dtype)) if want else None for g, want in zip(saved, ctx.wanted)]
+            grads = [g.mul_(grad.to(g.dtype)) if want else None for g, want in zip(ctx.saved_tensors, ctx.wanted)]
         return grads[0], grads[1], grads[2], None, None, None, None, None, None
 
 

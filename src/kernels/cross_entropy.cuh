@@ -257,16 +257,21 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
 // kernel's rows): the expressions of CrossEntropyRow::gradient, so the bits are its.
 template <typename Acc> struct CrossEntropyStagedWriter {
   Acc lse, p_factor, target_part, fill;
-  int64_t target;
-  bool kept;  // neither ignored nor a bad target
+  int target;  // a class index where kept
+  bool kept;   // neither ignored nor a bad target
   template <int VEC> __device__ __forceinline__ void operator()(Acc (&z)[1][VEC], int col, Acc (&d)[VEC]) const {
+    if (!kept) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      d[e] = fill;
-      if (kept) {
-        d[e] = fast_exp(z[0][e] - lse) * p_factor;
+      for (int e = 0; e < VEC; ++e) d[e] = fill;
+      return;
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) d[e] = fast_exp(z[0][e] - lse) * p_factor;
+    // One test a granule, not an element (the writer's passes are issue-bound, run 65's ncu).
+    if (static_cast<unsigned>(target - col) < unsigned(VEC)) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
         if (col + e == target) d[e] -= target_part;
-      }
     }
   }
 };
@@ -321,7 +326,8 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
     const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * w_t;
     const Acc smooth_part = g * a.smoothing / Acc(a.classes);
     const Acc p_factor = target_part + smooth_part * Acc(0) + Acc(2) * a.z_scale * g * lse;
-    const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, bad ? Acc(NAN) : Acc(0), t, !ignored && !bad};
+    const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, bad ? Acc(NAN) : Acc(0),
+                                              static_cast<int>(t), !ignored && !bad};
     write_staged_share<T, Lse, THREADS>(staged, rank, ctas, a.dlogits + row * a.dlogits_stride, write);
   }
 }
