@@ -254,25 +254,29 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged
-// kernel's rows): the expressions of CrossEntropyRow::gradient, so the bits are its.
+// kernel's rows) where the row has a target: the expressions of CrossEntropyRow::gradient, so the
+// bits are its. The writer's passes are issue-bound (run 65's ncu), so the target is found by one
+// test a granule, and rows without a target take StagedFillWriter instead of a test an element.
 template <typename Acc> struct CrossEntropyStagedWriter {
-  Acc lse, p_factor, target_part, fill;
-  int target;  // a class index where kept
-  bool kept;   // neither ignored nor a bad target
-  template <int VEC> __device__ __forceinline__ void operator()(Acc (&z)[1][VEC], int col, Acc (&d)[VEC]) const {
-    if (!kept) {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) d[e] = fill;
-      return;
-    }
+  Acc lse, p_factor, target_part;
+  int target_granule, target_lane;  // where the target's gradient lies in the output row
+  template <int VEC> __device__ __forceinline__ void operator()(Acc (&z)[1][VEC], int g, Acc (&d)[VEC]) const {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) d[e] = fast_exp(z[0][e] - lse) * p_factor;
-    // One test a granule, not an element (the writer's passes are issue-bound, run 65's ncu).
-    if (static_cast<unsigned>(target - col) < unsigned(VEC)) {
+    if (g == target_granule) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        if (col + e == target) d[e] -= target_part;
+        if (e == target_lane) d[e] -= target_part;
     }
+  }
+};
+
+// A row without a target (ignored: zeros; out of range: NaN) writes one value throughout.
+template <typename Acc> struct StagedFillWriter {
+  Acc fill;
+  template <int VEC> __device__ __forceinline__ void operator()(Acc (&)[1][VEC], int, Acc (&d)[VEC]) const {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) d[e] = fill;
   }
 };
 
@@ -326,9 +330,15 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
     const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * w_t;
     const Acc smooth_part = g * a.smoothing / Acc(a.classes);
     const Acc p_factor = target_part + smooth_part * Acc(0) + Acc(2) * a.z_scale * g * lse;
-    const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, bad ? Acc(NAN) : Acc(0),
-                                              static_cast<int>(t), !ignored && !bad};
-    write_staged_share<T, Lse, THREADS>(staged, rank, ctas, a.dlogits + row * a.dlogits_stride, write);
+    T* const out = a.dlogits + row * a.dlogits_stride;
+    if (ignored || bad) {
+      write_staged_share<T, Lse, THREADS>(staged, rank, ctas, out, StagedFillWriter<Acc>{bad ? Acc(NAN) : Acc(0)});
+    } else {
+      const int target_byte = misalignment16(out) + static_cast<int>(t) * static_cast<int>(sizeof(T));
+      const CrossEntropyStagedWriter<Acc> write{lse, p_factor, target_part, target_byte >> 4,
+                                                (target_byte & 15) / static_cast<int>(sizeof(T))};
+      write_staged_share<T, Lse, THREADS>(staged, rank, ctas, out, write);
+    }
   }
 }
 

@@ -155,9 +155,8 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
 
 // Output granules [lo, hi) of the output row (which starts so bytes past a granule): granule g
 // holds the input bytes at mirror offset 16 g + s - so, i.e. mirror slot g + (base >> 4)
-// shifted by base & 15 with base = s - so + 16 in [1, 31]. write(vals, col, r) turns a
-// granule's input values (col: the column of its first element, negative in a head granule)
-// into its outputs.
+// shifted by base & 15 with base = s - so + 16 in [1, 31]. write(vals, g, r) turns
+// granule g's input values into its outputs (its element e is column (16 g + e ES - so) / ES).
 template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPass {
   const StagedRow<T, Op>& row;
   const Writer& write;
@@ -174,7 +173,7 @@ template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPa
       typename Op::Acc vals[1][VEC];
       unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
       typename Op::Acc r[VEC];
-      write(vals, (16 * g - so) / ES, r);
+      write(vals, g, r);
       const typename Row::PackT o = pack_from_acc<T>(r);
       const int byte_lo = 16 * g;
       if (byte_lo >= so && byte_lo + 16 <= so + row_bytes) {
