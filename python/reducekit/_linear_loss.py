@@ -44,8 +44,8 @@ def plan_chunk_rows(rows: int, classes: int, element_size: int, chunk_rows: Opti
 
 def _padded_classes(weight: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
     """weight and bias with zero classes appended up to a multiple of 16 bytes of elements: cuBLAS
-    runs GEMMs with a dimension such as 50257 on slow kernels (run 65: 37 ms a step where
-    torch.compile, which pads likewise, took 8.8), so a chunk's GEMMs see the padded vocabulary.
+    runs GEMMs with a dimension such as 50257 several times slower (torch.compile pads likewise),
+    so a chunk's GEMMs see the padded vocabulary.
     A padded class has logit 0 in every row, and its gradient is never read (the loss kernels see
     the real classes only; it meets zero rows of the weight in dhidden and lands in dweight's
     dropped rows). Costs a copy of the weight where the vocabulary is not aligned."""

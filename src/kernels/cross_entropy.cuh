@@ -255,8 +255,8 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged
 // kernel's rows) where the row has a target: the expressions of CrossEntropyRow::gradient, so the
-// bits are its. The writer's passes are issue-bound (run 65's ncu), so the target is found by one
-// test a granule, and rows without a target take StagedFillWriter instead of a test an element.
+// bits are its. The writer's pass is issue-bound, so the target is found by one test a granule,
+// and rows without a target take StagedFillWriter instead of a test an element.
 template <typename Acc> struct CrossEntropyStagedWriter {
   Acc lse, p_factor, target_part;
   int target_granule, target_lane;  // where the target's gradient lies in the output row
