@@ -2,16 +2,68 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every test: configures and builds (installing missing build tools where it can), runs the
 # C++ tests (host planning, the CPU oracle, and GPU tests, which skip with a message where no
-# GPU is present), then the Python tests where torch is importable. On a GPU machine torch and
-# pytest are required (it stops at once, saying which is missing).
+# GPU is present) and, beside them, the Python tests where torch is importable; then installs the
+# C++ package and builds the example against it. On a GPU machine torch and pytest are required
+# (it stops at once, saying which is missing).
 source "$(dirname "$0")/common.sh"
 require_python_modules_on_gpu torch pytest hypothesis
 configure_and_build
 
-echo "== C++ tests (ctest, $JOBS at once)"
-ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure >"$BUILD.ctest.log" 2>&1 || { cat "$BUILD.ctest.log"; exit 1; }
+# The C++ tests (ctest, $JOBS at once) run beside the Python test files, one pytest process a
+# file, all at once (REDUCEKIT_TESTS_SERIAL=1: one after the other): the GPU and the cores have
+# room for both, and the slowest file (the property suite) sets the Python side's time.
+python_side=0
+if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then python_side=1; fi
+parallel=$([ "${REDUCEKIT_TESTS_SERIAL:-0}" = 1 ] && echo 0 || echo 1)
+start=$SECONDS
+echo "== C++ tests (ctest, $JOBS at once)$([ $python_side = 1 ] && [ $parallel = 1 ] && echo ", beside the Python tests")"
+ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure >"$BUILD.ctest.log" 2>&1 &
+ctest_pid=$!
+ctest_rc=0
+if [ $parallel = 0 ]; then wait $ctest_pid || ctest_rc=$?; fi
+
+py_rc=0
+if [ $python_side = 1 ]; then
+  files=("$REPO"/tests/python/test_*.py)
+  py_pids=()
+  for i in "${!files[@]}"; do
+    if [ $parallel = 1 ]; then
+      python3 -m pytest -q "${files[$i]}" -rs "$@" >"$BUILD.pytest$i.log" 2>&1 &
+      py_pids+=($!)
+    else
+      rc=0
+      python3 -m pytest -q "${files[$i]}" -rs "$@" >"$BUILD.pytest$i.log" 2>&1 || rc=$?
+      echo $rc >"$BUILD.pytest$i.rc"
+    fi
+  done
+  for i in "${!py_pids[@]}"; do
+    rc=0
+    wait "${py_pids[$i]}" || rc=$?
+    echo $rc >"$BUILD.pytest$i.rc"
+  done
+fi
+
+if [ $parallel = 1 ]; then wait $ctest_pid || ctest_rc=$?; fi
+[ "$ctest_rc" = 0 ] || { cat "$BUILD.ctest.log"; exit 1; }
 grep -E "tests passed|Total Test time" "$BUILD.ctest.log"
 echo "$(grep -c '(Skipped)' "$BUILD.ctest.log" || true) skipped (GPU tests without a GPU)"
+
+if [ $python_side = 1 ]; then
+  echo "== Python tests (one pytest a file)"
+  for i in "${!files[@]}"; do
+    echo "$(basename "${files[$i]}"): $(tail -1 "$BUILD.pytest$i.log")"
+    rc=$(cat "$BUILD.pytest$i.rc")
+    rm -f "$BUILD.pytest$i.rc"
+    # pytest's 5: the module skipped itself at collection, which is right only without a GPU
+    if [ "$rc" != 0 ] && { [ "$rc" != 5 ] || have_gpu; }; then
+      cat "$BUILD.pytest$i.log"
+      py_rc=1
+    fi
+  done
+else
+  echo "== Python tests skipped: no GPU here, and python3 cannot import torch and pytest (they need a CUDA machine with torch)"
+fi
+echo "tests took $((SECONDS - start)) s"
 
 echo "== C++ package: install, then build and run examples/cpp against the installed package"
 cmake --install "$BUILD" --prefix "$BUILD/install" >"$BUILD.install.log"
@@ -19,10 +71,4 @@ cmake -S "$REPO/examples/cpp" -B "$BUILD/example" -DCMAKE_PREFIX_PATH="$BUILD/in
   >"$BUILD.example.log" 2>&1 || { cat "$BUILD.example.log"; exit 1; }
 cmake --build "$BUILD/example" -j "$JOBS" >>"$BUILD.example.log" 2>&1 || { cat "$BUILD.example.log"; exit 1; }
 "$BUILD/example/reducekit_example"
-
-if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then
-  echo "== Python tests"
-  python3 -m pytest -q "$REPO/tests/python" -rs "$@"
-else
-  echo "== Python tests skipped: no GPU here, and python3 cannot import torch and pytest (they need a CUDA machine with torch)"
-fi
+exit $py_rc
