@@ -83,3 +83,13 @@ def _seeded():
     import torch
     torch.manual_seed(1234)
     yield
+
+
+@pytest.fixture
+def exact_float32_gemms():
+    """float32 matmuls without TF32 for the test (its oracle is float64), restored after."""
+    import torch
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = allowed

@@ -19,12 +19,7 @@ DEV = "cuda"
 REL = {torch.float32: 2e-5, torch.float64: 1e-11, torch.bfloat16: 3e-2, torch.float16: 4e-3}
 
 
-@pytest.fixture(autouse=True)
-def _exact_float32_gemms():
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = allowed
+pytestmark = pytest.mark.usefixtures("exact_float32_gemms")  # conftest.py: no TF32 in float32 GEMMs
 
 
 def _problem(rows, features, classes, dtype, bias=False, seed=0, ignore_index=-100):

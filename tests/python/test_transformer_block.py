@@ -43,12 +43,7 @@ REPLACEMENTS = {nn.RMSNorm: reducekit.nn.RMSNorm, nn.LayerNorm: reducekit.nn.Lay
 BF16_REL = 8 * torch.finfo(torch.bfloat16).eps  # 6.25%
 
 
-@pytest.fixture(autouse=True)
-def _exact_float32_gemms():
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = allowed
+pytestmark = pytest.mark.usefixtures("exact_float32_gemms")  # conftest.py: no TF32 in float32 GEMMs
 
 
 class Attention(nn.Module):
