@@ -91,17 +91,21 @@ kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan
   return a;
 }
 
-// 16-bit logits without label smoothing or soft-capping whose rows the softmax family stages
-// (staged_bands_for) run on the staged kernel, and so do the rows between its first two bands,
-// which the softmax holds in registers but the cross-entropy row kernels would read twice. The
-// choice depends on the row length, the dtype and those options alone, so a row's bits do not
-// depend on the batch.
+// 16-bit and float32 logits without label smoothing or soft-capping run on the staged kernel
+// where the 16-bit softmax bands (staged_bands_for) stage a row of their bytes, and so do the
+// rows between its first two bands, which the softmax holds in registers but the cross-entropy
+// row kernels would read twice. Float32 rows take the same bands by bytes: the row kernels' two
+// passes move a step's logits three times, and shift every vector of a misaligned row (50257
+// classes: 75% of 50264's bandwidth). The choice depends on the row length, the dtype and those
+// options alone, so a row's bits do not depend on the batch.
 Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, RowKernelConfig* c,
                    bool* staged) {
   *staged = false;
   const int elem_bytes = static_cast<int>(dtype_size(logits.dtype));
-  if (elem_bytes != 2 || o.label_smoothing > 0.0 || o.softcap > 0.0 || classes > kMaxRowLength) return Status::ok();
+  if ((elem_bytes != 2 && elem_bytes != 4) || o.label_smoothing > 0.0 || o.softcap > 0.0 || classes > kMaxRowLength)
+    return Status::ok();
   RowKernelLimits limits = row_policy(RowFamily::kRowwise, elem_bytes);
+  limits.staged = staged_bands_for(RowFamily::kRowwise, 2);
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   limits.staged[1].min_row_bytes = std::min(limits.staged[1].min_row_bytes, limits.staged[0].max_row_bytes);
   *c = plan_row_kernel(classes, elem_bytes, 1, limits);
@@ -112,7 +116,7 @@ Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropy
 template <bool kGradient, typename T>
 Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfig& c, cudaStream_t stream,
                      const char* name) {
-  if constexpr (sizeof(T) == 2) {
+  if constexpr (sizeof(T) <= 4) {
     if (a.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("logits: too many rows for one launch");
     if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
       return Status::unsupported("logits: staged CTAs of an uninstantiated size");
@@ -121,7 +125,7 @@ Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfi
                             : kernels::cross_entropy_staged_kernel<T, kStagedThreads, kGradient>;
     return detail::launch_blocks(kernel, a.rows * c.cluster, c, stream, name, a);
   } else {
-    return Status::unsupported("logits: staged rows are 16-bit rows");
+    return Status::unsupported("logits: staged rows are 16-bit or float32 rows");
   }
 }
 

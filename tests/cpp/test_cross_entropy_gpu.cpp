@@ -46,11 +46,12 @@ template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(A)) == 0;
 }
 
-// Whether cross_entropy_fused stages the case's rows over a cluster of CTAs (16-bit rows of the
-// softmax family's cluster band, no label smoothing or soft-capping): the forward alone does not.
+// Whether cross_entropy_fused stages the case's rows over a cluster of CTAs (16-bit and float32
+// rows of the 16-bit softmax's cluster band by bytes, no label smoothing or soft-capping): the
+// forward alone does not.
 template <typename T> bool staged_over_a_cluster(const Case& c) {
-  if (sizeof(T) != 2 || c.smoothing > 0 || c.softcap > 0) return false;
-  const std::size_t bytes = std::size_t(c.classes) * 2;
+  if ((sizeof(T) != 2 && sizeof(T) != 4) || c.smoothing > 0 || c.softcap > 0) return false;
+  const std::size_t bytes = std::size_t(c.classes) * sizeof(T);
   for (const StagedBand& band : staged_bands_for(RowFamily::kRowwise, 2))
     if (band.threads != 0 && bytes > band.min_row_bytes && bytes <= band.max_row_bytes)
       return bytes > band.share_bytes;
@@ -257,9 +258,7 @@ TEST(CrossEntropyGpu, DeterministicAndBatchInvariant) {
 // than the device holds at once: the fused op's bits are the same in two calls, for a row alone
 // as in the batch, and at another alignment;
 // out-of-range targets give NaN rows, ignored ones zero, and the other rows are untouched.
-TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
-  REDUCEKIT_REQUIRE_GPU();
-  using T = __nv_bfloat16;
+template <typename T> void check_staged_rows() {
   for (const int64_t classes : {20000, 50257, 131073}) {
     SCOPED_TRACE(testing::Message() << "classes " << classes);
     const int64_t rows = classes > 100000 ? 120 : 300;  // more rows than CTAs (clusters) resident at once
@@ -275,11 +274,11 @@ TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
     const auto run = [&](const DeviceBuffer& base, int64_t offset, int64_t first, int64_t n) {
       DeviceBuffer loss(n * 4), lse(n * 4), dl(n * classes * sizeof(T));
       const RowLayout rows_at{n, classes, classes, 0};
-      const TensorView xv = row_view(static_cast<T*>(base.get()) + offset + first * classes, DType::kBFloat16, rows_at);
+      const TensorView xv = row_view(static_cast<T*>(base.get()) + offset + first * classes, dtype_of<T>(), rows_at);
       const Status st = cross_entropy_fused(xv, vector_view<int64_t>(static_cast<int64_t*>(dt.get()) + first, n), nullptr,
                                             vector_view<float>(static_cast<float*>(grad.get()) + first, n), {},
                                             vector_view<float>(loss.get(), n), vector_view<float>(lse.get(), n),
-                                            row_view(dl.get(), DType::kBFloat16, rows_at), nullptr);
+                                            row_view(dl.get(), dtype_of<T>(), rows_at), nullptr);
       EXPECT_TRUE(st.is_ok()) << st.message();
       return std::make_pair(copy_back<float>(loss, n), copy_back<T>(dl, n * classes));
     };
@@ -300,6 +299,12 @@ TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
     for (int64_t j = 0; j < classes; j += 997) EXPECT_EQ(to_double(all.second[classes + j]), 0.0);
     for (const int64_t r : {0, 4, 7}) EXPECT_TRUE(std::isfinite(all.first[r])) << "row " << r;
   }
+}
+
+TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_staged_rows<__nv_bfloat16>();
+  check_staged_rows<float>();
 }
 
 // A target outside [0, classes) that is not ignore_index gives its row a NaN loss and NaN
