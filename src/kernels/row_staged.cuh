@@ -114,8 +114,9 @@ template <typename T, class Op> struct StagedRow {
 // The statistic over this thread's vectors of the share [lo, hi), the op's merged one (softmax:
 // the max with the sum of exp(x - max), one exp an element), folded as the share lands: each
 // chunk is waited for when a vector first reaches into it, and every chunk before the pass ends.
-// Whole vectors go two a trip: their folds are independent (the latency of one hides the
-// other's), and they merge in the same order as one at a time, so the bits do not change.
+// Whole vectors go two a trip, folded together (one merge a trip: the pass is issue-bound, and a
+// merge costs an exp and a dozen instructions); which vectors pair follows from the row length
+// alone, so the bits stay those of the row at any alignment and in any batch.
 template <typename T, class Op, int THREADS> struct StagedFoldPass {
   const StagedRow<T, Op>& row;
   int lo, hi;
@@ -137,11 +138,12 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
     int v = lo + threadIdx.x;
     for (; v + THREADS < whole_hi; v += 2 * THREADS) {
       wait_for<kShifted>(v + THREADS);
-      Acc a[1][VEC], b[1][VEC];
+      Acc a[1][VEC], b[1][VEC], ab[1][2 * VEC];
       row.template whole_vector_at<kShifted>(v, a);
       row.template whole_vector_at<kShifted>(v + THREADS, b);
-      const typename Op::Stat fa = Op::fold(a), fb = Op::fold(b);
-      stat = Op::merge(Op::merge(stat, fa), fb);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) ab[0][e] = a[0][e], ab[0][VEC + e] = b[0][e];
+      stat = Op::merge(stat, Op::fold(ab));
     }
     for (; v < hi; v += THREADS) {
       wait_for<kShifted>(v);
