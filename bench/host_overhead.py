@@ -5,9 +5,9 @@
 
 The tensor is so small (8 x 64) that the GPU finishes each kernel before the host issues the
 next: the time a call is the host's (Python, dispatcher, launch). reducekit's functional API, the
-registered op and torch's own op are timed side by side (softmax and layer_norm: autograd in
-C++; sum: Python autograd, which the functional API skips in eager inference, see
-python/reducekit/_dispatch.py); writes host_overhead.json to --out.
+registered op and torch's own op are timed side by side, for softmax, layer_norm and every
+reduction (all with their autograd in C++; softmax and sum also with an input that requires
+grad); writes host_overhead.json to --out.
 """
 import argparse
 import json
@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import reducekit  # noqa: E402
 
 ops = torch.ops.reducekit
+REDUCTIONS = ["mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp", "var", "std", "var_mean", "std_mean"]
 
 
 def per_call_us(fn, calls):
@@ -54,8 +55,14 @@ def main():
                        "F.layer_norm": lambda: F.layer_norm(x, [64], w, b)},
         "sum": {"reducekit.sum": lambda: reducekit.sum(x, -1),
                 "torch.ops.reducekit.sum": lambda: ops.sum(x, [-1]),
-                "torch.sum": lambda: torch.sum(x, -1)},
+                "torch.sum": lambda: torch.sum(x, -1),
+                "reducekit.sum (input requires grad)": lambda: reducekit.sum(xg, -1),
+                "torch.sum (input requires grad)": lambda: torch.sum(xg, -1)},
     }
+    # the other reductions, functional form against torch's (both take (x, dim))
+    for op in REDUCTIONS:
+        rk, th = getattr(reducekit, op), getattr(torch, op)
+        cases[op] = {f"reducekit.{op}": lambda rk=rk: rk(x, -1), f"torch.{op}": lambda th=th: th(x, -1)}
     results = {}
     for op, impls in cases.items():
         for name, fn in impls.items():

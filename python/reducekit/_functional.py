@@ -4,8 +4,8 @@ import torch
 
 from ._checks import check_dtype, wrap_dim
 
-# The ops are called as they are: their autograd is C++ (python/csrc/ops.cpp), which costs less
-# host time a call than the reductions' direct route (reducekit/_dispatch.py) would save.
+# The ops are called as they are: their autograd is C++ (python/csrc/ops.cpp), so no Python
+# kernel stands in front of a call.
 _ops = torch.ops.reducekit
 
 

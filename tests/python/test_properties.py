@@ -195,7 +195,7 @@ def _check_non_finite(out, ref, what):
 
 def _grad_close(out, ref, dtype, scale, what):
     """tolerance.assert_close for gradients computed by torch ops in x's dtype (the reductions'
-    backward formulas, python/reducekit/_reduce.py; var and std's compute in float32 for 16-bit x
+    backward formulas, python/csrc/reduce_autograd.cpp; var and std's compute in float32 for 16-bit x
     and round once, the others in x's dtype): intermediates may round at the dtype's epsilon, not
     float32's, so the absolute term is 4 eps(dtype) * scale where that is larger.
     A value within a few units of the dtype's largest (or past it) may round to inf, as torch's."""
