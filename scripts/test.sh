@@ -46,7 +46,8 @@ fi
 if [ $parallel = 1 ]; then wait $ctest_pid || ctest_rc=$?; fi
 [ "$ctest_rc" = 0 ] || { cat "$BUILD.ctest.log"; exit 1; }
 grep -E "tests passed|Total Test time" "$BUILD.ctest.log"
-echo "$(grep -c '(Skipped)' "$BUILD.ctest.log" || true) skipped (GPU tests without a GPU)"
+skipped_what=$(have_gpu && echo "tests of a machine without a GPU" || echo "GPU tests without a GPU")
+echo "$(grep -c '(Skipped)' "$BUILD.ctest.log" || true) skipped ($skipped_what)"
 
 if [ $python_side = 1 ]; then
   echo "== Python tests (one pytest a file)"

@@ -26,10 +26,10 @@ using kernels::BatchNormArgs;
 
 // The SMs of x's device: the statistics pass runs two CTAs an SM.
 Status sm_count(const TensorView& x, int* sms) {
-  if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, x.device) != cudaSuccess) {
-    cudaGetLastError();
+  DeviceAttributes device;  // x's: check_float_device_tensor saw it current
+  if (!current_device_attributes(&device).is_ok() || device.device != x.device)
     return Status::cuda_error("x: cannot query the SM count of CUDA device " + std::to_string(x.device));
-  }
+  *sms = device.sms;
   return Status::ok();
 }
 

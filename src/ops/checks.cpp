@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 namespace reducekit {
@@ -51,6 +52,43 @@ Status check_compute_capability(int device, const char* name) {
 }
 
 }  // namespace
+
+Status current_device_attributes(DeviceAttributes* attributes) {
+  constexpr int kCachedDevices = 64;
+  static std::mutex mutex;
+  static DeviceAttributes cache[kCachedDevices];
+  static std::atomic<bool> cached[kCachedDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return Status::cuda_error("no usable CUDA device");
+  }
+  const bool cacheable = device >= 0 && device < kCachedDevices;
+  if (cacheable && cached[device].load(std::memory_order_acquire)) {
+    *attributes = cache[device];
+    return Status::ok();
+  }
+  DeviceAttributes a;
+  a.device = device;
+  int cooperative = 0;
+  if (cudaDeviceGetAttribute(&a.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
+    const cudaError_t err = cudaGetLastError();
+    return Status::cuda_error("cannot query CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(err));
+  }
+  a.cooperative = cooperative != 0;
+  if (cacheable) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!cached[device].load(std::memory_order_relaxed)) {
+      cache[device] = a;
+      cached[device].store(true, std::memory_order_release);
+    }
+  }
+  *attributes = a;
+  return Status::ok();
+}
 
 std::string shape_string(const int64_t* sizes, int rank) {
   std::string s = "[";

@@ -62,15 +62,12 @@ Status plan_dlogits(const TensorView& logits, const TensorView& dlogits, bool ov
 
 // As many CTAs as fit on the device at once (each loops over its rows), at most one a row.
 template <class Kernel> int grid_for(Kernel kernel, int64_t rows) {
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kCrossEntropyThreads, 0) != cudaSuccess) {
+  int ctas = 0;
+  if (!detail::resident_ctas(reinterpret_cast<const void*>(kernel), kernels::kCrossEntropyThreads, 0, &ctas).is_ok()) {
     cudaGetLastError();
-    sms = 132;
-    per_sm = 2;
+    ctas = 132 * 2;
   }
-  return static_cast<int>(std::min<int64_t>(rows, int64_t(sms) * std::max(per_sm, 1)));
+  return static_cast<int>(std::min<int64_t>(rows, ctas));
 }
 
 template <typename T>

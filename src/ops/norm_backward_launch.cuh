@@ -112,11 +112,10 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
 template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout& l, int64_t* groups) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, int>, int64_t> cache;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return detail::launch_status("device query");
-  const auto key = std::make_tuple(device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.row_threads);
+  DeviceAttributes device;
+  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
+  const int sms = device.sms;
+  const auto key = std::make_tuple(device.device, static_cast<int>(sizeof(T)), l.vpt, l.threads, l.row_threads);
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) {
     *groups = it->second;

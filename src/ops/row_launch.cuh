@@ -15,6 +15,7 @@
 #include "kernels/row_engine.cuh"
 #include "kernels/row_staged.cuh"
 #include "kernels/row_stream.cuh"
+#include "ops/checks.hpp"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/tuning.hpp"
@@ -43,16 +44,12 @@ kernels::RowArgs<T, NIN> row_args(const void* const (&in)[NIN], const RowwisePla
 
 // Device limits the planner needs, read from the current device (cheap: cached by the driver).
 inline Status row_kernel_limits(RowKernelLimits* limits) {
-  int device = 0, smem_optin = 0, smem_per_sm = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return Status::cuda_error(std::string("device query failed: ") + cudaGetErrorString(cudaGetLastError()));
+  DeviceAttributes device;
+  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
   // Keep 2 KB for the kernel's own reduction slots and the per-CTA reservation.
-  limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, smem_optin - 2048));
-  limits->max_smem_per_sm = static_cast<std::size_t>(smem_per_sm);
-  limits->sm_count = sms;
+  limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, device.smem_optin - 2048));
+  limits->max_smem_per_sm = static_cast<std::size_t>(device.smem_per_sm);
+  limits->sm_count = device.sms;
   // Overrides a sweep or test set explicitly (reducekit/tuning.hpp); none by default.
   const auto set = [](const char* name, auto* field) {
     if (const auto v = tuning(name)) *field = static_cast<std::remove_pointer_t<decltype(field)>>(*v);
@@ -181,18 +178,18 @@ inline Status launch_status(const char* what) {
 inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
-  const auto key = std::make_tuple(kernel, threads, smem, device);
+  DeviceAttributes device;
+  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
+  const auto key = std::make_tuple(kernel, threads, smem, device.device);
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) {
     *ctas = it->second;
     return Status::ok();
   }
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
     return launch_status("occupancy query");
-  *ctas = cache[key] = std::max(1, per_sm) * sms;
+  *ctas = cache[key] = std::max(1, per_sm) * device.sms;
   return Status::ok();
 }
 

@@ -7,8 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "kernels/row_split.cuh"
@@ -45,20 +43,11 @@ inline Status split_buffers(const Workspace* workspace, const RowKernelConfig& c
 
 namespace detail {
 
-// Whether the current device launches cooperative grids (cached per device).
+// Whether the current device launches cooperative grids.
 inline Status cooperative_launch_supported(bool* supported) {
-  static std::mutex mutex;
-  static std::map<int, bool> cache;
-  int device = 0, value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("device query");
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache.find(device); it != cache.end()) {
-    *supported = it->second;
-    return Status::ok();
-  }
-  if (cudaDeviceGetAttribute(&value, cudaDevAttrCooperativeLaunch, device) != cudaSuccess)
-    return launch_status("cooperative launch query");
-  *supported = cache[device] = value != 0;
+  DeviceAttributes device;
+  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
+  *supported = device.cooperative;
   return Status::ok();
 }
 

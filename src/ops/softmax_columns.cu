@@ -80,10 +80,9 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
     if (!dense_column_extents(tensors[i], d, &e)) return Status::ok();
     if (i == 0) ext = e;
   }
-  int device = 0, smem_optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return cuda_status("device query");
+  DeviceAttributes device;
+  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
+  const int smem_optin = device.smem_optin;
   int stat_bytes = 0, param_bytes = 0;
   op_sizes(op, tensors[0].dtype, &stat_bytes, &param_bytes);
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
