@@ -59,9 +59,9 @@ Status current_device_attributes(DeviceAttributes* attributes) {
   static DeviceAttributes cache[kCachedDevices];
   static std::atomic<bool> cached[kCachedDevices] = {};
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     cudaGetLastError();
-    return Status::cuda_error("no usable CUDA device");
+    return Status::cuda_error(std::string("device query: no usable CUDA device (") + cudaGetErrorString(err) + ")");
   }
   const bool cacheable = device >= 0 && device < kCachedDevices;
   if (cacheable && cached[device].load(std::memory_order_acquire)) {
@@ -76,7 +76,8 @@ Status current_device_attributes(DeviceAttributes* attributes) {
       cudaDeviceGetAttribute(&a.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
     const cudaError_t err = cudaGetLastError();
-    return Status::cuda_error("cannot query CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(err));
+    return Status::cuda_error("device query of CUDA device " + std::to_string(device) + " failed: " +
+                              cudaGetErrorString(err));
   }
   a.cooperative = cooperative != 0;
   if (cacheable) {

@@ -24,7 +24,7 @@ inline DType accumulation_dtype(DType input) { return input == DType::kFloat64 ?
 // A floating-point tensor on the current CUDA device with a data pointer when non-empty.
 // The current CUDA device's attributes that plans and launches read on every call, queried once
 // a device: each cudaDeviceGetAttribute cost about 0.35 us of host time, and a softmax call asked
-// six of them. Fails (naming no argument) when no device is usable.
+// six of them. Fails with a kCudaError starting "device query" when no device is usable.
 struct DeviceAttributes {
   int device = 0;
   int sms = 0;
