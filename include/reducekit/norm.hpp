@@ -113,9 +113,11 @@ Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormS
 // aligned). Calls without dweight/dbias need none. It holds float32 (float64 for float64 x)
 // partial column sums: 2 x G x cols, where G (at most 4 per SM, and at most the row count) is
 // how many CTAs the fused backward keeps resident; rows outside the fused range
-// (norm_backward_plan.hpp) need 2 x ceil(rows / 256) x cols. Asks the device (occupancy).
-Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& normalized_shape,
-                                     std::size_t* bytes);
+// (norm_backward_plan.hpp) need 2 x ceil(rows / 256) x cols; none of it need be zero
+// (workspace_zeroed_bytes is 0). Asks the device (occupancy). Errors name "x", "normalized_shape"
+// or "requirements".
+Status norm_backward_requirements(const TensorView& x, const NormShape& normalized_shape,
+                                  NormRequirements* requirements);
 
 // dx (may be nullptr) in one pass over x and dy with the forward's mean/rstd; dweight and dbias
 // (may be nullptr; dweight needs weight's shape, dbias too) as fixed-order column sums over rows,
@@ -126,10 +128,10 @@ Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& norma
 Status layer_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                            const TensorView& mean, const TensorView& rstd, const TensorView* weight,
                            const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
-                           Workspace workspace, cudaStream_t stream);
+                           const Workspace& workspace, cudaStream_t stream);
 
 Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                          const TensorView& rstd, const TensorView* weight, const TensorView* dx,
-                         const TensorView* dweight, Workspace workspace, cudaStream_t stream);
+                         const TensorView* dweight, const Workspace& workspace, cudaStream_t stream);
 
 }  // namespace reducekit

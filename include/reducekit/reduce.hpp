@@ -90,35 +90,35 @@ Status reduce_requirements(ReduceOp op, const TensorView& x, DimList dims, bool 
 // The generic entry point. `out` receives the op's result (var or std for var_mean/std_mean);
 // `mean_out` is used by var_mean and std_mean only. `correction` is used by the moment ops only.
 Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, double correction,
-              const TensorView& out, const TensorView& mean_out, Workspace workspace,
+              const TensorView& out, const TensorView& mean_out, const Workspace& workspace,
               cudaStream_t stream);
 
 // Named entry points, mirroring torch.
-Status sum(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status sum(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
            cudaStream_t stream);
-Status mean(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status mean(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
             cudaStream_t stream);
-Status prod(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status prod(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
             cudaStream_t stream);
-Status amax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status amax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
             cudaStream_t stream);
-Status amin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status amin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
             cudaStream_t stream);
-Status argmax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status argmax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
               cudaStream_t stream);
-Status argmin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status argmin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
               cudaStream_t stream);
 Status logsumexp(const TensorView& x, DimList dims, bool keepdim, const TensorView& out,
-                 Workspace ws, cudaStream_t stream);
+                 const Workspace& ws, cudaStream_t stream);
 Status var(const TensorView& x, DimList dims, double correction, bool keepdim,
-           const TensorView& out, Workspace ws, cudaStream_t stream);
+           const TensorView& out, const Workspace& ws, cudaStream_t stream);
 Status std(const TensorView& x, DimList dims, double correction, bool keepdim,
-           const TensorView& out, Workspace ws, cudaStream_t stream);
+           const TensorView& out, const Workspace& ws, cudaStream_t stream);
 Status var_mean(const TensorView& x, DimList dims, double correction, bool keepdim,
-                const TensorView& var_out, const TensorView& mean_out, Workspace ws,
+                const TensorView& var_out, const TensorView& mean_out, const Workspace& ws,
                 cudaStream_t stream);
 Status std_mean(const TensorView& x, DimList dims, double correction, bool keepdim,
-                const TensorView& std_out, const TensorView& mean_out, Workspace ws,
+                const TensorView& std_out, const TensorView& mean_out, const Workspace& ws,
                 cudaStream_t stream);
 
 }  // namespace reducekit

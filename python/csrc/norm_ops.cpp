@@ -178,11 +178,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
     reducekit::Workspace ws;
     at::Tensor ws_tensor;
     if (param_grads) {
-      std::size_t bytes = 0;
-      const reducekit::Status s = reducekit::norm_backward_workspace_bytes(xv, shape, &bytes);
+      reducekit::NormRequirements req;
+      const reducekit::Status s = reducekit::norm_backward_requirements(xv, shape, &req);
       if (!s.is_ok()) return s;
-      ws_tensor = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
-      ws = {ws_tensor.data_ptr(), bytes};
+      ws_tensor = at::empty({static_cast<int64_t>(req.workspace_bytes)}, x.options().dtype(at::kByte));
+      ws = {ws_tensor.data_ptr(), req.workspace_bytes};
     }
     if (layer) {
       const auto mv = to_view(mean_c, "mean");

@@ -117,8 +117,10 @@ template <bool kLayer> Status run_backward(const BackwardCall& c, cudaStream_t s
 }  // namespace
 }  // namespace norm_detail
 
-Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& normalized_shape, std::size_t* bytes) {
-  if (bytes == nullptr) return Status::invalid_argument("bytes: is null");
+Status norm_backward_requirements(const TensorView& x, const NormShape& normalized_shape,
+                                  NormRequirements* requirements) {
+  if (requirements == nullptr) return Status::invalid_argument("requirements: must not be null");
+  *requirements = {};
   if (x.rank < 0 || x.rank > kMaxRank)
     return Status::invalid_argument("x: rank " + std::to_string(x.rank) + " is outside 0.." + std::to_string(kMaxRank));
   // Asked without a device tensor check, so the sizes are checked here: a negative one would
@@ -128,20 +130,20 @@ Status norm_backward_workspace_bytes(const TensorView& x, const NormShape& norma
   REDUCEKIT_RETURN_IF_ERROR(norm_detail::check_normalized_shape(x, normalized_shape));
   int64_t cols = 1, rows = 1;
   for (int d = 0; d < x.rank; ++d) (d >= x.rank - normalized_shape.rank ? cols : rows) *= x.sizes[d];
-  return norm_detail::param_grad_bytes(rows, cols, x.dtype, bytes);
+  return norm_detail::param_grad_bytes(rows, cols, x.dtype, &requirements->workspace_bytes);
 }
 
 Status layer_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                            const TensorView& mean, const TensorView& rstd, const TensorView* weight,
                            const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
-                           Workspace workspace, cudaStream_t stream) {
+                           const Workspace& workspace, cudaStream_t stream) {
   return norm_detail::run_backward<true>(
       {&dy, &x, normalized_shape, &mean, &rstd, weight, dx, dweight, dbias, workspace}, stream);
 }
 
 Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                          const TensorView& rstd, const TensorView* weight, const TensorView* dx,
-                         const TensorView* dweight, Workspace workspace, cudaStream_t stream) {
+                         const TensorView* dweight, const Workspace& workspace, cudaStream_t stream) {
   return norm_detail::run_backward<false>(
       {&dy, &x, normalized_shape, nullptr, &rstd, weight, dx, dweight, nullptr, workspace}, stream);
 }

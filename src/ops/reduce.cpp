@@ -214,7 +214,7 @@ Status reduce_requirements(ReduceOp op, const TensorView& x, DimList dims, bool 
 }
 
 Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, double correction, const TensorView& out,
-              const TensorView& mean_out, Workspace workspace, cudaStream_t stream) {
+              const TensorView& mean_out, const Workspace& workspace, cudaStream_t stream) {
   Prepared prep;
   REDUCEKIT_RETURN_IF_ERROR(prepare(op, x, dims, keepdim, &prep));
   const ReductionPlan& p = prep.plan;
@@ -267,47 +267,47 @@ namespace {
 const TensorView kNoTensor{};
 }  // namespace
 
-Status sum(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws, cudaStream_t stream) {
+Status sum(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kSum, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status mean(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws, cudaStream_t stream) {
+Status mean(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kMean, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status prod(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws, cudaStream_t stream) {
+Status prod(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kProd, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status amax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws, cudaStream_t stream) {
+Status amax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kAmax, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status amin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws, cudaStream_t stream) {
+Status amin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kAmin, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status argmax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status argmax(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
               cudaStream_t stream) {
   return reduce(ReduceOp::kArgmax, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status argmin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status argmin(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
               cudaStream_t stream) {
   return reduce(ReduceOp::kArgmin, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status logsumexp(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, Workspace ws,
+Status logsumexp(const TensorView& x, DimList dims, bool keepdim, const TensorView& out, const Workspace& ws,
                  cudaStream_t stream) {
   return reduce(ReduceOp::kLogsumexp, x, dims, keepdim, 0.0, out, kNoTensor, ws, stream);
 }
-Status var(const TensorView& x, DimList dims, double correction, bool keepdim, const TensorView& out, Workspace ws,
+Status var(const TensorView& x, DimList dims, double correction, bool keepdim, const TensorView& out, const Workspace& ws,
            cudaStream_t stream) {
   return reduce(ReduceOp::kVar, x, dims, keepdim, correction, out, kNoTensor, ws, stream);
 }
-Status std(const TensorView& x, DimList dims, double correction, bool keepdim, const TensorView& out, Workspace ws,
+Status std(const TensorView& x, DimList dims, double correction, bool keepdim, const TensorView& out, const Workspace& ws,
            cudaStream_t stream) {
   return reduce(ReduceOp::kStd, x, dims, keepdim, correction, out, kNoTensor, ws, stream);
 }
 Status var_mean(const TensorView& x, DimList dims, double correction, bool keepdim, const TensorView& var_out,
-                const TensorView& mean_out, Workspace ws, cudaStream_t stream) {
+                const TensorView& mean_out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kVarMean, x, dims, keepdim, correction, var_out, mean_out, ws, stream);
 }
 Status std_mean(const TensorView& x, DimList dims, double correction, bool keepdim, const TensorView& std_out,
-                const TensorView& mean_out, Workspace ws, cudaStream_t stream) {
+                const TensorView& mean_out, const Workspace& ws, cudaStream_t stream) {
   return reduce(ReduceOp::kStdMean, x, dims, keepdim, correction, std_out, mean_out, ws, stream);
 }
 

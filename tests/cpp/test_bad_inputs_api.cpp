@@ -248,9 +248,9 @@ struct NormCall {
     return layer ? layer_norm_requirements(x, shape, residual_add, &r)
                  : rms_norm_requirements(x, shape, residual_add, &r);
   }
-  Status backward_workspace_bytes() const {
-    std::size_t bytes = 0;
-    return norm_backward_workspace_bytes(x, shape, &bytes);
+  Status backward_requirements() const {
+    NormRequirements r;
+    return norm_backward_requirements(x, shape, &r);
   }
 };
 
@@ -379,8 +379,8 @@ std::vector<Case> host_cases() {
        [] { return layer_norm_requirements(unread(kF32, {4, 8}), NormShape::of({8}), false, nullptr); }},
       {"rms_norm_requirements_null", kInvalid, "requirements:",
        [] { return rms_norm_requirements(unread(kF32, {4, 8}), NormShape::of({8}), true, nullptr); }},
-      {"norm_backward_workspace_bytes_null", kInvalid, "bytes:",
-       [] { return norm_backward_workspace_bytes(unread(kF32, {4, 8}), NormShape::of({8}), nullptr); }},
+      {"norm_backward_requirements_null", kInvalid, "requirements:",
+       [] { return norm_backward_requirements(unread(kF32, {4, 8}), NormShape::of({8}), nullptr); }},
       {"batch_norm_requirements_null", kInvalid, "req:",
        [] { return BatchNormCall(unread).requirements(nullptr); }},
       {"batch_norm_reads_once_null", kInvalid, "once:",
@@ -390,46 +390,50 @@ std::vector<Case> host_cases() {
        [] { ReduceCall c(unread); c.op = static_cast<ReduceOp>(42); return c.generic(); }},
       {"reduce_requirements_no_such_op", kInvalid, "op: -1",
        [] { ReduceCall c(unread); c.op = static_cast<ReduceOp>(-1); ReduceRequirements r; return c.requirements(&r); }},
-      // norm_backward_workspace_bytes checks its arguments itself (no device tensor check)
-      {"norm_backward_workspace_bytes_x_rank_9", kInvalid, "x: rank 9",
-       [] { NormCall c(unread); c.x = with_rank(c.x, 9); return c.backward_workspace_bytes(); }},
-      {"norm_backward_workspace_bytes_x_negative_size", kInvalid, "x: negative size",
-       [] { NormCall c(unread); c.x = with_sizes(c.x, {-2, 8}); return c.backward_workspace_bytes(); }},
-      {"norm_backward_workspace_bytes_x_int64", kInvalid, "x: unsupported dtype",
-       [] { NormCall c(unread); c.x = with_dtype(c.x, kI64); return c.backward_workspace_bytes(); }},
-      {"norm_backward_workspace_bytes_x_no_such_dtype", kInvalid, "x: unsupported dtype",
-       [] { NormCall c(unread); c.x = with_dtype(c.x, kNoSuchDType); return c.backward_workspace_bytes(); }},
-      {"norm_backward_workspace_bytes_shape_mismatch", kInvalid, "normalized_shape: [6] does not match",
-       [] { NormCall c(unread); c.shape = NormShape::of({6}); return c.backward_workspace_bytes(); }},
-      {"norm_backward_workspace_bytes_shape_empty", kInvalid, "normalized_shape: expected 1 to 2",
-       [] { NormCall c(unread); c.shape = NormShape::of({}); return c.backward_workspace_bytes(); }},
-      {"norm_backward_workspace_bytes_shape_rank_9", kInvalid, "normalized_shape:",
+      // norm_backward_requirements checks its arguments itself (no device tensor check)
+      {"norm_backward_requirements_x_rank_9", kInvalid, "x: rank 9",
+       [] { NormCall c(unread); c.x = with_rank(c.x, 9); return c.backward_requirements(); }},
+      {"norm_backward_requirements_x_negative_size", kInvalid, "x: negative size",
+       [] { NormCall c(unread); c.x = with_sizes(c.x, {-2, 8}); return c.backward_requirements(); }},
+      {"norm_backward_requirements_x_int64", kInvalid, "x: unsupported dtype",
+       [] { NormCall c(unread); c.x = with_dtype(c.x, kI64); return c.backward_requirements(); }},
+      {"norm_backward_requirements_x_no_such_dtype", kInvalid, "x: unsupported dtype",
+       [] { NormCall c(unread); c.x = with_dtype(c.x, kNoSuchDType); return c.backward_requirements(); }},
+      {"norm_backward_requirements_shape_mismatch", kInvalid, "normalized_shape: [6] does not match",
+       [] { NormCall c(unread); c.shape = NormShape::of({6}); return c.backward_requirements(); }},
+      {"norm_backward_requirements_shape_empty", kInvalid, "normalized_shape: expected 1 to 2",
+       [] { NormCall c(unread); c.shape = NormShape::of({}); return c.backward_requirements(); }},
+      {"norm_backward_requirements_shape_rank_9", kInvalid, "normalized_shape:",
        [] {
          NormCall c(unread);
          c.shape = NormShape::of({1, 1, 1, 1, 1, 1, 1, 4, 8});
-         return c.backward_workspace_bytes();
+         return c.backward_requirements();
        }},
       // valid: rows past the fused range need 2 x ceil(rows / 256) x cols float32 partial sums,
       // and no rows need nothing; both answered without asking the device
-      {"norm_backward_workspace_bytes_long_rows", kOk, "",
+      {"norm_backward_requirements_long_rows", kOk, "",
        [] {
-         std::size_t bytes = 0;
+         NormRequirements r;
+         r.workspace_zeroed_bytes = 1;
          REDUCEKIT_RETURN_IF_ERROR(
-             norm_backward_workspace_bytes(unread(kF32, {4, 16384}), NormShape::of({16384}), &bytes));
-         return expect(bytes == 2 * 16384 * 4, std::to_string(bytes) + " bytes");
+             norm_backward_requirements(unread(kF32, {4, 16384}), NormShape::of({16384}), &r));
+         return expect(r.workspace_bytes == 2 * 16384 * 4 && r.workspace_zeroed_bytes == 0,
+                       std::to_string(r.workspace_bytes) + " bytes, " + std::to_string(r.workspace_zeroed_bytes) +
+                           " zeroed");
        }},
-      {"norm_backward_workspace_bytes_no_rows", kOk, "",
+      {"norm_backward_requirements_no_rows", kOk, "",
        [] {
-         std::size_t bytes = 1;
+         NormRequirements r;
+         r.workspace_bytes = 1;
          REDUCEKIT_RETURN_IF_ERROR(
-             norm_backward_workspace_bytes(unread(kF16, {0, 3, 8}), NormShape::of({3, 8}), &bytes));
-         return expect(bytes == 0, std::to_string(bytes) + " bytes");
+             norm_backward_requirements(unread(kF16, {0, 3, 8}), NormShape::of({3, 8}), &r));
+         return expect(r.workspace_bytes == 0, std::to_string(r.workspace_bytes) + " bytes");
        }},
   };
 }
 
 // Every entry point, well formed, where the CUDA runtime has no device: the first device tensor
-// check reports it (norm_backward_workspace_bytes asks the occupancy query instead).
+// check reports it (norm_backward_requirements asks the occupancy query instead).
 std::vector<Case> no_device_cases() {
   const char* no_x = "x: no usable CUDA device";
   const char* no_y = "y: no usable CUDA device";
@@ -481,8 +485,8 @@ std::vector<Case> no_device_cases() {
        [] { return NormCall(unread).layer_norm_backward(); }},
       {"rms_norm_backward", kCudaError, no_x,
        [] { return NormCall(unread).rms_norm_backward(); }},
-      {"norm_backward_workspace_bytes", kCudaError, "device query",
-       [] { return NormCall(unread).backward_workspace_bytes(); }},
+      {"norm_backward_requirements", kCudaError, "device query",
+       [] { return NormCall(unread).backward_requirements(); }},
       {"batch_norm_training_forward", kCudaError, no_x,
        [] { return BatchNormCall(unread).training(); }},
       {"batch_norm_inference_forward", kCudaError, no_x,
@@ -545,9 +549,9 @@ Status sum_all_with_spoiled_workspace(Workspace (*spoil)(const ReduceRequirement
 // The backward workspace that dweight and dbias need, spoiled.
 Status layer_norm_backward_with_spoiled_workspace(Workspace (*spoil)(std::size_t)) {
   NormCall c;
-  std::size_t bytes = 0;
-  REDUCEKIT_RETURN_IF_ERROR(norm_backward_workspace_bytes(c.x, c.shape, &bytes));
-  c.ws = spoil(bytes);
+  NormRequirements r;
+  REDUCEKIT_RETURN_IF_ERROR(norm_backward_requirements(c.x, c.shape, &r));
+  c.ws = spoil(r.workspace_bytes);
   return c.layer_norm_backward();
 }
 

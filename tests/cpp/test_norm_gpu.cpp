@@ -250,8 +250,9 @@ template <typename T, typename P> void check_backward(Kind kind, bool with_weigh
                    rv = dense_view(drstd.get(), st, {rows}), gwv = dense_view(dgw.get(), pt, {cols}),
                    gbv = dense_view(dgb.get(), pt, {cols});
   const NormShape shape = NormShape::of({cols});
-  std::size_t ws_bytes = 0;
-  ASSERT_TRUE(norm_backward_workspace_bytes(dxs.view(), shape, &ws_bytes).is_ok());
+  NormRequirements ws_req;
+  ASSERT_TRUE(norm_backward_requirements(dxs.view(), shape, &ws_req).is_ok());
+  const std::size_t ws_bytes = ws_req.workspace_bytes;
   DeviceBuffer ws(ws_bytes);
   const TensorView dx_view = dout.view();
 
@@ -514,8 +515,9 @@ template <typename T, typename P> void check_backward_bits(Kind kind, int64_t ro
                      mv = dense_view(bmean.get(), dtype_of<Acc>(), {count}),
                      rv = dense_view(brstd.get(), dtype_of<Acc>(), {count}),
                      gwv = dense_view(bgw.get(), dtype_of<P>(), {cols}), gbv = dense_view(bgb.get(), dtype_of<P>(), {cols});
-    std::size_t ws_bytes = 0;
-    EXPECT_TRUE(norm_backward_workspace_bytes(xv, NormShape::of({cols}), &ws_bytes).is_ok());
+    NormRequirements ws_req;
+    EXPECT_TRUE(norm_backward_requirements(xv, NormShape::of({cols}), &ws_req).is_ok());
+    const std::size_t ws_bytes = ws_req.workspace_bytes;
     DeviceBuffer ws(ws_bytes);
     const Workspace wsv{want_params ? ws.get() : nullptr, want_params ? ws_bytes : 0};
     const Status s = layer ? layer_norm_backward(dyv, xv, NormShape::of({cols}), mv, rv, &wv, want_dx ? &dxv : nullptr,
