@@ -63,7 +63,7 @@ _torch.ops.load_library(_path)
 
 from . import _registrations  # noqa: E402,F401  fake kernels and autograd formulas
 from ._batch_norm import batch_norm  # noqa: E402
-from ._functional import log_softmax, softmax  # noqa: E402
+from ._softmax import log_softmax, softmax  # noqa: E402
 from ._loss import cross_entropy, cross_entropy_with_grad  # noqa: E402
 from ._linear_loss import linear_cross_entropy  # noqa: E402
 from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm  # noqa: E402

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Argument checks the Python layer and the fake kernels make in torch's words and exception
 types, so that a bad call fails alike on CUDA tensors, on meta tensors and while tracing. The
-CUDA ops make the same checks in C++ (python/csrc/ops.cpp, reduce_ops.cpp).
+CUDA ops make the same checks in C++ (python/csrc/softmax_ops.cpp, reduce_ops.cpp).
 """
 import torch
 

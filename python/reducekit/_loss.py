@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ._functional import log_softmax as _log_softmax
+from ._softmax import log_softmax as _log_softmax
 from ._reduce import logsumexp as _logsumexp
 from ._reduce import sum as _sum
 

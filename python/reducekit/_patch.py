@@ -59,7 +59,7 @@ from typing import Callable, Iterable, NamedTuple, Optional, Union
 import torch
 import torch.nn.functional as F
 
-from . import _batch_norm, _functional, _loss, _norm
+from . import _batch_norm, _loss, _norm, _softmax
 from . import nn as _rk_nn
 from ._norm import rms_norm
 
@@ -365,7 +365,7 @@ def unpatch(model: torch.nn.Module) -> PatchReport:
 # binds as it would there, and a bad one fails as it would), calls reducekit's function when
 # reducekit takes every argument as given, and otherwise calls the function it replaced with the
 # same arguments. reducekit's functions are looked up in their modules at each call
-# (_functional.softmax, not a name bound here), so that a test can put spies in their place.
+# (_softmax.softmax, not a name bound here), so that a test can put spies in their place.
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _MAX_RANK = 8  # reducekit's operators take rank 8 at most (kMaxRank, include/reducekit/tensor.hpp)
@@ -411,7 +411,7 @@ def _wrap_softmax(torch_softmax):
         # dim=None has torch pick a dim by the rank (deprecated, with a warning), and a str names a
         # dim of a named tensor: torch's. _stacklevel only places that warning.
         if isinstance(dim, int) and dtype in _DTYPE_ARGS and _takes(input):
-            return _functional.softmax(input, dim, dtype)
+            return _softmax.softmax(input, dim, dtype)
         return torch_softmax(input, dim, _stacklevel + 1, dtype)  # + 1: the warning names our caller
     return softmax
 
@@ -419,7 +419,7 @@ def _wrap_softmax(torch_softmax):
 def _wrap_log_softmax(torch_log_softmax):
     def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
         if isinstance(dim, int) and dtype in _DTYPE_ARGS and _takes(input):  # as softmax
-            return _functional.log_softmax(input, dim, dtype)
+            return _softmax.log_softmax(input, dim, dtype)
         return torch_log_softmax(input, dim, _stacklevel + 1, dtype)
     return log_softmax
 

@@ -20,4 +20,4 @@ def _like_first(first, *rest):
 for _name in ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward"):
     torch.library.register_fake(f"reducekit::{_name}")(_like_first)
 
-# Their autograd is registered in C++ (python/csrc/ops.cpp, SoftmaxAutograd).
+# Their autograd is registered in C++ (python/csrc/softmax_ops.cpp, SoftmaxAutograd).

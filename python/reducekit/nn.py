@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 import torch
 
 from ._batch_norm import batch_norm_module_forward
-from ._functional import log_softmax, softmax
+from ._softmax import log_softmax, softmax
 from ._linear_loss import linear_cross_entropy
 from ._loss import cross_entropy
 from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """How a call reaches the kernels: every differentiable op's autograd is a C++ kernel at the
-Autograd key (python/csrc/ops.cpp, norm_autograd.cpp, batch_norm_ops.cpp, reduce_autograd.cpp),
+Autograd key (python/csrc/softmax_ops.cpp, norm_autograd.cpp, batch_norm_ops.cpp, reduce_autograd.cpp),
 so the functional API calls the ops as they are, with no Python kernel in front and no route
 around the dispatcher; a call that needs no gradient gives the same bits as one that does."""
 import pytest

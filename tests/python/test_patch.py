@@ -604,7 +604,7 @@ class TaggedTensor(torch.Tensor):
     """A tensor subclass: torch's functions handle it through __torch_function__."""
 
 
-SPIED = {"softmax": "_functional", "log_softmax": "_functional", "layer_norm": "_norm", "rms_norm": "_norm",
+SPIED = {"softmax": "_softmax", "log_softmax": "_softmax", "layer_norm": "_norm", "rms_norm": "_norm",
          "batch_norm": "_batch_norm", "cross_entropy": "_loss"}
 
 

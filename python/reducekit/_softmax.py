@@ -4,7 +4,7 @@ import torch
 
 from ._checks import check_dtype, wrap_dim
 
-# The ops are called as they are: their autograd is C++ (python/csrc/ops.cpp), so no Python
+# The ops are called as they are: their autograd is C++ (python/csrc/softmax_ops.cpp), so no Python
 # kernel stands in front of a call.
 _ops = torch.ops.reducekit
 
