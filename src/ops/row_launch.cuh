@@ -42,7 +42,7 @@ kernels::RowArgs<T, NIN> row_args(const void* const (&in)[NIN], const RowwisePla
   return args;
 }
 
-// Device limits the planner needs, read from the current device (cheap: cached by the driver).
+// Device limits the planner needs, of the current device (queried once a device).
 inline Status row_kernel_limits(RowKernelLimits* limits) {
   DeviceAttributes device;
   REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
