@@ -59,6 +59,11 @@ enum class ReduceOp : int8_t {
 
 const char* reduce_op_name(ReduceOp op);
 
+// argmax / argmin: int64 indices, no gradient.
+constexpr bool reduce_op_gives_indices(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
+// var_mean / std_mean: a second output, mean_out.
+constexpr bool reduce_op_has_mean_output(ReduceOp op) { return op == ReduceOp::kVarMean || op == ReduceOp::kStdMean; }
+
 // torch's `dim` argument: every dim (dim=None), or `count` dims read from `dims`.
 struct DimList {
   const int64_t* dims = nullptr;  // ignored when all is true

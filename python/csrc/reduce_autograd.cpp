@@ -36,7 +36,6 @@ using OptionalType = std::optional<at::ScalarType>;
 constexpr bool is_moment(ReduceOp op) {
   return op == ReduceOp::kVar || op == ReduceOp::kStd || op == ReduceOp::kVarMean || op == ReduceOp::kStdMean;
 }
-constexpr bool has_mean_output(ReduceOp op) { return op == ReduceOp::kVarMean || op == ReduceOp::kStdMean; }
 // The ops whose backward reads the (first) output besides x.
 constexpr bool saves_output(ReduceOp op) {
   return op == ReduceOp::kAmax || op == ReduceOp::kAmin || op == ReduceOp::kLogsumexp || op == ReduceOp::kStd ||
@@ -56,7 +55,7 @@ variable_list run_below_autograd(const Tensor& x, at::OptionalIntArrayRef dim, b
   if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kMean) {
     static const auto op = find_reduce_op<Tensor(const Tensor&, at::OptionalIntArrayRef, bool, OptionalType)>(kOp);
     return {op.call(x, dim, keepdim, dtype)};
-  } else if constexpr (has_mean_output(kOp)) {
+  } else if constexpr (reducekit::reduce_op_has_mean_output(kOp)) {
     static const auto op =
         find_reduce_op<std::tuple<Tensor, Tensor>(const Tensor&, at::OptionalIntArrayRef, double, bool)>(kOp);
     auto [first, mean] = op.call(x, dim, correction, keepdim);
@@ -245,7 +244,7 @@ template <ReduceOp kOp> class ReduceAutograd : public torch::autograd::Function<
       const Tensor d = deviations(geo);
       dx = var_grad(geo, std_to_var_grad(geo, g, saved[1], d), d).to(x.scalar_type());
     } else {
-      static_assert(has_mean_output(kOp));
+      static_assert(reducekit::reduce_op_has_mean_output(kOp));
       dx = moments_grad(geo, kOp == ReduceOp::kStdMean, g, grads[1], kOp == ReduceOp::kStdMean ? saved[1] : Tensor());
     }
     return {dx, Tensor(), Tensor(), Tensor(), Tensor()};

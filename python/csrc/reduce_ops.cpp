@@ -53,8 +53,6 @@ struct Dims {
   }
 };
 
-bool is_arg_op(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
-
 // Checked before the core sees the call, as torch checks them: the core's failed Status is a
 // RuntimeError, and its words are its own.
 //  - A dim out of range is torch's IndexError ("Dimension out of range (expected ...)").
@@ -64,7 +62,7 @@ bool is_arg_op(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::
 //    IndexError first, as ATen's does.
 //  - dtype= of sum and mean names the output's type; the core would blame `out`, made from it.
 void check_arguments(ReduceOp op, const at::Tensor& x, const Dims& dims, std::optional<at::ScalarType> dtype) {
-  const bool arg = is_arg_op(op);
+  const bool arg = reducekit::reduce_op_gives_indices(op);
   if ((arg || op == ReduceOp::kAmax || op == ReduceOp::kAmin) && x.numel() == 0) {
     const std::string name = std::string(reducekit::reduce_op_name(op)) + "()";
     TORCH_CHECK_INDEX(!dims.all || !arg, name, ": Expected reduction dim to be specified for input.numel() == 0.");
@@ -84,12 +82,10 @@ void check_arguments(ReduceOp op, const at::Tensor& x, const Dims& dims, std::op
 }
 
 at::ScalarType output_type(ReduceOp op, const at::Tensor& x, std::optional<at::ScalarType> dtype) {
-  if (is_arg_op(op)) return at::kLong;
+  if (reducekit::reduce_op_gives_indices(op)) return at::kLong;
   if ((op == ReduceOp::kSum || op == ReduceOp::kMean) && dtype.has_value()) return *dtype;
   return x.scalar_type();
 }
-
-bool has_mean_output(ReduceOp op) { return op == ReduceOp::kVarMean || op == ReduceOp::kStdMean; }
 
 // Runs `op` and returns (out, mean_out); mean_out is undefined unless the op has one.
 std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, at::OptionalIntArrayRef dim,
@@ -105,7 +101,7 @@ std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, 
 
   const std::vector<int64_t> out_sizes(req.out_sizes, req.out_sizes + req.out_rank);
   at::Tensor out = at::empty(out_sizes, x.options().dtype(output_type(op, x, dtype)));
-  at::Tensor mean = has_mean_output(op) ? at::empty(out_sizes, x.options()) : at::Tensor();
+  at::Tensor mean = reducekit::reduce_op_has_mean_output(op) ? at::empty(out_sizes, x.options()) : at::Tensor();
 
   // The core's fallback: kept dims first, reduced dims last, contiguous; reduce the trailing dims.
   at::Tensor src = x, out_call = out, mean_call = mean;

@@ -9,19 +9,19 @@ from ._checks import check_dtype, wrap_dim
 _ops = torch.ops.reducekit
 
 
-def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
-    """torch.softmax(x, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
-    check_dtype(dtype, "softmax computes in")  # before the cast, which would make x the culprit
+def _rowwise(op, name: str, x: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    check_dtype(dtype, f"{name} computes in")  # before the cast, which would make x the culprit
     wrap_dim(dim, x.dim())  # torch's IndexError, raised here also while torch.compile traces
     if dtype is not None:
         x = x.to(dtype)
-    return _ops.softmax(x, dim)
+    return op(x, dim)
+
+
+def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
+    """torch.softmax(x, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
+    return _rowwise(_ops.softmax, "softmax", x, dim, dtype)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.log_softmax(x, dim, dtype) on reducekit's kernels."""
-    check_dtype(dtype, "log_softmax computes in")  # before the cast, which would make x the culprit
-    wrap_dim(dim, x.dim())  # torch's IndexError, raised here also while torch.compile traces
-    if dtype is not None:
-        x = x.to(dtype)
-    return _ops.log_softmax(x, dim)
+    return _rowwise(_ops.log_softmax, "log_softmax", x, dim, dtype)

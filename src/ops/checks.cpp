@@ -28,29 +28,6 @@ bool byte_span(const TensorView& t, uintptr_t* first, uintptr_t* last) {
   return true;
 }
 
-// The kernels are built for sm_90 (later GPUs run them from their PTX); on an older GPU the first
-// launch would fail with "no kernel image", so the first check says why instead. The answer per
-// device is cached: this runs for every tensor of every call.
-Status check_compute_capability(int device, const char* name) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> major_of[kCachedDevices] = {};  // 0: not asked yet
-  int major = device >= 0 && device < kCachedDevices ? major_of[device].load(std::memory_order_relaxed) : 0;
-  if (major == 0) {
-    int minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-      cudaGetLastError();
-      return Status::cuda_error(std::string(name) + ": cannot query CUDA device " + std::to_string(device));
-    }
-    if (major < 9)
-      return Status::unsupported(std::string(name) + ": CUDA device " + std::to_string(device) +
-                                 " has compute capability " + std::to_string(major) + "." + std::to_string(minor) +
-                                 "; reducekit's kernels need 9.0 (Hopper) or newer");
-    if (device >= 0 && device < kCachedDevices) major_of[device].store(major, std::memory_order_relaxed);
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
 Status current_device_attributes(DeviceAttributes* attributes) {
@@ -71,7 +48,9 @@ Status current_device_attributes(DeviceAttributes* attributes) {
   DeviceAttributes a;
   a.device = device;
   int cooperative = 0;
-  if (cudaDeviceGetAttribute(&a.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  if (cudaDeviceGetAttribute(&a.cc_major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.cc_minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&a.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&a.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
@@ -90,6 +69,23 @@ Status current_device_attributes(DeviceAttributes* attributes) {
   *attributes = a;
   return Status::ok();
 }
+
+namespace {
+
+// The kernels are built for sm_90 (later GPUs run them from their PTX); on an older GPU the first
+// launch would fail with "no kernel image", so the first check says why instead.
+Status check_compute_capability(const char* name) {
+  DeviceAttributes device;
+  if (!current_device_attributes(&device).is_ok())
+    return Status::cuda_error(std::string(name) + ": cannot query the current CUDA device");
+  if (device.cc_major < 9)
+    return Status::unsupported(std::string(name) + ": CUDA device " + std::to_string(device.device) +
+                               " has compute capability " + std::to_string(device.cc_major) + "." +
+                               std::to_string(device.cc_minor) + "; reducekit's kernels need 9.0 (Hopper) or newer");
+  return Status::ok();
+}
+
+}  // namespace
 
 std::string shape_string(const int64_t* sizes, int rank) {
   std::string s = "[";
@@ -114,7 +110,7 @@ Status check_float_device_tensor(const TensorView& t, const char* name) {
   if (t.device != current)
     return Status::invalid_argument(std::string(name) + ": on CUDA device " + std::to_string(t.device) +
                                     " but the current device is " + std::to_string(current));
-  if (Status s = check_compute_capability(current, name); !s.is_ok()) return s;
+  if (Status s = check_compute_capability(name); !s.is_ok()) return s;
   for (int d = 0; d < t.rank; ++d)
     if (t.sizes[d] < 0)
       return Status::invalid_argument(std::string(name) + ": negative size in " + shape_string(t));

@@ -27,6 +27,7 @@ inline DType accumulation_dtype(DType input) { return input == DType::kFloat64 ?
 // six of them. Fails with a kCudaError starting "device query" when no device is usable.
 struct DeviceAttributes {
   int device = 0;
+  int cc_major = 0, cc_minor = 0;  // compute capability
   int sms = 0;
   int smem_optin = 0;   // the most shared memory a CTA may opt in to
   int smem_per_sm = 0;

@@ -19,10 +19,8 @@ namespace {
 
 using kernels::ReduceMode;
 
-bool has_mean_output(ReduceOp op) { return op == ReduceOp::kVarMean || op == ReduceOp::kStdMean; }
-bool is_arg_op(ReduceOp op) { return op == ReduceOp::kArgmax || op == ReduceOp::kArgmin; }
 bool needs_nonempty_set(ReduceOp op) {
-  return is_arg_op(op) || op == ReduceOp::kAmax || op == ReduceOp::kAmin;
+  return reduce_op_gives_indices(op) || op == ReduceOp::kAmax || op == ReduceOp::kAmin;
 }
 
 Status to_reduce_dims(DimList dims, ReduceDims* out) {
@@ -86,7 +84,7 @@ Status prepare(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, Pre
   ReductionPlan& p = prep->plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_reduction(x, rd, keepdim, &p));
   if (needs_nonempty_set(op) && p.reduced == 0) return empty_set_error(op, x, p);
-  if (is_arg_op(op) && !p.needs_copy && !reduced_dims_in_memory_order(x, p)) p.needs_copy = true;
+  if (reduce_op_gives_indices(op) && !p.needs_copy && !reduced_dims_in_memory_order(x, p)) p.needs_copy = true;
   // One output of a reduction that keeps some dim (of size 1) is a row, so it gets the row
   // path's arithmetic: x[i:i+1].sum(-1) equals x.sum(-1)[i] bit for bit.
   if (p.kind == ReductionKind::kAll && !reduces_every_dim(x, p)) {
@@ -112,7 +110,7 @@ Status prepare(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, Pre
 }
 
 DType expected_out_type(ReduceOp op, const TensorView& x, const TensorView& out) {
-  if (is_arg_op(op)) return DType::kInt64;
+  if (reduce_op_gives_indices(op)) return DType::kInt64;
   if (op == ReduceOp::kSum || op == ReduceOp::kMean) return is_floating(out.dtype) ? out.dtype : DType::kFloat32;
   return x.dtype;
 }
@@ -220,7 +218,7 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
   const ReductionPlan& p = prep.plan;
   REDUCEKIT_RETURN_IF_ERROR(check_output(out, "out", expected_out_type(op, x, out), p, x));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint(out, "out", x, "x"));
-  if (has_mean_output(op)) {
+  if (reduce_op_has_mean_output(op)) {
     REDUCEKIT_RETURN_IF_ERROR(check_output(mean_out, "mean_out", x.dtype, p, x));
     REDUCEKIT_RETURN_IF_ERROR(check_disjoint(mean_out, "mean_out", x, "x"));
     REDUCEKIT_RETURN_IF_ERROR(check_disjoint(mean_out, "mean_out", out, "out"));
@@ -247,7 +245,7 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
   a.aligned = aligned_for(x, p, c.vec);
   a.outs.out = out.data;
   a.outs.out_type = out.dtype;
-  a.outs.mean_out = has_mean_output(op) ? mean_out.data : nullptr;
+  a.outs.mean_out = reduce_op_has_mean_output(op) ? mean_out.data : nullptr;
   a.outs.mean_type = x.dtype;
   a.outs.mode = mode_of(op);
   a.outs.correction = correction;

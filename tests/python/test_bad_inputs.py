@@ -106,7 +106,7 @@ CASES = {
                                    "device='cuda'), 4)", ("IndexError",)),
     "std_mean_op_dim_out_of_range": ("error", [out_of_range(2, -5)], "torch.ops.reducekit.std_mean(torch.randn(2, 3, "
                                      "device='cuda'), [0, -5])", ("IndexError",)),
-    # with grad: the ops' autograd kernels (C++ for softmax, Python for the reductions) check alike
+    # with grad: the ops' autograd kernels (C++, python/csrc) check alike
     "softmax_grad_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.softmax(torch.randn(2, 3, device='cuda', "
                                       "requires_grad=True), 2)", ("IndexError",)),
     "sum_grad_dim_out_of_range": ("error", [out_of_range(2, 2)], "rk.sum(torch.randn(2, 3, device='cuda', "
