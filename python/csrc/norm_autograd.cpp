@@ -66,29 +66,34 @@ variable_list input_grads(bool residual, Tensor dx, const variable_list& grads, 
 
 template <bool kResidual> class LayerNormAutograd : public torch::autograd::Function<LayerNormAutograd<kResidual>> {
  public:
+  // The op below autograd: (y, [s,] mean, rstd).
+  static variable_list run(const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
+                           const OptionalTensor& weight, const OptionalTensor& bias, double eps) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    if constexpr (kResidual) {
+      static const auto op =
+          find_op<std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, IntArrayRef,
+                                                             const OptionalTensor&, const OptionalTensor&, double)>(
+              "reducekit::add_layer_norm");
+      auto [y, s, mean, rstd] = op.call(x, *residual, shape, weight, bias, eps);
+      return {y, s, mean, rstd};
+    } else {
+      static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
+          const Tensor&, IntArrayRef, const OptionalTensor&, const OptionalTensor&, double)>("reducekit::layer_norm");
+      auto [y, mean, rstd] = op.call(x, shape, weight, bias, eps);
+      return {y, mean, rstd};
+    }
+  }
+
   static variable_list forward(AutogradContext* ctx, const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
                                const OptionalTensor& weight, const OptionalTensor& bias, double eps) {
-    Tensor y, s, mean, rstd;
-    {
-      const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      if constexpr (kResidual) {
-        static const auto op =
-            find_op<std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, IntArrayRef,
-                                                               const OptionalTensor&, const OptionalTensor&, double)>(
-                "reducekit::add_layer_norm");
-        std::tie(y, s, mean, rstd) = op.call(x, *residual, shape, weight, bias, eps);
-      } else {
-        static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
-            const Tensor&, IntArrayRef, const OptionalTensor&, const OptionalTensor&, double)>("reducekit::layer_norm");
-        std::tie(y, mean, rstd) = op.call(x, shape, weight, bias, eps);
-        s = x;
-      }
-    }
+    variable_list out = run(x, residual, shape, weight, bias, eps);
+    const Tensor& s = kResidual ? out[1] : x;
+    const Tensor &mean = out[kResidual + 1], &rstd = out[kResidual + 2];
     ctx->mark_non_differentiable({mean, rstd});
     ctx->save_for_backward({s, mean, rstd, weight.value_or(Tensor())});
     save_meta(ctx, shape, x, kResidual, weight, bias);
-    if constexpr (kResidual) return {y, s, mean, rstd};
-    return {y, mean, rstd};
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -110,28 +115,33 @@ template <bool kResidual> class LayerNormAutograd : public torch::autograd::Func
 
 template <bool kResidual> class RmsNormAutograd : public torch::autograd::Function<RmsNormAutograd<kResidual>> {
  public:
-  static variable_list forward(AutogradContext* ctx, const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
-                               const OptionalTensor& weight, const OptionalTensor& /*bias: none*/, double eps) {
-    Tensor y, s, rstd;
-    {
-      const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      if constexpr (kResidual) {
-        static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
-            const Tensor&, const Tensor&, IntArrayRef, const OptionalTensor&, double)>("reducekit::add_rms_norm");
-        std::tie(y, s, rstd) = op.call(x, *residual, shape, weight, eps);
-      } else {
-        static const auto op =
-            find_op<std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, const OptionalTensor&, double)>(
-                "reducekit::rms_norm");
-        std::tie(y, rstd) = op.call(x, shape, weight, eps);
-        s = x;
-      }
+  // The op below autograd: (y, [s,] rstd).
+  static variable_list run(const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
+                           const OptionalTensor& weight, const OptionalTensor& /*bias: none*/, double eps) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    if constexpr (kResidual) {
+      static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
+          const Tensor&, const Tensor&, IntArrayRef, const OptionalTensor&, double)>("reducekit::add_rms_norm");
+      auto [y, s, rstd] = op.call(x, *residual, shape, weight, eps);
+      return {y, s, rstd};
+    } else {
+      static const auto op =
+          find_op<std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, const OptionalTensor&, double)>(
+              "reducekit::rms_norm");
+      auto [y, rstd] = op.call(x, shape, weight, eps);
+      return {y, rstd};
     }
+  }
+
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
+                               const OptionalTensor& weight, const OptionalTensor& bias, double eps) {
+    variable_list out = run(x, residual, shape, weight, bias, eps);
+    const Tensor& s = kResidual ? out[1] : x;
+    const Tensor& rstd = out[kResidual + 1];
     ctx->mark_non_differentiable({rstd});
     ctx->save_for_backward({s, rstd, weight.value_or(Tensor())});
     save_meta(ctx, shape, x, kResidual, weight, std::nullopt);
-    if constexpr (kResidual) return {y, s, rstd};
-    return {y, rstd};
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -149,28 +159,43 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
   }
 };
 
+// Whether a call has anything to record: grad mode on and an input that needs a gradient. A call
+// without runs the op below autograd at once (no node, no saved tensors), as the reductions do.
+bool records(const Tensor& x, const OptionalTensor& residual, const OptionalTensor& weight,
+             const OptionalTensor& bias) {
+  const auto needs = [](const OptionalTensor& t) { return given(t) && t->requires_grad(); };
+  return at::GradMode::is_enabled() && (x.requires_grad() || needs(residual) || needs(weight) || needs(bias));
+}
+
+template <class Function>
+variable_list norm_call(const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
+                        const OptionalTensor& weight, const OptionalTensor& bias, double eps) {
+  if (!records(x, residual, weight, bias)) return Function::run(x, residual, shape, weight, bias, eps);
+  return Function::apply(x, residual, shape, weight, bias, eps);
+}
+
 std::tuple<Tensor, Tensor, Tensor> layer_norm_autograd(const Tensor& x, IntArrayRef shape, const OptionalTensor& weight,
                                                        const OptionalTensor& bias, double eps) {
-  const variable_list out = LayerNormAutograd<false>::apply(x, OptionalTensor(), shape, weight, bias, eps);
+  const variable_list out = norm_call<LayerNormAutograd<false>>(x, OptionalTensor(), shape, weight, bias, eps);
   return {out[0], out[1], out[2]};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> add_layer_norm_autograd(const Tensor& x, const Tensor& residual,
                                                                    IntArrayRef shape, const OptionalTensor& weight,
                                                                    const OptionalTensor& bias, double eps) {
-  const variable_list out = LayerNormAutograd<true>::apply(x, residual, shape, weight, bias, eps);
+  const variable_list out = norm_call<LayerNormAutograd<true>>(x, residual, shape, weight, bias, eps);
   return {out[0], out[1], out[2], out[3]};
 }
 
 std::tuple<Tensor, Tensor> rms_norm_autograd(const Tensor& x, IntArrayRef shape, const OptionalTensor& weight,
                                              double eps) {
-  const variable_list out = RmsNormAutograd<false>::apply(x, OptionalTensor(), shape, weight, OptionalTensor(), eps);
+  const variable_list out = norm_call<RmsNormAutograd<false>>(x, OptionalTensor(), shape, weight, OptionalTensor(), eps);
   return {out[0], out[1]};
 }
 
 std::tuple<Tensor, Tensor, Tensor> add_rms_norm_autograd(const Tensor& x, const Tensor& residual, IntArrayRef shape,
                                                          const OptionalTensor& weight, double eps) {
-  const variable_list out = RmsNormAutograd<true>::apply(x, residual, shape, weight, OptionalTensor(), eps);
+  const variable_list out = norm_call<RmsNormAutograd<true>>(x, residual, shape, weight, OptionalTensor(), eps);
   return {out[0], out[1], out[2]};
 }
 

@@ -101,11 +101,14 @@ at::Tensor reject_cpu_binary(const at::Tensor& y, const at::Tensor& dy, int64_t)
 // Forward runs the op below autograd and keeps y; backward is the matching backward op.
 template <bool kLog> class SoftmaxAutograd : public torch::autograd::Function<SoftmaxAutograd<kLog>> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
+  static at::Tensor run(const at::Tensor& x, int64_t dim) {
     static const auto op = reducekit_torch::find_op<at::Tensor(const at::Tensor&, int64_t)>(
         kLog ? "reducekit::log_softmax" : "reducekit::softmax");
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    at::Tensor y = op.call(x, dim);
+    return op.call(x, dim);
+  }
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
+    at::Tensor y = run(x, dim);
     ctx->save_for_backward({y});
     ctx->saved_data["dim"] = dim;
     return y;
@@ -119,8 +122,12 @@ template <bool kLog> class SoftmaxAutograd : public torch::autograd::Function<So
   }
 };
 
-at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) { return SoftmaxAutograd<false>::apply(x, dim); }
-at::Tensor log_softmax_autograd(const at::Tensor& x, int64_t dim) { return SoftmaxAutograd<true>::apply(x, dim); }
+// A call with nothing to record (grad mode off, or x needing no gradient) runs the op below
+// autograd at once: no node is made.
+template <bool kLog> at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
+  if (!(at::GradMode::is_enabled() && x.requires_grad())) return SoftmaxAutograd<kLog>::run(x, dim);
+  return SoftmaxAutograd<kLog>::apply(x, dim);
+}
 
 }  // namespace
 
@@ -139,8 +146,8 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
 }
 
 TORCH_LIBRARY_IMPL(reducekit, Autograd, m) {
-  m.impl("softmax", &softmax_autograd);
-  m.impl("log_softmax", &log_softmax_autograd);
+  m.impl("softmax", &softmax_autograd<false>);
+  m.impl("log_softmax", &softmax_autograd<true>);
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
