@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/norm_ops.cuh"
+#include "kernels/norm_staged.cuh"
 #include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
 #include "ops/row_split_launch.cuh"
@@ -134,6 +135,23 @@ struct ForwardCall {
   const Workspace* workspace = nullptr;  // split rows' counters and statistics (none: stream kernel)
 };
 
+// A staged plan's launch (norm_staged.cuh): the plain layer_norm / rms_norm forwards of 16-bit
+// and float32 rows, any alignment.
+template <typename T, class Op>
+Status launch_staged_forward(const kernels::RowArgs<T, Op::kInputs>& args, const RowKernelConfig& c,
+                             const kernels::NormExtra<T>& extra, cudaStream_t stream) {
+  if constexpr (kernels::IsStagedNorm<Op>::value && sizeof(T) <= 4) {
+    if (args.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("x: too many rows for one launch");
+    if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
+      return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
+    auto kernel = c.threads == kStagedSmallThreads ? kernels::norm_staged_kernel<T, Op, kStagedSmallThreads>
+                                                    : kernels::norm_staged_kernel<T, Op, kStagedThreads>;
+    return detail::launch_blocks(kernel, args.rows * c.cluster, c, stream, "norm_staged_kernel", args, extra);
+  } else {
+    return Status::unsupported("row plan: staged rows are planned for the plain norm forwards of 16-bit and float32 x");
+  }
+}
+
 template <RowFamily F, typename T, class Op>
 Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool params_f32,
                       const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
@@ -156,6 +174,7 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
     extra.sum = static_cast<T*>(c.sum->data);
     extra.sum_stride = plans[3].row_stride;
   }
+  if (config.kind == RowKernelKind::kStaged) return launch_staged_forward<T, Op>(args, config, extra, stream);
   return launch_row_op_split<F, T, Op>(args, config, aligned, split, stream, extra);
 }
 

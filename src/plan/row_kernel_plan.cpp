@@ -227,10 +227,20 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 }
 
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
+  constexpr std::size_t KiB = 1024;
+  const bool plain_norm = family == RowFamily::kLayerNormForward || family == RowFamily::kRmsNormForward;
+  if (plain_norm && (elem_bytes == 2 || elem_bytes == 4)) {
+    // The plain norm forwards (norm_staged.cuh): their register rows hold fewer values a thread
+    // than softmax's and re-read rows past 32 words from L2, where torch.compile read them once.
+    return {{
+        {(elem_bytes == 4 ? 12 : 16) * KiB, 40 * KiB, kStagedSmallThreads, 40 * KiB},
+        {40 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},
+        {110 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
+    }};
+  }
   if (family != RowFamily::kRowwise || elem_bytes != 2) return {};
   // 16-bit softmax / log_softmax rows (LOG.md, runs 49-54), other rows as the held and re-read
   // plans take them:
-  constexpr std::size_t KiB = 1024;
   return {{
       // 16-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows by 4-51% (log_softmax
       // 4096x11008 +31%); at 48 KiB they were mixed (-3% / +6%), at 16 KiB and below they lost;
