@@ -73,8 +73,9 @@ template <typename T, class Sum, int THREADS> struct StagedDeviationPass {
   }
 };
 
-// y's granule g from its staged values: the columns' weight and bias, then Op::output. Column j
-// of element e is g VEC + e - so_elems (y starts so_elems elements past a granule).
+// y's granule g from its staged values: the columns' weight and bias, then Op::output. Element e
+// is column g VEC + e - so_elems (y starts so_elems elements past a granule), so the parameters
+// move as vectors only when so_elems is 0 (load_columns tests the base pointer's alignment alone).
 template <typename T, class Op> struct StagedNormWriter {
   using Acc = acc_t<T>;
   NormExtra<T> extra;
@@ -90,9 +91,9 @@ template <typename T, class Op> struct StagedNormWriter {
   template <int VEC> __device__ __forceinline__ void operator()(Acc (&vals)[1][VEC], int g, Acc (&r)[VEC]) const {
     typename Op::Column c[VEC];
     const int e0 = g * VEC - so_elems;
-    if (e0 >= 0) {
+    if (so_elems == 0) {  // the granule's columns start a vector: whole vectors where the parameters are aligned
       Op::template columns<VEC, false>(extra, e0, cols, c);
-    } else {  // y's first granule, before its first element: no column below 0 is read
+    } else {  // columns straddle the parameters' vectors; y's first granule reaches below column 0
 #pragma unroll
       for (int e = 0; e < VEC; ++e) c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Acc(0))};
     }
