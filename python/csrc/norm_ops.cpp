@@ -118,8 +118,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, true, reducekit::layer_norm_requirements, [&](const auto& ws) {
-      return reducekit::add_layer_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), b.get(), eps,
-                                       yv, sv, &mv, &rv, ws, stream_of(x));
+      return reducekit::add_layer_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), b.get(),
+                                       eps, yv, sv, &mv, &rv, ws, stream_of(x));
     });
   });
   return {y, sum, mean, rstd};

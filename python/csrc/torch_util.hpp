@@ -164,8 +164,8 @@ inline void copy_back(const at::Tensor& written, const at::Tensor& target) {
 
 // Runs `run(t, relaid)` (returning the core's Status) over the operands as given, relaid = false.
 // Where the core answers kUnsupported, runs it once more over the operands in `layout`, relaid =
-// true (a caller whose arguments depend on the layout, such as a dim, reads it), then copies the
-// written operands back. Any other failure, or the second try's, throws the core's message; so
+// true (an argument that depends on the layout, such as softmax's dim, takes its value there),
+// then copies the written operands back. Any other failure, or the second try's, throws the core's message; so
 // does kUnsupported where the layout would hand the core the very same views again.
 template <class Layout = RowMajor, class Run, std::size_t N>
 void with_layout_fallback(const Operand (&operands)[N], Run run, const Layout& layout = {}) {
@@ -184,7 +184,7 @@ void with_layout_fallback(const Operand (&operands)[N], Run run, const Layout& l
     const at::Tensor arranged = layout.arrange(t);
     if (operands[i].access != Operand::Access::kWrite) relaid[i] = arranged.contiguous();
     else relaid[i] = arranged.is_contiguous() ? arranged : at::empty(arranged.sizes(), arranged.options());
-    changed = changed || relaid[i].data_ptr() != t.data_ptr() || !relaid[i].sizes().equals(t.sizes()) ||
+    changed = changed || relaid[i].const_data_ptr() != t.const_data_ptr() || !relaid[i].sizes().equals(t.sizes()) ||
               !relaid[i].strides().equals(t.strides());
   }
   if (!changed) return throw_if_failed(s);
