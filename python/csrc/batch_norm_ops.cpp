@@ -47,7 +47,8 @@ bool channels_last_dense(const Tensor& x) {
 }
 
 // x as the core reads it: contiguous or channels-last as it is, else a copy in the memory
-// format torch suggests for it.
+// format torch suggests for it. Chosen before the call, not by with_layout_fallback's retry:
+// y and dx are made in x's layout and dy is matched to it, so the layout must be known first.
 Tensor readable(const Tensor& x) {
   return x.is_contiguous() || channels_last_dense(x) ? x : x.contiguous(x.suggest_memory_format());
 }
@@ -108,8 +109,8 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const Op
           return reducekit::batch_norm_training_forward(xv, ptr(params.weight), ptr(params.bias), ptr(rmv), ptr(rvv),
                                                         o, yv, mv, iv, ws, stream);
         }));
-    if (rm && !rm->is_same(*running_mean)) running_mean->copy_(*rm);
-    if (rv && !rv->is_same(*running_var)) running_var->copy_(*rv);
+    if (rm) reducekit_torch::copy_back(*rm, *running_mean);
+    if (rv) reducekit_torch::copy_back(*rv, *running_var);
   } else {
     throw_if_failed(reducekit::batch_norm_inference_forward(xv, ptr(params.weight), ptr(params.bias),
                                                             to_view(*rm, "running_mean"), to_view(*rv, "running_var"),

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, the
-// gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits). Thin: outputs come from torch's caching allocator, logits
-// the core cannot read in place (kUnsupported) are retried as a contiguous copy, class weights
-// are cast to the per-row values' dtype, and every check lives in the core.
+// gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits).
+// Thin: outputs come from torch's caching allocator, logits the core cannot read in place
+// (kUnsupported) are retried as a contiguous copy (with_layout_fallback, torch_util.hpp), class
+// weights are cast to the per-row values' dtype, and every check lives in the core.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,8 +19,9 @@
 namespace {
 
 using reducekit_torch::check_cuda;
-using reducekit_torch::throw_if_failed;
+using reducekit_torch::Operand;
 using reducekit_torch::to_view;
+using reducekit_torch::with_layout_fallback;
 
 at::ScalarType row_value_type(const at::Tensor& logits) {
   return logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -59,18 +61,6 @@ struct Inputs {
   const reducekit::TensorView* weight_ptr() const { return has_weight ? &weight_view : nullptr; }
 };
 
-// Runs run(logits) as given; where the core cannot address the layout, on a contiguous copy.
-template <class Run> at::Tensor with_contiguous_fallback(const at::Tensor& logits, Run run) {
-  const reducekit::Status s = run(logits);
-  if (s.code() != reducekit::StatusCode::kUnsupported) {
-    throw_if_failed(s);
-    return logits;
-  }
-  const at::Tensor dense = logits.contiguous();
-  throw_if_failed(run(dense));
-  return dense;
-}
-
 std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& target,
                                                               const std::optional<at::Tensor>& weight,
                                                               int64_t ignore_index, double label_smoothing,
@@ -82,8 +72,8 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cuda(const at::Tensor& 
   const auto options = logits.options().dtype(row_value_type(logits));
   at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
   const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
-  with_contiguous_fallback(logits, [&](const at::Tensor& x) {
-    return reducekit::cross_entropy_forward(to_view(x, "logits"), in.target_view, in.weight_ptr(), o,
+  with_layout_fallback({Operand::in(logits)}, [&](const auto& t, bool) {
+    return reducekit::cross_entropy_forward(to_view(t[0], "logits"), in.target_view, in.weight_ptr(), o,
                                             to_view(loss, "loss"), to_view(lse, "lse"), stream);
   });
   return {loss, lse};
@@ -100,8 +90,8 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tenso
   const at::Tensor lse_c = lse.contiguous(), grad_c = grad_loss.to(row_value_type(logits)).contiguous();
   at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
   const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
-  with_contiguous_fallback(logits, [&](const at::Tensor& x) {
-    return reducekit::cross_entropy_backward(to_view(x, "logits"), in.target_view, in.weight_ptr(),
+  with_layout_fallback({Operand::in(logits)}, [&](const auto& t, bool) {
+    return reducekit::cross_entropy_backward(to_view(t[0], "logits"), in.target_view, in.weight_ptr(),
                                              to_view(lse_c, "lse"), to_view(grad_c, "grad_loss"), o,
                                              to_view(dlogits, "dlogits"), stream);
   });
@@ -139,7 +129,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_fused_cuda(
     double softcap) {
   const FusedCall call(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap);
   at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
-  with_contiguous_fallback(logits, [&](const at::Tensor& x) { return call.run(x, to_view(dlogits, "dlogits")); });
+  with_layout_fallback({Operand::in(logits)},
+                       [&](const auto& t, bool) { return call.run(t[0], to_view(dlogits, "dlogits")); });
   return {call.loss, call.lse, dlogits};
 }
 
@@ -150,9 +141,8 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
     const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
     double softcap) {
   const FusedCall call(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap);
-  const at::Tensor written =
-      with_contiguous_fallback(logits, [&](const at::Tensor& x) { return call.run(x, to_view(x, "logits")); });
-  if (!written.is_same(logits)) logits.copy_(written);
+  with_layout_fallback({Operand::in_out(logits)},
+                       [&](const auto& t, bool) { return call.run(t[0], to_view(t[0], "logits")); });
   return {call.loss, call.lse};
 }
 

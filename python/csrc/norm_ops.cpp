@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit norms: layer_norm, rms_norm, their fused residual forms and backward ops.
 // Thin: outputs and the workspace come from torch's caching allocator, layouts the core cannot
-// read in place (kUnsupported) are retried on contiguous copies, and every check lives in the core.
+// read in place (kUnsupported) are retried on contiguous copies (with_layout_fallback,
+// torch_util.hpp), and every check lives in the core.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -19,8 +20,9 @@
 namespace {
 
 using reducekit_torch::check_cuda;
-using reducekit_torch::throw_if_failed;
+using reducekit_torch::Operand;
 using reducekit_torch::to_view;
+using reducekit_torch::with_layout_fallback;
 
 reducekit::NormShape norm_shape(at::IntArrayRef s) {
   reducekit::NormShape n;
@@ -53,14 +55,6 @@ struct OptionalParam {
   const reducekit::TensorView* get() const { return tensor.defined() ? &view : nullptr; }
 };
 
-// Calls run(x, residual) on the tensors as given; where the core cannot address a layout, again
-// on contiguous copies.
-template <class Run> void with_layout_fallback(const at::Tensor& x, const at::Tensor& residual, Run run) {
-  const reducekit::Status s = run(x, residual);
-  if (s.code() != reducekit::StatusCode::kUnsupported) return throw_if_failed(s);
-  throw_if_failed(run(x.contiguous(), residual.defined() ? residual.contiguous() : residual));
-}
-
 // Forward calls whose rows split over a cooperative grid need a workspace, as softmax's do
 // (torch_util.hpp). `requirements`: layer_norm_requirements or rms_norm_requirements.
 using Requirements = reducekit::Status (*)(const reducekit::TensorView&, const reducekit::NormShape&, bool,
@@ -82,8 +76,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
   at::Tensor mean = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
-  with_layout_fallback(x, at::Tensor(), [&](const at::Tensor& xi, const at::Tensor&) {
-    const auto xv = to_view(xi, "x");
+  with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
+    const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, false, reducekit::layer_norm_requirements, [&](const auto& ws) {
       return reducekit::layer_norm(xv, norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &mv, &rv, ws,
                                    stream_of(x));
@@ -100,8 +94,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArr
   at::Tensor y = at::empty(x.sizes(), x.options());
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), rv = to_view(rstd, "rstd");
-  with_layout_fallback(x, at::Tensor(), [&](const at::Tensor& xi, const at::Tensor&) {
-    const auto xv = to_view(xi, "x");
+  with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
+    const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, false, reducekit::rms_norm_requirements, [&](const auto& ws) {
       return reducekit::rms_norm(xv, norm_shape(normalized_shape), w.get(), eps, yv, &rv, ws, stream_of(x));
     });
@@ -121,11 +115,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
   at::Tensor mean = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
-  with_layout_fallback(x, residual, [&](const at::Tensor& xi, const at::Tensor& ri) {
-    const auto xv = to_view(xi, "x");
+  with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
+    const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, true, reducekit::layer_norm_requirements, [&](const auto& ws) {
-      return reducekit::add_layer_norm(xv, to_view(ri, "residual"), norm_shape(normalized_shape), w.get(), b.get(), eps,
-                                       yv, sv, &mv, &rv, ws, stream_of(x));
+      return reducekit::add_layer_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), b.get(),
+                                       eps, yv, sv, &mv, &rv, ws, stream_of(x));
     });
   });
   return {y, sum, mean, rstd};
@@ -142,10 +136,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tenso
   at::Tensor sum = at::empty(x.sizes(), x.options());
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), rv = to_view(rstd, "rstd");
-  with_layout_fallback(x, residual, [&](const at::Tensor& xi, const at::Tensor& ri) {
-    const auto xv = to_view(xi, "x");
+  with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
+    const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, true, reducekit::rms_norm_requirements, [&](const auto& ws) {
-      return reducekit::add_rms_norm(xv, to_view(ri, "residual"), norm_shape(normalized_shape), w.get(), eps, yv, sv,
+      return reducekit::add_rms_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), eps, yv, sv,
                                      &rv, ws, stream_of(x));
     });
   });
@@ -173,7 +167,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
   const auto dxv = to_view(dx, "dx"), dwv = to_view(dweight, "dweight"), dbv = to_view(dbias, "dbias");
   const auto rv = to_view(rstd_c, "rstd");
   const reducekit::NormShape shape = norm_shape(normalized_shape);
-  auto run = [&](const at::Tensor& xi, const at::Tensor& dyi) {
+  auto run = [&](const auto& t, bool) {
+    const at::Tensor &xi = t[0], &dyi = t[1];
     const auto xv = to_view(xi, "x");
     reducekit::Workspace ws;
     at::Tensor ws_tensor;
@@ -193,8 +188,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
     return reducekit::rms_norm_backward(to_view(dyi, "dy"), xv, shape, rv, w.get(), &dxv,
                                         param_grads ? &dwv : nullptr, ws, stream_of(x));
   };
-  // dy plays the residual's part in the fallback: both become contiguous together.
-  with_layout_fallback(x, dy, run);
+  with_layout_fallback({Operand::in(x), Operand::in(dy)}, run);
   return {dx, dweight, dbias};
 }
 

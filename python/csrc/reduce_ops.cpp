@@ -104,6 +104,8 @@ std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, 
   at::Tensor mean = reducekit::reduce_op_has_mean_output(op) ? at::empty(out_sizes, x.options()) : at::Tensor();
 
   // The core's fallback: kept dims first, reduced dims last, contiguous; reduce the trailing dims.
+  // Not with_layout_fallback's retry: the core names this layout (needs_copy, permutation) before
+  // the call, and the outputs are views of out, so nothing is tried twice or copied back.
   at::Tensor src = x, out_call = out, mean_call = mean;
   std::vector<int64_t> trailing;
   reducekit::DimList dim_list = dims.view();

@@ -9,7 +9,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#include <initializer_list>
+#include <array>
+#include <cstddef>
 
 #include "reducekit/reducekit.hpp"
 #include "torch_util.hpp"
@@ -17,36 +18,36 @@
 namespace {
 
 using reducekit_torch::check_cuda;
-using reducekit_torch::throw_if_failed;
+using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 
+// One input of a rowwise op, and the name the core's messages give it.
+struct Input {
+  const at::Tensor* tensor;
+  const char* name;
+};
+
 // Runs a rowwise op over `dim`. Layouts the kernels cannot address directly (dim not innermost,
-// rows that do not merge) go through a contiguous copy with dim moved last.
-template <class Run>
-at::Tensor rowwise(std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs, int64_t dim, Run run) {
-  const at::Tensor& first = *inputs.begin()->first;
-  for (const auto& [t, name] : inputs) check_cuda(*t, name);
+// rows that do not merge) go through a contiguous copy with dim moved last (with_layout_fallback).
+template <std::size_t N, class Run> at::Tensor rowwise(const Input (&inputs)[N], int64_t dim, Run run) {
+  const at::Tensor& first = *inputs[0].tensor;
+  for (const Input& in : inputs) check_cuda(*in.tensor, in.name);
   // torch's check and words, raised as c10::IndexError (Python's IndexError, as torch.softmax's)
   const int64_t d = at::maybe_wrap_dim(dim, first.dim());
   const c10::cuda::CUDAGuard guard(first.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(first.get_device()).stream();
-  std::vector<reducekit::TensorView> views;
-  for (const auto& [t, name] : inputs) views.push_back(to_view(*t, name));
   at::Tensor out = at::empty(first.sizes(), first.options());
-  reducekit::Status s = run(views, to_view(out, "out"), dim, stream);
-  if (s.code() != reducekit::StatusCode::kUnsupported || first.dim() == 0) {
-    throw_if_failed(s);
-    return out;
-  }
-  std::vector<at::Tensor> moved;
-  views.clear();
-  for (const auto& [t, name] : inputs) {
-    moved.push_back(t->movedim(d, -1).contiguous());
-    views.push_back(to_view(moved.back(), name));
-  }
-  at::Tensor moved_out = at::empty_like(moved.front());
-  throw_if_failed(run(views, to_view(moved_out, "out"), -1, stream));
-  out.copy_(moved_out.movedim(-1, d));
+  Operand operands[N + 1];
+  for (std::size_t i = 0; i < N; ++i) operands[i] = Operand::in(*inputs[i].tensor);
+  operands[N] = Operand::out(out);
+  reducekit_torch::with_layout_fallback(
+      operands,
+      [&](const auto& t, bool relaid) {
+        std::array<reducekit::TensorView, N> views;
+        for (std::size_t i = 0; i < N; ++i) views[i] = to_view(t[i], inputs[i].name);
+        return run(views, to_view(t[N], "out"), relaid ? -1 : dim, stream);
+      },
+      reducekit_torch::DimLast{d});
   return out;
 }
 

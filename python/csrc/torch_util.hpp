@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the torch.ops.reducekit adapters: at::Tensor -> TensorView, and a failed
-// Status -> a Python exception carrying the core's message (which names the argument).
+// Helpers shared by the torch.ops.reducekit adapters: at::Tensor -> TensorView, a failed Status
+// -> a Python exception carrying the core's message (which names the argument), workspaces, and
+// the one fallback for layouts the core cannot read in place (with_layout_fallback).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -116,6 +118,80 @@ reducekit::Status with_call_workspace(const at::Tensor& x, cudaStream_t stream, 
   if (!s.is_ok()) return s;
   const CallWorkspace workspace(x, stream, req.workspace_bytes, req.workspace_zeroed_bytes);
   return call(workspace.ws);
+}
+
+// ---- the fallback for layouts the core cannot read in place ---------------------------------
+// The core answers kUnsupported for a layout it cannot address (and for a few limits that no
+// layout lifts; a second try gives the same answer there). An adapter calls the core on the
+// tensors as given, so the common case copies nothing, and only on that answer again on copies
+// in a layout the core reads.
+
+// The layouts the fallback copies into: an order of the dims (`arrange`, a view; `restore` undoes
+// it), made contiguous.
+struct RowMajor {  // the dims as they are: plain contiguous copies
+  at::Tensor arrange(const at::Tensor& t) const { return t; }
+  at::Tensor restore(const at::Tensor& t) const { return t; }
+};
+struct DimLast {  // `dim` (wrapped) moved innermost: rows over any dim become rows the kernels read
+  int64_t dim;
+  at::Tensor arrange(const at::Tensor& t) const { return t.movedim(dim, -1); }
+  at::Tensor restore(const at::Tensor& t) const { return t.movedim(-1, dim); }
+};
+
+// One tensor of a core call and what the call does with it. The fallback copies what is read
+// into the layout, gives what is only written a fresh tensor there (unless its own memory already
+// is in it; its old contents are not copied), and copies what was written back afterwards.
+struct Operand {
+  enum class Access { kRead, kWrite, kReadWrite };
+  const at::Tensor* tensor;
+  Access access;
+  static Operand in(const at::Tensor& t) { return {&t, Access::kRead}; }
+  static Operand out(const at::Tensor& t) { return {&t, Access::kWrite}; }
+  static Operand in_out(const at::Tensor& t) { return {&t, Access::kReadWrite}; }
+};
+
+// The tensors of one try, in the operands' order: t[i].
+template <std::size_t N> struct CallTensors {
+  std::array<const at::Tensor*, N> tensors;
+  const at::Tensor& operator[](std::size_t i) const { return *tensors[i]; }
+};
+
+// A result the core wrote into a temporary (a copy in another layout or dtype) goes back into the
+// caller's tensor; where it wrote into that tensor's own memory, there is nothing to copy.
+inline void copy_back(const at::Tensor& written, const at::Tensor& target) {
+  if (!written.is_alias_of(target)) target.copy_(written);
+}
+
+// Runs `run(t, relaid)` (returning the core's Status) over the operands as given, relaid = false.
+// Where the core answers kUnsupported, runs it once more over the operands in `layout`, relaid =
+// true (an argument that depends on the layout, such as softmax's dim, takes its value there),
+// then copies the written operands back. Any other failure, or the second try's, throws the core's message; so
+// does kUnsupported where the layout would hand the core the very same views again.
+template <class Layout = RowMajor, class Run, std::size_t N>
+void with_layout_fallback(const Operand (&operands)[N], Run run, const Layout& layout = {}) {
+  CallTensors<N> given;
+  for (std::size_t i = 0; i < N; ++i) given.tensors[i] = operands[i].tensor;
+  const reducekit::Status s = run(given, false);
+  if (s.code() != reducekit::StatusCode::kUnsupported) return throw_if_failed(s);
+
+  std::array<at::Tensor, N> relaid;  // undefined operands (an absent optional) stay undefined
+  CallTensors<N> copies;
+  bool changed = false;
+  for (std::size_t i = 0; i < N; ++i) {
+    const at::Tensor& t = *operands[i].tensor;
+    copies.tensors[i] = &relaid[i];
+    if (!t.defined()) continue;
+    const at::Tensor arranged = layout.arrange(t);
+    if (operands[i].access != Operand::Access::kWrite) relaid[i] = arranged.contiguous();
+    else relaid[i] = arranged.is_contiguous() ? arranged : at::empty(arranged.sizes(), arranged.options());
+    changed = changed || relaid[i].const_data_ptr() != t.const_data_ptr() || !relaid[i].sizes().equals(t.sizes()) ||
+              !relaid[i].strides().equals(t.strides());
+  }
+  if (!changed) return throw_if_failed(s);
+  throw_if_failed(run(copies, true));
+  for (std::size_t i = 0; i < N; ++i)
+    if (operands[i].access != Operand::Access::kRead && relaid[i].defined())
+      copy_back(layout.restore(relaid[i]), *operands[i].tensor);
 }
 
 }  // namespace reducekit_torch
