@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <string>
 
+#include "plan/batch_norm_plan.hpp"
+
 namespace reducekit {
 namespace {
 
-std::size_t align16(std::size_t b) { return (b + 15) / 16 * 16; }
+static_assert(kSyncBatchNormPacketWidth == kBatchNormPacketWidth, "the plan's packet is the API's");
 
 Status nccl_status(ncclResult_t r, const char* call) {
   if (r == ncclSuccess) return Status::ok();
@@ -32,28 +34,25 @@ struct SyncWorkspace {
   TensorView mine;      // [C][3], row `rank` of gathered
 };
 
-Status sync_workspace_bytes(const TensorView& x, int ranks, std::size_t* local_bytes, std::size_t* total) {
+Status sync_workspace_plan(const TensorView& x, int ranks, SyncBatchNormWorkspace* plan) {
   BatchNormRequirements req;
-  REDUCEKIT_RETURN_IF_ERROR(batch_norm_requirements(x, &req));
-  const int64_t c = x.rank >= 2 ? x.sizes[1] : 0;
-  *local_bytes = align16(req.workspace_bytes);
-  *total = *local_bytes + static_cast<std::size_t>(ranks) * c * kBatchNormPacketWidth * sizeof(double);
-  return Status::ok();
+  REDUCEKIT_RETURN_IF_ERROR(batch_norm_requirements(x, &req));  // x is [N, C, *] from here on
+  return plan_sync_batch_norm_workspace(req.workspace_bytes, ranks, x.sizes[1], plan);
 }
 
 Status bind(const TensorView& x, ncclComm_t comm, const Workspace& ws, SyncWorkspace* out, int* ranks) {
   int rank = 0;
   REDUCEKIT_RETURN_IF_ERROR(ranks_of(comm, ranks, &rank));
-  std::size_t local_bytes = 0, total = 0;
-  REDUCEKIT_RETURN_IF_ERROR(sync_workspace_bytes(x, *ranks, &local_bytes, &total));
-  if (ws.bytes < total || (total > 0 && ws.data == nullptr))
+  SyncBatchNormWorkspace plan;
+  REDUCEKIT_RETURN_IF_ERROR(sync_workspace_plan(x, *ranks, &plan));
+  if (ws.bytes < plan.bytes || (plan.bytes > 0 && ws.data == nullptr))
     return Status::invalid_argument("workspace: " + std::to_string(ws.bytes) + " bytes, sync_batch_norm needs " +
-                                    std::to_string(total));
+                                    std::to_string(plan.bytes));
   if (reinterpret_cast<std::uintptr_t>(ws.data) % 16 != 0)
     return Status::invalid_argument("workspace: must be 16-byte aligned");
   const int64_t c = x.sizes[1];
-  auto* packets = reinterpret_cast<double*>(static_cast<unsigned char*>(ws.data) + local_bytes);
-  out->local = Workspace{ws.data, local_bytes};
+  auto* packets = reinterpret_cast<double*>(static_cast<unsigned char*>(ws.data) + plan.packets_offset);
+  out->local = Workspace{ws.data, plan.packets_offset};
   out->gathered = make_contiguous_view(packets, DType::kFloat64, {*ranks, c, kBatchNormPacketWidth}, x.device);
   out->mine = make_contiguous_view(packets + static_cast<int64_t>(rank) * c * kBatchNormPacketWidth,
                                    DType::kFloat64, {c, kBatchNormPacketWidth}, x.device);
@@ -72,9 +71,9 @@ Status sync_batch_norm_requirements(const TensorView& x, ncclComm_t comm, BatchN
   if (req == nullptr) return Status::invalid_argument("req: must not be null");
   int ranks = 0, rank = 0;
   REDUCEKIT_RETURN_IF_ERROR(ranks_of(comm, &ranks, &rank));
-  std::size_t local_bytes = 0, total = 0;
-  REDUCEKIT_RETURN_IF_ERROR(sync_workspace_bytes(x, ranks, &local_bytes, &total));
-  req->workspace_bytes = total;
+  SyncBatchNormWorkspace plan;
+  REDUCEKIT_RETURN_IF_ERROR(sync_workspace_plan(x, ranks, &plan));
+  req->workspace_bytes = plan.bytes;
   req->workspace_zeroed_bytes = 0;
   return Status::ok();
 }
