@@ -74,4 +74,59 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
                            const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
                            const Workspace& workspace, cudaStream_t stream);
 
+// ---- Stages of a batch spread over ranks (SyncBatchNorm) ----------------------------------
+// Each rank holds a part of the batch (any size, 0 included; the same C, dtype and options on
+// every rank). The statistics move between ranks as packets: float64 [C][kBatchNormPacketWidth]
+// per rank, whatever x's dtype (a count stays exact; a packet is 24 bytes a channel). Gathered
+// packets are [R][C][kBatchNormPacketWidth], contiguous, in rank order; the caller exchanges
+// them with any collective (an allgather). Merges run in rank order over the packets alone, so
+// every rank that gathers the same packets computes bit-identical statistics.
+//
+//   forward:  batch_norm_moments -> allgather -> batch_norm_merge_moments -> batch_norm_apply
+//   backward: batch_norm_backward_sums -> allgather -> batch_norm_backward_apply
+//
+// <reducekit/batch_norm_nccl.hpp> runs these over one ncclAllGather each way.
+constexpr int kBatchNormPacketWidth = 3;
+
+// This rank's moments packet [C][3]: (count, mean, M2) of each channel of x, count = N * spatial
+// (0 allowed: the row is (0, 0, 0)), mean and M2 merged in the training forward's fixed order.
+// Workspace: batch_norm_requirements(x).
+Status batch_norm_moments(const TensorView& x, const TensorView& packet, const Workspace& workspace,
+                          cudaStream_t stream);
+
+// Merges `packets` [R][C][3] in rank order (Chan's formula, float64) into save_mean and
+// save_invstd = 1 / sqrt(biased variance + eps) over the total count, and updates running_mean /
+// running_var (both or neither; may be null) with options.momentum, the variance unbiased over the
+// total count. save_mean, save_invstd and the running statistics: [C], the accumulation type of
+// `dtype` (the dtype of x: float32, or float64 for float64 x). A total count of 0 gives NaN
+// statistics and leaves the running statistics alone; a total count of 1 gives a NaN running
+// variance (torch refuses that batch on one GPU; the ranks cannot see it without a sync).
+// No workspace.
+Status batch_norm_merge_moments(const TensorView& packets, DType dtype, const TensorView* running_mean,
+                                const TensorView* running_var, const BatchNormOptions& options,
+                                const TensorView& save_mean, const TensorView& save_invstd, cudaStream_t stream);
+
+// y = (x - mean) * invstd * weight + bias per channel, from given statistics (the merged ones);
+// weight, bias may be null. mean, invstd: [C] in the accumulation type. y as in the training
+// forward (x's sizes, dtype and strides; may be x itself). Workspace: batch_norm_requirements(x).
+Status batch_norm_apply(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& mean,
+                        const TensorView& invstd, const TensorView& y, const Workspace& workspace,
+                        cudaStream_t stream);
+
+// This rank's gradient packet [C][3]: (count, sum(dy), sum(dy * xhat)), xhat = (x - save_mean) *
+// save_invstd, from the (merged) statistics of the forward. dweight and dbias (may be null)
+// receive this rank's sum(dy * xhat) and sum(dy): the gradients of the rank's own batch, as
+// torch's SyncBatchNorm gives them (the data-parallel wrapper then reduces the parameters'
+// gradients). Workspace: batch_norm_requirements(x).
+Status batch_norm_backward_sums(const TensorView& dy, const TensorView& x, const TensorView& save_mean,
+                                const TensorView& save_invstd, const TensorView& packet, const TensorView* dweight,
+                                const TensorView* dbias, const Workspace& workspace, cudaStream_t stream);
+
+// dx = weight * invstd * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n), the sums and n over
+// all ranks' gradient packets [R][C][3], added in rank order. Workspace: batch_norm_requirements(x).
+Status batch_norm_backward_apply(const TensorView& dy, const TensorView& x, const TensorView* weight,
+                                 const TensorView& save_mean, const TensorView& save_invstd,
+                                 const TensorView& packets, const TensorView& dx, const Workspace& workspace,
+                                 cudaStream_t stream);
+
 }  // namespace reducekit

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit.batch_norm (training or inference forward; the running statistics are
-// updated in place) and batch_norm_backward, with the autograd that joins them. Thin: outputs
+// updated in place) and batch_norm_backward, with the autograd that joins them; and the stages of
+// a batch spread over ranks (batch_norm_moments, _merge_moments, _apply, _backward_sums,
+// _backward_apply), which reducekit.nn.SyncBatchNorm joins around torch.distributed's
+// all_gather_into_tensor (python/reducekit/_sync_batch_norm.py). Thin: outputs
 // from torch's caching allocator with x's memory format; x in a layout the core cannot read
 // (neither contiguous nor channels-last) is made contiguous first; per-channel tensors in
 // another dtype than the core's (float32, float64 for float64 x) go through a float copy.
@@ -69,6 +72,13 @@ struct ChannelViews {
 };
 const reducekit::TensorView* ptr(const std::optional<reducekit::TensorView>& v) { return v ? &*v : nullptr; }
 
+// dy in x's layout (a copy where it differs).
+Tensor in_layout_of(const Tensor& grad_out, const Tensor& x) {
+  return grad_out.strides() == x.strides() && grad_out.sizes() == x.sizes()
+             ? grad_out
+             : at::empty_like(x, grad_out.options()).copy_(grad_out);
+}
+
 cudaStream_t stream_of(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
 std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const OptionalTensor& weight,
@@ -128,10 +138,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_cuda(const Tensor& grad_o
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = stream_of(input);
   const Tensor x = readable(input);
-  // dy in x's layout (a copy where it differs).
-  const Tensor dy = grad_out.strides() == x.strides() && grad_out.sizes() == x.sizes()
-                        ? grad_out
-                        : at::empty_like(x, grad_out.options()).copy_(grad_out);
+  const Tensor dy = in_layout_of(grad_out, x);
   const OptionalTensor w = channel_input(weight, x, "weight");
   const Tensor mean = save_mean.to(channel_type(x)).contiguous(), invstd = save_invstd.to(channel_type(x)).contiguous();
   const int64_t channels = x.dim() >= 2 ? x.size(1) : 0;
@@ -233,6 +240,128 @@ bool batch_norm_reads_once_cuda(const Tensor& input, bool backward) {
   return once;
 }
 
+// ---- stages of a batch spread over ranks --------------------------------------------------------
+// Packets: float64 [C, 3] a rank, gathered [R, C, 3] in rank order (<reducekit/batch_norm.hpp>).
+
+Tensor new_packet(const Tensor& x) {
+  return at::empty({x.dim() >= 2 ? x.size(1) : 0, reducekit::kBatchNormPacketWidth}, x.options().dtype(at::kDouble));
+}
+
+// A statistic or gathered packets as the core reads them: contiguous, in `dtype`.
+Tensor dense(const Tensor& t, at::ScalarType dtype, const char* name) {
+  check_cuda(t, name);
+  return t.to(dtype).contiguous();
+}
+
+Tensor batch_norm_moments_cuda(const Tensor& input) {
+  check_cuda(input, "x");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor x = readable(input);
+  Tensor packet = new_packet(x);
+  const reducekit::TensorView xv = to_view(x, "x"), pv = to_view(packet, "packet");
+  throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
+      x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
+      [&](const reducekit::Workspace& ws) { return reducekit::batch_norm_moments(xv, pv, ws, stream); }));
+  return packet;
+}
+
+// input: this rank's x, for the statistics' dtype and device only.
+std::tuple<Tensor, Tensor> batch_norm_merge_moments_cuda(const Tensor& input, const Tensor& packets,
+                                                         const OptionalTensor& running_mean,
+                                                         const OptionalTensor& running_var, double momentum,
+                                                         double eps) {
+  check_cuda(input, "x");
+  TORCH_CHECK(given(running_mean) == given(running_var),
+              "running_var: running_mean and running_var come together (both or neither)");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor p = dense(packets, at::kDouble, "packets");
+  const OptionalTensor rm = channel_input(running_mean, input, "running_mean");
+  const OptionalTensor rv = channel_input(running_var, input, "running_var");
+  const int64_t channels = p.dim() == 3 ? p.size(1) : 0;
+  const auto stat_options = input.options().dtype(channel_type(input));
+  Tensor save_mean = at::empty({channels}, stat_options), save_invstd = at::empty({channels}, stat_options);
+  std::optional<reducekit::TensorView> rmv, rvv;
+  if (rm) {
+    rmv = to_view(*rm, "running_mean");
+    rvv = to_view(*rv, "running_var");
+  }
+  reducekit::BatchNormOptions o;
+  o.momentum = momentum;
+  o.eps = eps;
+  throw_if_failed(reducekit::batch_norm_merge_moments(to_view(p, "packets"), to_view(input, "x").dtype, ptr(rmv),
+                                                      ptr(rvv), o, to_view(save_mean, "save_mean"),
+                                                      to_view(save_invstd, "save_invstd"), stream));
+  if (rm && !rm->is_same(*running_mean)) running_mean->copy_(*rm);
+  if (rv && !rv->is_same(*running_var)) running_var->copy_(*rv);
+  return {save_mean, save_invstd};
+}
+
+Tensor batch_norm_apply_cuda(const Tensor& input, const OptionalTensor& weight, const OptionalTensor& bias,
+                             const Tensor& mean, const Tensor& invstd) {
+  check_cuda(input, "x");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor x = readable(input);
+  const OptionalTensor w = channel_input(weight, x, "weight"), b = channel_input(bias, x, "bias");
+  const Tensor m = dense(mean, channel_type(x), "mean"), is = dense(invstd, channel_type(x), "invstd");
+  const ChannelViews params(w, b);
+  Tensor y = at::empty_like(x);
+  const reducekit::TensorView xv = to_view(x, "x"), yv = to_view(y, "y");
+  const reducekit::TensorView mv = to_view(m, "mean"), iv = to_view(is, "invstd");
+  throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
+      x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
+      [&](const reducekit::Workspace& ws) {
+        return reducekit::batch_norm_apply(xv, ptr(params.weight), ptr(params.bias), mv, iv, yv, ws, stream);
+      }));
+  return y;
+}
+
+Tensor batch_norm_backward_sums_cuda(const Tensor& grad_out, const Tensor& input, const Tensor& save_mean,
+                                     const Tensor& save_invstd) {
+  check_cuda(input, "x");
+  check_cuda(grad_out, "dy");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor x = readable(input);
+  const Tensor dy = in_layout_of(grad_out, x);
+  const Tensor m = dense(save_mean, channel_type(x), "save_mean"), is = dense(save_invstd, channel_type(x), "save_invstd");
+  Tensor packet = new_packet(x);
+  const reducekit::TensorView xv = to_view(x, "x"), dyv = to_view(dy, "dy"), pv = to_view(packet, "packet");
+  throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
+      x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
+      [&](const reducekit::Workspace& ws) {
+        return reducekit::batch_norm_backward_sums(dyv, xv, to_view(m, "save_mean"), to_view(is, "save_invstd"), pv,
+                                                   nullptr, nullptr, ws, stream);
+      }));
+  return packet;
+}
+
+Tensor batch_norm_backward_apply_cuda(const Tensor& grad_out, const Tensor& input, const OptionalTensor& weight,
+                                      const Tensor& save_mean, const Tensor& save_invstd, const Tensor& packets) {
+  check_cuda(input, "x");
+  check_cuda(grad_out, "dy");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = stream_of(input);
+  const Tensor x = readable(input);
+  const Tensor dy = in_layout_of(grad_out, x);
+  const OptionalTensor w = channel_input(weight, x, "weight");
+  const Tensor m = dense(save_mean, channel_type(x), "save_mean"), is = dense(save_invstd, channel_type(x), "save_invstd");
+  const Tensor p = dense(packets, at::kDouble, "packets");
+  std::optional<reducekit::TensorView> wv;
+  if (w) wv = to_view(*w, "weight");
+  Tensor dx = at::empty_like(x);
+  const reducekit::TensorView xv = to_view(x, "x"), dyv = to_view(dy, "dy"), dxv = to_view(dx, "dx");
+  throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
+      x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
+      [&](const reducekit::Workspace& ws) {
+        return reducekit::batch_norm_backward_apply(dyv, xv, ptr(wv), to_view(m, "save_mean"),
+                                                    to_view(is, "save_invstd"), to_view(p, "packets"), dxv, ws, stream);
+      }));
+  return dx;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
@@ -241,12 +370,24 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
   m.def("batch_norm_backward(Tensor grad_out, Tensor input, Tensor? weight, Tensor save_mean, Tensor save_invstd,"
         " bool training, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
   m.def("batch_norm_reads_once(Tensor input, bool backward) -> bool");
+  m.def("batch_norm_moments(Tensor input) -> Tensor");
+  m.def("batch_norm_merge_moments(Tensor input, Tensor packets, Tensor(a!)? running_mean, Tensor(b!)? running_var,"
+        " float momentum, float eps) -> (Tensor, Tensor)");
+  m.def("batch_norm_apply(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd) -> Tensor");
+  m.def("batch_norm_backward_sums(Tensor grad_out, Tensor input, Tensor save_mean, Tensor save_invstd) -> Tensor");
+  m.def("batch_norm_backward_apply(Tensor grad_out, Tensor input, Tensor? weight, Tensor save_mean,"
+        " Tensor save_invstd, Tensor packets) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("batch_norm", &batch_norm_cuda);
   m.impl("batch_norm_backward", &batch_norm_backward_cuda);
   m.impl("batch_norm_reads_once", &batch_norm_reads_once_cuda);
+  m.impl("batch_norm_moments", &batch_norm_moments_cuda);
+  m.impl("batch_norm_merge_moments", &batch_norm_merge_moments_cuda);
+  m.impl("batch_norm_apply", &batch_norm_apply_cuda);
+  m.impl("batch_norm_backward_sums", &batch_norm_backward_sums_cuda);
+  m.impl("batch_norm_backward_apply", &batch_norm_backward_apply_cuda);
 }
 
 TORCH_LIBRARY_IMPL(reducekit, Autograd, m) { m.impl("batch_norm", &batch_norm_autograd); }

@@ -63,6 +63,7 @@ _torch.ops.load_library(_path)
 
 from . import _registrations  # noqa: E402,F401  fake kernels and autograd formulas
 from ._batch_norm import batch_norm  # noqa: E402
+from ._sync_batch_norm import sync_batch_norm  # noqa: E402
 from ._softmax import log_softmax, softmax  # noqa: E402
 from ._loss import cross_entropy, cross_entropy_with_grad  # noqa: E402
 from ._linear_loss import linear_cross_entropy  # noqa: E402
@@ -74,4 +75,4 @@ from ._patch import PatchRecord, PatchReport, patch, patch_functional, unpatch  
 
 __all__ = ["softmax", "log_softmax", "nn", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp",
            "var", "std", "var_mean", "std_mean", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-           "cross_entropy", "cross_entropy_with_grad", "linear_cross_entropy", "batch_norm", "patch", "unpatch", "patch_functional", "PatchRecord", "PatchReport"]
+           "cross_entropy", "cross_entropy_with_grad", "linear_cross_entropy", "batch_norm", "sync_batch_norm", "patch", "unpatch", "patch_functional", "PatchRecord", "PatchReport"]

@@ -4,11 +4,12 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._batch_norm import batch_norm_module_forward
+from ._batch_norm import batch_norm, batch_norm_module_forward
 from ._softmax import log_softmax, softmax
 from ._linear_loss import linear_cross_entropy
 from ._loss import cross_entropy
 from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm
+from ._sync_batch_norm import sync_batch_norm
 
 
 class Softmax(torch.nn.Softmax):
@@ -88,6 +89,60 @@ class BatchNorm3d(torch.nn.BatchNorm3d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return batch_norm_module_forward(self, input)
+
+
+class SyncBatchNorm(torch.nn.SyncBatchNorm):
+    """torch.nn.SyncBatchNorm (same arguments, including process_group, parameters, buffers and
+    state dict) running reducekit.sync_batch_norm: in training, under an initialized
+    torch.distributed with more than one rank in the group, the batch statistics are those of
+    every rank's input, bitwise equal on every rank; in eval, without torch.distributed, or in a
+    group of one rank it is BatchNorm (reducekit.batch_norm). Batch sizes may differ between
+    ranks, 0 included. weight and bias gradients are the rank's own, as torch's."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(input)
+        check_channels = getattr(self, "_check_non_zero_input_channels", None)
+        if check_channels is not None:
+            check_channels(input)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        keep = not self.training or self.track_running_stats
+        running_mean = self.running_mean if keep else None
+        running_var = self.running_var if keep else None
+        group = None
+        if use_batch and self.training and torch.distributed.is_available() and torch.distributed.is_initialized():
+            group = self.process_group if self.process_group is not None else torch.distributed.group.WORLD
+            if torch.distributed.get_world_size(group) <= 1:
+                group = None
+        if group is None:
+            return batch_norm(input, running_mean, running_var, self.weight, self.bias, use_batch, factor, self.eps)
+        return sync_batch_norm(input, running_mean, running_var, self.weight, self.bias, factor, self.eps, group)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: torch.nn.Module, process_group=None) -> torch.nn.Module:
+        """module with every BatchNorm*d in it (torch's, torch's SyncBatchNorm, reducekit's)
+        replaced by a reducekit SyncBatchNorm over process_group that holds the same Parameters
+        and buffers (shared, not copied) and the same training flag; returns the new root."""
+        converted = module
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(module, cls):
+            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_group)
+            if module.affine:
+                with torch.no_grad():
+                    converted.weight = module.weight
+                    converted.bias = module.bias
+            converted.running_mean = module.running_mean
+            converted.running_var = module.running_var
+            converted.num_batches_tracked = module.num_batches_tracked
+            converted.training = module.training
+            if hasattr(module, "qconfig"):
+                converted.qconfig = module.qconfig
+        for name, child in module.named_children():
+            converted.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return converted
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):

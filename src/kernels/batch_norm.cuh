@@ -391,19 +391,16 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
 
 }
 
-// A warp a channel, 8 channels a CTA: lane l merges partials l, l + 32, ... in order, then the
-// lanes merge pairwise down to lane 0, which writes the channel's outputs. Forward partials are
-// moments of x - K_c: merged shifted (means near 0 round by u |mean - K_c|, not u |mean|), K_c
-// added back to the merged mean.
+// A warp a channel: lane l merges partials l, l + 32, ... in order, then the lanes merge
+// pairwise down to lane 0, which returns the channel's statistics (the other lanes' results are
+// partial). Forward partials are moments of x - K_c: merged shifted (means near 0 round by
+// u |mean - K_c|, not u |mean|); the caller adds K_c back. Every lane of the warp must call it.
 template <typename T, bool kBackward>
-__global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(const BatchNormArgs<acc_t<T>> a) {
+__device__ std::conditional_t<kBackward, Sums<acc_t<T>>, Moments<acc_t<T>>> merge_channel_partials(
+    const BatchNormArgs<acc_t<T>>& a, int64_t ch, int lane) {
   using Acc = acc_t<T>;
   using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
-  const int lane = threadIdx.x % 32;
-  const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
-  if (ch >= a.c) return;
   const Acc* part = a.partials + ch * a.stats_ctas * 2;
-  const Acc shift = kBackward ? Acc(0) : channel_shift<T>(a, ch, a.channels_last);
   // Four partials a lane in flight at a time, merged in order.
   constexpr int kBatch = 4;
   Slot total{};
@@ -436,8 +433,20 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
     }
     total = merge(total, other);
   }
+  return total;
+}
+
+// A warp a channel, 8 channels a CTA (merge_channel_partials), lane 0 writing the channel's
+// outputs and the apply pass's parameters.
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(const BatchNormArgs<acc_t<T>> a) {
+  using Acc = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
+  if (ch >= a.c) return;
+  auto total = merge_channel_partials<T, kBackward>(a, ch, lane);
   if (lane == 0) {
-    if constexpr (!kBackward) total.mean += shift;
+    if constexpr (!kBackward) total.mean += channel_shift<T>(a, ch, a.channels_last);
     const ChannelParams<Acc> prm = finish_channel(a, ch, total, true);
     Acc* p = a.params + ch * 4;
     p[0] = prm.mean;

@@ -14,6 +14,7 @@
 
 #include "kernels/batch_norm.cuh"
 #include "kernels/batch_norm_resident.cuh"
+#include "kernels/batch_norm_sync.cuh"
 #include "ops/checks.hpp"
 #include "plan/batch_norm_plan.hpp"
 #include "reducekit/batch_norm.hpp"
@@ -266,6 +267,32 @@ bool same_offset16(std::initializer_list<const TensorView*> tensors) {
   return true;
 }
 
+// A packet [C][3] (gathered: [R][C][3], R >= 1) of float64, contiguous, on the current device;
+// channels < 0 takes any C. *ranks: R (1 for one packet).
+Status check_packet(const TensorView& t, const char* name, int64_t channels, bool gathered, int64_t* ranks) {
+  const int want_rank = gathered ? 3 : 2;
+  const std::string shape = gathered ? "[R, C, 3]" : "[C, 3]";
+  if (t.rank != want_rank || t.sizes[want_rank - 1] != kBatchNormPacketWidth ||
+      (channels >= 0 && t.sizes[want_rank - 2] != channels))
+    return Status::invalid_argument(std::string(name) + ": expected " + shape + " with C = " +
+                                    (channels >= 0 ? std::to_string(channels) : std::string("the channels")) +
+                                    ", got " + shape_string(t));
+  if (gathered && t.sizes[0] < 1) return Status::invalid_argument(std::string(name) + ": no ranks (size 0 in dim 0)");
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(t, name, DType::kFloat64, t.numel(), "packets of float64"));
+  if (ranks != nullptr) *ranks = gathered ? t.sizes[0] : 1;
+  return Status::ok();
+}
+
+Status check_options(const BatchNormOptions& options) {
+  if (!std::isfinite(options.momentum))
+    return Status::invalid_argument("momentum: expected a finite value, got " + std::to_string(options.momentum));
+  if (!(options.eps >= 0.0) || !std::isfinite(options.eps))
+    return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(options.eps));
+  return Status::ok();
+}
+
+unsigned channel_grid(int64_t c) { return static_cast<unsigned>((c + kBatchNormThreads - 1) / kBatchNormThreads); }
+
 }  // namespace
 
 Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req) {
@@ -311,10 +338,7 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"},
                                             {running_mean, "running_mean"}, {running_var, "running_var"}},
                                            {{&x, "x"}}));
-  if (!std::isfinite(options.momentum))
-    return Status::invalid_argument("momentum: expected a finite value, got " + std::to_string(options.momentum));
-  if (!(options.eps >= 0.0) || !std::isfinite(options.eps))
-    return Status::invalid_argument("eps: expected a finite value >= 0, got " + std::to_string(options.eps));
+  REDUCEKIT_RETURN_IF_ERROR(check_options(options));
   if (plan.channel_count() == 1)
     return Status::invalid_argument("x: expected more than 1 value per channel when training, got input of size " +
                                     shape_string(x));
@@ -424,6 +448,177 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.dbias = mutable_data_of<Acc>(dbias);
     const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 2, same_offset16({&x, &dy, dx}));
     return run_training_passes<S, true>(a, plan, rp, dx != nullptr, stream);
+  });
+}
+
+// ---- stages of a batch spread over ranks ------------------------------------------------------
+// The statistics pass is the three-pass path's (never the single-read kernel, which merges in
+// another order and writes y in the same launch); its partials become a packet.
+
+Status batch_norm_moments(const TensorView& x, const TensorView& packet, const Workspace& workspace,
+                          cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
+  REDUCEKIT_RETURN_IF_ERROR(check_packet(packet, "packet", x.sizes[1], false, nullptr));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&packet, "packet"}}, {{&x, "x"}}));
+  if (plan.channel_count() == 0) return fill_zero(&packet, stream);  // (0, 0, 0): merges as nothing
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
+    kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_moments statistics"));
+    kernels::batch_norm_packet_kernel<T, false>
+        <<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
+    return launched("batch_norm_moments packet");
+  });
+}
+
+Status batch_norm_merge_moments(const TensorView& packets, DType dtype, const TensorView* running_mean,
+                                const TensorView* running_var, const BatchNormOptions& options,
+                                const TensorView& save_mean, const TensorView& save_invstd, cudaStream_t stream) {
+  if (!is_floating(dtype))
+    return Status::invalid_argument(std::string("dtype: expected x's dtype (float32, float16, bfloat16 or float64), got ") +
+                                    dtype_name(dtype));
+  int64_t ranks = 0;
+  REDUCEKIT_RETURN_IF_ERROR(check_packet(packets, "packets", -1, true, &ranks));
+  const int64_t c = packets.sizes[1];
+  const DType acc = accumulation_dtype(dtype);
+  const auto channel = [&](const TensorView* t, const char* name) {
+    return t == nullptr ? Status::ok() : check_dense_vector(*t, name, acc, c, "one per channel of the packets");
+  };
+  REDUCEKIT_RETURN_IF_ERROR(channel(running_mean, "running_mean"));
+  REDUCEKIT_RETURN_IF_ERROR(channel(running_var, "running_var"));
+  REDUCEKIT_RETURN_IF_ERROR(channel(&save_mean, "save_mean"));
+  REDUCEKIT_RETURN_IF_ERROR(channel(&save_invstd, "save_invstd"));
+  if ((running_mean == nullptr) != (running_var == nullptr))
+    return Status::invalid_argument("running_var: running_mean and running_var come together (both or neither)");
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"},
+                                            {running_mean, "running_mean"}, {running_var, "running_var"}},
+                                           {{&packets, "packets"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_options(options));
+  if (c == 0) return Status::ok();
+  const auto* p = static_cast<const double*>(packets.data);
+  if (acc == DType::kFloat64) {
+    kernels::batch_norm_merge_moments_kernel<double><<<channel_grid(c), kBatchNormThreads, 0, stream>>>(
+        p, ranks, c, options.momentum, options.eps, mutable_data_of<double>(running_mean),
+        mutable_data_of<double>(running_var), static_cast<double*>(save_mean.data),
+        static_cast<double*>(save_invstd.data));
+  } else {
+    kernels::batch_norm_merge_moments_kernel<float><<<channel_grid(c), kBatchNormThreads, 0, stream>>>(
+        p, ranks, c, static_cast<float>(options.momentum), static_cast<float>(options.eps),
+        mutable_data_of<float>(running_mean), mutable_data_of<float>(running_var),
+        static_cast<float*>(save_mean.data), static_cast<float*>(save_invstd.data));
+  }
+  return launched("batch_norm_merge_moments");
+}
+
+Status batch_norm_apply(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& mean,
+                        const TensorView& invstd, const TensorView& y, const Workspace& workspace,
+                        cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(bias, "bias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&mean, "mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&invstd, "invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
+      {{&y, "y"}}, {{weight, "weight"}, {bias, "bias"}, {&mean, "mean"}, {&invstd, "invstd"}}));
+  if (plan.channel_count() == 0) return Status::ok();
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    a.out = y.data;
+    kernels::batch_norm_forward_params_kernel<Acc><<<channel_grid(plan.c), kBatchNormThreads, 0, stream>>>(
+        plan.c, static_cast<const Acc*>(mean.data), static_cast<const Acc*>(invstd.data), data_of<Acc>(weight),
+        data_of<Acc>(bias), a.params);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_apply parameters"));
+    const auto grid = static_cast<unsigned>(plan.ctas());
+    kernels::batch_norm_apply_kernel<T, S::L, S::V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    return launched("batch_norm_apply");
+  });
+}
+
+Status batch_norm_backward_sums(const TensorView& dy, const TensorView& x, const TensorView& save_mean,
+                                const TensorView& save_invstd, const TensorView& packet, const TensorView* dweight,
+                                const TensorView* dbias, const Workspace& workspace, cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&dy}));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(dy, "dy", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dweight, "dweight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dbias, "dbias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_packet(packet, "packet", x.sizes[1], false, nullptr));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
+      {{&packet, "packet"}, {dweight, "dweight"}, {dbias, "dbias"}},
+      {{&x, "x"}, {&dy, "dy"}, {&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}));
+  if (plan.channel_count() == 0) {  // sums over nothing
+    REDUCEKIT_RETURN_IF_ERROR(fill_zero(&packet, stream));
+    REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
+    return fill_zero(dbias, stream);
+  }
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    a.dy = dy.data;
+    a.mean = static_cast<const Acc*>(save_mean.data);
+    a.invstd = static_cast<const Acc*>(save_invstd.data);
+    a.dweight = mutable_data_of<Acc>(dweight);
+    a.dbias = mutable_data_of<Acc>(dbias);
+    const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
+    kernels::batch_norm_stats_kernel<T, S::L, S::V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_backward_sums statistics"));
+    kernels::batch_norm_packet_kernel<T, true>
+        <<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
+    return launched("batch_norm_backward_sums packet");
+  });
+}
+
+Status batch_norm_backward_apply(const TensorView& dy, const TensorView& x, const TensorView* weight,
+                                 const TensorView& save_mean, const TensorView& save_invstd,
+                                 const TensorView& packets, const TensorView& dx, const Workspace& workspace,
+                                 cudaStream_t stream) {
+  BatchNormPlan plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&dy, &dx}));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(dy, "dy", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_like_x(dx, "dx", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dx, "dx", x, "x"));
+  REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dx, "dx", dy, "dy"));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
+  int64_t ranks = 0;
+  REDUCEKIT_RETURN_IF_ERROR(check_packet(packets, "packets", x.sizes[1], true, &ranks));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dx, "dx"}}, {{weight, "weight"}, {&save_mean, "save_mean"},
+                                                           {&save_invstd, "save_invstd"}, {&packets, "packets"}}));
+  if (plan.channel_count() == 0) return Status::ok();
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using S = decltype(shape);
+    using T = typename S::T;
+    using Acc = typename S::Acc;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    a.dy = dy.data;
+    a.out = dx.data;
+    kernels::batch_norm_backward_params_kernel<Acc><<<channel_grid(plan.c), kBatchNormThreads, 0, stream>>>(
+        static_cast<const double*>(packets.data), ranks, plan.c, static_cast<const Acc*>(save_mean.data),
+        static_cast<const Acc*>(save_invstd.data), data_of<Acc>(weight), a.params);
+    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_backward_apply parameters"));
+    const auto grid = static_cast<unsigned>(plan.ctas());
+    kernels::batch_norm_apply_kernel<T, S::L, S::V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
+    return launched("batch_norm_backward_apply");
   });
 }
 

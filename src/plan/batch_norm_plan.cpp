@@ -126,4 +126,21 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
   return r;
 }
 
+Status plan_sync_batch_norm_workspace(std::size_t local_bytes, int ranks, int64_t channels,
+                                      SyncBatchNormWorkspace* plan) {
+  if (ranks < 1) return Status::invalid_argument("comm: expected at least one rank, got " + std::to_string(ranks));
+  if (channels < 0) return Status::invalid_argument("x: negative channel count " + std::to_string(channels));
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max() / 2;
+  const std::size_t row = kSyncBatchNormPacketWidth * sizeof(double);
+  if (local_bytes > kMax || static_cast<std::size_t>(channels) > kMax / row / static_cast<std::size_t>(ranks))
+    return Status::unsupported("x: the SyncBatchNorm workspace of " + std::to_string(ranks) + " ranks and " +
+                               std::to_string(channels) + " channels does not fit a size_t");
+  SyncBatchNormWorkspace p;
+  p.packets_offset = (local_bytes + 15) / 16 * 16;
+  p.packet_bytes = static_cast<std::size_t>(channels) * row;
+  p.bytes = p.packets_offset + p.packet_bytes * static_cast<std::size_t>(ranks);
+  *plan = p;
+  return Status::ok();
+}
+
 }  // namespace reducekit

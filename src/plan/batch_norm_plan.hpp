@@ -102,4 +102,17 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
 Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, int elem_size, int acc_size,
                        bool base_aligned16, int sm_count, BatchNormPlan* plan);
 
+// The workspace of a SyncBatchNorm call (reducekit_nccl): the single-GPU workspace
+// (`local_bytes`, batch_norm_requirements) rounded up to 16 bytes, then every rank's packet,
+// [ranks][channels][kSyncBatchNormPacketWidth] float64, which one in-place allgather fills.
+constexpr int kSyncBatchNormPacketWidth = 3;  // reducekit::kBatchNormPacketWidth
+struct SyncBatchNormWorkspace {
+  std::size_t packets_offset = 0;  // where rank 0's packet starts
+  std::size_t packet_bytes = 0;    // one rank's packet
+  std::size_t bytes = 0;           // the whole workspace
+};
+// kInvalidArgument (naming `comm`) for ranks < 1; kUnsupported where the size overflows.
+Status plan_sync_batch_norm_workspace(std::size_t local_bytes, int ranks, int64_t channels,
+                                      SyncBatchNormWorkspace* plan);
+
 }  // namespace reducekit

@@ -388,5 +388,25 @@ TEST(BatchNormPlan, NoResidentLayoutWhereItCannotApply) {
   EXPECT_EQ(plan_batch_norm_resident(must_plan({1, 3, 1}, false, 4), 4, 1, true).cluster, 0);
 }
 
+
+// SyncBatchNorm's workspace: the single-GPU part rounded to 16 bytes, then R packets of C rows of
+// three float64 (what one in-place allgather fills); no rank or a size past size_t is refused.
+TEST(BatchNormPlan, SyncWorkspaceIsLocalPartThenPackets) {
+  SyncBatchNormWorkspace w;
+  ASSERT_TRUE(plan_sync_batch_norm_workspace(1000, 2, 64, &w).is_ok());
+  EXPECT_EQ(w.packets_offset, 1008u);
+  EXPECT_EQ(w.packet_bytes, 64u * 3 * 8);
+  EXPECT_EQ(w.bytes, 1008u + 2 * 64 * 3 * 8);
+  ASSERT_TRUE(plan_sync_batch_norm_workspace(0, 8, 3, &w).is_ok());
+  EXPECT_EQ(w.packets_offset, 0u);
+  EXPECT_EQ(w.bytes, 8u * 3 * 3 * 8);
+  ASSERT_TRUE(plan_sync_batch_norm_workspace(32, 1, 0, &w).is_ok());  // no channels: no packets
+  EXPECT_EQ(w.bytes, 32u);
+  const Status none = plan_sync_batch_norm_workspace(64, 0, 3, &w);
+  EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("comm"), std::string::npos) << none.message();
+  EXPECT_EQ(plan_sync_batch_norm_workspace(64, 1 << 30, int64_t(1) << 60, &w).code(), StatusCode::kUnsupported);
+}
+
 }  // namespace
 }  // namespace reducekit
