@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// layer_norm / rms_norm forwards on staged rows (row_staged.cuh): the row copied once into shared
-// memory by bulk copies, one CTA a row or a cluster's shares, every later pass over shared
-// memory. The register rows of these ops hold fewer values a thread than softmax's (weight, bias
-// and statistics take registers), so their longer rows were read twice, the second time from L2.
+// rms_norm forwards on staged rows (row_staged.cuh): the row copied once into shared memory by
+// bulk copies, one CTA a row or a cluster's shares, the output pass over shared memory. rms_norm's
+// register rows hold fewer values a thread than softmax's (weight and statistics take
+// registers), and its rows at an odd length move as shifted vectors; staged, both read HBM once.
+// (layer_norm staged, with the variance's exact second pass over shared memory, lost to its
+// register rows at every measured shape: LOG.md, run 76.)
 //
-// Passes: the row's sum (layer_norm) or sum of squares (rms_norm) folded as the share lands;
-// layer_norm then the squared deviations from the mean (the exact two-pass variance of the
-// register rows, never E[x^2] - E[x]^2); then the output, granule by granule of y, with the
-// granule's weight and bias. Combines run in an order fixed by the row length (vectors as the
-// staged fold lays them out, the CTA's butterfly, the cluster in rank order), so a row's bits do
-// not depend on its alignment or on the other rows.
+// Passes: the row's sum of squares folded as the share lands, then the output, granule by
+// granule of y, with the granule's weight. Combines run in an order fixed by the row length
+// (vectors as the staged fold lays them out, the CTA's butterfly, the cluster in rank order), so
+// a row's bits do not depend on its alignment or on the other rows.
 #pragma once
 
 #include <type_traits>
@@ -19,59 +19,21 @@
 
 namespace reducekit::kernels {
 
-// The first staged fold of a norm: the sum of the values (kSquares: of their squares); pads are
-// 0 and add nothing.
-template <typename T, bool kSquares> struct StagedNormSum {
+// rms_norm's staged fold: the sum of squares; pads are 0 and add nothing.
+template <typename T> struct StagedSumOfSquares {
   using Acc = acc_t<T>;
   using Stat = StatVec<Acc, 1>;
   __device__ static Acc pad(int) { return Acc(0); }
   __device__ static Stat identity() { return {{Acc(0)}}; }
   __device__ static Stat merge(const Stat& a, const Stat& b) { return {{a.w[0] + b.w[0]}}; }
   template <int N> __device__ static Stat fold(const Acc (&v)[1][N]) {
-    return {{fold_chains<N>(Plus{}, [&](int j) { return kSquares ? v[0][j] * v[0][j] : v[0][j]; })}};
+    return {{fold_chains<N>(Plus{}, [&](int j) { return v[0][j] * v[0][j]; })}};
   }
 };
 
-// The norm forwards staged rows run: the plain (one-input) layer_norm and rms_norm.
+// The norm forward staged rows run: the plain (one-input) rms_norm.
 template <class Op> struct IsStagedNorm : std::false_type {};
-template <typename T> struct IsStagedNorm<LayerNormForwardOp<T, false>> : std::true_type {};
 template <typename T> struct IsStagedNorm<RmsNormForwardOp<T, false>> : std::true_type {};
-
-// This thread's sum of squared deviations from `mean` over the share's vectors [lo, hi), each
-// element's own accumulator (VEC independent chains); elements past the row's end add nothing.
-template <typename T, class Sum, int THREADS> struct StagedDeviationPass {
-  const StagedRow<T, Sum>& row;
-  int lo, hi;
-  acc_t<T> mean;
-  acc_t<T> m2 = 0;
-  template <bool kShifted> __device__ __forceinline__ void run() {
-    constexpr int VEC = StagedRow<T, Sum>::VEC;
-    using Acc = acc_t<T>;
-    Acc part[VEC] = {};
-    const int whole_hi = min(hi, row.cols / VEC);
-    int v = lo + threadIdx.x;
-#pragma unroll 2
-    for (; v < whole_hi; v += THREADS) {
-      Acc a[1][VEC];
-      row.template whole_vector_at<kShifted>(v, a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const Acc d = a[0][e] - mean;
-        part[e] += d * d;
-      }
-    }
-    for (; v < hi; v += THREADS) {
-      Acc a[1][VEC];
-      row.template vector_at<kShifted>(v, a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const Acc d = a[0][e] - mean;
-        part[e] += v * VEC + e < row.cols ? d * d : Acc(0);
-      }
-    }
-    m2 = fold_chains<VEC>(Plus{}, [&](int e) { return part[e]; });
-  }
-};
 
 // y's granule g from its staged values: the columns' weight and bias, then Op::output. Element e
 // is column g VEC + e - so_elems (y starts so_elems elements past a granule), so the parameters
@@ -91,11 +53,12 @@ template <typename T, class Op> struct StagedNormWriter {
   template <int VEC> __device__ __forceinline__ void operator()(Acc (&vals)[1][VEC], int g, Acc (&r)[VEC]) const {
     typename Op::Column c[VEC];
     const int e0 = g * VEC - so_elems;
-    if (so_elems == 0) {  // the granule's columns start a vector: whole vectors where the parameters are aligned
+    if (so_elems == 0) {  // columns start a vector: whole vectors where the parameters are aligned
       Op::template columns<VEC, false>(extra, e0, cols, c);
     } else {  // columns straddle the parameters' vectors; y's first granule reaches below column 0
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Acc(0))};
+      for (int e = 0; e < VEC; ++e)
+        c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Acc(0))};
     }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
@@ -106,14 +69,11 @@ template <typename T, class Op> struct StagedNormWriter {
 };
 
 // Launched as rows x C CTAs in clusters of C (a plain launch: C = 1), the dynamic shared memory
-// staged_share_smem_bytes(P). Rank 0's thread 0 writes the row's mean / rstd.
+// staged_share_smem_bytes(P). Rank 0's thread 0 writes the row's rstd.
 template <typename T, class Op, int THREADS>
 __global__ void __launch_bounds__(THREADS) norm_staged_kernel(RowArgs<T, 1> args, NormExtra<T> extra) {
-  static_assert(IsStagedNorm<Op>::value, "staged rows run the plain layer_norm / rms_norm forwards");
-  constexpr bool kLayer = std::is_same_v<Op, LayerNormForwardOp<T, false>>;
-  using Acc = acc_t<T>;
-  using Sum = StagedNormSum<T, !kLayer>;
-  constexpr int VEC = 16 / sizeof(T);
+  static_assert(IsStagedNorm<Op>::value, "staged rows run the plain rms_norm forward");
+  using Sum = StagedSumOfSquares<T>;
   extern __shared__ __align__(128) unsigned char staged_bytes[];
   __shared__ uint64_t arrived[kStagedMaxChunks];
   __shared__ typename Sum::Stat slots[33];
@@ -125,21 +85,9 @@ __global__ void __launch_bounds__(THREADS) norm_staged_kernel(RowArgs<T, 1> args
   const int64_t row = blockIdx.x / ctas;
   const StagedRow<T, Sum> staged =
       stage_share<T, Sum>(args.in[0] + row * args.in_stride[0], args.cols, rank, ctas, staged_bytes, arrived);
-  const typename Sum::Stat sum = staged_row_stat<T, Sum, THREADS>(staged, ctas, slots, &cluster_slot);
+  const typename Sum::Stat squares = staged_row_stat<T, Sum, THREADS>(staged, ctas, slots, &cluster_slot);
   const RowSpan at{row, 0, 0, args.cols, false};
-  typename Op::Params params;
-  if constexpr (kLayer) {
-    const Acc mean = sum.w[0] / Acc(args.cols);
-    const int vectors = (args.cols + VEC - 1) / VEC;
-    StagedDeviationPass<T, Sum, THREADS> deviations{staged, staged.first, min(staged.first + staged.share, vectors),
-                                                    mean};
-    with_shift(staged.shift, deviations);
-    typename Sum::Stat m2 = block_butterfly_reduce<Sum>({{deviations.m2}}, slots);
-    if (ctas > 1) m2 = cluster_reduce<Sum>(m2, &cluster_slot);
-    params = Op::params(extra, at, mean, m2.w[0]);
-  } else {
-    params = Op::finalize(extra, at, sum);
-  }
+  const typename Op::Params params = Op::finalize(extra, at, squares);
   if (rank == 0 && threadIdx.x == 0) Op::row_done(extra, at, params);
   T* out = args.out + row * args.out_stride;
   const StagedNormWriter<T, Op> write{extra, params, misalignment16(out) / int(sizeof(T)), args.cols};

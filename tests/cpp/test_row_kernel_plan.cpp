@@ -406,8 +406,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true},
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true},
-      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, true, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, true, true},
+      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, false, true},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true},
@@ -496,10 +496,10 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   EXPECT_NE(plan_row_kernel(128256, 2, 1, small).kind, RowKernelKind::kStaged) << "a cluster past the device's";
 }
 
-// The plain norm forwards stage 16-bit rows of 16-880 KiB and float32 rows of 12-880 KiB: 256-thread
-// CTAs to 40 KiB, one 512-thread CTA to 110 KiB, clusters of such shares beyond; float64 rows, the
-// fused residual forms (two inputs) and rows past eight shares are not staged.
-TEST(RowKernelPlan, NormForwardsStageTheirBands) {
+// The plain rms_norm forward stages 16-bit rows of 56-880 KiB (one 512-thread CTA to 110 KiB,
+// clusters of such shares beyond) and float32 rows of 110-880 KiB (clusters); layer_norm, the
+// fused residual forms (two inputs), float64 and rows past eight shares are not staged.
+TEST(RowKernelPlan, RmsNormStagesItsBands) {
   const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
     RowKernelLimits limits = row_policy(family, elem);
     const RowKernelLimits device = h200_limits();
@@ -508,25 +508,26 @@ TEST(RowKernelPlan, NormForwardsStageTheirBands) {
     limits.max_smem_per_block = device.max_smem_per_block;
     return plan_row_kernel(n, elem, inputs, limits);
   };
-  struct Want { int64_t n; int elem, threads, ctas; };
-  for (RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kRmsNormForward}) {
-    for (const Want w : {Want{8193, 2, 256, 1}, Want{20480, 2, 256, 1}, Want{32768, 2, 512, 1}, Want{56320, 2, 512, 1},
-                         Want{65537, 2, 512, 2}, Want{262144, 2, 512, 5}, Want{4096, 4, 256, 1}, Want{10240, 4, 256, 1},
-                         Want{11008, 4, 512, 1}, Want{32768, 4, 512, 2}, Want{225280, 4, 512, 8}}) {
-      SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family) << " n=" << w.n << " elem=" << w.elem);
-      const RowKernelConfig c = plan(family, w.n, w.elem, 1);
-      EXPECT_EQ(c.kind, RowKernelKind::kStaged);
-      EXPECT_EQ(c.threads, w.threads);
-      EXPECT_EQ(c.cluster, w.ctas);
-      const int vec = 16 / w.elem;
-      const int64_t vectors = (w.n + vec - 1) / vec, share = (vectors + w.ctas - 1) / w.ctas;
-      EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
-      EXPECT_EQ(c.split.chunks, 0);
-    }
-    for (const Want w : {Want{8192, 2, 0, 0}, Want{3072, 4, 0, 0}, Want{225281, 4, 0, 0}, Want{1 << 20, 2, 0, 0},
-                         Want{4096, 8, 0, 0}, Want{32768, 8, 0, 0}})
-      EXPECT_NE(plan(family, w.n, w.elem, 1).kind, RowKernelKind::kStaged) << w.n << " x " << w.elem << " bytes";
+  struct Want { int64_t n; int elem, ctas; };
+  for (const Want w : {Want{28673, 2, 1}, Want{32768, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
+                       Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32768, 4, 2}, Want{50257, 4, 2},
+                       Want{225280, 4, 8}}) {
+    SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
+    const RowKernelConfig c = plan(RowFamily::kRmsNormForward, w.n, w.elem, 1);
+    EXPECT_EQ(c.kind, RowKernelKind::kStaged);
+    EXPECT_EQ(c.threads, kStagedThreads);
+    EXPECT_EQ(c.cluster, w.ctas);
+    const int vec = 16 / w.elem;
+    const int64_t vectors = (w.n + vec - 1) / vec, share = (vectors + w.ctas - 1) / w.ctas;
+    EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
+    EXPECT_EQ(c.split.chunks, 0);
   }
+  for (const Want w : {Want{28672, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
+                       Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 8, 0}})
+    EXPECT_NE(plan(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
+        << w.n << " x " << w.elem << " bytes";
+  for (int elem : {2, 4, 8})
+    for (const StagedBand& band : staged_bands_for(RowFamily::kLayerNormForward, elem)) EXPECT_EQ(band.threads, 0);
   EXPECT_NE(plan(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
 }
 
@@ -687,7 +688,7 @@ std::vector<int64_t> every_row_length() {
 
 // The limits plans are made with: the shipped policy on devices of 227, 163 and 99 KB of shared
 // memory a CTA, and on an H200 the overrides the GPU tests set (RereadRows, the split tests,
-// the parked re-read rows, the Python override test's max_cluster), and the norms unstaged.
+// the parked re-read rows, the Python override test's max_cluster), and rms_norm unstaged.
 std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   std::vector<RowKernelLimits> out;
   for (const int smem_kb : {227, 163, 99}) {
@@ -712,9 +713,9 @@ std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   }
   out.push_back(h200);
   out.back().max_cluster = 1;
-  // The norm forwards' register rows, which their staged rows are measured against (bench.py
-  // --tune stagedN_threads=0), under every limit above.
-  if (family == RowFamily::kLayerNormForward || family == RowFamily::kRmsNormForward) {
+  // rms_norm's register rows, which its staged rows are measured against (bench.py --tune
+  // stagedN_threads=0), under every limit above.
+  if (family == RowFamily::kRmsNormForward) {
     const std::size_t staged = out.size();
     for (std::size_t i = 0; i < staged; ++i) {
       out.push_back(out[i]);
