@@ -688,7 +688,7 @@ std::vector<int64_t> every_row_length() {
 
 // The limits plans are made with: the shipped policy on devices of 227, 163 and 99 KB of shared
 // memory a CTA, and on an H200 the overrides the GPU tests set (RereadRows, the split tests,
-// the parked re-read rows, the Python override test's max_cluster), and rms_norm unstaged.
+// the parked re-read rows, the Python override test's max_cluster).
 std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   std::vector<RowKernelLimits> out;
   for (const int smem_kb : {227, 163, 99}) {
@@ -713,15 +713,6 @@ std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   }
   out.push_back(h200);
   out.back().max_cluster = 1;
-  // rms_norm's register rows, which its staged rows are measured against (bench.py --tune
-  // stagedN_threads=0), under every limit above.
-  if (family == RowFamily::kRmsNormForward) {
-    const std::size_t staged = out.size();
-    for (std::size_t i = 0; i < staged; ++i) {
-      out.push_back(out[i]);
-      out.back().staged = {};
-    }
-  }
   return out;
 }
 
