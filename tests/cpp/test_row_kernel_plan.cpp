@@ -445,18 +445,20 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
   }
 }
 
+// The shipped plan of a family's rows on an H200.
+RowKernelConfig plan_on_h200(RowFamily family, int64_t n, int elem, int inputs) {
+  RowKernelLimits limits = row_policy(family, elem);
+  const RowKernelLimits device = h200_limits();
+  limits.sm_count = device.sm_count;
+  limits.max_smem_per_sm = device.max_smem_per_sm;
+  limits.max_smem_per_block = device.max_smem_per_block;
+  return plan_row_kernel(n, elem, inputs, limits);
+}
+
 // Staged rows (row_staged.cuh): 16-bit one-input rowwise rows in three bands: 16-40 KiB in one
 // 256-thread CTA a row, 64-110 KiB in one 512-thread CTA, 128-880 KiB over clusters of 2-8 such
 // CTAs; shared memory for the row at any alignment; nothing else is staged.
 TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
-  const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
-    RowKernelLimits limits = row_policy(family, elem);
-    const RowKernelLimits device = h200_limits();
-    limits.sm_count = device.sm_count;
-    limits.max_smem_per_sm = device.max_smem_per_sm;
-    limits.max_smem_per_block = device.max_smem_per_block;
-    return plan_row_kernel(n, elem, inputs, limits);
-  };
   // Row length -> CTA size and CTAs a row.
   struct Want { int64_t n; int threads, ctas; };
   for (const Want w : {Want{8193, 256, 1}, Want{11008, 256, 1}, Want{12800, 256, 1}, Want{16384, 256, 1}, Want{20480, 256, 1},
@@ -464,7 +466,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
                        Want{65537, 512, 2}, Want{128256, 512, 3}, Want{151936, 512, 3}, Want{256000, 512, 5},
                        Want{262144, 512, 5}, Want{450560, 512, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n);
-    const RowKernelConfig c = plan(RowFamily::kRowwise, w.n, 2, 1);
+    const RowKernelConfig c = plan_on_h200(RowFamily::kRowwise, w.n, 2, 1);
     EXPECT_EQ(c.kind, RowKernelKind::kStaged);
     EXPECT_EQ(c.threads, w.threads);
     EXPECT_EQ(c.vpt, 1);
@@ -479,12 +481,13 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
     EXPECT_EQ(c.split.chunks, 0);
   }
   for (int64_t n : {8192, 20481, 24576, 32768, 56321, 65536, 450561, 1 << 20})
-    EXPECT_NE(plan(RowFamily::kRowwise, n, 2, 1).kind, RowKernelKind::kStaged) << n << ": between or past the bands";
-  EXPECT_NE(plan(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
-  for (int elem : {4, 8}) EXPECT_NE(plan(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
+    EXPECT_NE(plan_on_h200(RowFamily::kRowwise, n, 2, 1).kind, RowKernelKind::kStaged)
+        << n << ": between or past the bands";
+  EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
+  for (int elem : {4, 8}) EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
   for (RowFamily family : {RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
     for (const StagedBand& band : staged_bands_for(family, 2)) EXPECT_EQ(band.threads, 0);
-    EXPECT_NE(plan(family, 50257, 2, 2).kind, RowKernelKind::kStaged);
+    EXPECT_NE(plan_on_h200(family, 50257, 2, 2).kind, RowKernelKind::kStaged);
   }
   RowKernelLimits small = h200_limits();
   small.staged = staged_bands_for(RowFamily::kRowwise, 2);
@@ -500,20 +503,12 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 // clusters of such shares beyond) and float32 rows of 110-880 KiB (clusters); layer_norm, the
 // fused residual forms (two inputs), float64 and rows past eight shares are not staged.
 TEST(RowKernelPlan, RmsNormStagesItsBands) {
-  const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
-    RowKernelLimits limits = row_policy(family, elem);
-    const RowKernelLimits device = h200_limits();
-    limits.sm_count = device.sm_count;
-    limits.max_smem_per_sm = device.max_smem_per_sm;
-    limits.max_smem_per_block = device.max_smem_per_block;
-    return plan_row_kernel(n, elem, inputs, limits);
-  };
   struct Want { int64_t n; int elem, ctas; };
   for (const Want w : {Want{28673, 2, 1}, Want{32768, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
                        Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32768, 4, 2}, Want{50257, 4, 2},
                        Want{225280, 4, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
-    const RowKernelConfig c = plan(RowFamily::kRmsNormForward, w.n, w.elem, 1);
+    const RowKernelConfig c = plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1);
     EXPECT_EQ(c.kind, RowKernelKind::kStaged);
     EXPECT_EQ(c.threads, kStagedThreads);
     EXPECT_EQ(c.cluster, w.ctas);
@@ -524,11 +519,11 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
   }
   for (const Want w : {Want{28672, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
                        Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 8, 0}})
-    EXPECT_NE(plan(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
+    EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
         << w.n << " x " << w.elem << " bytes";
   for (int elem : {2, 4, 8})
     for (const StagedBand& band : staged_bands_for(RowFamily::kLayerNormForward, elem)) EXPECT_EQ(band.threads, 0);
-  EXPECT_NE(plan(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
+  EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
