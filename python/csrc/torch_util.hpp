@@ -165,8 +165,8 @@ inline void copy_back(const at::Tensor& written, const at::Tensor& target) {
 // Runs `run(t, relaid)` (returning the core's Status) over the operands as given, relaid = false.
 // Where the core answers kUnsupported, runs it once more over the operands in `layout`, relaid =
 // true (an argument that depends on the layout, such as softmax's dim, takes its value there),
-// then copies the written operands back. Any other failure, or the second try's, throws the core's message; so
-// does kUnsupported where the layout would hand the core the very same views again.
+// then copies the written operands back. Any other failure, or the second try's, throws the
+// core's message; so does kUnsupported where the layout would hand the core the same views again.
 template <class Layout = RowMajor, class Run, std::size_t N>
 void with_layout_fallback(const Operand (&operands)[N], Run run, const Layout& layout = {}) {
   CallTensors<N> given;
