@@ -4,7 +4,7 @@
 // register rows hold fewer values a thread than softmax's (weight and statistics take
 // registers), and its rows at an odd length move as shifted vectors; staged, both read HBM once.
 // (layer_norm staged, with the variance's exact second pass over shared memory, lost to its
-// register rows at every measured shape: LOG.md, run 76.)
+// register rows at every measured shape; bench/results/LOG.md.)
 //
 // Passes: the row's sum of squares folded as the share lands, then the output, granule by
 // granule of y, with the granule's weight. Combines run in an order fixed by the row length

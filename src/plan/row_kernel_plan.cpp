@@ -229,11 +229,8 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
   constexpr std::size_t KiB = 1024;
   if (family == RowFamily::kRmsNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
-    // The plain rms_norm forward (norm_staged.cuh; LOG.md, run 76: staged against register rows,
-    // same run). 16-bit: 64-100 KiB rows +3-9%, 50257 columns +29%, 512 KiB rows (clusters) +6%;
-    // 25 KiB rows tie, so rows of 56 KiB and more. float32: odd rows past 110 KiB double
-    // (2048x50257 1498 -> 3041 GB/s) and 128 KiB rows tie, but aligned 200 KiB rows lose 14%, and
-    // rows to 50 KiB lose 9-11%: clusters only. (layer_norm lost at every measured shape.)
+    // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
+    // clusters beat its register rows (odd rows most); shorter rows and layer_norm's lost (LOG.md).
     if (elem_bytes == 2) {
       return {{
           {56 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},
