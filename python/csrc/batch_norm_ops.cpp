@@ -70,7 +70,22 @@ struct ChannelViews {
     if (given(b)) bias = to_view(*b, "bias");
   }
 };
+// The running statistics' views; the callers check they come together (both or neither).
+struct RunningViews {
+  std::optional<reducekit::TensorView> mean, var;
+  RunningViews(const OptionalTensor& m, const OptionalTensor& v) {
+    if (m) mean = to_view(*m, "running_mean");
+    if (v) var = to_view(*v, "running_var");
+  }
+};
 const reducekit::TensorView* ptr(const std::optional<reducekit::TensorView>& v) { return v ? &*v : nullptr; }
+
+reducekit::BatchNormOptions options_of(double momentum, double eps) {
+  reducekit::BatchNormOptions o;
+  o.momentum = momentum;
+  o.eps = eps;
+  return o;
+}
 
 // dy in x's layout (a copy where it differs).
 Tensor in_layout_of(const Tensor& grad_out, const Tensor& x) {
@@ -105,19 +120,13 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const Op
   const reducekit::TensorView xv = to_view(x, "x"), yv = to_view(y, "y");
   const reducekit::TensorView mv = to_view(save_mean, "save_mean"), iv = to_view(save_invstd, "save_invstd");
   if (training) {
-    std::optional<reducekit::TensorView> rmv, rvv;
-    if (rm) {
-      rmv = to_view(*rm, "running_mean");
-      rvv = to_view(*rv, "running_var");
-    }
-    reducekit::BatchNormOptions o;
-    o.momentum = momentum;
-    o.eps = eps;
+    const RunningViews running(rm, rv);
+    const reducekit::BatchNormOptions o = options_of(momentum, eps);
     throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
         x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
         [&](const reducekit::Workspace& ws) {
-          return reducekit::batch_norm_training_forward(xv, ptr(params.weight), ptr(params.bias), ptr(rmv), ptr(rvv),
-                                                        o, yv, mv, iv, ws, stream);
+          return reducekit::batch_norm_training_forward(xv, ptr(params.weight), ptr(params.bias), ptr(running.mean),
+                                                        ptr(running.var), o, yv, mv, iv, ws, stream);
         }));
     if (rm) reducekit_torch::copy_back(*rm, *running_mean);
     if (rv) reducekit_torch::copy_back(*rv, *running_var);
@@ -282,19 +291,12 @@ std::tuple<Tensor, Tensor> batch_norm_merge_moments_cuda(const Tensor& input, co
   const int64_t channels = p.dim() == 3 ? p.size(1) : 0;
   const auto stat_options = input.options().dtype(channel_type(input));
   Tensor save_mean = at::empty({channels}, stat_options), save_invstd = at::empty({channels}, stat_options);
-  std::optional<reducekit::TensorView> rmv, rvv;
-  if (rm) {
-    rmv = to_view(*rm, "running_mean");
-    rvv = to_view(*rv, "running_var");
-  }
-  reducekit::BatchNormOptions o;
-  o.momentum = momentum;
-  o.eps = eps;
-  throw_if_failed(reducekit::batch_norm_merge_moments(to_view(p, "packets"), to_view(input, "x").dtype, ptr(rmv),
-                                                      ptr(rvv), o, to_view(save_mean, "save_mean"),
-                                                      to_view(save_invstd, "save_invstd"), stream));
-  if (rm && !rm->is_same(*running_mean)) running_mean->copy_(*rm);
-  if (rv && !rv->is_same(*running_var)) running_var->copy_(*rv);
+  const RunningViews running(rm, rv);
+  throw_if_failed(reducekit::batch_norm_merge_moments(
+      to_view(p, "packets"), to_view(input, "x").dtype, ptr(running.mean), ptr(running.var),
+      options_of(momentum, eps), to_view(save_mean, "save_mean"), to_view(save_invstd, "save_invstd"), stream));
+  if (rm) reducekit_torch::copy_back(*rm, *running_mean);
+  if (rv) reducekit_torch::copy_back(*rv, *running_var);
   return {save_mean, save_invstd};
 }
 

@@ -86,18 +86,24 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                            float(eps))[0]
 
 
-def batch_norm_module_forward(module, input):
-    """torch's _BatchNorm.forward on reducekit.batch_norm: the same momentum and
-    num_batches_tracked bookkeeping, batch statistics in training or without running stats."""
-    module._check_input_dim(input)
+def module_statistics(module):
+    """torch's _BatchNorm bookkeeping for one forward of `module` (num_batches_tracked counted):
+    (running_mean, running_var, use_batch, factor) as batch_norm takes them; batch statistics in
+    training or without running stats, momentum=None the cumulative average."""
     factor = 0.0 if module.momentum is None else module.momentum
     if module.training and module.track_running_stats and module.num_batches_tracked is not None:
         module.num_batches_tracked.add_(1)
         factor = 1.0 / float(module.num_batches_tracked) if module.momentum is None else module.momentum
     use_batch = module.training or (module.running_mean is None and module.running_var is None)
     keep = not module.training or module.track_running_stats
-    return batch_norm(input, module.running_mean if keep else None, module.running_var if keep else None,
-                      module.weight, module.bias, use_batch, factor, module.eps)
+    return (module.running_mean if keep else None, module.running_var if keep else None, use_batch, factor)
+
+
+def batch_norm_module_forward(module, input):
+    """torch's _BatchNorm.forward on reducekit.batch_norm."""
+    module._check_input_dim(input)
+    running_mean, running_var, use_batch, factor = module_statistics(module)
+    return batch_norm(input, running_mean, running_var, module.weight, module.bias, use_batch, factor, module.eps)
 
 
 __all__ = ["batch_norm"]

@@ -4,7 +4,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._batch_norm import batch_norm, batch_norm_module_forward
+from ._batch_norm import batch_norm, batch_norm_module_forward, module_statistics
 from ._softmax import log_softmax, softmax
 from ._linear_loss import linear_cross_entropy
 from ._loss import cross_entropy
@@ -104,14 +104,7 @@ class SyncBatchNorm(torch.nn.SyncBatchNorm):
         check_channels = getattr(self, "_check_non_zero_input_channels", None)
         if check_channels is not None:
             check_channels(input)
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        use_batch = self.training or (self.running_mean is None and self.running_var is None)
-        keep = not self.training or self.track_running_stats
-        running_mean = self.running_mean if keep else None
-        running_var = self.running_var if keep else None
+        running_mean, running_var, use_batch, factor = module_statistics(self)
         group = None
         if use_batch and self.training and torch.distributed.is_available() and torch.distributed.is_initialized():
             group = self.process_group if self.process_group is not None else torch.distributed.group.WORLD
