@@ -58,7 +58,7 @@ template <typename T, class Op> struct StagedNormWriter {
     } else {  // columns straddle the parameters' vectors; y's first granule reaches below column 0
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Acc(0))};
+        c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Op::kAbsentBias)};
     }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
