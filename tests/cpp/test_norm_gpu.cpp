@@ -713,6 +713,19 @@ TEST_F(NormGpu, Errors) {
   expect_error(layer_norm_backward(yv, xv, NormShape::of({cols}), rstd_ok, rstd_ok, &w_short, nullptr, nullptr,
                                    nullptr, {ws.get(), ws.bytes()}, nullptr),
                "weight:");
+  // rms_norm's bias: checked as layer_norm's (shape, weight's dtype), and dbias likewise.
+  DeviceBuffer bias_buffer(cols * 8);
+  const TensorView b_short = dense_view(bias_buffer.get(), DType::kFloat32, {cols - 1});
+  const TensorView b_f64 = dense_view(bias_buffer.get(), DType::kFloat64, {cols});
+  expect_error(rms_norm(xv, NormShape::of({cols}), &w_ok, &b_short, 1e-5, yv, nullptr, nullptr), "bias:");
+  expect_error(rms_norm(xv, NormShape::of({cols}), nullptr, &b_f64, 1e-5, yv, nullptr, nullptr), "bias:");
+  DeviceBuffer res(rows * cols * 4), sum(rows * cols * 4);
+  const TensorView rv = dense_view(res.get(), DType::kFloat32, {rows, cols}),
+                   sv = dense_view(sum.get(), DType::kFloat32, {rows, cols});
+  expect_error(add_rms_norm(xv, rv, NormShape::of({cols}), &w_ok, &b_short, 1e-5, yv, sv, nullptr, nullptr), "bias:");
+  expect_error(rms_norm_backward(yv, xv, NormShape::of({cols}), rstd_ok, nullptr, nullptr, &dw, &b_short,
+                                 {ws.get(), ws.bytes()}, nullptr),
+               "dbias:");
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (float v : download<float>(y, rows * cols)) ASSERT_TRUE(std::isnan(v)) << "a failed call wrote y";
 }
