@@ -87,7 +87,8 @@ Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const 
                   const TensorView* rstd, const Workspace& workspace, cudaStream_t stream);
 
 // eps is explicit; torch's eps=None is the dtype's epsilon (torch.finfo(x.dtype).eps). bias
-// (may be nullptr) is checked as layer_norm's: weight's dtype when both are given.
+// (may be nullptr) is checked as layer_norm's: weight's dtype when both are given. Without one,
+// y has the bits it had before the bias existed (x = -0 still gives -0).
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
                 const TensorView* bias, double eps, const TensorView& y, const TensorView* rstd, cudaStream_t stream);
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
