@@ -6,7 +6,7 @@
 // real elements, then squared deviations of the real elements only: pads are 0 and would count
 // as deviations of -mean), combined across threads and CTAs by Chan's merge. Never E[x^2] - E[x]^2.
 // rms_norm statistic: the sum of squares (pads 0 add nothing).
-// Both take an optional per-column bias: y = xhat * weight + bias.
+// Both take an optional per-column bias: y = xhat * weight + bias (rms_norm's: RmsNormBiasForwardOp).
 // Per-column weight/bias are read at output time in the tile's layout (shared by all rows, so
 // they come from L1/L2); they have x's type or float32 (params_f32, for 16-bit x).
 #pragma once
@@ -201,19 +201,20 @@ template <typename T, bool kResidual> struct RmsNormForwardOp : NormForwardBase<
     if (x.rstd != nullptr) x.rstd[at.row] = rstd;
   }
   __device__ static Local local(const Params& p, const Stat&) { return p; }
-
-  // An absent bias reads as -0, not 0: x + (-0) is x for every x, -0 included, and an FMA with a
-  // -0 addend rounds as the bare product, so rms_norm without a bias keeps its bits (a +0 would
-  // turn the -0 of x = -0 into +0, where torch's x * rstd * w keeps -0).
-  static constexpr Acc kAbsentBias = Acc(-0.0);
-  template <int VEC, bool kAligned>
-  __device__ __forceinline__ static void columns(const Extra& x, int e0, int cols, Column (&c)[VEC]) {
-    Acc w[VEC], b[VEC];
-    load_param_columns<T, VEC, kAligned>(x, x.weight, e0, cols, Acc(1), w);
-    load_param_columns<T, VEC, kAligned>(x, x.bias, e0, cols, kAbsentBias, b);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) c[e] = {w[e], b[e]};
+  __device__ static Acc output(const Acc (&v)[Base::kInputs], const Local& rstd, const Column& c) {
+    return v[0] * rstd * c.w;
   }
+};
+
+// rms_norm with a bias (not in torch's): y = x * rstd * weight + bias, rounded once. Kernels of
+// its own, picked by the op layer when a bias is given, so rms_norm without one keeps its code:
+// the bias's loads and adds in the plain op cost registers everywhere (16-bit staged rows spilled
+// at their 64-register budget, ptxas -v) for a parameter torch's rms_norm never has.
+template <typename T, bool kResidual> struct RmsNormBiasForwardOp : RmsNormForwardOp<T, kResidual> {
+  using Base = RmsNormForwardOp<T, kResidual>;
+  using typename Base::Acc;
+  using typename Base::Column;
+  using typename Base::Local;
   __device__ static Acc output(const Acc (&v)[Base::kInputs], const Local& rstd, const Column& c) {
     return v[0] * rstd * c.w + c.b;
   }

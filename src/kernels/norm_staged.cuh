@@ -31,9 +31,10 @@ template <typename T> struct StagedSumOfSquares {
   }
 };
 
-// The norm forward staged rows run: the plain (one-input) rms_norm.
+// The norm forward staged rows run: the plain (one-input) rms_norm, with or without a bias.
 template <class Op> struct IsStagedNorm : std::false_type {};
 template <typename T> struct IsStagedNorm<RmsNormForwardOp<T, false>> : std::true_type {};
+template <typename T> struct IsStagedNorm<RmsNormBiasForwardOp<T, false>> : std::true_type {};
 
 // y's granule g from its staged values: the columns' weight and bias, then Op::output. Element e
 // is column g VEC + e - so_elems (y starts so_elems elements past a granule), so the parameters
@@ -58,7 +59,7 @@ template <typename T, class Op> struct StagedNormWriter {
     } else {  // columns straddle the parameters' vectors; y's first granule reaches below column 0
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Op::kAbsentBias)};
+        c[e] = {param_at(extra.weight, e0 + e, Acc(1)), param_at(extra.bias, e0 + e, Acc(0))};
     }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {

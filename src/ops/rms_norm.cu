@@ -14,8 +14,10 @@ Status rms_norm_requirements(const TensorView& x, const NormShape& normalized_sh
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
                 const TensorView* bias, double eps, const TensorView& y, const TensorView* rstd,
                 const Workspace& workspace, cudaStream_t stream) {
-  return norm_detail::run_forward<kernels::RmsNormForwardOp, false>(
-      {&x, nullptr, normalized_shape, weight, bias, eps, &y, nullptr, nullptr, rstd, &workspace}, stream);
+  const norm_detail::ForwardCall call{&x, nullptr, normalized_shape, weight, bias, eps, &y, nullptr, nullptr, rstd,
+                                      &workspace};
+  if (bias != nullptr) return norm_detail::rms_norm_bias_forward(call, stream);
+  return norm_detail::run_forward<kernels::RmsNormForwardOp, false>(call, stream);
 }
 
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
