@@ -88,7 +88,7 @@ Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const 
 
 // eps is explicit; torch's eps=None is the dtype's epsilon (torch.finfo(x.dtype).eps). bias
 // (may be nullptr) is checked as layer_norm's: weight's dtype when both are given. Without one,
-// y has the bits it had before the bias existed (x = -0 still gives -0).
+// rms_norm runs the kernels it ran before the bias existed (a bias has kernels of its own).
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
                 const TensorView* bias, double eps, const TensorView& y, const TensorView* rstd, cudaStream_t stream);
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,

@@ -543,7 +543,7 @@ def test_rms_norm_bias_against_torch_composition(dtype):
 
 def test_rms_norm_without_bias_keeps_its_bits():
     """bias=None is today's rms_norm: the old positional call, bias=None and a zero bias give the
-    same values, and x = -0 still gives -0 (an absent bias adds -0, not +0)."""
+    same values, and x = -0 still gives -0 (as torch's x * rstd * w; a zero bias gives +0)."""
     n = 4096
     x = torch.randn(16, n, device=DEV, dtype=torch.bfloat16)
     x[:, :7] = -0.0
