@@ -168,8 +168,9 @@ def _register_backward(kind):
         if layer:
             return Impl(lambda dy, x, w, b, mean, rstd: ops.layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w,
                                                                                 True, w.dtype))
+        # (dx, dweight, dbias): no bias here, so its [0] placeholder is dropped
         return Impl(lambda dy, x, w, b, mean, rstd: ops.rms_norm_backward(dy, x, [x.shape[-1]], rstd, w, True,
-                                                                          w.dtype))
+                                                                          w.dtype)[:2])
 
     def reference(dy, x, w, b, mean, rstd):
         xd, dyd, wd, rd = x.double(), dy.double(), w.double(), rstd.double()[:, None]

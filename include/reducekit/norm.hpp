@@ -5,8 +5,10 @@
 //
 // Semantics follow torch.nn.functional.layer_norm / rms_norm:
 //   layer_norm: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(biased var + eps)
-//   rms_norm:   y = x * rstd * weight,                 rstd = 1 / sqrt(mean(x^2) + eps)
-// over the last normalized_shape.rank dims of x (which must equal normalized_shape).
+//   rms_norm:   y = x * rstd * weight (+ bias),        rstd = 1 / sqrt(mean(x^2) + eps)
+// over the last normalized_shape.rank dims of x (which must equal normalized_shape). torch's
+// rms_norm has no bias; reducekit's optional one (Hugging Face-style models that carry one) is
+// added in the same kernel, and equals rms_norm(x, weight) + bias rounded once.
 // The fused residual variants read x and residual once and write y = norm(s) and s = x + residual
 // (s rounded to x's dtype first, so y equals norm(x + residual) computed unfused).
 //
@@ -84,7 +86,15 @@ Status layer_norm(const TensorView& x, const NormShape& normalized_shape, const 
                   const TensorView* bias, double eps, const TensorView& y, const TensorView* mean,
                   const TensorView* rstd, const Workspace& workspace, cudaStream_t stream);
 
-// eps is explicit; torch's eps=None is the dtype's epsilon (torch.finfo(x.dtype).eps).
+// eps is explicit; torch's eps=None is the dtype's epsilon (torch.finfo(x.dtype).eps). bias
+// (may be nullptr) is checked as layer_norm's: weight's dtype when both are given. Without one,
+// rms_norm runs the kernels it ran before the bias existed (a bias has kernels of its own).
+Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
+                const TensorView* bias, double eps, const TensorView& y, const TensorView* rstd, cudaStream_t stream);
+Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight,
+                const TensorView* bias, double eps, const TensorView& y, const TensorView* rstd,
+                const Workspace& workspace, cudaStream_t stream);
+// Without a bias (the overloads above with bias = nullptr).
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
                 const TensorView& y, const TensorView* rstd, cudaStream_t stream);
 Status rms_norm(const TensorView& x, const NormShape& normalized_shape, const TensorView* weight, double eps,
@@ -99,7 +109,14 @@ Status add_layer_norm(const TensorView& x, const TensorView& residual, const Nor
                       const TensorView& sum, const TensorView* mean, const TensorView* rstd,
                       const Workspace& workspace, cudaStream_t stream);
 
-// y = rms_norm(s), s = x + residual. `sum` receives s.
+// y = rms_norm(s) (+ bias), s = x + residual. `sum` receives s.
+Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                    const TensorView* weight, const TensorView* bias, double eps, const TensorView& y,
+                    const TensorView& sum, const TensorView* rstd, cudaStream_t stream);
+Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
+                    const TensorView* weight, const TensorView* bias, double eps, const TensorView& y,
+                    const TensorView& sum, const TensorView* rstd, const Workspace& workspace, cudaStream_t stream);
+// Without a bias.
 Status add_rms_norm(const TensorView& x, const TensorView& residual, const NormShape& normalized_shape,
                     const TensorView* weight, double eps, const TensorView& y, const TensorView& sum,
                     const TensorView* rstd, cudaStream_t stream);
@@ -130,6 +147,14 @@ Status layer_norm_backward(const TensorView& dy, const TensorView& x, const Norm
                            const TensorView* dx, const TensorView* dweight, const TensorView* dbias,
                            const Workspace& workspace, cudaStream_t stream);
 
+// rms_norm's: dbias (may be nullptr; for a forward that had a bias) is the column sums of dy, in
+// the same pass and order as layer_norm's, so it is deterministic too. The bias itself is not
+// an input: it moves y, not the gradients.
+Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
+                         const TensorView& rstd, const TensorView* weight, const TensorView* dx,
+                         const TensorView* dweight, const TensorView* dbias, const Workspace& workspace,
+                         cudaStream_t stream);
+// Without dbias.
 Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                          const TensorView& rstd, const TensorView* weight, const TensorView* dx,
                          const TensorView* dweight, const Workspace& workspace, cudaStream_t stream);

@@ -56,7 +56,8 @@ bool wanted(AutogradContext* ctx, const char* edge) {
 }
 
 // Inputs as apply() takes them: (x, residual, normalized_shape, weight, bias, eps); residual is
-// absent for the plain ops, bias for rms_norm. Backward returns one grad per argument.
+// absent for the plain ops, bias optional for every op (rms_norm's too: the op takes it last).
+// Backward returns one grad per argument.
 
 variable_list input_grads(bool residual, Tensor dx, const variable_list& grads, const Tensor& dweight,
                           const Tensor& dbias) {
@@ -117,18 +118,18 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
  public:
   // The op below autograd: (y, [s,] rstd).
   static variable_list run(const Tensor& x, const OptionalTensor& residual, IntArrayRef shape,
-                           const OptionalTensor& weight, const OptionalTensor& /*bias: none*/, double eps) {
+                           const OptionalTensor& weight, const OptionalTensor& bias, double eps) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     if constexpr (kResidual) {
-      static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
-          const Tensor&, const Tensor&, IntArrayRef, const OptionalTensor&, double)>("reducekit::add_rms_norm");
-      auto [y, s, rstd] = op.call(x, *residual, shape, weight, eps);
+      static const auto op =
+          find_op<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, IntArrayRef, const OptionalTensor&,
+                                                     double, const OptionalTensor&)>("reducekit::add_rms_norm");
+      auto [y, s, rstd] = op.call(x, *residual, shape, weight, eps, bias);
       return {y, s, rstd};
     } else {
-      static const auto op =
-          find_op<std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, const OptionalTensor&, double)>(
-              "reducekit::rms_norm");
-      auto [y, rstd] = op.call(x, shape, weight, eps);
+      static const auto op = find_op<std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, const OptionalTensor&,
+                                                                 double, const OptionalTensor&)>("reducekit::rms_norm");
+      auto [y, rstd] = op.call(x, shape, weight, eps, bias);
       return {y, rstd};
     }
   }
@@ -140,22 +141,23 @@ template <bool kResidual> class RmsNormAutograd : public torch::autograd::Functi
     const Tensor& rstd = out[kResidual + 1];
     ctx->mark_non_differentiable({rstd});
     ctx->save_for_backward({s, rstd, weight.value_or(Tensor())});
-    save_meta(ctx, shape, x, kResidual, weight, std::nullopt);
+    save_meta(ctx, shape, x, kResidual, weight, bias);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op =
-        find_op<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, IntArrayRef, const Tensor&,
-                                           const OptionalTensor&, bool, at::ScalarType)>("reducekit::rms_norm_backward");
+    static const auto op = find_op<std::tuple<Tensor, Tensor, Tensor>(
+        const Tensor&, const Tensor&, IntArrayRef, const Tensor&, const OptionalTensor&, bool, at::ScalarType, bool)>(
+        "reducekit::rms_norm_backward");
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &s = saved[0], &rstd = saved[1], &weight = saved[2];
-    const bool wants = wanted(ctx, "weight_edge");
+    // The bias is not needed to differentiate: dbias is the column sums of dy.
+    const bool wants_weight = wanted(ctx, "weight_edge"), wants_bias = wanted(ctx, "bias_edge");
     const Tensor dy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s);
     const std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
-    auto [dx, dweight] =
-        op.call(dy, s, shape, rstd, optional_of(weight), wants, ctx->saved_data["param_dtype"].toScalarType());
-    return input_grads(kResidual, dx, grads, wants ? dweight : Tensor(), Tensor());
+    auto [dx, dweight, dbias] = op.call(dy, s, shape, rstd, optional_of(weight), wants_weight,
+                                        ctx->saved_data["param_dtype"].toScalarType(), wants_bias);
+    return input_grads(kResidual, dx, grads, wants_weight ? dweight : Tensor(), wants_bias ? dbias : Tensor());
   }
 };
 
@@ -188,14 +190,15 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> add_layer_norm_autograd(const Tensor&
 }
 
 std::tuple<Tensor, Tensor> rms_norm_autograd(const Tensor& x, IntArrayRef shape, const OptionalTensor& weight,
-                                             double eps) {
-  const variable_list out = norm_call<RmsNormAutograd<false>>(x, OptionalTensor(), shape, weight, OptionalTensor(), eps);
+                                             double eps, const OptionalTensor& bias) {
+  const variable_list out = norm_call<RmsNormAutograd<false>>(x, OptionalTensor(), shape, weight, bias, eps);
   return {out[0], out[1]};
 }
 
 std::tuple<Tensor, Tensor, Tensor> add_rms_norm_autograd(const Tensor& x, const Tensor& residual, IntArrayRef shape,
-                                                         const OptionalTensor& weight, double eps) {
-  const variable_list out = norm_call<RmsNormAutograd<true>>(x, residual, shape, weight, OptionalTensor(), eps);
+                                                         const OptionalTensor& weight, double eps,
+                                                         const OptionalTensor& bias) {
+  const variable_list out = norm_call<RmsNormAutograd<true>>(x, residual, shape, weight, bias, eps);
   return {out[0], out[1], out[2]};
 }
 

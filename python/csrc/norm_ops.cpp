@@ -87,17 +87,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
-                                                 const std::optional<at::Tensor>& weight, double eps) {
+                                                 const std::optional<at::Tensor>& weight, double eps,
+                                                 const std::optional<at::Tensor>& bias) {
   check_cuda(x, "x");
   const c10::cuda::CUDAGuard guard(x.device());
-  const OptionalParam w(weight, "weight");
+  const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, false, reducekit::rms_norm_requirements, [&](const auto& ws) {
-      return reducekit::rms_norm(xv, norm_shape(normalized_shape), w.get(), eps, yv, &rv, ws, stream_of(x));
+      return reducekit::rms_norm(xv, norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &rv, ws, stream_of(x));
     });
   });
   return {y, rstd};
@@ -127,11 +128,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tensor& x, const at::Tensor& residual,
                                                                  at::IntArrayRef normalized_shape,
-                                                                 const std::optional<at::Tensor>& weight, double eps) {
+                                                                 const std::optional<at::Tensor>& weight, double eps,
+                                                                 const std::optional<at::Tensor>& bias) {
   check_cuda(x, "x");
   check_cuda(residual, "residual");
   const c10::cuda::CUDAGuard guard(x.device());
-  const OptionalParam w(weight, "weight");
+  const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
   at::Tensor sum = at::empty(x.sizes(), x.options());
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
@@ -139,20 +141,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tenso
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "x");
     return with_workspace(x, xv, normalized_shape, true, reducekit::rms_norm_requirements, [&](const auto& ws) {
-      return reducekit::add_rms_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), eps, yv, sv,
-                                     &rv, ws, stream_of(x));
+      return reducekit::add_rms_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), b.get(),
+                                     eps, yv, sv, &rv, ws, stream_of(x));
     });
   });
   return {y, sum, rstd};
 }
 
-// dweight/dbias (normalized_shape, param_dtype) when param_grads, else empty [0] tensors.
+// dweight (normalized_shape, param_dtype) when param_grads, else an empty [0] tensor; dbias the
+// same when param_grads for layer_norm, when bias_grad for rms_norm (whose bias is optional).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const at::Tensor& dy, const at::Tensor& x,
                                                              at::IntArrayRef normalized_shape,
                                                              const std::optional<at::Tensor>& mean,
                                                              const at::Tensor& rstd,
                                                              const std::optional<at::Tensor>& weight, bool param_grads,
-                                                             at::ScalarType param_dtype) {
+                                                             at::ScalarType param_dtype, bool bias_grad) {
   check_cuda(dy, "dy");
   check_cuda(x, "x");
   check_cuda(rstd, "rstd");
@@ -163,7 +166,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
   at::Tensor dx = at::empty(x.sizes(), x.options());
   const auto param_options = x.options().dtype(param_dtype);
   at::Tensor dweight = param_grads ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
-  at::Tensor dbias = param_grads && layer ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  const bool want_dbias = layer ? param_grads : bias_grad;
+  at::Tensor dbias = want_dbias ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
   const auto dxv = to_view(dx, "dx"), dwv = to_view(dweight, "dweight"), dbv = to_view(dbias, "dbias");
   const auto rv = to_view(rstd_c, "rstd");
   const reducekit::NormShape shape = norm_shape(normalized_shape);
@@ -172,7 +176,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
     const auto xv = to_view(xi, "x");
     reducekit::Workspace ws;
     at::Tensor ws_tensor;
-    if (param_grads) {
+    if (param_grads || want_dbias) {
       reducekit::NormRequirements req;
       const reducekit::Status s = reducekit::norm_backward_requirements(xv, shape, &req);
       if (!s.is_ok()) return s;
@@ -186,7 +190,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
                                             stream_of(x));
     }
     return reducekit::rms_norm_backward(to_view(dyi, "dy"), xv, shape, rv, w.get(), &dxv,
-                                        param_grads ? &dwv : nullptr, ws, stream_of(x));
+                                        param_grads ? &dwv : nullptr, want_dbias ? &dbv : nullptr, ws, stream_of(x));
   };
   with_layout_fallback({Operand::in(x), Operand::in(dy)}, run);
   return {dx, dweight, dbias};
@@ -195,16 +199,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& x, at::IntArrayRef normalized_shape, const at::Tensor& mean,
     const at::Tensor& rstd, const std::optional<at::Tensor>& weight, bool param_grads, at::ScalarType param_dtype) {
-  return norm_backward(true, dy, x, normalized_shape, mean, rstd, weight, param_grads, param_dtype);
+  return norm_backward(true, dy, x, normalized_shape, mean, rstd, weight, param_grads, param_dtype, false);
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x,
-                                                          at::IntArrayRef normalized_shape, const at::Tensor& rstd,
-                                                          const std::optional<at::Tensor>& weight, bool param_grads,
-                                                          at::ScalarType param_dtype) {
-  auto [dx, dweight, dbias] =
-      norm_backward(false, dy, x, normalized_shape, std::nullopt, rstd, weight, param_grads, param_dtype);
-  return {dx, dweight};
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x,
+                                                                      at::IntArrayRef normalized_shape,
+                                                                      const at::Tensor& rstd,
+                                                                      const std::optional<at::Tensor>& weight,
+                                                                      bool param_grads, at::ScalarType param_dtype,
+                                                                      bool bias_grad) {
+  return norm_backward(false, dy, x, normalized_shape, std::nullopt, rstd, weight, param_grads, param_dtype,
+                       bias_grad);
 }
 
 // CPU tensors get the same clear message as the core gives, not a dispatcher error.
@@ -215,7 +220,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cpu(const at::Tensor& 
   return {x, x, x};
 }
 std::tuple<at::Tensor, at::Tensor> rms_norm_cpu(const at::Tensor& x, at::IntArrayRef, const std::optional<at::Tensor>&,
-                                                double) {
+                                                double, const std::optional<at::Tensor>&) {
   check_cuda(x, "x");
   return {x, x};
 }
@@ -228,7 +233,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cpu(
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
                                                                 at::IntArrayRef, const std::optional<at::Tensor>&,
-                                                                double) {
+                                                                double, const std::optional<at::Tensor>&) {
   check_cuda(x, "x");
   check_cuda(residual, "residual");
   return {x, x, x};
@@ -242,12 +247,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(const at:
   check_cuda(x, "x");
   return {x, x, x};
 }
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, at::IntArrayRef,
-                                                         const at::Tensor&, const std::optional<at::Tensor>&, bool,
-                                                         at::ScalarType) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x,
+                                                                     at::IntArrayRef, const at::Tensor&,
+                                                                     const std::optional<at::Tensor>&, bool,
+                                                                     at::ScalarType, bool) {
   check_cuda(dy, "dy");
   check_cuda(x, "x");
-  return {x, x};
+  return {x, x, x};
 }
 
 }  // namespace
@@ -255,15 +261,18 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, c
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
   m.def("layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
         " -> (Tensor, Tensor, Tensor)");
-  m.def("rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float eps=1e-06) -> (Tensor, Tensor)");
+  // rms_norm's bias comes last, so positional calls written before it keep their meaning.
+  m.def("rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float eps=1e-06, Tensor? bias=None)"
+        " -> (Tensor, Tensor)");
   m.def("add_layer_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
         " float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("add_rms_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, float eps=1e-06)"
-        " -> (Tensor, Tensor, Tensor)");
+  m.def("add_rms_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, float eps=1e-06,"
+        " Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
   m.def("layer_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight,"
         " bool param_grads, ScalarType param_dtype) -> (Tensor, Tensor, Tensor)");
+  // (dx, dweight, dbias); dbias is computed when bias_grad (the forward had a bias), else [0].
   m.def("rms_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor rstd, Tensor? weight,"
-        " bool param_grads, ScalarType param_dtype) -> (Tensor, Tensor)");
+        " bool param_grads, ScalarType param_dtype, bool bias_grad=False) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {

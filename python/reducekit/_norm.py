@@ -3,10 +3,14 @@
 autograd.
 
     reducekit.layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5)   torch's
-    reducekit.rms_norm(x, normalized_shape, weight=None, eps=None)                 torch's
+    reducekit.rms_norm(x, normalized_shape, weight=None, eps=None, bias=None)      torch's, + bias
     y, s = reducekit.add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
-    y, s = reducekit.add_rms_norm(x, residual, normalized_shape, weight, eps)
+    y, s = reducekit.add_rms_norm(x, residual, normalized_shape, weight, eps, bias)
         s = x + residual (in x's dtype), y = norm(s): one read of x and residual, one write of y, s.
+
+rms_norm's bias (torch's rms_norm has none) is optional and last, so torch's positional calls
+keep their meaning: y = rms_norm(x) * weight + bias, the bias added in the same kernel and the
+result rounded once.
 
 weight and bias may be float32 with bfloat16/float16 x (mixed-precision training). The kernels
 are torch.ops.reducekit.* (python/csrc/norm_ops.cpp); their forward ops also return the per-row
@@ -50,7 +54,7 @@ def _layer_norm_fake(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 @torch.library.register_fake("reducekit::rms_norm")
-def _rms_norm_fake(x, normalized_shape, weight=None, eps=1e-6):
+def _rms_norm_fake(x, normalized_shape, weight=None, eps=1e-6, bias=None):
     return torch.empty_like(x, memory_format=torch.contiguous_format), _stat(x, normalized_shape)
 
 
@@ -61,7 +65,7 @@ def _add_layer_norm_fake(x, residual, normalized_shape, weight=None, bias=None, 
 
 
 @torch.library.register_fake("reducekit::add_rms_norm")
-def _add_rms_norm_fake(x, residual, normalized_shape, weight=None, eps=1e-6):
+def _add_rms_norm_fake(x, residual, normalized_shape, weight=None, eps=1e-6, bias=None):
     like = torch.empty_like(x, memory_format=torch.contiguous_format)
     return like, torch.empty_like(like), _stat(x, normalized_shape)
 
@@ -78,9 +82,10 @@ def _layer_norm_backward_fake(dy, x, normalized_shape, mean, rstd, weight, param
 
 
 @torch.library.register_fake("reducekit::rms_norm_backward")
-def _rms_norm_backward_fake(dy, x, normalized_shape, rstd, weight, param_grads, param_dtype):
+def _rms_norm_backward_fake(dy, x, normalized_shape, rstd, weight, param_grads, param_dtype, bias_grad=False):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
-            _param_grad(x, normalized_shape, param_grads, param_dtype))
+            _param_grad(x, normalized_shape, param_grads, param_dtype),
+            _param_grad(x, normalized_shape, bias_grad, param_dtype))
 
 
 # Autograd: registered in C++ (python/csrc/norm_autograd.cpp).
@@ -93,9 +98,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return _ops.layer_norm(x, _shape(normalized_shape), weight, bias, float(eps))[0]
 
 
-def rms_norm(x, normalized_shape, weight=None, eps=None):
-    """torch.nn.functional.rms_norm; eps=None is torch.finfo(x.dtype).eps, as torch."""
-    return _ops.rms_norm(x, _shape(normalized_shape), weight, _rms_eps(x, eps))[0]
+def rms_norm(x, normalized_shape, weight=None, eps=None, bias=None):
+    """torch.nn.functional.rms_norm; eps=None is torch.finfo(x.dtype).eps, as torch. bias (not in
+    torch's) is added after the weight, fused: rms_norm(x) * weight + bias."""
+    return _ops.rms_norm(x, _shape(normalized_shape), weight, _rms_eps(x, eps), bias)[0]
 
 
 def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -104,9 +110,9 @@ def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps=1e
     return y, s
 
 
-def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None):
-    """(rms_norm(s), s) with s = x + residual, fused."""
-    y, s, _ = _ops.add_rms_norm(x, residual, _shape(normalized_shape), weight, _rms_eps(x, eps))
+def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None, bias=None):
+    """(rms_norm(s, ..., bias=bias), s) with s = x + residual, fused."""
+    y, s, _ = _ops.add_rms_norm(x, residual, _shape(normalized_shape), weight, _rms_eps(x, eps), bias)
     return y, s
 
 

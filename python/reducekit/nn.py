@@ -40,11 +40,44 @@ class LayerNorm(torch.nn.LayerNorm):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
-class RMSNorm(torch.nn.RMSNorm):
-    """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm."""
+class _RMSNormBias:
+    """The optional bias of reducekit's RMSNorm modules: y = rms_norm(x) * weight + bias, fused.
+
+    bias is keyword-only, so torch.nn.RMSNorm's positional arguments (device, dtype) keep their
+    places. As torch.nn.LayerNorm's, it exists only with elementwise_affine, starts at zero, and is
+    in the state dict only when present: without it the module and its state dict are torch's. A
+    torch.nn.RMSNorm patched in place (reducekit.patch changes its class, not its attributes) has
+    no `bias` attribute at all, hence _bias()."""
+
+    def _init_bias(self, bias: bool, device, dtype) -> None:
+        if bias and self.elementwise_affine:
+            self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def _bias(self) -> Optional[torch.Tensor]:
+        return getattr(self, "bias", None)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()  # called by torch's __init__ before the bias exists
+        if self._bias() is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (", bias=True" if self._bias() is not None else "")
+
+
+class RMSNorm(_RMSNormBias, torch.nn.RMSNorm):
+    """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm; bias=True
+    adds a zero-initialized per-column bias (_RMSNormBias)."""
+
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
+                 dtype=None, *, bias: bool = False):
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
+        self._init_bias(bias, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias())
 
 
 class AddLayerNorm(torch.nn.LayerNorm):
@@ -59,15 +92,20 @@ class AddLayerNorm(torch.nn.LayerNorm):
         return add_layer_norm(x, residual, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
-class AddRMSNorm(torch.nn.RMSNorm):
+class AddRMSNorm(_RMSNormBias, torch.nn.RMSNorm):
     """forward(x, residual) returns (rms_norm(x + residual), x + residual) in one kernel, as
     AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict (eps=None: the
-    epsilon of x's dtype). residual=None gives (rms_norm(x), x)."""
+    epsilon of x's dtype), and RMSNorm's keyword bias. residual=None gives (rms_norm(x), x)."""
+
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
+                 dtype=None, *, bias: bool = False):
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
+        self._init_bias(bias, device, dtype)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
-            return rms_norm(x, self.normalized_shape, self.weight, self.eps), x
-        return add_rms_norm(x, residual, self.normalized_shape, self.weight, self.eps)
+            return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias()), x
+        return add_rms_norm(x, residual, self.normalized_shape, self.weight, self.eps, self._bias())
 
 
 class BatchNorm1d(torch.nn.BatchNorm1d):

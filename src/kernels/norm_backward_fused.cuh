@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fused layer_norm / rms_norm backward: one pass over x and dy writes dx and leaves each CTA's
-// partial column sums of dweight (sum of dy * xhat) and dbias (sum of dy) in a workspace; a
-// small second kernel adds the partial rows up in a fixed order. x and dy are read once, where
-// the two-kernel path (norm_ops.cuh) reads them twice.
+// partial column sums of dweight (sum of dy * xhat) and dbias (sum of dy: layer_norm's, and
+// rms_norm's when it has a bias) in a workspace; a small second kernel adds the partial rows up
+// in a fixed order. x and dy are read once, where the two-kernel path (norm_ops.cuh) reads them
+// twice.
 //
 // Thread-to-data layout (plan: plan/norm_backward_plan.hpp). G CTAs of T = R * S threads, R
 // sub-groups of S threads each (R = 1 for rows that fill a CTA; R > 1 puts short rows side by
@@ -69,9 +70,10 @@ __device__ __forceinline__ typename Op::Stat row_lanes_reduce(typename Op::Stat 
 }
 
 // row_threads: S (must equal LANES when LANES < 32). partial: [2][G][cols] accumulation words
-// (dweight, then dbias for layer_norm), partial row g belonging to CTA g, or null when only dx
-// is wanted. args.out null: only the partials are wanted.
-template <typename T, bool kLayer, int VPT, int LANES, bool kAligned>
+// (dweight, then dbias when kBias), partial row g belonging to CTA g, or null when only dx is
+// wanted. args.out null: only the partials are wanted. kBias is a template argument, not a
+// flag, so rms_norm without a bias keeps its registers free of the dbias partials.
+template <typename T, bool kLayer, bool kBias, int VPT, int LANES, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads)
 norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* partial, int row_threads) {
   using Op = NormBackwardOp<T, kLayer>;
@@ -79,7 +81,7 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
   constexpr int VEC = 16 / sizeof(T);
   using Tile = RowTile<T, 2, VEC, VPT, kAligned>;
   constexpr int E = Tile::kElems;
-  constexpr int kParts = kLayer ? 2 : 1;  // dweight, dbias
+  constexpr int kParts = kBias ? 2 : 1;  // dweight, dbias
   // The combine reuses the ring: kParts x T x E words must fit kFusedRing x 2 x T x VPT packs.
   static_assert(kParts * VEC * sizeof(Acc) <= kFusedRing * 2 * 16, "row-lane partials fit the ring");
   __shared__ typename Op::Stat slots[2][kMaxBlockThreads / 32];
@@ -128,7 +130,7 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
       for (int j = 0; j < E; ++j) {
         const Acc dy = tile.values[1][j];
         dw[j] += dy * ((tile.values[0][j] - mean) * rstd);
-        if constexpr (kLayer) db[j] += dy;
+        if constexpr (kBias) db[j] += dy;
       }
     }
     if (want_dx) {
@@ -164,7 +166,7 @@ norm_backward_fused_kernel(RowArgs<T, 2> args, NormExtra<T> extra, acc_t<T>* par
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       sums[sub * C + e0 + e] = dw[k * VEC + e];
-      if constexpr (kLayer) sums[(R + sub) * C + e0 + e] = db[k * VEC + e];
+      if constexpr (kBias) sums[(R + sub) * C + e0 + e] = db[k * VEC + e];
     }
   }
   __syncthreads();

@@ -6,6 +6,7 @@
 // real elements, then squared deviations of the real elements only: pads are 0 and would count
 // as deviations of -mean), combined across threads and CTAs by Chan's merge. Never E[x^2] - E[x]^2.
 // rms_norm statistic: the sum of squares (pads 0 add nothing).
+// Both take an optional per-column bias: y = xhat * weight + bias (rms_norm's: RmsNormBiasForwardOp).
 // Per-column weight/bias are read at output time in the tile's layout (shared by all rows, so
 // they come from L1/L2); they have x's type or float32 (params_f32, for 16-bit x).
 #pragma once
@@ -202,6 +203,20 @@ template <typename T, bool kResidual> struct RmsNormForwardOp : NormForwardBase<
   __device__ static Local local(const Params& p, const Stat&) { return p; }
   __device__ static Acc output(const Acc (&v)[Base::kInputs], const Local& rstd, const Column& c) {
     return v[0] * rstd * c.w;
+  }
+};
+
+// rms_norm with a bias (not in torch's): y = x * rstd * weight + bias, rounded once. Kernels of
+// its own, picked by the op layer when a bias is given, so rms_norm without one keeps its code:
+// the bias's loads and adds in the plain op cost registers everywhere (16-bit staged rows spilled
+// at their 64-register budget, ptxas -v) for a parameter torch's rms_norm never has.
+template <typename T, bool kResidual> struct RmsNormBiasForwardOp : RmsNormForwardOp<T, kResidual> {
+  using Base = RmsNormForwardOp<T, kResidual>;
+  using typename Base::Acc;
+  using typename Base::Column;
+  using typename Base::Local;
+  __device__ static Acc output(const Acc (&v)[Base::kInputs], const Local& rstd, const Column& c) {
+    return v[0] * rstd * c.w + c.b;
   }
 };
 

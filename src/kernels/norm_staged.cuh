@@ -31,9 +31,10 @@ template <typename T> struct StagedSumOfSquares {
   }
 };
 
-// The norm forward staged rows run: the plain (one-input) rms_norm.
+// The norm forward staged rows run: the plain (one-input) rms_norm, with or without a bias.
 template <class Op> struct IsStagedNorm : std::false_type {};
 template <typename T> struct IsStagedNorm<RmsNormForwardOp<T, false>> : std::true_type {};
+template <typename T> struct IsStagedNorm<RmsNormBiasForwardOp<T, false>> : std::true_type {};
 
 // y's granule g from its staged values: the columns' weight and bias, then Op::output. Element e
 // is column g VEC + e - so_elems (y starts so_elems elements past a granule), so the parameters

@@ -143,9 +143,16 @@ Status layer_norm_backward(const TensorView& dy, const TensorView& x, const Norm
 
 Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
                          const TensorView& rstd, const TensorView* weight, const TensorView* dx,
-                         const TensorView* dweight, const Workspace& workspace, cudaStream_t stream) {
+                         const TensorView* dweight, const TensorView* dbias, const Workspace& workspace,
+                         cudaStream_t stream) {
   return norm_detail::run_backward<false>(
-      {&dy, &x, normalized_shape, nullptr, &rstd, weight, dx, dweight, nullptr, workspace}, stream);
+      {&dy, &x, normalized_shape, nullptr, &rstd, weight, dx, dweight, dbias, workspace}, stream);
+}
+
+Status rms_norm_backward(const TensorView& dy, const TensorView& x, const NormShape& normalized_shape,
+                         const TensorView& rstd, const TensorView* weight, const TensorView* dx,
+                         const TensorView* dweight, const Workspace& workspace, cudaStream_t stream) {
+  return rms_norm_backward(dy, x, normalized_shape, rstd, weight, dx, dweight, nullptr, workspace, stream);
 }
 
 }  // namespace reducekit

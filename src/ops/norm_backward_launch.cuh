@@ -63,13 +63,14 @@ template <typename T, class F> Status with_vpt(int vpt, F&& f) {
   return Status::unsupported("norm backward: no fused kernel for " + std::to_string(vpt) + " vectors a thread");
 }
 
-// f(kernel, row_threads) for the fused kernel a layout launches, kLayer and kAligned given:
+// f(kernel, row_threads) for the fused kernel a layout launches, kLayer, kBias and kAligned given:
 // norm_backward_fused_kernel for the layout's vpt (one-row CTAs: with_vpt's; row lanes:
 // fused_row_lane_vpt only) and min(S, 32) lanes.
-template <typename T, bool kLayer, bool kAligned, class F>
+template <typename T, bool kLayer, bool kBias, bool kAligned, class F>
 Status with_fused_kernel(const FusedNormBackwardLayout& l, F&& f) {
   auto kernel = [&](auto vpt, auto lanes) {
-    return f(kernels::norm_backward_fused_kernel<T, kLayer, decltype(vpt)::value, decltype(lanes)::value, kAligned>,
+    return f(kernels::norm_backward_fused_kernel<T, kLayer, kBias, decltype(vpt)::value, decltype(lanes)::value,
+                                                 kAligned>,
              l.row_threads);
   };
   if (l.rows_per_cta == 1) {
@@ -105,10 +106,11 @@ template <class Kernel> Status fused_kernel_groups(Kernel kernel, const FusedNor
 }
 
 // CTAs that stay resident at once on the current device (each loops over its rows), cached:
-// the fewest over every instantiation a call may pick (layer/rms, aligned/unaligned), so G, and
-// with it the order dweight is summed in, is the same whichever kernel runs, and the workspace
-// (sized without knowing which) fits every one. Never from timing; the row count enters only as
-// min(G, ceil(rows / R)) (fused_groups). Each CTA writes one partial row, whatever its R.
+// the fewest over every instantiation a call may pick (layer; rms with and without dbias;
+// aligned/unaligned), so G, and with it the order dweight is summed in, is the same whichever
+// kernel runs, and the workspace (sized without knowing which) fits every one. Never from
+// timing; the row count enters only as min(G, ceil(rows / R)) (fused_groups). Each CTA writes
+// one partial row, whatever its R.
 template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout& l, int64_t* groups) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, int>, int64_t> cache;
@@ -121,14 +123,17 @@ template <typename T> Status fused_resident_groups(const FusedNormBackwardLayout
     *groups = it->second;
     return Status::ok();
   }
-  int64_t g[4] = {};
+  int64_t g[6] = {};
   int i = 0;
   auto count = [&](auto kernel, int) { return fused_kernel_groups(kernel, l, sms, &g[i++]); };
-  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, true>(l, count)));
-  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, false>(l, count)));
-  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, true>(l, count)));
-  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, false>(l, count)));
-  *groups = cache[key] = *std::min_element(g, g + 4);
+  // layer_norm always sums dbias; rms_norm only for a bias.
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, true, true>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, true, true, false>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, false, true>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, false, false>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, true, true>(l, count)));
+  REDUCEKIT_RETURN_IF_ERROR((with_fused_kernel<T, false, true, false>(l, count)));
+  *groups = cache[key] = *std::min_element(g, g + 6);
   return Status::ok();
 }
 
@@ -151,12 +156,14 @@ struct BackwardCall {
   Workspace workspace;
 };
 
+// dbias's partial rows are read only when dbias is wanted: rms_norm's kernels without a bias leave
+// them unwritten.
 template <typename T, typename P>
 Status launch_param_grad_sum(const BackwardCall& c, const kernels::acc_t<T>* partial, int64_t groups, int cols,
-                             bool layer, cudaStream_t stream) {
+                             cudaStream_t stream) {
   P* dw = c.dweight != nullptr ? static_cast<P*>(c.dweight->data) : nullptr;
   P* db = c.dbias != nullptr ? static_cast<P*>(c.dbias->data) : nullptr;
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), layer ? 2u : 1u);
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), db != nullptr ? 2u : 1u);
   kernels::norm_param_grad_sum_kernel<kernels::acc_t<T>, P>
       <<<grid, kernels::kParamSumWarps * 32, 0, stream>>>(partial, groups, cols, dw, db);
   return detail::launch_status("norm_param_grad_sum_kernel");
@@ -186,18 +193,18 @@ Status launch_param_grads(const BackwardCall& c, const RowwisePlan& px, const Ro
     kernels::norm_param_grad_partial_kernel<T, VEC, false><<<grid, kernels::kParamGradWarps * 32, 0, stream>>>(a);
   }
   REDUCEKIT_RETURN_IF_ERROR(detail::launch_status("norm_param_grad_partial_kernel"));
-  return launch_param_grad_sum<T, P>(c, a.partial, a.blocks, a.cols, c.dbias != nullptr, stream);
+  return launch_param_grad_sum<T, P>(c, a.partial, a.blocks, a.cols, stream);
 }
 
 
-template <typename T, bool kLayer, bool kAligned>
+template <typename T, bool kLayer, bool kBias, bool kAligned>
 Status launch_fused_kernel(const kernels::RowArgs<T, 2>& args, const kernels::NormExtra<T>& extra,
                            kernels::acc_t<T>* partial, const FusedNormBackwardLayout& l, int64_t groups,
                            cudaStream_t stream) {
   RowKernelConfig config;
   config.threads = l.threads;
   config.smem_bytes = kernels::fused_ring_bytes(l.threads, l.vpt);
-  return with_fused_kernel<T, kLayer, kAligned>(l, [&](auto kernel, int row_threads) {
+  return with_fused_kernel<T, kLayer, kBias, kAligned>(l, [&](auto kernel, int row_threads) {
     return detail::launch_blocks(kernel, groups, config, stream, "norm_backward_fused_kernel", args, extra, partial,
                                  row_threads);
   });
@@ -219,15 +226,24 @@ Status launch_fused_backward(const BackwardCall& c, const RowwisePlan (&plans)[3
   extra.saved_rstd = static_cast<const Acc*>(c.rstd->data);
   const bool want_params = c.dweight != nullptr || c.dbias != nullptr;
   Acc* partial = want_params ? static_cast<Acc*>(c.workspace.data) : nullptr;
-  REDUCEKIT_RETURN_IF_ERROR((aligned ? launch_fused_kernel<T, kLayer, true>(args, extra, partial, l, groups, stream)
-                                     : launch_fused_kernel<T, kLayer, false>(args, extra, partial, l, groups, stream)));
+  Status s;
+  if constexpr (kLayer) {
+    s = aligned ? launch_fused_kernel<T, true, true, true>(args, extra, partial, l, groups, stream)
+                : launch_fused_kernel<T, true, true, false>(args, extra, partial, l, groups, stream);
+  } else if (c.dbias != nullptr) {
+    s = aligned ? launch_fused_kernel<T, false, true, true>(args, extra, partial, l, groups, stream)
+                : launch_fused_kernel<T, false, true, false>(args, extra, partial, l, groups, stream);
+  } else {
+    s = aligned ? launch_fused_kernel<T, false, false, true>(args, extra, partial, l, groups, stream)
+                : launch_fused_kernel<T, false, false, false>(args, extra, partial, l, groups, stream);
+  }
+  REDUCEKIT_RETURN_IF_ERROR(s);
   if (!want_params) return Status::ok();
   const TensorView* p = c.dweight != nullptr ? c.dweight : c.dbias;
   if constexpr (sizeof(T) == 2) {  // only 16-bit x may have float32 parameters
-    if (p->dtype == DType::kFloat32)
-      return launch_param_grad_sum<T, float>(c, partial, groups, args.cols, kLayer, stream);
+    if (p->dtype == DType::kFloat32) return launch_param_grad_sum<T, float>(c, partial, groups, args.cols, stream);
   }
-  return launch_param_grad_sum<T, T>(c, partial, groups, args.cols, kLayer, stream);
+  return launch_param_grad_sum<T, T>(c, partial, groups, args.cols, stream);
 }
 
 template <typename T, bool kLayer>

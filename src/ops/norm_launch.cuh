@@ -223,7 +223,7 @@ Status forward_requirements(const TensorView& x, const NormShape& shape, NormReq
   return Status::ok();
 }
 
-// OpFor<T, kResidual>: LayerNormForwardOp or RmsNormForwardOp.
+// OpFor<T, kResidual>: LayerNormForwardOp, RmsNormForwardOp or RmsNormBiasForwardOp.
 template <template <typename, bool> class OpFor, bool kResidual>
 Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   const TensorView& x = *c.x;
@@ -306,5 +306,10 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
     default: return Status::invalid_argument("x: unsupported dtype");
   }
 }
+
+// rms_norm / add_rms_norm with a bias: RmsNormBiasForwardOp's kernels, each in a file of its own
+// (rms_norm_bias.cu, add_rms_norm_bias.cu) so they compile beside the ops without one.
+Status rms_norm_bias_forward(const ForwardCall& c, cudaStream_t stream);
+Status add_rms_norm_bias_forward(const ForwardCall& c, cudaStream_t stream);
 
 }  // namespace reducekit::norm_detail

@@ -76,8 +76,8 @@ void layer_norm_backward(const double* x, const double* dy, const double* mean, 
   db.write(dbias);
 }
 
-void rms_norm_forward(const double* x, const double* weight, double* y, double* rstd, int64_t rows,
-                      int64_t cols, double eps) {
+void rms_norm_forward(const double* x, const double* weight, const double* bias, double* y, double* rstd,
+                      int64_t rows, int64_t cols, double eps) {
   const double n = static_cast<double>(cols);
   for (int64_t r = 0; r < rows; ++r) {
     const double* xr = x + r * cols;
@@ -85,15 +85,20 @@ void rms_norm_forward(const double* x, const double* weight, double* y, double* 
     for (int64_t j = 0; j < cols; ++j) squares.add(xr[j] * xr[j]);
     const double mean_square = squares.value() / n;  // inf: the row has no finite scale, all NaN
     const double rs = std::isinf(mean_square) ? std::nan("") : 1.0 / std::sqrt(mean_square + eps);
-    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = xr[j] * rs * weight_at(weight, j);
+    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = xr[j] * rs * weight_at(weight, j) + bias_at(bias, j);
     if (rstd != nullptr) rstd[r] = rs;
   }
 }
 
+void rms_norm_forward(const double* x, const double* weight, double* y, double* rstd, int64_t rows,
+                      int64_t cols, double eps) {
+  rms_norm_forward(x, weight, nullptr, y, rstd, rows, cols, eps);
+}
+
 void rms_norm_backward(const double* x, const double* dy, const double* rstd, const double* weight,
-                       double* dx, double* dweight, int64_t rows, int64_t cols) {
+                       double* dx, double* dweight, double* dbias, int64_t rows, int64_t cols) {
   const double n = static_cast<double>(cols);
-  ColumnSums dw(cols);
+  ColumnSums dw(cols), db(cols);
   for (int64_t r = 0; r < rows; ++r) {
     const double* xr = x + r * cols;
     const double* dyr = dy + r * cols;
@@ -103,6 +108,7 @@ void rms_norm_backward(const double* x, const double* dy, const double* rstd, co
       const double xhat = xr[j] * rstd[r];
       g_xhat_sum.add(dyr[j] * weight_at(weight, j) * xhat);
       dw.add(j, dyr[j] * xhat);
+      db.add(j, dyr[j]);
     }
     if (dx == nullptr) continue;
     const double g_xhat_mean = g_xhat_sum.value() / n;
@@ -112,6 +118,12 @@ void rms_norm_backward(const double* x, const double* dy, const double* rstd, co
     }
   }
   dw.write(dweight);
+  db.write(dbias);
+}
+
+void rms_norm_backward(const double* x, const double* dy, const double* rstd, const double* weight,
+                       double* dx, double* dweight, int64_t rows, int64_t cols) {
+  rms_norm_backward(x, dy, rstd, weight, dx, dweight, nullptr, rows, cols);
 }
 
 }  // namespace reducekit::reference

@@ -138,10 +138,15 @@ void layer_norm_forward(const double* x, const double* weight, const double* bia
 void layer_norm_backward(const double* x, const double* dy, const double* mean, const double* rstd,
                          const double* weight, double* dx, double* dweight, double* dbias,
                          int64_t rows, int64_t cols);
-// y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps). eps is explicit (torch's eps=None
-// means torch.finfo(dtype).eps).
+// y = x * rstd * weight + bias, rstd = 1 / sqrt(mean(x^2) + eps). eps is explicit (torch's
+// eps=None means torch.finfo(dtype).eps). The overloads without bias / dbias pass nullptr.
+void rms_norm_forward(const double* x, const double* weight, const double* bias, double* y, double* rstd,
+                      int64_t rows, int64_t cols, double eps);
 void rms_norm_forward(const double* x, const double* weight, double* y, double* rstd, int64_t rows,
                       int64_t cols, double eps);
+// dbias (may be nullptr) is the column sums of dy.
+void rms_norm_backward(const double* x, const double* dy, const double* rstd, const double* weight,
+                       double* dx, double* dweight, double* dbias, int64_t rows, int64_t cols);
 void rms_norm_backward(const double* x, const double* dy, const double* rstd, const double* weight,
                        double* dx, double* dweight, int64_t rows, int64_t cols);
 

@@ -83,7 +83,7 @@ struct Case {
   Kind kind;
   bool residual = false;
   bool weight = true;
-  bool bias = true;          // layer_norm only
+  bool bias = true;
   std::string values = "randn";  // "randn", "large_mean" (1e3 + randn), "constant" rows mixed in
   bool split = false;  // with the workspace *_requirements asks for; the rows must split
 };
@@ -118,14 +118,15 @@ template <typename T, typename P> void check_forward(const Case& c, const RowLay
   for (double& v : w) v = 1.0 + 0.5 * v;
   w = rounded<P>(w);
   b = rounded<P>(b);
-  const bool use_bias = layer && c.bias;
+  const bool use_bias = c.bias;
 
   std::vector<double> want(n), mean(rows), rstd(rows);
   if (layer)
     reference::layer_norm_forward(s.data(), c.weight ? w.data() : nullptr, use_bias ? b.data() : nullptr, want.data(),
                                   mean.data(), rstd.data(), rows, cols, eps);
   else
-    reference::rms_norm_forward(s.data(), c.weight ? w.data() : nullptr, want.data(), rstd.data(), rows, cols, eps);
+    reference::rms_norm_forward(s.data(), c.weight ? w.data() : nullptr, use_bias ? b.data() : nullptr, want.data(),
+                                rstd.data(), rows, cols, eps);
 
   Strided<T> dx(x, l, 0.0), dres(res, l, 0.0), dy(std::vector<double>(n, kNaN), l, kNaN),
       dsum(std::vector<double>(n, kNaN), l, kNaN);
@@ -157,8 +158,13 @@ template <typename T, typename P> void check_forward(const Case& c, const RowLay
   if (layer && !c.residual) status = layer_norm(dx.view(), shape, wp, bp, eps, dy.view(), &mv, &rv, ws, nullptr);
   if (layer && c.residual)
     status = add_layer_norm(dx.view(), dres.view(), shape, wp, bp, eps, dy.view(), dsum.view(), &mv, &rv, ws, nullptr);
-  if (!layer && !c.residual) status = rms_norm(dx.view(), shape, wp, eps, dy.view(), &rv, ws, nullptr);
-  if (!layer && c.residual)
+  // rms_norm without a bias through the overloads that take none, so both stay covered.
+  if (!layer && !c.residual)
+    status = use_bias ? rms_norm(dx.view(), shape, wp, bp, eps, dy.view(), &rv, ws, nullptr)
+                      : rms_norm(dx.view(), shape, wp, eps, dy.view(), &rv, ws, nullptr);
+  if (!layer && c.residual && use_bias)
+    status = add_rms_norm(dx.view(), dres.view(), shape, wp, bp, eps, dy.view(), dsum.view(), &rv, ws, nullptr);
+  if (!layer && c.residual && !use_bias)
     status = add_rms_norm(dx.view(), dres.view(), shape, wp, eps, dy.view(), dsum.view(), &rv, ws, nullptr);
   ASSERT_TRUE(status.is_ok()) << status.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
@@ -212,12 +218,16 @@ template <typename T, typename P> void check_forward(const Case& c, const RowLay
 
 // Backward of `kind` for T / P against the oracle, with the forward's statistics (rounded to
 // the device's statistic type) fed to both. Also runs twice and demands identical bits.
-template <typename T, typename P> void check_backward(Kind kind, bool with_weight, const RowLayout& l, uint32_t seed) {
+// rms_bias: rms_norm's dbias is asked for (the forward had a bias); layer_norm's always is.
+template <typename T, typename P>
+void check_backward(Kind kind, bool with_weight, const RowLayout& l, uint32_t seed, bool rms_bias = false) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const bool layer = kind == Kind::kLayer;
+  const bool want_dbias = layer || rms_bias;
   SCOPED_TRACE(testing::Message() << (layer ? "layer_norm" : "rms_norm") << " backward x " << dtype_name(dtype_of<T>())
                                   << " params " << dtype_name(dtype_of<P>()) << " rows=" << l.rows << " cols=" << l.cols
-                                  << " stride=" << l.stride << " offset=" << l.offset << " weight=" << with_weight);
+                                  << " stride=" << l.stride << " offset=" << l.offset << " weight=" << with_weight
+                                  << " dbias=" << want_dbias);
   const int64_t rows = l.rows, cols = l.cols, n = rows * cols;
   std::vector<double> x = rounded<T>(make_x(rows, cols, "constant", seed));
   std::vector<double> dy = rounded<T>(make_values(n, "randn", seed + 1));
@@ -237,7 +247,8 @@ template <typename T, typename P> void check_backward(Kind kind, bool with_weigh
     reference::layer_norm_backward(x.data(), dy.data(), mean.data(), rstd.data(), wp_host, want_dx.data(),
                                    want_dw.data(), want_db.data(), rows, cols);
   else
-    reference::rms_norm_backward(x.data(), dy.data(), rstd.data(), wp_host, want_dx.data(), want_dw.data(), rows, cols);
+    reference::rms_norm_backward(x.data(), dy.data(), rstd.data(), wp_host, want_dx.data(), want_dw.data(),
+                                 rms_bias ? want_db.data() : nullptr, rows, cols);
 
   Strided<T> dxs(x, l, 0.0), dys(dy, l, 0.0), dout(std::vector<double>(n, kNaN), l, kNaN);
   DeviceBuffer dw_in(cols * sizeof(P)), dmean(rows * sizeof(Acc)), drstd(rows * sizeof(Acc)),
@@ -261,8 +272,10 @@ template <typename T, typename P> void check_backward(Kind kind, bool with_weigh
     upload(dgb, std::vector<P>(cols + 16, from_double<P>(kNaN)));
     const Status s = layer ? layer_norm_backward(dys.view(), dxs.view(), shape, mv, rv, with_weight ? &wv : nullptr,
                                                  &dx_view, &gwv, &gbv, {ws.get(), ws_bytes}, nullptr)
-                           : rms_norm_backward(dys.view(), dxs.view(), shape, rv, with_weight ? &wv : nullptr,
-                                               &dx_view, &gwv, {ws.get(), ws_bytes}, nullptr);
+                 : rms_bias ? rms_norm_backward(dys.view(), dxs.view(), shape, rv, with_weight ? &wv : nullptr,
+                                                &dx_view, &gwv, &gbv, {ws.get(), ws_bytes}, nullptr)
+                            : rms_norm_backward(dys.view(), dxs.view(), shape, rv, with_weight ? &wv : nullptr,
+                                                &dx_view, &gwv, {ws.get(), ws_bytes}, nullptr);
     EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   };
@@ -270,7 +283,10 @@ template <typename T, typename P> void check_backward(Kind kind, bool with_weigh
   const std::vector<T> dx_img = dout.image();
   const std::vector<P> gw = download<P>(dgw, cols + 16), gb = download<P>(dgb, cols + 16);
   EXPECT_TRUE(dout.outside_untouched(dx_img)) << "dx was written outside its rows";
-  for (int64_t j = cols; j < cols + 16; ++j) EXPECT_TRUE(std::isnan(to_double(gw[j]))) << "dweight written past cols";
+  for (int64_t j = cols; j < cols + 16; ++j) {
+    EXPECT_TRUE(std::isnan(to_double(gw[j]))) << "dweight written past cols";
+    EXPECT_TRUE(std::isnan(to_double(gb[j]))) << "dbias written past cols";
+  }
 
   int failures = 0;
   for (int64_t r = 0; r < rows && failures < 5; ++r) {
@@ -303,12 +319,12 @@ template <typename T, typename P> void check_backward(Kind kind, bool with_weigh
       ADD_FAILURE() << "dweight col " << j << ": got " << to_double(gw[j]) << ", want " << want_dw[j];
       ++failures;
     }
-    if (layer && !close_enough<P>(to_double(gb[j]), want_db[j], b_scale)) {
+    if (want_dbias && !close_enough<P>(to_double(gb[j]), want_db[j], b_scale)) {
       ADD_FAILURE() << "dbias col " << j << ": got " << to_double(gb[j]) << ", want " << want_db[j];
       ++failures;
     }
-    if (!layer && !std::isnan(to_double(gb[j]))) {
-      ADD_FAILURE() << "rms_norm wrote dbias";
+    if (!want_dbias && !std::isnan(to_double(gb[j]))) {
+      ADD_FAILURE() << "rms_norm wrote dbias it was not given";
       ++failures;
     }
   }
@@ -334,6 +350,10 @@ template <typename T, typename P> void forward_sweep(Kind kind, bool residual) {
     check_forward<T, P>({kind, residual, true, true, "randn"}, {rows, cols, cols, 0}, seed++);
     check_forward<T, P>({kind, residual, true, false, "constant"}, {rows, cols, wide, 0}, seed++);
     check_forward<T, P>({kind, residual, false, false, "large_mean"}, {rows, cols, cols + 1, 1}, seed++);
+    // rms_norm's bias without a weight on unaligned rows (its staged rows then meet the
+    // parameters off their vectors).
+    if (kind == Kind::kRms)
+      check_forward<T, P>({kind, residual, false, true, "randn"}, {rows, cols, cols + 1, 1}, seed++);
     if (::testing::Test::HasFailure()) return;  // one bad length is enough
   }
 }
@@ -344,6 +364,7 @@ template <typename T, typename P> void backward_sweep(Kind kind) {
     const int64_t rows = cols >= 65536 ? 9 : std::clamp<int64_t>((1 << 19) / cols, 5, 600);
     check_backward<T, P>(kind, true, {rows, cols, cols, 0}, seed++);
     check_backward<T, P>(kind, false, {rows, cols, cols + 3, 1}, seed++);
+    if (kind == Kind::kRms) check_backward<T, P>(kind, true, {rows, cols, cols + 3, 1}, seed++, true);
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -465,6 +486,25 @@ TEST_F(NormGpu, BackwardFusedLoopsOverRows) {
   check_backward<double, double>(Kind::kLayer, true, {1100, 2045, 2045, 0}, 506);
   for (int64_t cols : {509, 1017, 2049, 4096, 8192, 12800, 40009})
     check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {1, cols, cols, 0}, 507);
+}
+
+// rms_norm's optional bias on every path: forward split rows (plain and fused residual), staged
+// rows with y on and off its vectors; backward dbias from the fused kernel's one-row CTAs and row
+// lanes (single rows too) and from the two-kernel path. Each check also runs twice (bitwise).
+TEST_F(NormGpu, RmsNormBiasEveryPath) {
+  const int64_t mega = 1 << 20, prime = 1000003;
+  check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "randn", true}, {3, mega, mega, 0}, 601);
+  check_forward<__half, __half>({Kind::kRms, true, true, true, "constant", true}, {3, prime, prime + 5, 3}, 602);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, true, "randn"}, {4, 131072, 131080, 3}, 603);
+  check_forward<float, float>({Kind::kRms, false, true, true, "large_mean"}, {4, 40009, 40009, 0}, 604);
+  check_forward<__half, float>({Kind::kRms, false, false, true, "randn"}, {300, 64, 64, 0}, 605);
+  check_backward<float, float>(Kind::kRms, true, {1000, 4096, 4096, 0}, 611, true);
+  check_backward<__nv_bfloat16, float>(Kind::kRms, true, {1500, 4099, 4099 + 5, 3}, 612, true);
+  check_backward<float, float>(Kind::kRms, false, {700, 12800, 12803, 1}, 613, true);  // two-kernel path
+  check_backward<__half, __half>(Kind::kRms, true, {3000, 64, 64, 0}, 614, true);      // row lanes
+  check_backward<double, double>(Kind::kRms, true, {1100, 2045, 2045, 0}, 615, true);
+  for (int64_t cols : {509, 1017, 2049, 40009})
+    check_backward<__nv_bfloat16, float>(Kind::kRms, true, {1, cols, cols, 0}, 616, true);
 }
 
 // Bitwise: dx of a row alone equals dx of that row in the batch (batch invariance); dx with and
@@ -673,6 +713,19 @@ TEST_F(NormGpu, Errors) {
   expect_error(layer_norm_backward(yv, xv, NormShape::of({cols}), rstd_ok, rstd_ok, &w_short, nullptr, nullptr,
                                    nullptr, {ws.get(), ws.bytes()}, nullptr),
                "weight:");
+  // rms_norm's bias: checked as layer_norm's (shape, weight's dtype), and dbias likewise.
+  DeviceBuffer bias_buffer(cols * 8);
+  const TensorView b_short = dense_view(bias_buffer.get(), DType::kFloat32, {cols - 1});
+  const TensorView b_f64 = dense_view(bias_buffer.get(), DType::kFloat64, {cols});
+  expect_error(rms_norm(xv, NormShape::of({cols}), &w_ok, &b_short, 1e-5, yv, nullptr, nullptr), "bias:");
+  expect_error(rms_norm(xv, NormShape::of({cols}), nullptr, &b_f64, 1e-5, yv, nullptr, nullptr), "bias:");
+  DeviceBuffer res(rows * cols * 4), sum(rows * cols * 4);
+  const TensorView rv = dense_view(res.get(), DType::kFloat32, {rows, cols}),
+                   sv = dense_view(sum.get(), DType::kFloat32, {rows, cols});
+  expect_error(add_rms_norm(xv, rv, NormShape::of({cols}), &w_ok, &b_short, 1e-5, yv, sv, nullptr, nullptr), "bias:");
+  expect_error(rms_norm_backward(yv, xv, NormShape::of({cols}), rstd_ok, nullptr, nullptr, &dw, &b_short,
+                                 {ws.get(), ws.bytes()}, nullptr),
+               "dbias:");
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (float v : download<float>(y, rows * cols)) ASSERT_TRUE(std::isnan(v)) << "a failed call wrote y";
 }

@@ -119,6 +119,39 @@ TEST(ReferenceRmsNorm, BackwardMatchesFiniteDifferences) {
   expect_all_near(dw, numeric_gradient([&](auto p) { return forward(x, p); }, wt, obj), 1e-7);
 }
 
+TEST(ReferenceRmsNorm, BiasIsAddedAfterTheScale) {
+  const std::vector<double> x = {3, 4, -3, 4}, w = {2, 0.5}, b = {-1, 0.25};
+  std::vector<double> y(4), plain(4), rstd(2);
+  ref::rms_norm_forward(x.data(), w.data(), b.data(), y.data(), rstd.data(), 2, 2, 0.0);
+  ref::rms_norm_forward(x.data(), w.data(), plain.data(), nullptr, 2, 2, 0.0);
+  EXPECT_DOUBLE_EQ(rstd[0], 1.0 / std::sqrt(12.5));  // the bias leaves the statistic alone
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_DOUBLE_EQ(y[i], plain[i] + b[i % 2]);
+}
+
+TEST(ReferenceRmsNorm, BackwardWithBiasMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 7;
+  const double eps = 1e-6;
+  const auto x = randn(rows * cols, 51), wt = randn(cols, 52, 0.5, 1.0), bs = randn(cols, 53),
+             obj = randn(rows * cols, 54);
+  std::vector<double> y(x.size()), rstd(rows), dx(x.size()), dw(cols), db(cols);
+  ref::rms_norm_forward(x.data(), wt.data(), bs.data(), y.data(), rstd.data(), rows, cols, eps);
+  ref::rms_norm_backward(x.data(), obj.data(), rstd.data(), wt.data(), dx.data(), dw.data(), db.data(), rows,
+                         cols);
+  auto forward = [&](const std::vector<double>& xs, const std::vector<double>& ws, const std::vector<double>& b) {
+    std::vector<double> out(xs.size());
+    ref::rms_norm_forward(xs.data(), ws.data(), b.data(), out.data(), nullptr, rows, cols, eps);
+    return out;
+  };
+  expect_all_near(dx, numeric_gradient([&](auto p) { return forward(p, wt, bs); }, x, obj), 1e-7);
+  expect_all_near(dw, numeric_gradient([&](auto p) { return forward(x, p, bs); }, wt, obj), 1e-7);
+  expect_all_near(db, numeric_gradient([&](auto p) { return forward(x, wt, p); }, bs, obj), 1e-7);
+  // Without the bias output the other gradients are the same.
+  std::vector<double> dx0(x.size()), dw0(cols);
+  ref::rms_norm_backward(x.data(), obj.data(), rstd.data(), wt.data(), dx0.data(), dw0.data(), rows, cols);
+  expect_all_near(dx0, dx, 0.0);
+  expect_all_near(dw0, dw, 0.0);
+}
+
 TEST(ReferenceNorm, LongRowsAreFast) {
   const int64_t cols = int64_t{1} << 20;
   const auto x = randn(cols, 49), dy = randn(cols, 50);

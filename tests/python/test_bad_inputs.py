@@ -453,6 +453,13 @@ CASES = {
                                             "torch.zeros(4, device='cuda', dtype=torch.bfloat16))"),
     "layer_norm_weight_flat_for_2d_shape": ("error", ["weight"], "rk.layer_norm(torch.randn(3, 2, 4, device='cuda'), "
                                             "[2, 4], torch.ones(8, device='cuda'))"),
+    "rms_norm_bias_wrong_shape": ("error", ["bias"], "rk.rms_norm(torch.randn(2, 4, device='cuda'), [4], "
+                                  "bias=torch.zeros(3, device='cuda'))"),
+    "rms_norm_bias_dtype_unlike_weight": ("error", ["bias"], "rk.rms_norm(torch.randn(2, 4, device='cuda', "
+                                          "dtype=torch.bfloat16), [4], torch.ones(4, device='cuda'), None, "
+                                          "torch.zeros(4, device='cuda', dtype=torch.bfloat16))"),
+    "add_rms_norm_bias_on_cpu": ("error", ["bias", "cuda"], "rk.add_rms_norm(torch.randn(2, 4, device='cuda'), "
+                                 "torch.randn(2, 4, device='cuda'), [4], bias=torch.zeros(4))"),
     "add_rms_norm_residual_dtype": ("error", ["residual"], "rk.add_rms_norm(torch.randn(2, 4, device='cuda'), "
                                     "torch.randn(2, 4, device='cuda', dtype=torch.float16), [4])"),
     "add_rms_norm_module_residual_shape": ("error", ["residual"], "rk.nn.AddRMSNorm(4).cuda()(torch.randn(2, 4, "

@@ -35,10 +35,13 @@ def make_params(shape, param_dtype, weight=True, bias=True):
 
 
 def torch_norm(kind, x, shape, w, b, eps):
+    """The float64 oracle; rms_norm's bias (torch's rms_norm has none) as the composition
+    F.rms_norm(x, shape, w, eps) + b."""
     x, w = x.double(), (w.double() if w is not None else None)
     if kind == "layer_norm":
         return torch.nn.functional.layer_norm(x, shape, w, b.double() if b is not None else None, eps)
-    return torch.nn.functional.rms_norm(x, shape, w, eps)
+    y = torch.nn.functional.rms_norm(x, shape, w, eps)
+    return y + b.double() if b is not None else y
 
 
 def y_scale(x, shape, w, b, centered=True):
@@ -354,13 +357,14 @@ def test_fused_residual_backward(kind):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
-@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
-def test_grads_of_any_subset_of_inputs(kind, fused):
+@pytest.mark.parametrize("kind,biased", [("layer_norm", True), ("rms_norm", False), ("rms_norm", True)],
+                         ids=["layer_norm", "rms_norm", "rms_norm_bias"])
+def test_grads_of_any_subset_of_inputs(kind, biased, fused):
     """Only some inputs need grad (a frozen weight, a detached x, no bias): each gets its grad,
     the others none, whatever sits before it in the argument list."""
     n = 24
     x, r = (torch.randn(5, n, device=DEV, dtype=torch.float64) for _ in range(2))
-    w, b = make_params([n], torch.float64, bias=kind == "layer_norm")
+    w, b = make_params([n], torch.float64, bias=biased)
     names = ["x", "residual", "weight", "bias"] if fused else ["x", "weight", "bias"]
     given = {"x": x, "residual": r, "weight": w, "bias": b}
     for mask in range(1, 2 ** len(names)):
@@ -377,8 +381,8 @@ def test_grads_of_any_subset_of_inputs(kind, fused):
                 y = (reducekit.add_layer_norm(t["x"], t["residual"], [n], t["weight"], t["bias"])[0] if fused
                      else reducekit.layer_norm(t["x"], [n], t["weight"], t["bias"]))
             else:
-                y = (reducekit.add_rms_norm(t["x"], t["residual"], [n], t["weight"], 1e-5)[0] if fused
-                     else reducekit.rms_norm(t["x"], [n], t["weight"], 1e-5))
+                y = (reducekit.add_rms_norm(t["x"], t["residual"], [n], t["weight"], 1e-5, t["bias"])[0] if fused
+                     else reducekit.rms_norm(t["x"], [n], t["weight"], 1e-5, t["bias"]))
             (y * torch.arange(y.numel(), device=DEV, dtype=y.dtype).view_as(y).sin()).sum().backward()
             grads.append({k: v.grad for k, v in t.items() if v is not None and k in names})
         for name in names:
@@ -401,6 +405,11 @@ def test_gradcheck(kind):
     else:
         assert torch.autograd.gradcheck(lambda x, w: reducekit.rms_norm(x, [4, 5], w, 1e-5), (x, w))
         assert torch.autograd.gradcheck(lambda x, r, w: reducekit.add_rms_norm(x, r, [4, 5], w, 1e-5), (x, r, w))
+        # the optional bias, with and without a weight
+        assert torch.autograd.gradcheck(lambda x, w, b: reducekit.rms_norm(x, [4, 5], w, 1e-5, b), (x, w, b))
+        assert torch.autograd.gradcheck(lambda x, b: reducekit.rms_norm(x, [4, 5], None, 1e-5, bias=b), (x, b))
+        assert torch.autograd.gradcheck(lambda x, r, w, b: reducekit.add_rms_norm(x, r, [4, 5], w, 1e-5, b),
+                                        (x, r, w, b))
 
 
 # ----------------------------------------------------------------------------- torch integration
@@ -414,12 +423,17 @@ def test_opcheck():
     torch.library.opcheck(ops.layer_norm, (x, [40], w, b, 1e-5))
     torch.library.opcheck(ops.layer_norm, (x, [40], None, None, 1e-5))
     torch.library.opcheck(ops.rms_norm, (x, [40], w, 1e-6))
+    torch.library.opcheck(ops.rms_norm, (x, [40], w, 1e-6, b))
+    torch.library.opcheck(ops.rms_norm, (x, [40], None, 1e-6, b))
     torch.library.opcheck(ops.add_layer_norm, (x, r, [40], w, b, 1e-5))
     torch.library.opcheck(ops.add_rms_norm, (x, r, [40], w, 1e-6))
+    torch.library.opcheck(ops.add_rms_norm, (x, r, [40], w, 1e-6, b))
     _, mean, rstd = ops.layer_norm(x.detach(), [40], w.detach(), b.detach(), 1e-5)
     dy = torch.randn(6, 40, device=DEV)
     torch.library.opcheck(ops.layer_norm_backward, (dy, x.detach(), [40], mean, rstd, w.detach(), True, torch.float32))
     torch.library.opcheck(ops.rms_norm_backward, (dy, x.detach(), [40], rstd, w.detach(), False, torch.float32))
+    torch.library.opcheck(ops.rms_norm_backward, (dy, x.detach(), [40], rstd, w.detach(), True, torch.float32, True))
+    torch.library.opcheck(ops.rms_norm_backward, (dy, x.detach(), [40], rstd, None, False, torch.float32, True))
 
 
 def test_compile_fullgraph_and_cuda_graph():
@@ -491,3 +505,161 @@ def test_errors():
         reducekit.add_layer_norm(x, torch.randn(4, 7, device=DEV), [8])
     with pytest.raises(RuntimeError, match="x:"):
         reducekit.layer_norm(x.cpu(), [8])
+
+
+# ----------------------------------------------------------------------------- rms_norm's bias
+# Not in torch: the oracle is the composition F.rms_norm(x, shape, w) + b in float64 (torch_norm).
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("n", [1, 33, 781, 4099, 40009, 2**18, 2**20])
+def test_rms_norm_bias_forward(dtype, n, fused):
+    rows = 3 if n >= 2**18 else 37
+    for pdt in param_dtypes(dtype):
+        for with_weight in (True, False):
+            x = torch.randn(rows, n, device=DEV).to(dtype)
+            r = torch.randn_like(x)
+            w, b = make_params([n], pdt, weight=with_weight)
+            if fused:
+                y, s = reducekit.add_rms_norm(x, r, [n], w, 1e-5, b)
+                torch.testing.assert_close(s, x + r, rtol=0, atol=0)
+            else:
+                s, y = x, reducekit.rms_norm(x, [n], w, 1e-5, bias=b)
+            assert_close(y, torch_norm("rms_norm", s, [n], w, b, 1e-5), dtype, y_scale(s, [n], w, b, False),
+                         f"rms_norm + bias params {pdt} weight {with_weight}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_rms_norm_bias_against_torch_composition(dtype):
+    """Against F.rms_norm(x, ..., w) + b run by torch in the same dtype: that rounds twice (after
+    the scale and after the add) where reducekit rounds once, so within an ulp or two of y."""
+    x = torch.randn(64, 4096, device=DEV, dtype=dtype)
+    w, b = make_params([4096], dtype)
+    want = torch.nn.functional.rms_norm(x, [4096], w, 1e-6) + b
+    got = reducekit.rms_norm(x, [4096], w, 1e-6, b)
+    tol = 1e-5 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * 4)
+
+
+def test_rms_norm_without_bias_keeps_its_bits():
+    """bias=None is today's rms_norm: the old positional call, bias=None and a zero bias give the
+    same values, and x = -0 still gives -0 (as torch's x * rstd * w; a zero bias gives +0)."""
+    n = 4096
+    x = torch.randn(16, n, device=DEV, dtype=torch.bfloat16)
+    x[:, :7] = -0.0
+    w = torch.rand(n, device=DEV, dtype=torch.bfloat16) + 0.5
+    old = torch.ops.reducekit.rms_norm(x, [n], w, 1e-6)[0]
+    assert torch.equal(old, reducekit.rms_norm(x, [n], w, 1e-6, None))
+    assert torch.equal(old, reducekit.rms_norm(x, [n], w, 1e-6, torch.zeros_like(w)))
+    assert bool(torch.signbit(old[:, :7]).all()), "rms_norm without a bias turned -0 into +0"
+    y, s = reducekit.add_rms_norm(x, torch.zeros_like(x), [n], w, 1e-6)
+    assert torch.equal(y, torch.ops.reducekit.add_rms_norm(x, torch.zeros_like(x), [n], w, 1e-6)[0])
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=dtype_id)
+@pytest.mark.parametrize("n,rows", [(1, 300), (33, 300), (1024, 3000), (4099, 300), (12800, 700), (65537, 9)])
+def test_rms_norm_bias_backward(dtype, n, rows, fused):
+    """dx, dweight and dbias (the column sums of dy) against the float64 composition, on the fused
+    backward's paths (row lanes, one-row CTAs looping over rows) and the two-kernel path."""
+    for pdt in param_dtypes(dtype):
+        x = torch.randn(rows, n, device=DEV).to(dtype)
+        r = torch.randn_like(x)
+        dy = torch.randn_like(x)
+        w, b = make_params([n], pdt)
+        # The fused form normalizes s = x + r rounded to x's dtype: the oracle takes that s, and
+        # d(residual) = dx.
+        s = x + r if fused else x
+        if fused:
+            got = grads(lambda x, r, w, b: reducekit.add_rms_norm(x, r, [n], w, 1e-5, b), [x, r, w, b], dy)
+            assert torch.equal(got[0], got[1]), "d(residual) differs from dx"
+            got = [got[0], got[2], got[3]]
+        else:
+            got = grads(lambda x, w, b: reducekit.rms_norm(x, [n], w, 1e-5, b), [x, w, b], dy)
+        ref = grads(lambda s, w, b: torch_norm("rms_norm", s, [n], w, b, 1e-5), [s.double(), w.double(), b.double()],
+                    dy.double())
+        s = s.double()
+        rstd = 1 / (s.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+        g = dy.double().abs() * w.double().abs()
+        dx_scale = rstd * (g.amax(-1, keepdim=True) + (s.abs() * rstd).amax(-1, keepdim=True) * (1 + g.mean(-1, True)))
+        assert_close(got[0], ref[0], dtype, dx_scale, "dx")
+        assert_close(got[1], ref[1], pdt, (dy.double().abs() * (s.abs() * rstd)).sum(0), "dweight")
+        assert_close(got[2], ref[2], pdt, dy.double().abs().sum(0), "dbias")
+
+
+def test_rms_norm_bias_grads_bitwise_deterministic():
+    x = torch.randn(8192, 1024, device=DEV, dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    w, b = make_params([1024], torch.float32)
+    fn = lambda x, w, b: reducekit.rms_norm(x, [1024], w, None, b)  # noqa: E731
+    first = grads(fn, [x, w, b], dy)
+    for _ in range(3):
+        for a, b_ in zip(first, grads(fn, [x, w, b], dy)):
+            assert torch.equal(a, b_), "gradients differ between runs"
+
+
+def test_rms_norm_bias_compile_fullgraph():
+    rms = reducekit.nn.RMSNorm(256, bias=True).to(DEV)
+    add = reducekit.nn.AddRMSNorm(256, bias=True).to(DEV)
+    with torch.no_grad():
+        rms.bias.copy_(torch.randn(256))
+        add.bias.copy_(torch.randn(256))
+
+    def f(x, r):
+        y, s = add(x, r)
+        return rms(y) + reducekit.rms_norm(s, [256], None, None, rms.bias)
+
+    x = torch.randn(64, 256, device=DEV)
+    r = torch.randn_like(x)
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(x, r), f(x, r))
+    got = grads(compiled, [x, r], torch.ones_like(x))
+    params_compiled = [p.grad.clone() for p in (rms.bias, add.bias, add.weight)]
+    for p in (rms.bias, add.bias, add.weight):
+        p.grad = None
+    want = grads(f, [x, r], torch.ones_like(x))
+    for a, b_ in zip(got, want):
+        torch.testing.assert_close(a, b_)
+    for a, p in zip(params_compiled, (rms.bias, add.bias, add.weight)):
+        torch.testing.assert_close(a, p.grad)
+
+
+def test_nn_rms_norm_bias_state_dict():
+    """RMSNorm(bias=True): a zero-initialized 'bias' in the state dict, which round-trips; without
+    it the state dict is torch's, and torch's loads unchanged."""
+    torch_mod = torch.nn.RMSNorm([4, 32]).to(DEV)
+    plain = reducekit.nn.RMSNorm([4, 32]).to(DEV)
+    assert set(plain.state_dict()) == set(torch_mod.state_dict()) == {"weight"}
+    plain.load_state_dict(torch_mod.state_dict())
+
+    mod = reducekit.nn.RMSNorm([4, 32], 1e-5, bias=True).to(DEV)
+    assert set(mod.state_dict()) == {"weight", "bias"}
+    assert torch.equal(mod.bias, torch.zeros(4, 32, device=DEV)), "the bias starts at zero"
+    assert "bias=True" in repr(mod)
+    with torch.no_grad():
+        mod.weight.copy_(torch.randn(4, 32))
+        mod.bias.copy_(torch.randn(4, 32))
+    again = reducekit.nn.RMSNorm([4, 32], 1e-5, bias=True).to(DEV)
+    again.load_state_dict(mod.state_dict())
+    x = torch.randn(8, 4, 32, device=DEV)
+    assert torch.equal(again(x), mod(x))
+    torch.testing.assert_close(mod(x), torch.nn.functional.rms_norm(x, [4, 32], mod.weight, 1e-5) + mod.bias)
+    # torch's state dict has no bias: a strict load into a biased module says so
+    missing = again.load_state_dict(torch_mod.state_dict(), strict=False).missing_keys
+    assert missing == ["bias"]
+    # no bias without elementwise_affine, as torch.nn.LayerNorm
+    assert reducekit.nn.RMSNorm(32, elementwise_affine=False, bias=True).bias is None
+    # the fused module takes it the same way
+    add = reducekit.nn.AddRMSNorm(32, bias=True).to(DEV)
+    assert set(add.state_dict()) == {"weight", "bias"}
+
+
+def test_patched_torch_rms_norm_has_no_bias():
+    """reducekit.patch changes a torch.nn.RMSNorm's class only: the module has no bias attribute,
+    and runs as before."""
+    model = torch.nn.Sequential(torch.nn.RMSNorm(32)).to(DEV)
+    x = torch.randn(4, 32, device=DEV)
+    want = model(x)
+    reducekit.patch(model, ops={"rms_norm"})
+    assert isinstance(model[0], reducekit.nn.RMSNorm) and "bias" not in vars(model[0])["_parameters"]
+    torch.testing.assert_close(model(x), want)
