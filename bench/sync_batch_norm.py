@@ -329,9 +329,11 @@ def main():
         wrong = [r for r in records if not r["ok"]]
         summary = {"points": len(records), "sync_at_least_as_fast": len(records) - len(slower),
                    "sync_slower": [point_name(r) for r in slower], "mismatched": [point_name(r) for r in wrong]}
-        say(f"SUMMARY ({world} rank{'s' if world > 1 else ''}): reducekit's SyncBatchNorm step at least as fast as torch's at "
+        ranks = f"{world} rank{'s' if world > 1 else ''}"
+        slower_text = ", ".join(f"{point_name(r)} (x{r['speedup_sync']:.2f})" for r in slower)
+        say(f"SUMMARY ({ranks}): reducekit's SyncBatchNorm step at least as fast as torch's at "
             f"{summary['sync_at_least_as_fast']} of {len(records)} points"
-            + ("; slower: " + ", ".join(f"{point_name(r)} (x{r['speedup_sync']:.2f})" for r in slower) if slower else ""))
+            + (f"; slower: {slower_text}" if slower else ""))
         one = sum(r["ms"]["reducekit_single"] <= r["ms"]["torch_single"] for r in records)
         say(f"SUMMARY (one GPU, one rank's batch): reducekit's BatchNorm2d step at least as fast as torch's at "
             f"{one} of {len(records)} points")
