@@ -15,6 +15,9 @@ What it swaps (the exact classes, not subclasses, whose forward may differ):
     torch.nn.LayerNorm                -> reducekit.nn.LayerNorm      ("layer_norm")
     torch.nn.RMSNorm                  -> reducekit.nn.RMSNorm        ("rms_norm")
     torch.nn.BatchNorm1d / 2d / 3d    -> reducekit.nn.BatchNorm1d .. ("batch_norm")
+    torch.nn.SyncBatchNorm            -> reducekit.nn.SyncBatchNorm  ("batch_norm"; its
+        process_group kept: statistics over the group's ranks in training under an initialized
+        torch.distributed, the module's own batch otherwise, as torch's)
     torch.nn.Softmax / LogSoftmax     -> reducekit.nn.Softmax / ..   ("softmax", "log_softmax")
     torch.nn.CrossEntropyLoss         -> reducekit.nn.CrossEntropyLoss ("cross_entropy")
     transformers' RMSNorm classes     -> a subclass of the same class ("rms_norm"), recognised by
@@ -171,6 +174,9 @@ def _torch_replacements():
         torch.nn.BatchNorm1d: ("batch_norm", _rk_nn.BatchNorm1d),
         torch.nn.BatchNorm2d: ("batch_norm", _rk_nn.BatchNorm2d),
         torch.nn.BatchNorm3d: ("batch_norm", _rk_nn.BatchNorm3d),
+        # One family with BatchNorm*d (ops={"batch_norm"} swaps every batch norm): the same
+        # kernels run both, the synced module adding a gather of per-channel statistics.
+        torch.nn.SyncBatchNorm: ("batch_norm", _rk_nn.SyncBatchNorm),
         torch.nn.Softmax: ("softmax", _rk_nn.Softmax),
         torch.nn.LogSoftmax: ("log_softmax", _rk_nn.LogSoftmax),
         torch.nn.CrossEntropyLoss: ("cross_entropy", _rk_nn.CrossEntropyLoss),

@@ -10,7 +10,10 @@ tolerance fits torch's own float32 error. transformers' RMSNorm classes are writ
 with their forwards' roundings (patch() recognises them by class name and defining module,
 never by importing transformers); their patched forms must give the unpatched forms' dtype and,
 in 16-bit, the same values but for rare one-unit differences where a float32 value lies next to
-a rounding boundary.
+a rounding boundary. torch.nn.SyncBatchNorm becomes reducekit.nn.SyncBatchNorm with its
+process_group and settings; with no process group at work (eval, or training without an
+initialized torch.distributed, where torch's module is BatchNorm on its own batch) it matches
+torch's in float64.
 
 reducekit.patch_functional: the functions it swaps are put back (after an exception, in nested
 blocks), and calls reducekit does not take are torch's, to the bit (on the CPU, where every call
@@ -339,6 +342,113 @@ def test_unsupported_configurations_are_left_alone_with_a_reason():
     tensorless = torch.nn.Sequential(torch.nn.Softmax(dim=-1))
     (record,) = reducekit.patch(tensorless)
     assert not record.replaced and "device is unknown" in record.new
+
+
+# ----------------------------------------------------------------------------- torch.nn.SyncBatchNorm
+
+SYNC_BN_ATTRS = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "training")
+
+
+def sync_batch_norms(group):
+    """torch.nn.SyncBatchNorm in the configurations patch() must keep: a process group of its own
+    (a stand-in object here: only training under an initialized torch.distributed reads it), eps
+    and momentum not the defaults, the cumulative average without affine parameters, and no
+    running statistics (batch statistics in eval too). Parameters and running statistics away from
+    their initial values, so that a swap losing one shows."""
+    nn = torch.nn
+    model = nn.ModuleDict({
+        "grouped": nn.SyncBatchNorm(C, eps=1e-3, momentum=0.2, process_group=group),
+        "cumulative": nn.SyncBatchNorm(C, momentum=None, affine=False),
+        "untracked": nn.SyncBatchNorm(C, track_running_stats=False),
+    }).to(DEV)
+    with torch.no_grad():
+        for m in model.values():
+            if m.affine:
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-1, 1)
+            if m.track_running_stats:
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+                m.num_batches_tracked.fill_(3)
+    return model
+
+
+def sync_bn_input(dtype, layout):
+    x = (1.5 * torch.randn(BATCH, C, 5, 5, device=DEV) + 0.5).to(dtype)
+    return x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_patch_replaces_sync_batch_norm(dtype, layout):
+    """Each torch.nn.SyncBatchNorm becomes reducekit.nn.SyncBatchNorm, reported under "batch_norm",
+    keeping its Parameters, buffers, process_group and settings; in eval (no process group
+    involved, in torch's module as in reducekit's) its output matches torch's float64 one."""
+    group = object()
+    model = sync_batch_norms(group).eval()
+    reference = copy.deepcopy(model).double()
+    before = {name: {a: getattr(m, a) for a in SYNC_BN_ATTRS} for name, m in model.items()}
+    params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
+    keys = list(model.state_dict())
+    placed = {(t.device, t.dtype) for t in list(model.parameters()) + list(model.buffers())}
+    report = reducekit.patch(model)
+    assert [(r.name, r.old, r.new) for r in report] == \
+        [(name, torch.nn.SyncBatchNorm, reducekit.nn.SyncBatchNorm) for name in model], str(report)
+    assert [r.name for r in reducekit.patch(sync_batch_norms(group), ops={"batch_norm"}).replaced] == list(model)
+    for name, m in model.items():
+        assert type(m) is reducekit.nn.SyncBatchNorm and isinstance(m, torch.nn.SyncBatchNorm), name
+        for attr, value in before[name].items():
+            assert getattr(m, attr) is value or getattr(m, attr) == value, f"{name}.{attr} changed"
+    assert model["grouped"].process_group is group
+    assert list(model.state_dict()) == keys, "state_dict keys changed"
+    assert all(p is params[n] for n, p in model.named_parameters()), "a Parameter was replaced"
+    assert all(b is buffers[n] for n, b in model.named_buffers()), "a buffer was replaced"
+    assert {(t.device, t.dtype) for t in list(model.parameters()) + list(model.buffers())} == placed, \
+        "device or dtype changed"
+
+    x = sync_bn_input(dtype, layout)
+    for name, m in model.items():
+        got, want = m(x), reference[name](x.double())
+        assert got.is_contiguous(memory_format=torch.channels_last if layout == "nhwc" else torch.contiguous_format)
+        assert_close(got, want, dtype, want.abs().amax(), f"eval {name}")
+    assert all(int(m.num_batches_tracked) == 3 for m in model.values() if m.track_running_stats), \
+        "eval counted a batch"
+    undone = reducekit.unpatch(model)
+    assert [r.new for r in undone] == [torch.nn.SyncBatchNorm] * 3
+    assert type(model["grouped"]) is torch.nn.SyncBatchNorm and model["grouped"].process_group is group
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_patched_sync_batch_norm_without_a_process_group(layout):
+    """In training without an initialized torch.distributed, torch.nn.SyncBatchNorm is BatchNorm
+    on the module's own batch (its process_group unread), and so is the patched module: outputs,
+    gradients, running statistics and num_batches_tracked as torch's, against float64."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        pytest.skip("torch.distributed is initialized in this process: the modules would gather over its group")
+    model = sync_batch_norms(object()).train()
+    reference = copy.deepcopy(model).double()
+    unpatched = copy.deepcopy(model)
+    reducekit.patch(model)
+    x = sync_bn_input(torch.float32, layout)
+    dy = torch.randn_like(x)
+    for name in model:
+        runs = []
+        for m, xi in ((model[name], x), (unpatched[name], x), (reference[name], x.double())):
+            leaf = xi.clone().requires_grad_(True)
+            y = m(leaf)
+            y.backward(dy.to(xi.dtype))
+            runs.append({"y": y.detach(), "dx": leaf.grad, "dweight": getattr(m.weight, "grad", None),
+                         "dbias": getattr(m.bias, "grad", None), "running_mean": m.running_mean,
+                         "running_var": m.running_var})
+        got, torch_fp32, want = runs
+        for key, r in want.items():
+            if r is None:
+                assert got[key] is None, f"{name} {key}: torch has none"
+                continue
+            assert_close(torch_fp32[key], r, torch.float32, r.abs().amax(), f"torch {name} {key}")  # the tolerance fits
+            assert_close(got[key], r, torch.float32, r.abs().amax(), f"patched {name} {key}")
+        if model[name].track_running_stats:
+            assert int(model[name].num_batches_tracked) == int(unpatched[name].num_batches_tracked) == 4
 
 
 # ----------------------------------------------------------------------------- transformers' roundings
