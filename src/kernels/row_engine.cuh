@@ -181,6 +181,7 @@ template <typename T, int NIN> struct RowArgs {
   int64_t rows;
   int cols;
   bool two_phase = true;  // RowKernelConfig::two_phase
+  bool l2_hints = true;   // RowKernelConfig::l2_hints
 };
 
 // Where a thread's tile lies: row index, the thread's first vector, the vectors between its
@@ -325,11 +326,12 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 
   // A vector cut by the row end is read element by element so nothing past it is touched.
-  // With kShareGranules the whole warp must call it (it shuffles).
-  template <class Op>
-  __device__ __forceinline__ void load(const T* const (&row)[NIN], int cols, int first, int step) {
+  // With kShareGranules the whole warp must call it (it shuffles). `load16` moves the whole
+  // 16-byte granules (vector_io.cuh: plain, or under an L2 policy).
+  template <class Op, class Load = PlainLoad16>
+  __device__ __forceinline__ void load(const T* const (&row)[NIN], int cols, int first, int step, Load load16 = {}) {
     if constexpr (kShareGranules) {
-      load_shifted<Op>(row, cols, first, step);
+      load_shifted<Op>(row, cols, first, step, load16);
     } else {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -337,8 +339,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
 #pragma unroll
         for (int i = 0; i < NIN; ++i) {
           if (e0 + VEC > cols) load_elements<Op>(i, k, row[i], e0, cols);
-          else if (kAligned) unpack(i, k, load_pack<PackT>(row[i] + e0));
-          else unpack(i, k, pack_of<PackT>(load_vector16<T, VEC>(row[i], e0, cols)));
+          else if (kAligned) unpack(i, k, pack_of<PackT>(load16(row[i] + e0)));
+          else unpack(i, k, pack_of<PackT>(load_vector16<T, VEC>(row[i], e0, cols, load16)));
         }
       }
     }
@@ -357,8 +359,8 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   // each of the granule past the group (groups are 4 to 32 lanes: warp rows and the fused
   // backward's row lanes start at 4). A vector whose granules reach past its row moves element
   // by element.
-  template <class Op>
-  __device__ __forceinline__ void load_shifted(const T* const (&row)[NIN], int cols, int first, int step) {
+  template <class Op, class Load>
+  __device__ __forceinline__ void load_shifted(const T* const (&row)[NIN], int cols, int first, int step, Load load16) {
     const int width = step < 32 ? step : 32;
     const int lane = first % width;
     int shift_elems[NIN];  // granule g of a row spans its elements [g * VEC - shift_elems, + VEC)
@@ -374,7 +376,7 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       for (int i = 0; i < NIN; ++i) {
         const int s = shift_elems[i];
         const bool lo_inside = (s == 0 || e0 >= VEC) && e0 + VEC - s <= cols;
-        lo[i][k] = lo_inside ? load_aligned16(row[i] + e0 - s) : Bytes16{};
+        lo[i][k] = lo_inside ? load16(row[i] + e0 - s) : Bytes16{};
         const bool past_inside = lane < 4 && ex + VEC - s <= cols;
         past[i][k] = past_inside ? reinterpret_cast<const uint32_t*>(row[i] + ex - s)[lane] : 0u;
       }

@@ -54,6 +54,12 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     else tile.template unstash<Op>(stash + t * stash_stride, cols, first, step, threadIdx.x, threads);
   };
   uint32_t parity = 0;  // of every tile's mbarrier: each completes once a row
+  // Tiles neither parked nor last are read twice from global memory: the first read asks L2 to
+  // keep them (evict_last), the second to let them go (evict_first), so that the second finds
+  // them there while the other CTAs' rows stream past (RowArgs::l2_hints; off: normal reads).
+  const bool hinted = args.l2_hints && tiles - stash_tiles >= 2;
+  const PolicyLoad16 keep{l2_policy(hinted ? L2Keep::kLast : L2Keep::kNormal)};
+  const PolicyLoad16 drop{l2_policy(hinted ? L2Keep::kFirst : L2Keep::kNormal)};
   if constexpr (kBulkStash) {
     if (threadIdx.x == 0) {
       for (int t = 0; t < stash_tiles; ++t) cuda::ptx::mbarrier_init(&tile_in[t], 1);
@@ -94,7 +100,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       parity ^= 1;
     }
     for (int t = stash_tiles; t < tiles; ++t) {
-      tile.template load<Op>(in, cols, me + t * tile_vectors, step);
+      tile.template load<Op>(in, cols, me + t * tile_vectors, step, t == tiles - 1 ? drop : keep);
       last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
       stat = Op::merge(stat, last);
     }
@@ -109,7 +115,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if (t < stash_tiles) unstash(tile, t, first, in);
-      else tile.template load<Op>(in, cols, first, step);
+      else tile.template load<Op>(in, cols, first, step, drop);
       const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
       tile.template store<Op>(out, out2, cols, first, step, Op::local(p, again), extra);
     }

@@ -34,6 +34,33 @@ __device__ __forceinline__ Bytes16 load_aligned16(const void* p) {
   return {{r.x, r.y, r.z, r.w}};
 }
 
+// L2 cache policies (createpolicy) for loads that say how long their lines should stay: rows
+// read twice keep their first read (evict_last) until the second, which lets it go
+// (evict_first). The policy is a register: a kernel picks one at run time.
+enum class L2Keep { kNormal, kLast, kFirst };
+__device__ __forceinline__ uint64_t l2_policy(L2Keep keep) {
+  uint64_t p;
+  if (keep == L2Keep::kLast) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else if (keep == L2Keep::kFirst) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  else asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ Bytes16 load_aligned16(const void* p, uint64_t policy) {
+  Bytes16 b;
+  asm volatile("ld.global.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3])
+               : "l"(p), "l"(policy));
+  return b;
+}
+// 16-byte loads as function objects, so a loader can be handed one: plain, or under a policy.
+struct PlainLoad16 {
+  __device__ __forceinline__ Bytes16 operator()(const void* p) const { return load_aligned16(p); }
+};
+struct PolicyLoad16 {
+  uint64_t policy;
+  __device__ __forceinline__ Bytes16 operator()(const void* p) const { return load_aligned16(p, policy); }
+};
+
 // One 16-byte global store, spelled out: left to itself the compiler splits 16-bit packs'
 // stores into 4- and 2-byte pieces (seen in the block kernel's PTX).
 __device__ __forceinline__ void store_aligned16(void* dst, const Bytes16& b) {
@@ -59,15 +86,15 @@ __device__ __forceinline__ Bytes16 funnel16(const Bytes16& lo, const Bytes16& hi
 
 // The VEC elements of `row` from e0 (a multiple of VEC, e0 + VEC <= len), for a row of `len`
 // elements at any alignment. Nothing outside the row is read.
-template <typename T, int VEC, typename Index>
-__device__ __forceinline__ Bytes16 load_vector16(const T* row, Index e0, Index len) {
+template <typename T, int VEC, typename Index, class Load = PlainLoad16>
+__device__ __forceinline__ Bytes16 load_vector16(const T* row, Index e0, Index len, Load load = {}) {
   static_assert(sizeof(T) * VEC == 16, "vectors are 16 bytes");
   const int shift = misalignment16(row);
-  if (shift == 0) return load_aligned16(row + e0);
+  if (shift == 0) return load(row + e0);
   // Both granules inside the row: past its first vector and short of its end.
   if (e0 >= VEC && e0 + 2 * VEC - shift / static_cast<int>(sizeof(T)) <= len) {
     const char* granule = reinterpret_cast<const char*>(row + e0) - shift;
-    return funnel16(load_aligned16(granule), load_aligned16(granule + 16), shift);
+    return funnel16(load(granule), load(granule + 16), shift);
   }
   T v[VEC];
 #pragma unroll

@@ -61,6 +61,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("min_block_threads", &limits->min_block_threads);
   set("ring", &limits->ring);
   set("two_phase", &limits->two_phase);
+  set("l2_hints", &limits->l2_hints);
   set("max_tile_values", &limits->max_tile_values);
   set("split_chunk_tiles", &limits->split_chunk_tiles);
   set("split_ring", &limits->split_ring);
@@ -253,6 +254,7 @@ template <RowFamily F, typename T, class Op, bool kAligned, class... Extra>
 Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, cudaStream_t stream,
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
+  args.l2_hints = c.l2_hints;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   constexpr RowTiles kTiles = kRowTiles<F, T, Op>;

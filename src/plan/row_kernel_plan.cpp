@@ -78,6 +78,7 @@ RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const
 RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowKernelConfig c;
   c.two_phase = limits.two_phase;
+  c.l2_hints = limits.l2_hints;
   c.vec = std::max(1, 16 / elem_bytes);
   const int vector_bytes = c.vec * elem_bytes;
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));
@@ -157,6 +158,7 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.kind = RowKernelKind::kBlock;
   c.vec = held.vec;
   c.two_phase = held.two_phase;
+  c.l2_hints = held.l2_hints;
   c.vpt = reread_vpt(reread_tile_words(cols, elem_bytes, inputs, limits), c.vec, acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
   const int64_t vectors = ceil_div(cols, c.vec);
