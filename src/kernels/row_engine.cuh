@@ -181,7 +181,7 @@ template <typename T, int NIN> struct RowArgs {
   int64_t rows;
   int cols;
   bool two_phase = true;  // RowKernelConfig::two_phase
-  bool l2_hints = true;   // RowKernelConfig::l2_hints
+  bool l2_hints = false;  // RowKernelConfig::l2_hints
 };
 
 // Where a thread's tile lies: row index, the thread's first vector, the vectors between its

@@ -61,7 +61,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("min_block_threads", &limits->min_block_threads);
   set("ring", &limits->ring);
   set("two_phase", &limits->two_phase);
-  set("l2_hints", &limits->l2_hints);
+  set("l2_hints_from_bytes", &limits->l2_hints_from_bytes);
   set("max_tile_values", &limits->max_tile_values);
   set("split_chunk_tiles", &limits->split_chunk_tiles);
   set("split_ring", &limits->split_ring);

@@ -78,7 +78,7 @@ RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const
 RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowKernelConfig c;
   c.two_phase = limits.two_phase;
-  c.l2_hints = limits.l2_hints;
+  c.l2_hints = cols * elem_bytes * inputs >= static_cast<int64_t>(limits.l2_hints_from_bytes);
   c.vec = std::max(1, 16 / elem_bytes);
   const int vector_bytes = c.vec * elem_bytes;
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));

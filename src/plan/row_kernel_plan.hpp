@@ -92,7 +92,10 @@ struct RowKernelLimits {
   bool ring = true;            // 16-bit one-CTA rows loop with the next rows in shared memory
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
   bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
-  bool l2_hints = true;        // rows read twice from global memory keep the first read in L2
+  // Stream rows read twice from global memory keep their first read in L2 (RowKernelConfig::
+  // l2_hints) from this many bytes a row: measured +2..+5% at 64-200 KiB rows, -2% at 50 KiB
+  // float32 layer_norm rows (bench/results/LOG.md).
+  std::size_t l2_hints_from_bytes = 64 * 1024;
   int max_tile_values = kRowTileWords;  // values a thread (elements x inputs x accumulation
                                         // words) of one-tile rows; below it, rows take clusters
   // Split rows (RowSplitConfig); sm_count 0 (unknown) plans none. row_kernel_limits fills in
@@ -257,7 +260,7 @@ struct RowKernelConfig {
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
                                // (max then sum, sum then squared deviations) instead of one merged
-  bool l2_hints = true;        // kBlock stream rows: L2 eviction priorities on the two reads
+  bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

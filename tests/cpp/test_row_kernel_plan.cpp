@@ -526,6 +526,20 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
   EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
 }
 
+// L2 eviction hints (row_stream.cuh) on re-read rows of l2_hints_from_bytes and more: the
+// benchmark's 64-200 KiB layer_norm rows have them, its 50 KiB float32 rows and short rows not.
+TEST(RowKernelPlan, L2HintsOnLongRereadRowsOnly) {
+  struct Want { int64_t n; int elem; bool hinted; };
+  for (const Want w : {Want{32768, 2, true}, Want{50257, 2, true}, Want{262144, 2, true}, Want{32768, 4, true},
+                       Want{50264, 4, true}, Want{12800, 4, false}, Want{12800, 2, false}, Want{4096, 4, false}}) {
+    const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
+    EXPECT_EQ(c.l2_hints, w.hinted) << "n=" << w.n << " elem=" << w.elem;
+  }
+  RowKernelLimits limits = row_policy(RowFamily::kLayerNormForward, 2);
+  limits.l2_hints_from_bytes = 0;
+  EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
+}
+
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
 // float32 inputs), 512 threads, as many tiles as the row needs; by default for rows of 64 KiB.
 TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
