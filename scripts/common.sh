@@ -24,11 +24,15 @@ ensure_tools() {
   command -v nvcc >/dev/null || { echo "nvcc not found: install the CUDA toolkit (12.8 or newer)" >&2; exit 1; }
 }
 
+# Without a GPU nothing runs the kernels, so their code is compiled as a check only
+# (REDUCEKIT_CHECK_ONLY_DEVICE_CODE, CMakeLists.txt); with one, always optimized.
 configure_and_build() {
   ensure_tools
-  local python
+  local python check_only
   python="$(command -v python3 || true)"
+  check_only=$(have_gpu && echo OFF || echo ON)
   cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${python:+-DPython3_EXECUTABLE="$python"} \
+    -DREDUCEKIT_CHECK_ONLY_DEVICE_CODE=$check_only \
     ${REDUCEKIT_CMAKE_ARGS:-} >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
   grep -E "reducekit:" "$BUILD.configure.log" || true
   cmake --build "$BUILD" -j "$JOBS"
