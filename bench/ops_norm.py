@@ -69,27 +69,36 @@ def _ref_norm(kind, x, w, b):
     n = x.shape[-1]
     if kind == "layer_norm":
         return F.layer_norm(x.double(), [n], w.double(), b.double(), EPS)
-    return F.rms_norm(x.double(), [n], w.double(), EPS)
+    y = F.rms_norm(x.double(), [n], w.double(), EPS)
+    return y if b is None else y + b.double()
 
 
 # ----------------------------------------------------------------------------- forward
 
-def _register_forward(kind):
+# rms_norm_bias: rms_norm with its optional bias (torch's F.rms_norm has none: eager adds it
+# after, torch.compile fuses the add).
+def _register_forward(kind, rms_bias=False):
     layer = kind == "layer_norm"
+    with_bias = layer or rms_bias
 
     def make_inputs(shape, dtype):
-        w, b = _params(rows_of(shape)[1], dtype, bias=layer)
+        w, b = _params(rows_of(shape)[1], dtype, bias=with_bias)
         return (rows_tensor(shape, dtype), w, b)
 
     def eager(x, w, b):
         n = x.shape[-1]
-        return F.layer_norm(x, [n], w, b, EPS) if layer else F.rms_norm(x, [n], w, EPS)
+        if layer:
+            return F.layer_norm(x, [n], w, b, EPS)
+        y = F.rms_norm(x, [n], w, EPS)
+        return y if b is None else y + b
 
     def build_reducekit(ctx, inputs):
         rk = _need_reducekit(ctx)
         # the functional API, as users call it (and as F.layer_norm is timed)
         if layer:
             return Impl(lambda x, w, b: rk.layer_norm(x, [x.shape[-1]], w, b, EPS))
+        if rms_bias:
+            return Impl(lambda x, w, b: rk.rms_norm(x, [x.shape[-1]], w, EPS, bias=b))
         return Impl(lambda x, w, b: rk.rms_norm(x, [x.shape[-1]], w, EPS))
 
     impls = {"reducekit": build_reducekit, "torch": lambda ctx, inputs: Impl(eager), "torch.compile": _compiled(eager)}
@@ -101,7 +110,8 @@ def _register_forward(kind):
             return Impl(lambda x, w, b: fn(x, w, b, EPS))
         impls["seed-triton"] = build_seed
 
-    _spec(kind, make_inputs, lambda shape, dtype: _rows_bytes(shape, dtype, 2, 2 if layer else 1),
+    _spec(kind + ("_bias" if rms_bias else ""), make_inputs,
+          lambda shape, dtype: _rows_bytes(shape, dtype, 2, 2 if with_bias else 1),
           lambda x, w, b: _ref_norm(kind, x, w, b), impls)
 
 
@@ -190,3 +200,4 @@ for _kind in ("layer_norm", "rms_norm"):
     _register_forward(_kind)
     _register_fused(_kind)
     _register_backward(_kind)
+_register_forward("rms_norm", rms_bias=True)
