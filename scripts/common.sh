@@ -25,7 +25,7 @@ ensure_tools() {
 }
 
 # Without a GPU nothing runs the kernels, so their code is compiled as a check only
-# (REDUCEKIT_CHECK_ONLY_DEVICE_CODE, CMakeLists.txt); with one, always optimized.
+# (REDUCEKIT_CHECK_ONLY_DEVICE_CODE, CMakeLists.txt: nvcc's fast-compile mode); with one, optimized.
 configure_and_build() {
   ensure_tools
   local python check_only
