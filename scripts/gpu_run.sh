@@ -118,6 +118,8 @@ if stage san; then
   default_filter+=":NormGpu.RereadRows:SoftmaxGpu.DeterministicAndBatchInvariant"
   default_filter+=":ReduceGpu.ColumnsAreDeterministicAndBatchInvariant"
   default_filter+=":CrossEntropyGpu.StagedRowsDeterministicBatchInvariantAndSafe:CrossEntropyGpu.MatchesTheOracleInEveryDtype"
+  # rms_norm's bias kernels (split, staged and register rows, dbias), SyncBatchNorm's one-rank path
+  default_filter+=":NormGpu.RmsNormBiasEveryPath:BatchNormNcclGpu.OneRankMatchesSingleGpu"
   filter="${REDUCEKIT_SAN_FILTER:-$default_filter}"
   san_log="$OUT_DIR/sanitizer.log"
   reports=0
