@@ -226,18 +226,14 @@ Status launch_fused_backward(const BackwardCall& c, const RowwisePlan (&plans)[3
   extra.saved_rstd = static_cast<const Acc*>(c.rstd->data);
   const bool want_params = c.dweight != nullptr || c.dbias != nullptr;
   Acc* partial = want_params ? static_cast<Acc*>(c.workspace.data) : nullptr;
-  Status s;
-  if constexpr (kLayer) {
-    s = aligned ? launch_fused_kernel<T, true, true, true>(args, extra, partial, l, groups, stream)
-                : launch_fused_kernel<T, true, true, false>(args, extra, partial, l, groups, stream);
-  } else if (c.dbias != nullptr) {
-    s = aligned ? launch_fused_kernel<T, false, true, true>(args, extra, partial, l, groups, stream)
-                : launch_fused_kernel<T, false, true, false>(args, extra, partial, l, groups, stream);
-  } else {
-    s = aligned ? launch_fused_kernel<T, false, false, true>(args, extra, partial, l, groups, stream)
-                : launch_fused_kernel<T, false, false, false>(args, extra, partial, l, groups, stream);
-  }
-  REDUCEKIT_RETURN_IF_ERROR(s);
+  auto launch = [&](auto bias) {
+    constexpr bool kBias = decltype(bias)::value;
+    return aligned ? launch_fused_kernel<T, kLayer, kBias, true>(args, extra, partial, l, groups, stream)
+                   : launch_fused_kernel<T, kLayer, kBias, false>(args, extra, partial, l, groups, stream);
+  };
+  // layer_norm always sums dbias; rms_norm only for a bias (no layer_norm kernel without one).
+  if constexpr (kLayer) REDUCEKIT_RETURN_IF_ERROR(launch(std::true_type{}));
+  else REDUCEKIT_RETURN_IF_ERROR(c.dbias != nullptr ? launch(std::true_type{}) : launch(std::false_type{}));
   if (!want_params) return Status::ok();
   const TensorView* p = c.dweight != nullptr ? c.dweight : c.dbias;
   if constexpr (sizeof(T) == 2) {  // only 16-bit x may have float32 parameters
