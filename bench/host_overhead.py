@@ -3,6 +3,8 @@
 
     python bench/host_overhead.py [--rounds 30] [--block 1000] [--budget-us 2] [--out DIR]
 
+(REDUCEKIT_PYTHON_PATH: the folder holding another copy of the reducekit package, as bench.py.)
+
 The tensor is so small (8 x 64) that the GPU finishes each kernel before the host issues the
 next: the time a call is the host's (Python, dispatcher, launch). For softmax, layer_norm and
 every reduction (all with their autograd in C++; softmax and sum also with an input that requires
@@ -25,6 +27,7 @@ included): about 12 s at 10 us a call.
 """
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -33,7 +36,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, os.environ.get("REDUCEKIT_PYTHON_PATH") or str(Path(__file__).resolve().parents[1] / "python"))
 import reducekit  # noqa: E402
 
 ops = torch.ops.reducekit

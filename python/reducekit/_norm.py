@@ -25,12 +25,21 @@ _ops = torch.ops.reducekit
 def _shape(normalized_shape):
     if isinstance(normalized_shape, int):
         return [normalized_shape]
+    if isinstance(normalized_shape, (list, tuple)):  # torch.Size too; the op's schema checks the items
+        return normalized_shape
     return [int(s) for s in normalized_shape]
 
 
+_DTYPE_EPS = {t: torch.finfo(t).eps for t in (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+
+
 def _rms_eps(x, eps):
-    """torch.nn.functional.rms_norm's eps=None: the epsilon of x's dtype."""
-    return torch.finfo(x.dtype).eps if eps is None else float(eps)
+    """torch.nn.functional.rms_norm's eps=None: the epsilon of x's dtype (looked up in a table:
+    torch.finfo costs host time on every call)."""
+    if eps is not None:
+        return float(eps)
+    found = _DTYPE_EPS.get(x.dtype)
+    return found if found is not None else torch.finfo(x.dtype).eps
 
 
 # ----------------------------------------------------------------------------- fake kernels

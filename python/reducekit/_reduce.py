@@ -113,11 +113,15 @@ for _name in ("var_mean", "std_mean"):
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 (mirrors torch.sum)
     """torch.sum: float32 accumulation (float64 when x or dtype is float64), deterministic."""
+    if dtype is None:  # no keyword to pass: a little less host time
+        return _ops.sum(x, _dim_list(dim), keepdim)
     return _ops.sum(x, _dim_list(dim), keepdim, dtype=dtype)
 
 
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     """torch.mean; the mean of an empty set is NaN."""
+    if dtype is None:
+        return _ops.mean(x, _dim_list(dim), keepdim)
     return _ops.mean(x, _dim_list(dim), keepdim, dtype=dtype)
 
 

@@ -10,8 +10,11 @@ _ops = torch.ops.reducekit
 
 
 def _rowwise(op, name: str, x: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
-    check_dtype(dtype, f"{name} computes in")  # before the cast, which would make x the culprit
-    wrap_dim(dim, x.dim())  # torch's IndexError, raised here also while torch.compile traces
+    if dtype is not None:
+        check_dtype(dtype, f"{name} computes in")  # before the cast, which would make x the culprit
+    # torch's IndexError, raised here also while torch.compile traces (dynamo turns the fake
+    # kernel's into a TorchRuntimeError)
+    wrap_dim(dim, x.dim())
     if dtype is not None:
         x = x.to(dtype)
     return op(x, dim)
