@@ -77,6 +77,9 @@ struct StagedBand {
   std::size_t max_row_bytes = 0;  // inclusive
   int threads = 0;
   std::size_t share_bytes = 0;
+  // Only lengths that are not a multiple of the 16-byte vector (rows that cannot all start
+  // aligned): the others take the register rows. A function of the length, as every plan is.
+  bool ragged_lengths_only = false;
 };
 constexpr int kMaxStagedBands = 3;
 
@@ -141,6 +144,12 @@ struct RowKernelLimits {
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
+  // Re-read rows' CTAs an SM at most (0: as many as their registers allow, four for one-vector
+  // tiles), held there by the plan's dynamic shared memory: fewer rows in flight leave the
+  // second read in L2. torch.compile's layer_norm keeps one 1024-thread CTA an SM (ncu, run 84:
+  // bf16 4096x32768 173 us against our 224 us at four 512-thread CTAs, DRAM bytes near x's).
+  // A tuning knob; the shipped plans leave it 0.
+  int reread_ctas_per_sm = 0;
   // Rows staged (kStaged) by band; set per family and element size by staged_bands_for (below).
   std::array<StagedBand, kMaxStagedBands> staged{};
 };

@@ -500,13 +500,14 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 }
 
 // The plain rms_norm forward stages 16-bit rows of 56-880 KiB (one 512-thread CTA to 110 KiB,
-// clusters of such shares beyond) and float32 rows of 110-880 KiB (clusters); layer_norm, the
-// fused residual forms (two inputs), float64 and rows past eight shares are not staged.
+// clusters of such shares beyond) and float32 rows of 110-880 KiB (clusters) whose length is not
+// a multiple of four; layer_norm, the fused residual forms (two inputs), float64 and rows past
+// eight shares are not staged.
 TEST(RowKernelPlan, RmsNormStagesItsBands) {
   struct Want { int64_t n; int elem, ctas; };
   for (const Want w : {Want{28673, 2, 1}, Want{32768, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
-                       Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32768, 4, 2}, Want{50257, 4, 2},
-                       Want{225280, 4, 8}}) {
+                       Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32769, 4, 2}, Want{50257, 4, 2},
+                       Want{50262, 4, 2}, Want{225279, 4, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
     const RowKernelConfig c = plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1);
     EXPECT_EQ(c.kind, RowKernelKind::kStaged);
@@ -518,7 +519,8 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
     EXPECT_EQ(c.split.chunks, 0);
   }
   for (const Want w : {Want{28672, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
-                       Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 8, 0}})
+                       Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 4, 0},
+                       Want{50264, 4, 0}, Want{225280, 4, 0}, Want{32768, 8, 0}})
     EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
         << w.n << " x " << w.elem << " bytes";
   for (int elem : {2, 4, 8})
@@ -538,6 +540,31 @@ TEST(RowKernelPlan, L2HintsOnLongRereadRowsOnly) {
   RowKernelLimits limits = row_policy(RowFamily::kLayerNormForward, 2);
   limits.l2_hints_from_bytes = 0;
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
+}
+
+// reread_ctas_per_sm (a tuning knob, 0 in the shipped plans) holds re-read rows to k CTAs an SM by
+// their dynamic shared memory: k + 1 such CTAs (1 KiB reserved each) want more than the SM has,
+// k fit; rows that are not re-read keep their shared memory.
+TEST(RowKernelPlan, RereadCtasPerSmHoldsResidencyByTheirSharedMemory) {
+  const RowKernelConfig free = plan_on_h200(RowFamily::kLayerNormForward, 32768, 2, 1);
+  EXPECT_EQ(free.smem_bytes, 0u) << "no cap, no stash: no shared memory";
+  for (int k = 1; k <= 3; ++k) {
+    SCOPED_TRACE(testing::Message() << "k=" << k);
+    RowKernelLimits limits = row_policy(RowFamily::kLayerNormForward, 2);
+    const RowKernelLimits device = h200_limits();
+    limits.sm_count = device.sm_count;
+    limits.max_smem_per_sm = device.max_smem_per_sm;
+    limits.max_smem_per_block = device.max_smem_per_block;
+    limits.reread_ctas_per_sm = k;
+    const RowKernelConfig c = plan_row_kernel(32768, 2, 1, limits);
+    EXPECT_EQ(c.tiles, free.tiles);
+    EXPECT_EQ(c.threads, free.threads);
+    const std::size_t per_cta = c.smem_bytes + 1024;
+    EXPECT_GT((k + 1) * per_cta, limits.max_smem_per_sm);
+    EXPECT_LE(k * (per_cta + 1024), limits.max_smem_per_sm) << "room for the kernel's own slots";
+    EXPECT_EQ(plan_row_kernel(4096, 2, 1, limits).smem_bytes,
+              plan_on_h200(RowFamily::kLayerNormForward, 4096, 2, 1).smem_bytes) << "a one-CTA row is not re-read";
+  }
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
