@@ -244,9 +244,8 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
           {},
       }};
     }
-    // float32: ragged lengths only; rows of whole vectors ran 1-28% faster on the register rows
-    // (run 84, same build: rms_norm 2048x50264 3081 / 2590, 1024x65536 3224 / 2779, 512x131072
-    // 3024 / 2643, 4096x32768 3567 / 3517) and the odd ones 2x slower (2048x50257 1501 / 3001).
+    // float32: ragged lengths only, where the register rows' shifted vectors run at half speed;
+    // rows of whole vectors run faster on the register rows (LOG.md).
     return {{{110 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}, {}, {}}};
   }
   if (family != RowFamily::kRowwise || elem_bytes != 2) return {};

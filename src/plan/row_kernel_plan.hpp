@@ -146,9 +146,8 @@ struct RowKernelLimits {
   std::size_t reread_stash_bytes = 0;
   // Re-read rows' CTAs an SM at most (0: as many as their registers allow, four for one-vector
   // tiles), held there by the plan's dynamic shared memory: fewer rows in flight leave the
-  // second read in L2. torch.compile's layer_norm keeps one 1024-thread CTA an SM (ncu, run 84:
-  // bf16 4096x32768 173 us against our 224 us at four 512-thread CTAs, DRAM bytes near x's).
-  // A tuning knob; the shipped plans leave it 0.
+  // second read in L2, as torch.compile's layer_norm does with one CTA an SM (LOG.md). A tuning
+  // knob; the shipped plans leave it 0.
   int reread_ctas_per_sm = 0;
   // Rows staged (kStaged) by band; set per family and element size by staged_bands_for (below).
   std::array<StagedBand, kMaxStagedBands> staged{};
