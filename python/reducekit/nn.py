@@ -49,6 +49,11 @@ class _RMSNormBias:
     torch.nn.RMSNorm patched in place (reducekit.patch changes its class, not its attributes) has
     no `bias` attribute at all, hence _bias()."""
 
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
+                 dtype=None, *, bias: bool = False):
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)  # torch.nn.RMSNorm's
+        self._init_bias(bias, device, dtype)
+
     def _init_bias(self, bias: bool, device, dtype) -> None:
         if bias and self.elementwise_affine:
             self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape, device=device, dtype=dtype))
@@ -71,11 +76,6 @@ class RMSNorm(_RMSNormBias, torch.nn.RMSNorm):
     """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm; bias=True
     adds a zero-initialized per-column bias (_RMSNormBias)."""
 
-    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, *, bias: bool = False):
-        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
-        self._init_bias(bias, device, dtype)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias())
 
@@ -96,11 +96,6 @@ class AddRMSNorm(_RMSNormBias, torch.nn.RMSNorm):
     """forward(x, residual) returns (rms_norm(x + residual), x + residual) in one kernel, as
     AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict (eps=None: the
     epsilon of x's dtype), and RMSNorm's keyword bias. residual=None gives (rms_norm(x), x)."""
-
-    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, *, bias: bool = False):
-        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
-        self._init_bias(bias, device, dtype)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         if residual is None:

@@ -283,7 +283,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
   for (const StagedBand& band : limits.staged) {
     if (inputs != 1 || band.threads == 0 || row_bytes <= band.min_row_bytes || row_bytes > band.max_row_bytes) continue;
-    if (band.ragged_lengths_only && (cols * elem_bytes) % 16 == 0) continue;
+    if (band.ragged_lengths_only && row_bytes % 16 == 0) continue;
     if (const auto staged = staged_plan(cols, elem_bytes, band, limits)) return *staged;
   }
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
