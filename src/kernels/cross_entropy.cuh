@@ -258,6 +258,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_k
 // bits are its. The writer's pass is issue-bound, so the target is found by one test a granule,
 // and rows without a target take StagedFillWriter instead of a test an element.
 template <typename Acc> struct CrossEntropyStagedWriter {
+  static constexpr int kUnroll = 4;  // output granules a thread has in flight
   Acc lse, p_factor, target_part;
   int target_granule, target_lane;  // where the target's gradient lies in the output row
   template <int VEC> __device__ __forceinline__ void operator()(Acc (&z)[1][VEC], int g, Acc (&d)[VEC]) const {
@@ -273,6 +274,7 @@ template <typename Acc> struct CrossEntropyStagedWriter {
 
 // A row without a target (ignored: zeros; out of range: NaN) writes one value throughout.
 template <typename Acc> struct StagedFillWriter {
+  static constexpr int kUnroll = 4;
   Acc fill;
   template <int VEC> __device__ __forceinline__ void operator()(Acc (&)[1][VEC], int, Acc (&d)[VEC]) const {
 #pragma unroll

@@ -41,6 +41,9 @@ template <typename T> struct IsStagedNorm<RmsNormBiasForwardOp<T, false>> : std:
 // move as vectors only when so_elems is 0 (load_columns tests the base pointer's alignment alone).
 template <typename T, class Op> struct StagedNormWriter {
   using Acc = acc_t<T>;
+  // Output granules a thread has in flight: four, but one with a bias, whose 16-bit kernels
+  // spilled at four (a granule's weight and bias are 16 floats; 64 registers, ncu run 84).
+  static constexpr int kUnroll = std::is_same_v<Op, RmsNormBiasForwardOp<T, false>> ? 1 : 4;
   NormExtra<T> extra;
   typename Op::Local local;
   int so_elems, cols;

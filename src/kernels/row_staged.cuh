@@ -170,7 +170,7 @@ template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPa
     constexpr int ES = sizeof(T);
     const int row_bytes = row.cols * ES;
     const int slot_of_granule = (base >> 4) - row.first;  // output granule g's first slot, held locally
-#pragma unroll 4
+#pragma unroll(Writer::kUnroll)  // output granules a thread has in flight: the writer's choice
     for (int g = lo + threadIdx.x; g < hi; g += THREADS) {
       typename Op::Acc vals[1][VEC];
       unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
@@ -194,6 +194,7 @@ template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPa
 // A kTwoPhase op's outputs from the row's merged statistic: fold_second against its First
 // statistic leaves in vals what output() takes (softmax: exp(x - max)).
 template <class Op, class Local> struct StagedTwoPhaseWriter {
+  static constexpr int kUnroll = 4;
   typename Op::First::Stat first;
   Local local;
   template <int VEC> __device__ __forceinline__ void operator()(typename Op::Acc (&vals)[1][VEC], int,
