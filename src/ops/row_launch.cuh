@@ -71,7 +71,6 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("reread_above_words", &limits->reread_above_words);
   set("reread_small_tiles_from_bytes", &limits->reread_small_tiles_from_bytes);
   set("reread_stash_bytes", &limits->reread_stash_bytes);
-  set("reread_ctas_per_sm", &limits->reread_ctas_per_sm);
   static_assert(kMaxStagedBands == 3, "a band's settings are named staged0_* .. staged2_*");
   const char* const band_names[kMaxStagedBands][4] = {
       {"staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes"},

@@ -171,10 +171,6 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.stash_tiles = static_cast<int>(std::min<int64_t>({c.tiles - 1, static_cast<int64_t>(budget / tile_bytes),
                                                       int64_t(kMaxBulkStashTiles)}));
   c.smem_bytes = c.stash_tiles * tile_bytes;
-  if (limits.reread_ctas_per_sm > 0) {  // one CTA more than the cap would want more than the SM has
-    const std::size_t capped = limits.max_smem_per_sm / std::size_t(limits.reread_ctas_per_sm + 1) + 1;
-    c.smem_bytes = std::max(c.smem_bytes, std::min(capped, limits.max_smem_per_block));
-  }
   return c;
 }
 

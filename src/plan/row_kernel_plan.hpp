@@ -144,11 +144,6 @@ struct RowKernelLimits {
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
-  // Re-read rows' CTAs an SM at most (0: as many as their registers allow, four for one-vector
-  // tiles), held there by the plan's dynamic shared memory: fewer rows in flight leave the
-  // second read in L2, as torch.compile's layer_norm does with one CTA an SM (LOG.md). A tuning
-  // knob; the shipped plans leave it 0.
-  int reread_ctas_per_sm = 0;
   // Rows staged (kStaged) by band; set per family and element size by staged_bands_for (below).
   std::array<StagedBand, kMaxStagedBands> staged{};
 };

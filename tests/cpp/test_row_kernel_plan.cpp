@@ -542,31 +542,6 @@ TEST(RowKernelPlan, L2HintsOnLongRereadRowsOnly) {
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
 }
 
-// reread_ctas_per_sm (a tuning knob, 0 in the shipped plans) holds re-read rows to k CTAs an SM by
-// their dynamic shared memory: k + 1 such CTAs (1 KiB reserved each) want more than the SM has,
-// k fit; rows that are not re-read keep their shared memory.
-TEST(RowKernelPlan, RereadCtasPerSmHoldsResidencyByTheirSharedMemory) {
-  const RowKernelConfig free = plan_on_h200(RowFamily::kLayerNormForward, 32768, 2, 1);
-  EXPECT_EQ(free.smem_bytes, 0u) << "no cap, no stash: no shared memory";
-  for (int k = 1; k <= 3; ++k) {
-    SCOPED_TRACE(testing::Message() << "k=" << k);
-    RowKernelLimits limits = row_policy(RowFamily::kLayerNormForward, 2);
-    const RowKernelLimits device = h200_limits();
-    limits.sm_count = device.sm_count;
-    limits.max_smem_per_sm = device.max_smem_per_sm;
-    limits.max_smem_per_block = device.max_smem_per_block;
-    limits.reread_ctas_per_sm = k;
-    const RowKernelConfig c = plan_row_kernel(32768, 2, 1, limits);
-    EXPECT_EQ(c.tiles, free.tiles);
-    EXPECT_EQ(c.threads, free.threads);
-    const std::size_t per_cta = c.smem_bytes + 1024;
-    EXPECT_GT((k + 1) * per_cta, limits.max_smem_per_sm);
-    EXPECT_LE(k * (per_cta + 1024), limits.max_smem_per_sm) << "room for the kernel's own slots";
-    EXPECT_EQ(plan_row_kernel(4096, 2, 1, limits).smem_bytes,
-              plan_on_h200(RowFamily::kLayerNormForward, 4096, 2, 1).smem_bytes) << "a one-CTA row is not re-read";
-  }
-}
-
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
 // float32 inputs), 512 threads, as many tiles as the row needs; by default for rows of 64 KiB.
 TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
