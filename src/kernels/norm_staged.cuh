@@ -42,7 +42,7 @@ template <typename T> struct IsStagedNorm<RmsNormBiasForwardOp<T, false>> : std:
 template <typename T, class Op> struct StagedNormWriter {
   using Acc = acc_t<T>;
   // Output granules a thread has in flight: four, but one with a bias, whose 16-bit kernels
-  // spilled at four (a granule's weight and bias are 16 floats; 64 registers, ncu run 84).
+  // spilled at four (a granule's weight and bias take 16 of their 64 registers).
   static constexpr int kUnroll = std::is_same_v<Op, RmsNormBiasForwardOp<T, false>> ? 1 : 4;
   NormExtra<T> extra;
   typename Op::Local local;
