@@ -194,6 +194,21 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
   return c;
 }
 
+// The wide row (kWideRowThreads, RowKernelLimits::wide_rows): one CTA, kWideTileValues values a
+// thread, whole warps. None where the row is not in the band.
+std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  if (!limits.wide_rows || inputs != 1 || elem_bytes > 4) return std::nullopt;
+  if (cols <= int64_t(limits.max_block_threads) * kWideTileValues || cols > int64_t(kWideRowThreads) * kWideTileValues)
+    return std::nullopt;
+  RowKernelConfig c;
+  c.kind = RowKernelKind::kWide;
+  c.two_phase = limits.two_phase;
+  c.vec = 16 / elem_bytes;
+  c.vpt = kWideTileValues / c.vec;
+  c.threads = static_cast<int>(32 * ceil_div(ceil_div(ceil_div(cols, c.vec), c.vpt), 32));
+  return c;
+}
+
 }  // namespace
 
 // Each entry's measurements: bench/results/LOG.md (runs 11-49).
@@ -210,8 +225,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: runs 17a, 21
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
+      l.wide_rows = elem_bytes <= 4;  // not yet measured against the re-read rows (branch exp-wide-rows)
       break;
     case RowFamily::kRmsNormForward:
+      l.wide_rows = elem_bytes <= 4;  // not yet measured against clusters and staged rows
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
@@ -276,12 +293,18 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 }
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  // Wide rows before staged ones for lengths of whole vectors only: a ragged length shifts every
+  // other row off its vectors, which the staged rows' bulk copies absorb and register rows do not
+  // (LOG.md, run 84: float32 rms_norm 2048x50257 staged 3001 GB/s, register rows 1501).
+  const std::optional<RowKernelConfig> wide = wide_plan(cols, elem_bytes, inputs, limits);
+  if (wide && cols % wide->vec == 0) return *wide;
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
   for (const StagedBand& band : limits.staged) {
     if (inputs != 1 || band.threads == 0 || row_bytes <= band.min_row_bytes || row_bytes > band.max_row_bytes) continue;
     if (band.ragged_lengths_only && row_bytes % 16 == 0) continue;
     if (const auto staged = staged_plan(cols, elem_bytes, band, limits)) return *staged;
   }
+  if (wide) return *wide;
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;

@@ -337,8 +337,10 @@ void check_backward(Kind kind, bool with_weight, const RowLayout& l, uint32_t se
   EXPECT_EQ(0, std::memcmp(gb_again.data(), gb.data(), gb.size() * sizeof(P))) << "dbias differs between runs";
 }
 
-// Row lengths: tiny, odd, primes, powers of two, and the long rows of the benchmark grid.
-const std::vector<int64_t> kRowLengths = {1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 40009, 65537, 262144};
+// Row lengths: tiny, odd, primes, powers of two, and the long rows of the benchmark grid (24577
+// and 32768: the wide rows, row_kernel_plan.hpp).
+const std::vector<int64_t> kRowLengths = {1,     2,     3,     31,    33,    127,   781,   1000,
+                                          2045,  4096,  4099,  12800, 24577, 32768, 40009, 65537, 262144};
 
 int64_t rows_for(int64_t cols) { return std::clamp<int64_t>((1 << 20) / cols, 5, 67); }
 
@@ -407,6 +409,21 @@ TEST_F(NormGpu, RereadRows) {
   }
 }
 
+// Wide rows (one CTA of up to 1024 threads a row, row_kernel_plan.hpp) and, with the knob off,
+// the plans they replace (re-read rows, clusters, staged rows): aligned and shifted rows, ragged
+// lengths, with and without parameters.
+TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
+  for (const int wide : {1, 0}) {
+    SCOPED_TRACE(testing::Message() << "wide_rows " << wide);
+    const ScopedTuning knob("wide_rows", wide);
+    check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 32768, 32768, 0}, 91);
+    check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {4, 20001, 20003, 1}, 92);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, false, false, "randn"}, {5, 16392, 16392, 0}, 93);
+    check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "constant"}, {3, 32768, 32776, 0}, 94);
+    check_forward<__half, __half>({Kind::kLayer, false, true, true, "randn"}, {2, 32767, 32768, 1}, 95);
+  }
+}
+
 // Split rows (16-bit rows of 2^20 elements; float32 and float64 with the planner's knob widened):
 // every forward op, with and without weight and bias, odd lengths (1000003 cuts the last chunk
 // mid-vector), unaligned rows, and more chunks than the grid's CTAs take at once (12 rows x 32).
@@ -445,9 +462,9 @@ TEST_F(NormGpu, MultiDimNormalizedShape) {
 
 // Forward results are bitwise the same for a row alone and inside a batch, and across runs.
 TEST_F(NormGpu, DeterministicAndBatchInvariant) {
-  for (int64_t cols : {1000, 4096, 262144}) {
+  for (int64_t cols : {1000, 4096, 32768, 262144}) {
     SCOPED_TRACE(testing::Message() << "cols=" << cols);
-    const int64_t rows = cols >= 262144 ? 24 : 2048;
+    const int64_t rows = cols >= 262144 ? 24 : cols >= 32768 ? 512 : 2048;
     const std::vector<double> values = make_values(rows * cols, "randn", 9);
     DeviceBuffer x(rows * cols * 2), y(rows * cols * 2), w(cols * 4), b(cols * 4);
     upload(x, cast_to<__nv_bfloat16>(values));
