@@ -79,6 +79,7 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   RowKernelConfig c;
   c.two_phase = limits.two_phase;
   c.l2_hints = cols * elem_bytes * inputs >= static_cast<int64_t>(limits.l2_hints_from_bytes);
+  c.read_back_second = limits.read_back_second;
   c.vec = std::max(1, 16 / elem_bytes);
   const int vector_bytes = c.vec * elem_bytes;
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));
@@ -159,6 +160,7 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.vec = held.vec;
   c.two_phase = held.two_phase;
   c.l2_hints = held.l2_hints;
+  c.read_back_second = held.read_back_second;
   c.vpt = reread_vpt(reread_tile_words(cols, elem_bytes, inputs, limits), c.vec, acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
   const int64_t vectors = ceil_div(cols, c.vec);
@@ -237,6 +239,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       break;
     case RowFamily::kResidualNormForward:
       l.reread_over_split = true;  // as the plain forms; no stash
+      l.read_back_second = true;   // not yet measured against re-reading x and residual (exp-residual-readback)
       break;
     case RowFamily::kNormBackward:
       l.reread_stash_bytes = kRereadStashBytes;  // parked, 16-bit rows gain

@@ -158,6 +158,10 @@ struct RowKernelLimits {
   // kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows, before
   // every other plan (set per family by row_policy).
   bool wide_rows = false;
+  // Streamed rows of ops whose second output is the value they normalize (the fused residual
+  // norms' s = x + residual) write it in the first pass and read it back, one array instead of
+  // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
+  bool read_back_second = false;
   // Rows staged (kStaged) by band; set per family and element size by staged_bands_for (below).
   std::array<StagedBand, kMaxStagedBands> staged{};
 };
@@ -279,6 +283,7 @@ struct RowKernelConfig {
   bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
                                // (max then sum, sum then squared deviations) instead of one merged
   bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
+  bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the
