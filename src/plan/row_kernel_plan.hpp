@@ -155,8 +155,9 @@ struct RowKernelLimits {
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
   // Rows of more than max_block_threads x kWideTileValues and at most kWideRowThreads x
-  // kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows, before
-  // every other plan (set per family by row_policy).
+  // kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows: lengths of
+  // whole vectors ahead of the staged bands, ragged ones where no band takes them (set per family
+  // by row_policy).
   bool wide_rows = false;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
