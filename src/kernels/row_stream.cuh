@@ -99,7 +99,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   // them there while the other CTAs' rows stream past (RowArgs::l2_hints; off: normal reads).
   // A row whose second output is read back (RowArgs::read_back_second) reads its inputs once:
   // all of them as last reads. Re-read rows only (kBulkStash): in the held rows' large tiles the
-  // extra store and tile spilled (ptxas: float32 8 -> 844 bytes), and those rows park most tiles.
+  // extra store and tile spilled (ptxas), and those rows park most of their tiles anyway.
   constexpr bool kReadBack = ReadsBackSecond<Op>::value && kBulkStash;
   const bool read_back = kReadBack && args.read_back_second;
   const bool hinted = args.l2_hints && tiles - stash_tiles >= 2;
