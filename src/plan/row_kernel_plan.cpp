@@ -199,7 +199,8 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
 // The wide row (kWideRowThreads, RowKernelLimits::wide_rows): one CTA, kWideTileValues values a
 // thread, whole warps. None where the row is not in the band.
 std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  if (!limits.wide_rows || inputs != 1 || elem_bytes > 4) return std::nullopt;
+  // Their kernels reduce two-phase ops in two phases only (row_wide_kernel).
+  if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
   if (cols <= int64_t(limits.max_block_threads) * kWideTileValues || cols > int64_t(kWideRowThreads) * kWideTileValues)
     return std::nullopt;
   RowKernelConfig c;

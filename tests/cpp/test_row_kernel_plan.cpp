@@ -574,6 +574,9 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       RowKernelLimits off = policy_on_h200(family, elem);
       off.wide_rows = false;
       EXPECT_NE(plan_row_kernel(32768, elem, 1, off).kind, RowKernelKind::kWide) << "the knob off";
+      RowKernelLimits merged = policy_on_h200(family, elem);
+      merged.two_phase = false;
+      EXPECT_NE(plan_row_kernel(32768, elem, 1, merged).kind, RowKernelKind::kWide) << "their kernels are two-phase";
     }
   }
   for (const int elem : {2, 4}) {
