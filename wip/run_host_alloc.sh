@@ -8,15 +8,14 @@ source scripts/remote_call.sh
 source scripts/common.sh
 packages=$(mktemp -d)
 configure_and_build >"$R/build_a.log" 2>&1 || { tail -20 "$R/build_a.log"; exit 1; }
-cp -r python/reducekit "$packages/a"
+mkdir -p "$packages/a" "$packages/b" && cp -r python/reducekit "$packages/a/"
 patch -p1 --quiet <wip/host_alloc.patch
 start=$SECONDS
 configure_and_build >"$R/build_b.log" 2>&1 || { tail -20 "$R/build_b.log"; exit 1; }
 echo "b built in $((SECONDS - start)) s"
-cp -r python/reducekit "$packages/b"
+cp -r python/reducekit "$packages/b/"
 patch -p1 -R --quiet <wip/host_alloc.patch
 for side in a b a b; do
-  mkdir -p "$packages/run_$side" && rm -rf "$packages/run_$side/reducekit" && cp -r "$packages/$side" "$packages/run_$side/reducekit"
-  REDUCEKIT_PYTHON_PATH="$packages/run_$side" python3 bench/host_overhead.py --rounds 16 --out "$R/h$side" >>"$R/h_$side.log" 2>&1
+  REDUCEKIT_PYTHON_PATH="$packages/$side" python3 bench/host_overhead.py --rounds 16 --out "$R/h$side" >>"$R/h_$side.log" 2>&1
   echo "== $side"; grep -E "^(softmax|layer_norm|sum|mean) .*reducekit" "$R/h_$side.log" | tail -8
 done
