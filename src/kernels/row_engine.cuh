@@ -574,8 +574,8 @@ template <class Op, bool kCluster, bool kAlwaysTwoPhase = false> struct BlockGro
   bool two_phase_rows;  // RowArgs::two_phase
   // A cluster-wide reduction costs a round trip through distributed shared memory and two
   // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
-  // of two plain ones (run 13: 5-11% slower at 256x262144 with two). kAlwaysTwoPhase: the
-  // merged path is not compiled at all (wide rows, whose plans always take two phases).
+  // of two plain ones (run 13: 5-11% slower at 256x262144 with two).
+  // kAlwaysTwoPhase: the merged path is not compiled at all (wide rows: their plans take two).
   __device__ __forceinline__ bool two_phase() const { return kAlwaysTwoPhase || (two_phase_rows && !kCluster); }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");

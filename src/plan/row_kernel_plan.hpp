@@ -55,7 +55,7 @@ enum class RowKernelKind { kWarp, kBlock, kStaged, kWide };
 // Wide rows (RowKernelLimits::wide_rows): one CTA of up to kWideRowThreads threads a row, each
 // holding kWideTileValues values (one input), for the rows a kMaxBlockThreads CTA would hold only
 // at more values a thread: the whole SM's registers on one row, loaded once, no cluster and no
-// second read (torch.compile's norm kernels at 32768 columns run so, LOG.md run 87).
+// second read (torch.compile's norm kernels at 32768 columns run so, LOG.md).
 constexpr int kWideRowThreads = 1024;
 constexpr int kWideTileValues = 32;
 
