@@ -79,6 +79,10 @@ template <typename T, bool kResidual> struct NormForwardBase {
     for (int e = 0; e < VEC; ++e) c[e] = {w[e], b[e]};
   }
   __device__ static Acc second(const Acc (&v)[kInputs]) { return v[0]; }  // s, already rounded to T
+  // s is what every statistic and output is computed from (output() reads v[0] only, local()
+  // ignores its statistic): streamed rows write it in their first pass and read it back alone in
+  // the second (row_stream.cuh, RowArgs::read_back_second).
+  static constexpr bool kReadsBackSecond = kResidual;
   __device__ static T* second_row(const Extra& x, int64_t row) { return x.sum + row * x.sum_stride; }
   template <int N> __device__ __forceinline__ static void prepare(Acc (&v)[kInputs][N]) {
     if constexpr (kResidual) add_residual<T, N>(v);

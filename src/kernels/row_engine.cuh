@@ -182,6 +182,7 @@ template <typename T, int NIN> struct RowArgs {
   int cols;
   bool two_phase = true;  // RowKernelConfig::two_phase
   bool l2_hints = false;  // RowKernelConfig::l2_hints
+  bool read_back_second = false;  // RowKernelConfig::read_back_second
 };
 
 // Where a thread's tile lies: row index, the thread's first vector, the vectors between its
@@ -567,14 +568,15 @@ template <int LANES> struct LaneGroup {
 // kCluster: the row spans a cluster of CTAs. One-CTA rows are compiled without the cluster
 // reduction: its code alone pushed the 64-value layer_norm tile into spills (ptxas: 84 bytes of
 // spill stores with it, 4 without; ncu, run 17b: 336 spill requests a row at 4096x32768).
-template <class Op, bool kCluster> struct BlockGroup {
+template <class Op, bool kCluster, bool kAlwaysTwoPhase = false> struct BlockGroup {
   typename Op::Stat* slots;
   typename Op::Stat* cluster_slot;
   bool two_phase_rows;  // RowArgs::two_phase
   // A cluster-wide reduction costs a round trip through distributed shared memory and two
   // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
   // of two plain ones (run 13: 5-11% slower at 256x262144 with two).
-  __device__ __forceinline__ bool two_phase() const { return two_phase_rows && !kCluster; }
+  // kAlwaysTwoPhase: the merged path is not compiled at all (wide rows: their plans take two).
+  __device__ __forceinline__ bool two_phase() const { return kAlwaysTwoPhase || (two_phase_rows && !kCluster); }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
     s = block_butterfly_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
@@ -703,7 +705,7 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // bytes, none without). Larger tiles keep the loop (one pass of it): without it ptxas spilled
 // the float32 64-value _ext kernel 120 bytes instead of 4, and run 21 measured those rows 7-13%
 // slower (layer_norm float32 4096x32768 2136 -> 1990 GB/s, rms_norm backward 2214 -> 1917).
-template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster, bool kAlwaysTwoPhase = false>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
   constexpr int NIN = Op::kInputs;
@@ -721,7 +723,8 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, args.cols, me, step);
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                      BlockGroup<Op, kCluster>{slots, cluster_slot, args.two_phase}, me == 0);
+                                                      BlockGroup<Op, kCluster, kAlwaysTwoPhase>{slots, cluster_slot, args.two_phase},
+                                                      me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
@@ -743,6 +746,27 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
   row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot);
+}
+
+// Wide rows (RowKernelKind::kWide): the block kernel's body on one CTA of up to kWideRowThreads
+// threads a row, at most kWideTileValues values a thread, so that the row is loaded once with
+// every register of the SM (64 a thread) and no row loop. Two-phase ops keep only their
+// two-phase path: the merged one beside it cost registers (ptxas: spills) for a path no plan runs.
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kWideRowThreads, 1) row_wide_kernel(RowArgs<T, Op::kInputs> args) {
+  static_assert(VEC * VPT * Op::kInputs <= kWideTileValues, "wide tiles take one row a CTA, no loop");
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, false, true>(args, NoRowExtra{}, slots, &cluster_slot);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __launch_bounds__(kWideRowThreads, 1)
+row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  static_assert(VEC * VPT * Op::kInputs <= kWideTileValues, "wide tiles take one row a CTA, no loop");
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
 }
 
 }  // namespace reducekit::kernels

@@ -10,6 +10,7 @@
 #include <cuda/ptx>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/bulk_stash.cuh"
 #include "kernels/row_engine.cuh"
@@ -25,6 +26,45 @@ namespace reducekit::kernels {
 template <int kWords> constexpr int kStreamMinCtas = kWords <= 8 ? 4 : kWords <= 16 ? 2 : 0;
 template <typename T, class Op, int VEC, int VPT>
 constexpr int kStreamTileWords = VEC * VPT * Op::kInputs * int(sizeof(acc_t<T>) / sizeof(float));
+
+// Ops whose second output is the one value their statistics and outputs come from
+// (Op::kReadsBackSecond, the fused residual norms): a streamed row's second pass reads that
+// output back instead of the op's inputs.
+template <class Op, class = void> struct ReadsBackSecond : std::false_type {};
+template <class Op>
+struct ReadsBackSecond<Op, std::void_t<decltype(Op::kReadsBackSecond)>> : std::bool_constant<Op::kReadsBackSecond> {};
+
+// Writes Op's second output alone (RowTile::store of the first pass).
+template <class Op> struct SecondOutputOf {
+  using Acc = typename Op::Acc;
+  using Extra = typename Op::Extra;
+  struct Column {};
+  static constexpr int kInputs = Op::kInputs;
+  static constexpr int kOutputs = 1;
+  template <int VEC, bool kAligned> __device__ __forceinline__ static void columns(const Extra&, int, int, Column (&)[VEC]) {}
+  template <class Local> __device__ __forceinline__ static Acc output(const Acc (&v)[kInputs], const Local&, const Column&) {
+    return Op::second(v);
+  }
+};
+
+// Op's first output from its second one, read back as the only input (the second pass).
+template <class Op> struct OutputFromSecondOf {
+  using Acc = typename Op::Acc;
+  using Extra = typename Op::Extra;
+  using Column = typename Op::Column;
+  static constexpr int kInputs = 1;
+  static constexpr int kOutputs = 1;
+  __device__ static Acc pad(int) { return Op::pad(0); }
+  template <int VEC, bool kAligned>
+  __device__ __forceinline__ static void columns(const Extra& x, int e0, int cols, Column (&c)[VEC]) {
+    Op::template columns<VEC, kAligned>(x, e0, cols, c);
+  }
+  template <class Local> __device__ __forceinline__ static Acc output(const Acc (&v)[1], const Local& l, const Column& c) {
+    Acc all[Op::kInputs] = {};
+    all[0] = v[0];
+    return Op::output(all, l, c);
+  }
+};
 
 // Rows longer than a cluster's registers: each thread streams through `tiles` tiles, the
 // statistics merged online (see row_engine.cuh). kBulkStash: the parked tiles arrive by bulk
@@ -57,8 +97,13 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   // Tiles neither parked nor last are read twice from global memory: the first read asks L2 to
   // keep them (evict_last), the second to let them go (evict_first), so that the second finds
   // them there while the other CTAs' rows stream past (RowArgs::l2_hints; off: normal reads).
+  // A row whose second output is read back (RowArgs::read_back_second) reads its inputs once:
+  // all of them as last reads. Re-read rows only (kBulkStash): in the held rows' large tiles the
+  // extra store and tile spilled (ptxas), and those rows park most of their tiles anyway.
+  constexpr bool kReadBack = ReadsBackSecond<Op>::value && kBulkStash;
+  const bool read_back = kReadBack && args.read_back_second;
   const bool hinted = args.l2_hints && tiles - stash_tiles >= 2;
-  const PolicyLoad16 keep{l2_policy(hinted ? L2Keep::kLast : L2Keep::kNormal)};
+  const PolicyLoad16 keep{l2_policy(hinted && !read_back ? L2Keep::kLast : hinted ? L2Keep::kFirst : L2Keep::kNormal)};
   const PolicyLoad16 drop{l2_policy(hinted ? L2Keep::kFirst : L2Keep::kNormal)};
   if constexpr (kBulkStash) {
     if (threadIdx.x == 0) {
@@ -103,6 +148,11 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       tile.template load<Op>(in, cols, me + t * tile_vectors, step, t == tiles - 1 ? drop : keep);
       last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
       stat = Op::merge(stat, last);
+      // fold left the second output's values in the tile; the last tile writes it in the output pass
+      if constexpr (kReadBack) {
+        if (read_back && t != tiles - 1)
+          tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + t * tile_vectors, step, 0, extra);
+      }
     }
     stat = block_butterfly_reduce<Op>(stat, slots);
     if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
@@ -114,6 +164,15 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     tile.template store<Op>(out, out2, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last), extra);
     for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
+      if constexpr (kReadBack) {
+        if (read_back && t >= stash_tiles) {  // the same thread wrote these elements in the first pass
+          RowTile<T, 1, VEC, VPT, kAligned> second;
+          const T* const second_row[1] = {out2};
+          second.template load<OutputFromSecondOf<Op>>(second_row, cols, first, step, drop);
+          second.template store<OutputFromSecondOf<Op>>(out, nullptr, cols, first, step, Op::local(p, last), extra);
+          continue;
+        }
+      }
       if (t < stash_tiles) unstash(tile, t, first, in);
       else tile.template load<Op>(in, cols, first, step, drop);
       const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);

@@ -62,6 +62,8 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("ring", &limits->ring);
   set("two_phase", &limits->two_phase);
   set("l2_hints_from_bytes", &limits->l2_hints_from_bytes);
+  set("wide_rows", &limits->wide_rows);
+  set("read_back_second", &limits->read_back_second);
   set("max_tile_values", &limits->max_tile_values);
   set("split_chunk_tiles", &limits->split_chunk_tiles);
   set("split_ring", &limits->split_ring);
@@ -138,6 +140,13 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash
   if constexpr (sizeof...(Extra) == 0) return kernels::row_stream_kernel<T, Op, VEC, VPT, kAligned, kBulkStash>;
   else return kernels::row_stream_kernel_ext<T, Op, VEC, VPT, kAligned, kBulkStash>;
 }
+template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct WideKernels {
+  using Kernel = RowKernel<T, Op, Extra...>;
+  template <int VPT> static auto get() {
+    if constexpr (sizeof...(Extra) == 0) return kernels::row_wide_kernel<T, Op, VEC, VPT, kAligned>;
+    else return kernels::row_wide_kernel_ext<T, Op, VEC, VPT, kAligned>;
+  }
+};
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
@@ -244,7 +253,7 @@ Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKerne
 
 // The tiles built for an op of family F: the family's (row_tiles), or every one for sweeps.
 #ifdef REDUCEKIT_ALL_ROW_TILES
-template <RowFamily F, typename T, class Op> constexpr RowTiles kRowTiles{~0u, ~0u, ~0u, ~0u};
+template <RowFamily F, typename T, class Op> constexpr RowTiles kRowTiles{~0u, ~0u, ~0u, ~0u, ~0u};
 #else
 template <RowFamily F, typename T, class Op>
 constexpr RowTiles kRowTiles = row_tiles(F, static_cast<int>(sizeof(T)), Op::kInputs);
@@ -255,6 +264,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
   args.l2_hints = c.l2_hints;
+  args.read_back_second = c.read_back_second;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   constexpr RowTiles kTiles = kRowTiles<F, T, Op>;
@@ -283,6 +293,16 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
+  if (c.kind == RowKernelKind::kWide) {  // one CTA a row: the grid holds every row
+    constexpr int kWideMaxVpt = kWideTileValues / (VEC * Op::kInputs);
+    if (args.rows > kMaxGrid) return Status::unsupported("x: too many rows for one launch");
+    if (c.threads > kWideRowThreads || c.cluster != 1)
+      return Status::unsupported("row plan: wide rows are one CTA of at most " + std::to_string(kWideRowThreads) +
+                                 " threads");
+    auto kernel = pick_tile<WideKernels<T, Op, VEC, kAligned, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
+    if (kernel == nullptr) return no_row_kernel("wide row kernel", c.vpt);
+    return launch_blocks(kernel, args.rows, c, stream, "row_wide_kernel", args, extra...);
+  }
   if constexpr (sizeof(T) < 4) {  // the planner rings 16-bit rows only
     if (c.ring > 0) {
       if (c.cluster > 1) return Status::unsupported("row plan: ring rows are one-CTA rows");

@@ -79,6 +79,7 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   RowKernelConfig c;
   c.two_phase = limits.two_phase;
   c.l2_hints = cols * elem_bytes * inputs >= static_cast<int64_t>(limits.l2_hints_from_bytes);
+  c.read_back_second = limits.read_back_second;
   c.vec = std::max(1, 16 / elem_bytes);
   const int vector_bytes = c.vec * elem_bytes;
   const int64_t vectors = std::max<int64_t>(1, ceil_div(cols, c.vec));
@@ -159,6 +160,7 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.vec = held.vec;
   c.two_phase = held.two_phase;
   c.l2_hints = held.l2_hints;
+  c.read_back_second = held.read_back_second;
   c.vpt = reread_vpt(reread_tile_words(cols, elem_bytes, inputs, limits), c.vec, acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
   const int64_t vectors = ceil_div(cols, c.vec);
@@ -194,6 +196,22 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
   return c;
 }
 
+// The wide row (kWideRowThreads, RowKernelLimits::wide_rows): one CTA, kWideTileValues values a
+// thread, whole warps. None where the row is not in the band.
+std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  // Their kernels reduce two-phase ops in two phases only (row_wide_kernel).
+  if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
+  if (cols <= int64_t(limits.max_block_threads) * kWideTileValues || cols > int64_t(kWideRowThreads) * kWideTileValues)
+    return std::nullopt;
+  RowKernelConfig c;
+  c.kind = RowKernelKind::kWide;
+  c.two_phase = limits.two_phase;
+  c.vec = 16 / elem_bytes;
+  c.vpt = kWideTileValues / c.vec;
+  c.threads = static_cast<int>(32 * ceil_div(ceil_div(ceil_div(cols, c.vec), c.vpt), 32));
+  return c;
+}
+
 }  // namespace
 
 // Each entry's measurements: bench/results/LOG.md (runs 11-49).
@@ -210,8 +228,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: runs 17a, 21
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
+      l.wide_rows = elem_bytes <= 4;  // not yet measured against the re-read rows (branch exp-wide-rows)
       break;
     case RowFamily::kRmsNormForward:
+      l.wide_rows = elem_bytes <= 4;  // not yet measured against clusters and staged rows
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
@@ -220,6 +240,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       break;
     case RowFamily::kResidualNormForward:
       l.reread_over_split = true;  // as the plain forms; no stash
+      l.read_back_second = true;   // not yet measured against re-reading x and residual (exp-residual-readback)
       break;
     case RowFamily::kNormBackward:
       l.reread_stash_bytes = kRereadStashBytes;  // parked, 16-bit rows gain
@@ -276,12 +297,18 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 }
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
+  // Wide rows before staged ones for lengths of whole vectors only: a ragged length shifts every
+  // other row off its vectors, which the staged rows' bulk copies absorb and register rows do not
+  // (LOG.md: twice as fast at float32 rms_norm 2048x50257).
+  const std::optional<RowKernelConfig> wide = wide_plan(cols, elem_bytes, inputs, limits);
+  if (wide && cols % wide->vec == 0) return *wide;
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
   for (const StagedBand& band : limits.staged) {
     if (inputs != 1 || band.threads == 0 || row_bytes <= band.min_row_bytes || row_bytes > band.max_row_bytes) continue;
     if (band.ragged_lengths_only && row_bytes % 16 == 0) continue;
     if (const auto staged = staged_plan(cols, elem_bytes, band, limits)) return *staged;
   }
+  if (wide) return *wide;
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;

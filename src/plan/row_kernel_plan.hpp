@@ -8,6 +8,9 @@
 //   fits one CTA's registers       -> kBlock: one CTA per row, each thread holding vpt vectors;
 //                                     CTAs loop over rows with the next rows streaming
 //                                     into shared memory (ring)
+//   rows a 512-thread CTA holds only past kWideTileValues values a thread -> kWide, where the
+//                                     family says so (wide_rows): one CTA of up to
+//                                     kWideRowThreads threads a row, kWideTileValues a thread
 //   longer                         -> kBlock with a cluster of up to 8 CTAs per row, still
 //                                     read once into registers; past that, several tiles per
 //                                     thread, extra tiles parked in shared memory (16-CTA
@@ -47,7 +50,14 @@ constexpr int reread_vpt(int words, int vec, int acc_words, int inputs) {
   return words / (vec * acc_words * inputs) > 1 ? words / (vec * acc_words * inputs) : 1;
 }
 
-enum class RowKernelKind { kWarp, kBlock, kStaged };
+enum class RowKernelKind { kWarp, kBlock, kStaged, kWide };
+
+// Wide rows (RowKernelLimits::wide_rows): one CTA of up to kWideRowThreads threads a row, each
+// holding kWideTileValues values (one input), for the rows a kMaxBlockThreads CTA would hold only
+// at more values a thread: the whole SM's registers on one row, loaded once, no cluster and no
+// second read (torch.compile's norm kernels at 32768 columns run so, LOG.md).
+constexpr int kWideRowThreads = 1024;
+constexpr int kWideTileValues = 32;
 
 // Warp rows: at most kWarpMaxElems values a lane (all inputs together: short rows stay
 // latency-light), in at most kMaxWarpVectors vectors, a power of two.
@@ -144,6 +154,15 @@ struct RowKernelLimits {
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
+  // Rows of more than max_block_threads x kWideTileValues and at most kWideRowThreads x
+  // kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows: lengths of
+  // whole vectors ahead of the staged bands, ragged ones where no band takes them (set per family
+  // by row_policy).
+  bool wide_rows = false;
+  // Streamed rows of ops whose second output is the value they normalize (the fused residual
+  // norms' s = x + residual) write it in the first pass and read it back, one array instead of
+  // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
+  bool read_back_second = false;
   // Rows staged (kStaged) by band; set per family and element size by staged_bands_for (below).
   std::array<StagedBand, kMaxStagedBands> staged{};
 };
@@ -175,6 +194,7 @@ struct RowTiles {
   unsigned ring = 0;     // one-CTA 16-bit rows looping with a shared-memory ring
   unsigned block = 0;    // one-CTA rows
   unsigned cluster = 0;  // rows held in a cluster's registers
+  unsigned wide = 0;     // wide rows (kWideRowThreads CTAs)
 };
 
 // A family's tiles for rows of `elem_bytes` elements and `inputs` inputs: exactly those its
@@ -200,14 +220,14 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       }
       break;
     case RowFamily::kLayerNormForward:
-      if (narrow) t.ring = v2 | v4;
+      if (narrow) t.ring = v2 | v4, t.wide = v4;
       else if (wide) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
-      else t.block = v4, t.cluster = v16;
+      else t.block = v4, t.cluster = v16, t.wide = v8;
       break;
     case RowFamily::kRmsNormForward:
-      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2 | v8;
+      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2, t.wide = v4;
       else if (wide) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
-      else t.block = v4 | v8 | v16, t.cluster = v8 | v16;
+      else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;
       break;
     case RowFamily::kResidualNormForward:
       if (narrow) t.ring = v1 | v2 | v4, t.block = v1 | v4;
@@ -264,6 +284,7 @@ struct RowKernelConfig {
   bool two_phase = true;       // kTwoPhase ops on one-tile, one-CTA rows: two plain reductions
                                // (max then sum, sum then squared deviations) instead of one merged
   bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
+  bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

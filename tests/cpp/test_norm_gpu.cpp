@@ -337,8 +337,10 @@ void check_backward(Kind kind, bool with_weight, const RowLayout& l, uint32_t se
   EXPECT_EQ(0, std::memcmp(gb_again.data(), gb.data(), gb.size() * sizeof(P))) << "dbias differs between runs";
 }
 
-// Row lengths: tiny, odd, primes, powers of two, and the long rows of the benchmark grid.
-const std::vector<int64_t> kRowLengths = {1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 40009, 65537, 262144};
+// Row lengths: tiny, odd, primes, powers of two, and the long rows of the benchmark grid (24577
+// and 32768: the wide rows, row_kernel_plan.hpp).
+const std::vector<int64_t> kRowLengths = {1,     2,     3,     31,    33,    127,   781,   1000,
+                                          2045,  4096,  4099,  12800, 24577, 32768, 40009, 65537, 262144};
 
 int64_t rows_for(int64_t cols) { return std::clamp<int64_t>((1 << 20) / cols, 5, 67); }
 
@@ -407,6 +409,65 @@ TEST_F(NormGpu, RereadRows) {
   }
 }
 
+// Wide rows (one CTA of up to 1024 threads a row, row_kernel_plan.hpp) and, with the knob off,
+// the plans they replace (re-read rows, clusters, staged rows): aligned and shifted rows, ragged
+// lengths, with and without parameters.
+TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
+  for (const int wide : {1, 0}) {
+    SCOPED_TRACE(testing::Message() << "wide_rows " << wide);
+    const ScopedTuning knob("wide_rows", wide);
+    check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 32768, 32768, 0}, 91);
+    check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {4, 20001, 20003, 1}, 92);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, false, false, "randn"}, {5, 16392, 16392, 0}, 93);
+    check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "constant"}, {3, 32768, 32776, 0}, 94);
+    check_forward<__half, __half>({Kind::kLayer, false, true, true, "randn"}, {2, 32767, 32768, 1}, 95);
+  }
+}
+
+// The fused residual forms' streamed rows write s = x + residual in their first pass and read it
+// back in the second (RowKernelLimits::read_back_second); off, they read x and residual again.
+// Both against the oracle: aligned and shifted rows, ragged lengths, s in place of the residual.
+TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
+  for (const int read_back : {1, 0}) {
+    SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
+    const ScopedTuning knob("read_back_second", read_back);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, true, true, true, "large_mean"}, {3, 32768, 32768, 0}, 96);
+    check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, false, "randn"}, {4, 40009, 40012, 1}, 97);
+    check_forward<__half, __half>({Kind::kLayer, true, false, false, "randn"}, {2, 100003, 100003, 0}, 98);
+    check_forward<__half, float>({Kind::kRms, true, true, true, "constant"}, {3, 65536, 65544, 0}, 99);
+    const ScopedTuning reread("reread_above_words", 16);  // float32 rows streamed as well
+    check_forward<float, float>({Kind::kLayer, true, true, true, "randn"}, {3, 20001, 20003, 1}, 100);
+  }
+}
+
+// The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
+// block calls them), with the sum read back and without: bitwise the out-of-place results, on
+// streamed rows whose first pass overwrites the residual it reads.
+TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
+  const int64_t rows = 4, cols = 40009, n = rows * cols;
+  const std::vector<__nv_bfloat16> xs = cast_to<__nv_bfloat16>(make_values(n, "randn", 201));
+  const std::vector<__nv_bfloat16> rs = cast_to<__nv_bfloat16>(make_values(n, "randn", 202));
+  DeviceBuffer x(xs), r(rs), w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 203))), y(n * 2), s(n * 2);
+  const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols});
+  const TensorView rv = dense_view(r.get(), DType::kBFloat16, {rows, cols});
+  const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols});
+  const TensorView yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
+  const TensorView sv = dense_view(s.get(), DType::kBFloat16, {rows, cols});
+  for (const int read_back : {1, 0}) {
+    SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
+    const ScopedTuning knob("read_back_second", read_back);
+    upload(x, xs);
+    upload(r, rs);
+    Status status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, yv, sv, nullptr, nullptr);
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    const std::vector<uint16_t> want_y = download<uint16_t>(y, n), want_s = download<uint16_t>(s, n);
+    status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, xv, rv, nullptr, nullptr);
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    EXPECT_EQ(download<uint16_t>(x, n), want_y) << "y in place of x";
+    EXPECT_EQ(download<uint16_t>(r, n), want_s) << "s in place of the residual";
+  }
+}
+
 // Split rows (16-bit rows of 2^20 elements; float32 and float64 with the planner's knob widened):
 // every forward op, with and without weight and bias, odd lengths (1000003 cuts the last chunk
 // mid-vector), unaligned rows, and more chunks than the grid's CTAs take at once (12 rows x 32).
@@ -445,9 +506,9 @@ TEST_F(NormGpu, MultiDimNormalizedShape) {
 
 // Forward results are bitwise the same for a row alone and inside a batch, and across runs.
 TEST_F(NormGpu, DeterministicAndBatchInvariant) {
-  for (int64_t cols : {1000, 4096, 262144}) {
+  for (int64_t cols : {1000, 4096, 32768, 262144}) {
     SCOPED_TRACE(testing::Message() << "cols=" << cols);
-    const int64_t rows = cols >= 262144 ? 24 : 2048;
+    const int64_t rows = cols >= 262144 ? 24 : cols >= 32768 ? 512 : 2048;
     const std::vector<double> values = make_values(rows * cols, "randn", 9);
     DeviceBuffer x(rows * cols * 2), y(rows * cols * 2), w(cols * 4), b(cols * 4);
     upload(x, cast_to<__nv_bfloat16>(values));

@@ -399,25 +399,26 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     std::size_t stash, ring_min_tile;
     bool staged;
     bool over_split;
+    bool wide;
   };
   constexpr std::size_t K = 1024;
   const int d_block = defaults.block_elems, d_tile = defaults.max_tile_values;
   const Want table[] = {
-      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true},
-      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true},
-      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true},
-      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, false, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true},
-      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
-      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true},
-      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true},
-      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
-      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true},
-      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, false, true},
-      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true},
-      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, false, false},
-      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, false, false},
-      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, false, false},
+      {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true, false},
+      {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
+      {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
+      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, false, true, true},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true, true},
+      {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
+      {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
+      {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
+      {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
+      {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
   };
   for (const Want& w : table) {
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " elem " << w.elem);
@@ -432,6 +433,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     if (!w.staged)
       for (const StagedBand& band : l.staged) EXPECT_EQ(band.threads, 0);
     EXPECT_EQ(l.reread_over_split, w.over_split);
+    EXPECT_EQ(l.wide_rows, w.wide);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
     EXPECT_EQ(l.max_cluster, defaults.max_cluster);
@@ -446,13 +448,17 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
 }
 
 // The shipped plan of a family's rows on an H200.
-RowKernelConfig plan_on_h200(RowFamily family, int64_t n, int elem, int inputs) {
+RowKernelLimits policy_on_h200(RowFamily family, int elem) {
   RowKernelLimits limits = row_policy(family, elem);
   const RowKernelLimits device = h200_limits();
   limits.sm_count = device.sm_count;
   limits.max_smem_per_sm = device.max_smem_per_sm;
   limits.max_smem_per_block = device.max_smem_per_block;
-  return plan_row_kernel(n, elem, inputs, limits);
+  return limits;
+}
+
+RowKernelConfig plan_on_h200(RowFamily family, int64_t n, int elem, int inputs) {
+  return plan_row_kernel(n, elem, inputs, policy_on_h200(family, elem));
 }
 
 // Staged rows (row_staged.cuh): 16-bit one-input rowwise rows in three bands: 16-40 KiB in one
@@ -505,7 +511,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 // eight shares are not staged.
 TEST(RowKernelPlan, RmsNormStagesItsBands) {
   struct Want { int64_t n; int elem, ctas; };
-  for (const Want w : {Want{28673, 2, 1}, Want{32768, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
+  for (const Want w : {Want{28673, 2, 1}, Want{32776, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
                        Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32769, 4, 2}, Want{50257, 4, 2},
                        Want{50262, 4, 2}, Want{225279, 4, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
@@ -518,7 +524,7 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
     EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
     EXPECT_EQ(c.split.chunks, 0);
   }
-  for (const Want w : {Want{28672, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
+  for (const Want w : {Want{28672, 2, 0}, Want{32768, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
                        Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 4, 0},
                        Want{50264, 4, 0}, Want{225280, 4, 0}, Want{32768, 8, 0}})
     EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
@@ -532,14 +538,55 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
 // benchmark's 64-200 KiB layer_norm rows have them, its 50 KiB float32 rows and short rows not.
 TEST(RowKernelPlan, L2HintsOnLongRereadRowsOnly) {
   struct Want { int64_t n; int elem; bool hinted; };
-  for (const Want w : {Want{32768, 2, true}, Want{50257, 2, true}, Want{262144, 2, true}, Want{32768, 4, true},
-                       Want{50264, 4, true}, Want{12800, 4, false}, Want{12800, 2, false}, Want{4096, 4, false}}) {
+  for (const Want w : {Want{65536, 2, true}, Want{50257, 2, true}, Want{262144, 2, true}, Want{40000, 4, true},
+                       Want{50264, 4, true}, Want{12800, 4, false}, Want{12800, 2, false}, Want{4096, 4, false},
+                       Want{32768, 2, false}, Want{32768, 4, false}}) {  // the last two wide: read once
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
     EXPECT_EQ(c.l2_hints, w.hinted) << "n=" << w.n << " elem=" << w.elem;
   }
   RowKernelLimits limits = row_policy(RowFamily::kLayerNormForward, 2);
   limits.l2_hints_from_bytes = 0;
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
+}
+
+// Wide rows: layer_norm and rms_norm rows of 16384 < n <= 32768 values (16- and 32-bit elements,
+// one input) take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors
+// ahead of the staged bands, ragged ones where no band takes them. Other families, two inputs,
+// float64 and the knob off keep the plans of before.
+TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
+  for (const RowFamily family : {RowFamily::kLayerNormForward, RowFamily::kRmsNormForward}) {
+    for (const int elem : {2, 4}) {
+      const int vec = 16 / elem;
+      for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(24576), int64_t(32768)}) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem);
+        const RowKernelConfig c = plan_on_h200(family, n, elem, 1);
+        ASSERT_EQ(c.kind, RowKernelKind::kWide);
+        EXPECT_EQ(c.vpt * vec, kWideTileValues);
+        EXPECT_EQ(c.threads % 32, 0);
+        EXPECT_LE(c.threads, kWideRowThreads);
+        EXPECT_GE(c.capacity(), n);
+        EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
+        EXPECT_EQ(c.cluster, 1);
+        EXPECT_EQ(c.smem_bytes, 0u);
+      }
+      for (const int64_t n : {int64_t(16384), int64_t(32776), int64_t(65536)})
+        EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
+      RowKernelLimits off = policy_on_h200(family, elem);
+      off.wide_rows = false;
+      EXPECT_NE(plan_row_kernel(32768, elem, 1, off).kind, RowKernelKind::kWide) << "the knob off";
+      RowKernelLimits merged = policy_on_h200(family, elem);
+      merged.two_phase = false;
+      EXPECT_NE(plan_row_kernel(32768, elem, 1, merged).kind, RowKernelKind::kWide) << "their kernels are two-phase";
+    }
+  }
+  for (const int elem : {2, 4}) {
+    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
+    EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, 32767, elem, 1).kind, RowKernelKind::kWide) << "no band";
+  }
+  EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32768, 2, 1).kind, RowKernelKind::kWide) << "whole vectors";
+  EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 32768, 8, 1).kind, RowKernelKind::kWide) << "float64";
+  EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kWide) << "two inputs";
+  EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 32768, 4, 1).kind, RowKernelKind::kWide) << "softmax";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
@@ -656,10 +703,11 @@ TEST(RowKernelPlan, SplitWorkspaceGrowsWithRowsChunkSizeDoesNot) {
 
 // The kernels whose tiles row_tiles lists, as the launcher (row_launch.cuh) picks them; staged
 // and streamed rows (tiles > 1) have all their kernels built.
-enum class TiledKernel { kWarp, kRing, kBlock, kCluster, kNone };
+enum class TiledKernel { kWarp, kRing, kBlock, kCluster, kWide, kNone };
 
 TiledKernel tiled_kernel(const RowKernelConfig& c, int elem) {
   if (c.kind == RowKernelKind::kWarp) return TiledKernel::kWarp;
+  if (c.kind == RowKernelKind::kWide) return TiledKernel::kWide;
   if (c.kind == RowKernelKind::kStaged || c.tiles > 1) return TiledKernel::kNone;
   if (elem < 4 && c.ring > 0) return TiledKernel::kRing;
   return c.cluster > 1 ? TiledKernel::kCluster : TiledKernel::kBlock;
@@ -670,17 +718,18 @@ unsigned tiles_of(const RowTiles& t, TiledKernel k) {
     case TiledKernel::kWarp: return t.warp;
     case TiledKernel::kRing: return t.ring;
     case TiledKernel::kBlock: return t.block;
+    case TiledKernel::kWide: return t.wide;
     default: return t.cluster;
   }
 }
 
 const char* kernel_name(TiledKernel k) {
-  const char* const names[] = {"warp", "ring", "block", "cluster block"};
+  const char* const names[] = {"warp", "ring", "block", "cluster block", "wide row"};
   return names[static_cast<int>(k)];
 }
 
 void add_tile(RowTiles* t, TiledKernel k, int vpt) {
-  unsigned* sets[] = {&t->warp, &t->ring, &t->block, &t->cluster};
+  unsigned* sets[] = {&t->warp, &t->ring, &t->block, &t->cluster, &t->wide};
   *sets[static_cast<int>(k)] |= row_vpt_bit(vpt);
 }
 
@@ -699,7 +748,7 @@ std::vector<int64_t> every_row_length() {
 
 // The limits plans are made with: the shipped policy on devices of 227, 163 and 99 KB of shared
 // memory a CTA, and on an H200 the overrides the GPU tests set (RereadRows, the split tests,
-// the parked re-read rows, the Python override test's max_cluster).
+// the parked re-read rows, the Python override test's max_cluster, the wide rows off).
 std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   std::vector<RowKernelLimits> out;
   for (const int smem_kb : {227, 163, 99}) {
@@ -724,6 +773,8 @@ std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   }
   out.push_back(h200);
   out.back().max_cluster = 1;
+  out.push_back(h200);
+  out.back().wide_rows = false;  // the plans of before the wide rows, for same-build comparisons
   return out;
 }
 
@@ -773,6 +824,7 @@ TEST(RowKernelPlan, RowTilesAreExactlyThePlannedTiles) {
       EXPECT_EQ(tile_list(planned.ring), tile_list(built.ring)) << "ring";
       EXPECT_EQ(tile_list(planned.block), tile_list(built.block)) << "block";
       EXPECT_EQ(tile_list(planned.cluster), tile_list(built.cluster)) << "cluster";
+      EXPECT_EQ(tile_list(planned.wide), tile_list(built.wide)) << "wide";
     }
   }
 }
