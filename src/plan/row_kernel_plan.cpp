@@ -228,10 +228,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: runs 17a, 21
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
-      l.wide_rows = elem_bytes <= 4;  // not yet measured against the re-read rows (branch exp-wide-rows)
+      l.wide_rows = elem_bytes == 2;  // float32's 32-value wide tile spills; its re-read rows stay ahead
       break;
     case RowFamily::kRmsNormForward:
-      l.wide_rows = elem_bytes <= 4;  // not yet measured against clusters and staged rows
+      l.wide_rows = elem_bytes == 4;  // 16-bit rows: the ring and staged rows stay ahead
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs

@@ -208,7 +208,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
   const int warp_vpt = row_warp_max_vpt(elem_bytes, inputs);
   RowTiles t;
   if (family != RowFamily::kNormBackward) t.warp = v1 | (warp_vpt >= 2 ? v2 : 0u) | (warp_vpt >= 4 ? v4 : 0u);
-  const bool narrow = elem_bytes == 2, wide = elem_bytes == 8;
+  const bool narrow = elem_bytes == 2, doubles = elem_bytes == 8;
   switch (family) {
     case RowFamily::kRowwise:
       if (inputs == 1) {
@@ -221,12 +221,12 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       break;
     case RowFamily::kLayerNormForward:
       if (narrow) t.ring = v2 | v4, t.wide = v4;
-      else if (wide) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
-      else t.block = v4, t.cluster = v16, t.wide = v8;
+      else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
+      else t.block = v4, t.cluster = v16;
       break;
     case RowFamily::kRmsNormForward:
-      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2, t.wide = v4;
-      else if (wide) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
+      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2 | v8;
+      else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;
       break;
     case RowFamily::kResidualNormForward:
