@@ -428,8 +428,9 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 }
 
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it
-// back in the second (RowKernelLimits::read_back_second); off, they read x and residual again.
-// Both against the oracle: aligned and shifted rows, ragged lengths, s in place of the residual.
+// back in the second (RowKernelLimits::read_back_second, aligned batches); off, and for shifted
+// rows, they read x and residual again. Both against the oracle: aligned and shifted rows, ragged
+// lengths, s in place of the residual.
 TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   for (const int read_back : {1, 0}) {
     SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
