@@ -99,8 +99,11 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   // them there while the other CTAs' rows stream past (RowArgs::l2_hints; off: normal reads).
   // A row whose second output is read back (RowArgs::read_back_second) reads its inputs once:
   // all of them as last reads. Re-read rows only (kBulkStash): in the held rows' large tiles the
-  // extra store and tile spilled (ptxas), and those rows park most of their tiles anyway.
-  constexpr bool kReadBack = ReadsBackSecond<Op>::value && kBulkStash;
+  // extra store and tile spilled (ptxas), and those rows park most of their tiles anyway. Aligned
+  // batches only: a shifted vector's read-back would load a granule whose other half another
+  // thread is still writing in the last tile's output store (initcheck; the bytes are discarded,
+  // but the read races the write), so shifted rows read x and residual again.
+  constexpr bool kReadBack = ReadsBackSecond<Op>::value && kBulkStash && kAligned;
   const bool read_back = kReadBack && args.read_back_second;
   const bool hinted = args.l2_hints && tiles - stash_tiles >= 2;
   const PolicyLoad16 keep{l2_policy(hinted && !read_back ? L2Keep::kLast : hinted ? L2Keep::kFirst : L2Keep::kNormal)};
