@@ -769,13 +769,13 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
 }
 
-// Wide rows of 16-bit elements for one-phase ops (rms_norm), aligned rows of whole vectors
+// Wide rows of 16-bit elements for one-statistic ops (rms_norm), aligned rows of whole vectors
 // only (the launcher checks; a vector cut by the row end, read element by element, spilled at
 // this bound): the tile crosses the row's reduction as its 16-bit packs, half the registers of
-// its float32 values, and is widened again for the output, so that the kernel fits 32
-// registers a thread and two 1024-thread CTAs an SM, one row's loads overlapping the other's
-// reduction and stores. The same values and arithmetic as row_wide_kernel_ext: the same bits.
-// An empty volatile asm on each packed word keeps the compiler from reusing the first widening.
+// its float32 values, and is widened again for the output, so that the kernel fits 32 registers
+// a thread and two 1024-thread CTAs an SM, one row's loads overlapping the other's reduction and
+// stores. The same values and arithmetic as row_wide_kernel_ext: the same bits. (layer_norm's two
+// phases spilled 288 bytes at this bound.)
 template <typename T, class Op, int VEC, int VPT>
 __global__ void __launch_bounds__(kWideRowThreads, 2)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
@@ -799,24 +799,31 @@ row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extr
     const int e0 = (me + k * step) * VEC;
     packed[k] = pack_of<PackT>(e0 < args.cols ? load_aligned16(in + e0) : pads);
   }
+  // Widened for the fold, and again a vector at a time for the output. An empty volatile asm on
+  // each packed word keeps the compiler from reusing the first widening (which would hold the
+  // float32 tile across the reduction).
+  auto widened = [&](int k) {
+    Bytes16 b = bytes_of(packed[k]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(b.w[j]));
+    return pack_of<PackT>(b);
+  };
   typename Op::Stat mine;
   {
     Tile tile;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) tile.unpack(0, k, packed[k]);
+    for (int k = 0; k < VPT; ++k) tile.unpack(0, k, widened(k));
     mine = fold_tile<Op, true>(extra, row, me, step, args.cols, tile.values);
   }
   const typename Op::Stat stat = BlockGroup<Op, false>{slots, &cluster_slot, args.two_phase}.template reduce<Op>(mine);
   const auto local = Op::local(finalize_row<Op, true>(extra, row, me, step, args.cols, stat, me == 0), mine);
-  Tile tile;
+  T* const out = args.out + row * args.out_stride;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    Bytes16 b = bytes_of(packed[k]);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(b.w[j]));
-    tile.unpack(0, k, pack_of<PackT>(b));
+    RowTile<T, 1, VEC, 1, true> vector;
+    vector.unpack(0, 0, widened(k));
+    vector.template store<Op>(out, nullptr, args.cols, me + k * step, step, local, extra);
   }
-  tile.template store<Op>(args.out + row * args.out_stride, nullptr, args.cols, me, step, local, extra);
 }
 
 }  // namespace reducekit::kernels
