@@ -30,19 +30,24 @@ python3 bench/bench.py $S $WIDE --impls reducekit,torch.compile --budget-s 120 -
 python3 bench/bench.py $S $WIDE --impls reducekit --tune wide_rows=0 --out "$R/wide0" >"$R/wide0.log" 2>&1
 python3 bench/bench.py $S $RB --impls reducekit --out "$R/rb" >"$R/rb.log" 2>&1
 python3 bench/bench.py $S $RB --impls reducekit --tune read_back_second=0 --out "$R/rb0" >"$R/rb0.log" 2>&1
+# float32 residual rows of an odd length (run 91: add_layer_norm 2048x50257 1599 GB/s, 50264 2550):
+# the shipped held clusters against the streamed re-read rows
+ODD="--ops add_layer_norm,add_rms_norm --dtypes fp32 --shapes 2048x50257,2048x50264,2048x32767"
+python3 bench/bench.py $S $ODD --impls reducekit,torch --out "$R/odd" >"$R/odd.log" 2>&1
+python3 bench/bench.py $S $ODD --impls reducekit --tune reread_above_words=16 --out "$R/odd_rr" >"$R/odd_rr.log" 2>&1
 echo "bench done at $((SECONDS - T0)) s"
 python3 - "$R" <<'PY'
 import json, os, sys
 R = sys.argv[1]
 t = {}
-for name in ("on", "wide0", "rb", "rb0"):
+for name in ("on", "wide0", "rb", "rb0", "odd", "odd_rr"):
     p = f"{R}/{name}/results.json"
     if not os.path.exists(p): continue
     for r in json.load(open(p))["records"]:
         if r.get("gbps"):
-            col = "compile" if r["impl"] == "torch.compile" else name
+            col = {"torch.compile": "compile", "torch": "eager"}.get(r["impl"], name)
             t.setdefault((r["op"], r["dtype"], "x".join(map(str, r["shape"]))), {})[col] = r["gbps"]
-cols = ("on", "wide0", "rb", "rb0", "compile")
+cols = ("on", "wide0", "rb", "rb0", "odd", "odd_rr", "eager", "compile")
 print("op dtype shape " + " ".join(cols))
 for k in sorted(t):
     print(*k, *[f"{t[k].get(c, 0):.0f}" for c in cols])
