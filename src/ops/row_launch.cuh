@@ -149,9 +149,11 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
 };
 // Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext): 16-bit one-input
 // one-output ops of one statistic, aligned rows of whole vectors.
-template <typename T, class Op, class... Extra>
-constexpr bool kPackedWideRows = sizeof(T) == 2 && sizeof...(Extra) == 1 && Op::kInputs == 1 && Op::kOutputs == 1 &&
-                                 !kernels::IsTwoPhase<Op>::value;
+// Plain ops (no Extra) are never packed, and name no kOutputs.
+template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
+  if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
+  else return Op::kInputs == 1 && Op::kOutputs == 1 && !kernels::IsTwoPhase<Op>::value;
+}
 template <typename T, class Op, int VEC, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() { return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT>; }
@@ -308,7 +310,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     if (c.threads > kWideRowThreads || c.cluster != 1)
       return Status::unsupported("row plan: wide rows are one CTA of at most " + std::to_string(kWideRowThreads) +
                                  " threads");
-    if constexpr (kAligned && kPackedWideRows<T, Op, Extra...>) {
+    if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
         auto packed = pick_tile<WidePackedKernels<T, Op, VEC, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
