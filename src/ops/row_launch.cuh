@@ -264,10 +264,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
   args.l2_hints = c.l2_hints;
-  // Shifted rows read x and the residual again: their read-back would load granules whose other
-  // half another thread is still writing in the last tile's output store (initcheck; the bytes
-  // are discarded, but the read races the write).
-  args.read_back_second = c.read_back_second && kAligned;
+  args.read_back_second = c.read_back_second;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   constexpr RowTiles kTiles = kRowTiles<F, T, Op>;

@@ -428,9 +428,8 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 }
 
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it
-// back in the second (RowKernelLimits::read_back_second, aligned batches); off, and for shifted
-// rows, they read x and residual again. Both against the oracle: aligned and shifted rows, ragged
-// lengths, s in place of the residual.
+// back in the second (RowKernelLimits::read_back_second); off, they read x and residual again.
+// Both against the oracle: aligned and shifted rows, ragged lengths, s in place of the residual.
 TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   for (const int read_back : {1, 0}) {
     SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
@@ -447,7 +446,7 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008
-// columns: the read-back) and shifted rows (40009).
+// columns) and shifted rows (40009: s written whole in the first pass).
 TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
   for (const int64_t cols : {40008, 40009}) {
     SCOPED_TRACE(testing::Message() << "cols " << cols);
