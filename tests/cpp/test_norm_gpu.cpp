@@ -478,29 +478,33 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
 
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
-// streamed rows whose first pass overwrites the residual it reads.
+// streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008
+// columns) and shifted rows (40009: s written whole in the first pass).
 TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
-  const int64_t rows = 4, cols = 40009, n = rows * cols;
-  const std::vector<__nv_bfloat16> xs = cast_to<__nv_bfloat16>(make_values(n, "randn", 201));
-  const std::vector<__nv_bfloat16> rs = cast_to<__nv_bfloat16>(make_values(n, "randn", 202));
-  DeviceBuffer x(xs), r(rs), w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 203))), y(n * 2), s(n * 2);
-  const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols});
-  const TensorView rv = dense_view(r.get(), DType::kBFloat16, {rows, cols});
-  const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols});
-  const TensorView yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
-  const TensorView sv = dense_view(s.get(), DType::kBFloat16, {rows, cols});
-  for (const int read_back : {1, 0}) {
-    SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
-    const ScopedTuning knob("read_back_second", read_back);
-    upload(x, xs);
-    upload(r, rs);
-    Status status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, yv, sv, nullptr, nullptr);
-    ASSERT_TRUE(status.is_ok()) << status.message();
-    const std::vector<uint16_t> want_y = download<uint16_t>(y, n), want_s = download<uint16_t>(s, n);
-    status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, xv, rv, nullptr, nullptr);
-    ASSERT_TRUE(status.is_ok()) << status.message();
-    EXPECT_EQ(download<uint16_t>(x, n), want_y) << "y in place of x";
-    EXPECT_EQ(download<uint16_t>(r, n), want_s) << "s in place of the residual";
+  for (const int64_t cols : {40008, 40009}) {
+    SCOPED_TRACE(testing::Message() << "cols " << cols);
+    const int64_t rows = 4, n = rows * cols;
+    const std::vector<__nv_bfloat16> xs = cast_to<__nv_bfloat16>(make_values(n, "randn", 201));
+    const std::vector<__nv_bfloat16> rs = cast_to<__nv_bfloat16>(make_values(n, "randn", 202));
+    DeviceBuffer x(xs), r(rs), w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 203))), y(n * 2), s(n * 2);
+    const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols});
+    const TensorView rv = dense_view(r.get(), DType::kBFloat16, {rows, cols});
+    const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols});
+    const TensorView yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
+    const TensorView sv = dense_view(s.get(), DType::kBFloat16, {rows, cols});
+    for (const int read_back : {1, 0}) {
+      SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
+      const ScopedTuning knob("read_back_second", read_back);
+      upload(x, xs);
+      upload(r, rs);
+      Status status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, yv, sv, nullptr, nullptr);
+      ASSERT_TRUE(status.is_ok()) << status.message();
+      const std::vector<uint16_t> want_y = download<uint16_t>(y, n), want_s = download<uint16_t>(s, n);
+      status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, xv, rv, nullptr, nullptr);
+      ASSERT_TRUE(status.is_ok()) << status.message();
+      EXPECT_EQ(download<uint16_t>(x, n), want_y) << "y in place of x";
+      EXPECT_EQ(download<uint16_t>(r, n), want_s) << "s in place of the residual";
+    }
   }
 }
 
