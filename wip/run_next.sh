@@ -11,6 +11,8 @@ source scripts/common.sh
 set +e
 configure_and_build >"$R/build.log" 2>&1 || { tail -30 "$R/build.log"; exit 1; }
 echo "built at $((SECONDS - T0)) s"
+lib=$(find "$BUILD" -name libreducekit.a | head -1)
+echo "kernels in $lib: $(cuobjdump -res-usage "$lib" 2>/dev/null | grep -c 'Function ')"  # issue 19's kernel count
 pids=()
 for i in 0 1 2 3; do
   GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 120 "$BUILD/reducekit_tests" --gtest_brief=1 \
