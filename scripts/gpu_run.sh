@@ -122,7 +122,7 @@ if stage san; then
   default_filter+=":NormGpu.RmsNormBiasEveryPath"
   # wide rows (1024-thread CTAs) and the residual forms' sum read back, in place too
   default_filter+=":NormGpu.WideRowsAndThePlansTheyReplace:NormGpu.ResidualRowsReadTheirSumBack"
-  default_filter+=":NormGpu.ResidualInPlaceMatchesOutOfPlace"
+  default_filter+=":NormGpu.ResidualInPlaceMatchesOutOfPlace:NormGpu.PackedWideRowsMatchShiftedOnes"
   filter="${REDUCEKIT_SAN_FILTER:-$default_filter}"
   # SyncBatchNorm's one-rank path apart: NCCL's communicator set-up asks for its kernels of every
   # architecture it ships (cudaFuncGetAttributes inside libnccl, error 209 where one is missing),

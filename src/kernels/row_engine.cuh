@@ -769,4 +769,61 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
 }
 
+// Wide rows of 16-bit elements for one-statistic ops (rms_norm), aligned rows of whole vectors
+// only (the launcher checks; a vector cut by the row end, read element by element, spilled at
+// this bound): the tile crosses the row's reduction as its 16-bit packs, half the registers of
+// its float32 values, and is widened again for the output, so that the kernel fits 32 registers
+// a thread and two 1024-thread CTAs an SM, one row's loads overlapping the other's reduction and
+// stores. The same values and arithmetic as row_wide_kernel_ext: the same bits. (layer_norm's two
+// phases spilled 288 bytes at this bound.)
+template <typename T, class Op, int VEC, int VPT>
+__global__ void __launch_bounds__(kWideRowThreads, 2)
+row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  static_assert(sizeof(T) == 2 && Op::kInputs == 1 && Op::kOutputs == 1 && !IsTwoPhase<Op>::value,
+                "packed wide rows: one 16-bit input, one output, one statistic");
+  static_assert(VEC * VPT <= kWideTileValues, "wide tiles take one row a CTA, no loop");
+  using Tile = RowTile<T, 1, VEC, VPT, true>;
+  using PackT = typename Tile::PackT;
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_slot;
+  const int me = threadIdx.x, step = blockDim.x;
+  const int64_t row = blockIdx.x;  // the grid holds every row
+  const T* const in = args.in[0] + row * args.in_stride[0];
+  PackT pack_of_pads;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) pack_of_pads.v[e] = from_acc<T>(Op::pad(0));
+  const Bytes16 pads = bytes_of(pack_of_pads);
+  PackT packed[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int e0 = (me + k * step) * VEC;
+    packed[k] = pack_of<PackT>(e0 < args.cols ? load_aligned16(in + e0) : pads);
+  }
+  // Widened for the fold, and again a vector at a time for the output. An empty volatile asm on
+  // each packed word keeps the compiler from reusing the first widening (which would hold the
+  // float32 tile across the reduction).
+  auto widened = [&](int k) {
+    Bytes16 b = bytes_of(packed[k]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(b.w[j]));
+    return pack_of<PackT>(b);
+  };
+  typename Op::Stat mine;
+  {
+    Tile tile;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) tile.unpack(0, k, widened(k));
+    mine = fold_tile<Op, true>(extra, row, me, step, args.cols, tile.values);
+  }
+  const typename Op::Stat stat = BlockGroup<Op, false>{slots, &cluster_slot, args.two_phase}.template reduce<Op>(mine);
+  const auto local = Op::local(finalize_row<Op, true>(extra, row, me, step, args.cols, stat, me == 0), mine);
+  T* const out = args.out + row * args.out_stride;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    RowTile<T, 1, VEC, 1, true> vector;
+    vector.unpack(0, 0, widened(k));
+    vector.template store<Op>(out, nullptr, args.cols, me + k * step, step, local, extra);
+  }
+}
+
 }  // namespace reducekit::kernels

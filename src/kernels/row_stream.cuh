@@ -47,6 +47,11 @@ template <class Op> struct SecondOutputOf {
   }
 };
 
+// Writes Op's first output alone (the second pass, once the first has written the second output).
+template <class Op> struct FirstOutputOf : Op {
+  static constexpr int kOutputs = 1;
+};
+
 // Op's first output from its second one, read back as the only input (the second pass).
 template <class Op> struct OutputFromSecondOf {
   using Acc = typename Op::Acc;
@@ -99,12 +104,12 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   // them there while the other CTAs' rows stream past (RowArgs::l2_hints; off: normal reads).
   // A row whose second output is read back (RowArgs::read_back_second) reads its inputs once:
   // all of them as last reads. Re-read rows only (kBulkStash): in the held rows' large tiles the
-  // extra store and tile spilled (ptxas), and those rows park most of their tiles anyway. Aligned
-  // batches only: a shifted vector's read-back would load a granule whose other half another
-  // thread is still writing in the last tile's output store (initcheck; the bytes are discarded,
-  // but the read races the write), so shifted rows read x and residual again.
-  constexpr bool kReadBack = ReadsBackSecond<Op>::value && kBulkStash && kAligned;
+  // extra store and tile spilled (ptxas), and those rows park most of their tiles anyway.
+  constexpr bool kReadBack = ReadsBackSecond<Op>::value && kBulkStash;
   const bool read_back = kReadBack && args.read_back_second;
+  // A shifted row's vectors share granules with their neighbours': its first pass writes all of
+  // the second output, so that the second writes nothing its read-back loads touch.
+  constexpr bool kSecondInFirstPass = kReadBack && !kAligned;
   const bool hinted = args.l2_hints && tiles - stash_tiles >= 2;
   const PolicyLoad16 keep{l2_policy(hinted && !read_back ? L2Keep::kLast : hinted ? L2Keep::kFirst : L2Keep::kNormal)};
   const PolicyLoad16 drop{l2_policy(hinted ? L2Keep::kFirst : L2Keep::kNormal)};
@@ -144,6 +149,9 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
         if constexpr (kBulkStash) wait_bulk_tile(&tile_in[t], parity);
         unstash(tile, t, me + t * tile_vectors, in);
         stat = Op::merge(stat, fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values));
+        if constexpr (kSecondInFirstPass) {
+          if (read_back) tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + t * tile_vectors, step, 0, extra);
+        }
       }
       parity ^= 1;
     }
@@ -151,9 +159,10 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       tile.template load<Op>(in, cols, me + t * tile_vectors, step, t == tiles - 1 ? drop : keep);
       last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
       stat = Op::merge(stat, last);
-      // fold left the second output's values in the tile; the last tile writes it in the output pass
+      // fold left the second output's values in the tile; an aligned row's last tile writes them
+      // in the output pass
       if constexpr (kReadBack) {
-        if (read_back && t != tiles - 1)
+        if (read_back && (kSecondInFirstPass || t != tiles - 1))
           tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + t * tile_vectors, step, 0, extra);
       }
     }
@@ -164,11 +173,17 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
 
     // Last tile first: it is still in registers, folded. The others are fetched and folded
     // again (same inputs, same bits): from shared memory if parked, else from global memory.
-    tile.template store<Op>(out, out2, cols, me + (tiles - 1) * tile_vectors, step, Op::local(p, last), extra);
+    auto store_outputs = [&](const Tile& folded, int first, const auto& local) {
+      if constexpr (kSecondInFirstPass) {
+        if (read_back) return folded.template store<FirstOutputOf<Op>>(out, nullptr, cols, first, step, local, extra);
+      }
+      folded.template store<Op>(out, out2, cols, first, step, local, extra);
+    };
+    store_outputs(tile, me + (tiles - 1) * tile_vectors, Op::local(p, last));
     for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if constexpr (kReadBack) {
-        if (read_back && t >= stash_tiles) {  // the same thread wrote these elements in the first pass
+        if (read_back && t >= stash_tiles) {
           RowTile<T, 1, VEC, VPT, kAligned> second;
           const T* const second_row[1] = {out2};
           second.template load<OutputFromSecondOf<Op>>(second_row, cols, first, step, drop);
@@ -179,7 +194,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       if (t < stash_tiles) unstash(tile, t, first, in);
       else tile.template load<Op>(in, cols, first, step, drop);
       const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
-      tile.template store<Op>(out, out2, cols, first, step, Op::local(p, again), extra);
+      store_outputs(tile, first, Op::local(p, again));
     }
   }
 }

@@ -147,6 +147,17 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
     else return kernels::row_wide_kernel_ext<T, Op, VEC, VPT, kAligned>;
   }
 };
+// Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext): 16-bit one-input
+// one-output ops of one statistic, aligned rows of whole vectors.
+// Plain ops (no Extra) are never packed, and name no kOutputs.
+template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
+  if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
+  else return Op::kInputs == 1 && Op::kOutputs == 1 && !kernels::IsTwoPhase<Op>::value;
+}
+template <typename T, class Op, int VEC, class... Extra> struct WidePackedKernels {
+  using Kernel = RowKernel<T, Op, Extra...>;
+  template <int VPT> static auto get() { return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT>; }
+};
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
@@ -264,7 +275,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                              const Extra&... extra) {
   args.two_phase = c.two_phase;
   args.l2_hints = c.l2_hints;
-  args.read_back_second = c.read_back_second;  // aligned batches only (row_stream_body)
+  args.read_back_second = c.read_back_second;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   constexpr RowTiles kTiles = kRowTiles<F, T, Op>;
@@ -299,6 +310,13 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     if (c.threads > kWideRowThreads || c.cluster != 1)
       return Status::unsupported("row plan: wide rows are one CTA of at most " + std::to_string(kWideRowThreads) +
                                  " threads");
+    if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
+      if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
+        auto packed = pick_tile<WidePackedKernels<T, Op, VEC, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
+        if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
+        return launch_blocks(packed, args.rows, c, stream, "row_wide_packed_kernel", args, extra...);
+      }
+    }
     auto kernel = pick_tile<WideKernels<T, Op, VEC, kAligned, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
     if (kernel == nullptr) return no_row_kernel("wide row kernel", c.vpt);
     return launch_blocks(kernel, args.rows, c, stream, "row_wide_kernel", args, extra...);

@@ -231,7 +231,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.wide_rows = elem_bytes == 2;  // float32's 32-value wide tile spills; its re-read rows stay ahead
       break;
     case RowFamily::kRmsNormForward:
-      l.wide_rows = elem_bytes == 4;  // 16-bit rows: the ring and staged rows stay ahead
+      l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs

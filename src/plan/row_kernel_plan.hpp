@@ -225,7 +225,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       else t.block = v4, t.cluster = v16;
       break;
     case RowFamily::kRmsNormForward:
-      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2 | v8;
+      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;
       break;

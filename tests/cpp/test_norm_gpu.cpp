@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -409,10 +410,10 @@ TEST_F(NormGpu, RereadRows) {
   }
 }
 
-// Wide rows (one CTA of up to 1024 threads a row: 16-bit layer_norm, float32 rms_norm with and
-// without bias, row_kernel_plan.hpp) and, with the knob off, the plans they replace (re-read rows,
-// clusters, staged rows): aligned and shifted rows, ragged lengths, with and without parameters.
-// The families' other element sizes keep their plans either way.
+// Wide rows (one CTA of up to 1024 threads a row: 16-bit layer_norm, rms_norm with and without
+// bias, row_kernel_plan.hpp; 16-bit rms_norm's aligned whole-vector rows packed) and, with the knob
+// off, the plans they replace (re-read rows, clusters, staged rows): aligned and shifted rows,
+// ragged lengths, with and without parameters. float32 layer_norm keeps its plans either way.
 TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
   for (const bool shipped : {true, false}) {  // 1 would force wide rows where no kernel is built
     SCOPED_TRACE(shipped ? "the shipped plans" : "wide_rows 0");
@@ -421,16 +422,47 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
     check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean"}, {3, 32768, 32768, 0}, 91);
     check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {4, 20001, 20003, 1}, 92);
     check_forward<float, float>({Kind::kRms, false, true, true, "large_mean"}, {3, 32768, 32768, 0}, 90);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, false, "randn"}, {4, 20000, 20000, 0}, 89);
+    check_forward<__half, __half>({Kind::kRms, false, false, false, "large_mean"}, {3, 24577, 24580, 1}, 88);
     check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, false, false, "randn"}, {5, 16392, 16392, 0}, 93);
     check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "constant"}, {3, 32768, 32776, 0}, 94);
     check_forward<__half, __half>({Kind::kLayer, false, true, true, "randn"}, {2, 32767, 32768, 1}, 95);
   }
 }
 
+// 16-bit rms_norm's wide rows: aligned rows of whole vectors cross the reduction as packs
+// (row_wide_packed_kernel_ext), shifted rows take the unpacked wide kernel; both give the same
+// bits, row by row, with and without a bias (batch invariance across layouts).
+TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
+  const int64_t rows = 6, cols = 24576;
+  const std::vector<double> values = make_values(rows * cols, "randn", 301);
+  std::vector<double> w = make_values(cols, "randn", 302);
+  for (double& v : w) v = 1.0 + 0.5 * v;
+  DeviceBuffer dw(cols * 2), db(cols * 2);
+  upload(dw, cast_to<__nv_bfloat16>(w));
+  upload(db, cast_to<__nv_bfloat16>(make_values(cols, "randn", 303)));
+  const TensorView wv = dense_view(dw.get(), DType::kBFloat16, {cols}), bv = dense_view(db.get(), DType::kBFloat16, {cols});
+  const RowLayout aligned{rows, cols, cols, 0}, shifted{rows, cols, cols + 3, 1};
+  const std::vector<double> poison(rows * cols, kNaN);
+  for (const bool bias : {false, true}) {
+    SCOPED_TRACE(bias ? "with a bias" : "no bias");
+    Strided<__nv_bfloat16> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN),
+        ys(poison, shifted, kNaN);
+    for (const auto& [x, y] : {std::pair{&xa, &ya}, std::pair{&xs, &ys}}) {
+      const Status status = bias ? rms_norm(x->view(), NormShape::of({cols}), &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+                                 : rms_norm(x->view(), NormShape::of({cols}), &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr);
+      ASSERT_TRUE(status.is_ok()) << status.message();
+    }
+    const std::vector<__nv_bfloat16> a = ya.image(), b = ys.image();
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride], cols * 2))
+          << "row " << r;
+  }
+}
+
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it
-// back in the second (RowKernelLimits::read_back_second, aligned batches); off, and for shifted
-// rows, they read x and residual again. Both against the oracle: aligned and shifted rows, ragged
-// lengths, s in place of the residual.
+// back in the second (RowKernelLimits::read_back_second); off, they read x and residual again.
+// Both against the oracle: aligned and shifted rows, ragged lengths, s in place of the residual.
 TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   for (const int read_back : {1, 0}) {
     SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
@@ -447,7 +479,7 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008
-// columns: the read-back) and shifted rows (40009).
+// columns) and shifted rows (40009: s written whole in the first pass).
 TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
   for (const int64_t cols : {40008, 40009}) {
     SCOPED_TRACE(testing::Message() << "cols " << cols);

@@ -410,7 +410,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, false, true, true},
       {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true, false},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
-      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, false},
+      {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
@@ -511,7 +511,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 // eight shares are not staged.
 TEST(RowKernelPlan, RmsNormStagesItsBands) {
   struct Want { int64_t n; int elem, ctas; };
-  for (const Want w : {Want{28673, 2, 1}, Want{32768, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
+  for (const Want w : {Want{28673, 2, 1}, Want{32776, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
                        Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32769, 4, 2}, Want{50257, 4, 2},
                        Want{50262, 4, 2}, Want{225279, 4, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
@@ -524,7 +524,7 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
     EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
     EXPECT_EQ(c.split.chunks, 0);
   }
-  for (const Want w : {Want{28672, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
+  for (const Want w : {Want{28672, 2, 0}, Want{32768, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
                        Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 4, 0},
                        Want{50264, 4, 0}, Want{225280, 4, 0}, Want{32768, 8, 0}})
     EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
@@ -549,13 +549,14 @@ TEST(RowKernelPlan, L2HintsOnLongRereadRowsOnly) {
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
 }
 
-// Wide rows: 16-bit layer_norm and float32 rms_norm rows of 16384 < n <= 32768 values (one input)
-// take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the
-// staged bands, ragged ones where no band takes them. The other element sizes of those families,
-// other families, two inputs and the knob off keep the plans of before.
+// Wide rows: 16-bit layer_norm and 16- and 32-bit rms_norm rows of 16384 < n <= 32768 values (one
+// input) take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors ahead
+// of the staged bands, ragged ones where no band takes them. float32 layer_norm, other families,
+// two inputs and the knob off keep the plans of before.
 TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   struct Pair { RowFamily family; int elem; };
-  for (const Pair p : {Pair{RowFamily::kLayerNormForward, 2}, Pair{RowFamily::kRmsNormForward, 4}}) {
+  for (const Pair p : {Pair{RowFamily::kLayerNormForward, 2}, Pair{RowFamily::kRmsNormForward, 2},
+                       Pair{RowFamily::kRmsNormForward, 4}}) {
     const RowFamily family = p.family;
     const int elem = p.elem;
     const int vec = 16 / elem;
@@ -580,11 +581,11 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     merged.two_phase = false;
     EXPECT_NE(plan_row_kernel(32768, elem, 1, merged).kind, RowKernelKind::kWide) << "their kernels are two-phase";
   }
-  EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, 4, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
+  for (const int elem : {2, 4})
+    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
   EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, 32767, 2, 1).kind, RowKernelKind::kWide) << "no band";
   for (const int64_t n : {int64_t(20001), int64_t(32767), int64_t(32768)}) {
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
-    EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "16-bit, n=" << n;
   }
   EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 32768, 8, 1).kind, RowKernelKind::kWide) << "float64";
   EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kWide) << "two inputs";
