@@ -71,6 +71,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("split_min_cluster", &limits->split_min_cluster);
   set("split_max_elem_bytes", &limits->split_max_elem_bytes);
   set("reread_above_words", &limits->reread_above_words);
+  set("reread_ragged_lengths_only", &limits->reread_ragged_lengths_only);
   set("reread_small_tiles_from_bytes", &limits->reread_small_tiles_from_bytes);
   set("reread_stash_bytes", &limits->reread_stash_bytes);
   static_assert(kMaxStagedBands == 3, "a band's settings are named staged0_* .. staged2_*");

@@ -241,6 +241,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kResidualNormForward:
       l.reread_over_split = true;  // as the plain forms; no stash
       l.read_back_second = true;   // one array read again instead of two: 16-bit rows gain, float32 ties
+      l.reread_ragged_lengths_only = elem_bytes == 4;  // reread_above_words_for
       break;
     case RowFamily::kNormBackward:
       l.reread_stash_bytes = kRereadStashBytes;  // parked, 16-bit rows gain
@@ -291,8 +292,13 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
   // from tiles above 16 words in float32 (4096x12800 2665 -> 3029, 4096x32768 2118 -> 2596) and
   // above 32 in 16-bit (4096x32768 1826 -> 2156; 12800, at 32 words, lost 2064 -> 1607); other
   // one-CTA rows lost (softmax float32 4096x32768 4036 -> 3221).
+  // Float32 residual rows past one CTA of a ragged length re-read (row_policy's
+  // reread_ragged_lengths_only; run 94, same build: add_layer_norm 2048x50257 1601 -> 2547 GB/s,
+  // 2048x32767 2213 -> 2631, add_rms_norm 1977 -> 2653, 2558 -> 2805; aligned add_rms_norm
+  // 2048x50264 lost 3245 -> 2905).
   if (elem_bytes == 8) return 0;
   if (family == RowFamily::kLayerNormForward) return elem_bytes == 2 ? 32 : 16;
+  if (family == RowFamily::kResidualNormForward && elem_bytes == 4) return kRereadPastOneCta;
   return elem_bytes == 2 ? kRereadPastOneCta : 0;
 }
 
@@ -312,6 +318,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
+  if (limits.reread_ragged_lengths_only && cols * elem_bytes % 16 == 0) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
   const int tile_words = reread_tile_words(cols, elem_bytes, inputs, limits);

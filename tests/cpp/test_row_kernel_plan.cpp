@@ -365,6 +365,7 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   const auto plan = [](RowFamily family, int64_t n, int elem, int inputs) {
     RowKernelLimits limits = h200_limits();
     limits.reread_above_words = reread_above_words_for(family, elem);
+    limits.reread_ragged_lengths_only = row_policy(family, elem).reread_ragged_lengths_only;
     return plan_row_kernel(n, elem, inputs, limits);
   };
   const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
@@ -386,6 +387,12 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 32768, 2, 1)));
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 2, 1))) << "one CTA of 64 words stays";
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
+  // Float32 residual rows past one CTA re-read where their length is ragged only.
+  for (int64_t n : {32767, 50257, 50263, 100001})
+    EXPECT_TRUE(rereads(plan(RowFamily::kResidualNormForward, n, 4, 2))) << n;
+  for (int64_t n : {32768, 50264, 100000})
+    EXPECT_FALSE(rereads(plan(RowFamily::kResidualNormForward, n, 4, 2))) << n;
+  EXPECT_FALSE(rereads(plan(RowFamily::kResidualNormForward, 4097, 4, 2))) << "one CTA stays";
 }
 
 // The policy table (row_policy): every family's settings in every element size, pinned. A change
@@ -414,7 +421,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
-      {RowFamily::kResidualNormForward, 4, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
       {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
@@ -434,6 +441,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       for (const StagedBand& band : l.staged) EXPECT_EQ(band.threads, 0);
     EXPECT_EQ(l.reread_over_split, w.over_split);
     EXPECT_EQ(l.wide_rows, w.wide);
+    EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
     EXPECT_EQ(l.max_cluster, defaults.max_cluster);
