@@ -292,10 +292,9 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
   // from tiles above 16 words in float32 (4096x12800 2665 -> 3029, 4096x32768 2118 -> 2596) and
   // above 32 in 16-bit (4096x32768 1826 -> 2156; 12800, at 32 words, lost 2064 -> 1607); other
   // one-CTA rows lost (softmax float32 4096x32768 4036 -> 3221).
-  // Float32 residual rows past one CTA of a ragged length re-read (row_policy's
-  // reread_ragged_lengths_only; run 94, same build: add_layer_norm 2048x50257 1601 -> 2547 GB/s,
-  // 2048x32767 2213 -> 2631, add_rms_norm 1977 -> 2653, 2558 -> 2805; aligned add_rms_norm
-  // 2048x50264 lost 3245 -> 2905).
+  // Float32 residual rows past one CTA re-read where their length is ragged (row_policy's
+  // reread_ragged_lengths_only): there the held clusters' shifted rows ran far below the re-read
+  // rows, while aligned add_rms_norm rows lost on re-reading (LOG.md).
   if (elem_bytes == 8) return 0;
   if (family == RowFamily::kLayerNormForward) return elem_bytes == 2 ? 32 : 16;
   if (family == RowFamily::kResidualNormForward && elem_bytes == 4) return kRereadPastOneCta;

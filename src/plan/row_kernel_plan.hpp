@@ -138,7 +138,7 @@ struct RowKernelLimits {
   int reread_above_words = 0;
   // Re-read only rows whose length is not whole 16-byte vectors (every other row starts shifted
   // off its vectors): set for float32 residual rows, whose shifted held clusters ran far below
-  // their aligned twins while aligned add_rms_norm rows lost on re-reading (LOG.md, run 94).
+  // their aligned twins while aligned add_rms_norm rows lost on re-reading (LOG.md).
   bool reread_ragged_lengths_only = false;
   // Re-read rows of at least this many bytes (all inputs) take tiles of kRereadSmallTileWords
   // (one 16-byte vector a thread) on CTAs held to 32 registers, four an SM, as torch.compile's
