@@ -748,18 +748,11 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot);
 }
 
-// Wide rows (RowKernelKind::kWide): the block kernel's body on one CTA of up to kWideRowThreads
-// threads a row, at most kWideTileValues values a thread, so that the row is loaded once with
-// every register of the SM (64 a thread) and no row loop. Two-phase ops keep only their
-// two-phase path: the merged one beside it cost registers (ptxas: spills) for a path no plan runs.
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kWideRowThreads, 1) row_wide_kernel(RowArgs<T, Op::kInputs> args) {
-  static_assert(VEC * VPT * Op::kInputs <= kWideTileValues, "wide tiles take one row a CTA, no loop");
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, false, true>(args, NoRowExtra{}, slots, &cluster_slot);
-}
-
+// Wide rows (RowKernelKind::kWide, planned for the norm forwards only): the block kernel's body on
+// one CTA of up to kWideRowThreads threads a row, at most kWideTileValues values a thread, so that
+// the row is loaded once with every register of the SM (64 a thread) and no row loop. Two-phase
+// ops keep only their two-phase path: the merged one beside it cost registers (ptxas: spills) for
+// a path no plan runs.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kWideRowThreads, 1)
 row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {

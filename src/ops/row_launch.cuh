@@ -141,10 +141,12 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash
   if constexpr (sizeof...(Extra) == 0) return kernels::row_stream_kernel<T, Op, VEC, VPT, kAligned, kBulkStash>;
   else return kernels::row_stream_kernel_ext<T, Op, VEC, VPT, kAligned, kBulkStash>;
 }
+// Wide rows are planned for the norm forwards (ops of the extended interface) only: plain ops
+// have none built.
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct WideKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
-  template <int VPT> static auto get() {
-    if constexpr (sizeof...(Extra) == 0) return kernels::row_wide_kernel<T, Op, VEC, VPT, kAligned>;
+  template <int VPT> static Kernel get() {
+    if constexpr (sizeof...(Extra) == 0) return nullptr;
     else return kernels::row_wide_kernel_ext<T, Op, VEC, VPT, kAligned>;
   }
 };

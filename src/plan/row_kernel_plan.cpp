@@ -199,7 +199,7 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
 // The wide row (kWideRowThreads, RowKernelLimits::wide_rows): one CTA, kWideTileValues values a
 // thread, whole warps. None where the row is not in the band.
 std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  // Their kernels reduce two-phase ops in two phases only (row_wide_kernel).
+  // Their kernels reduce two-phase ops in two phases only (row_wide_kernel_ext).
   if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
   if (cols <= int64_t(limits.max_block_threads) * kWideTileValues || cols > int64_t(kWideRowThreads) * kWideTileValues)
     return std::nullopt;
@@ -305,19 +305,20 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   // Wide rows before staged ones for lengths of whole vectors only: a ragged length shifts every
   // other row off its vectors, which the staged rows' bulk copies absorb and register rows do not
   // (LOG.md: twice as fast at float32 rms_norm 2048x50257).
-  const std::optional<RowKernelConfig> wide = wide_plan(cols, elem_bytes, inputs, limits);
-  if (wide && cols % wide->vec == 0) return *wide;
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
+  const bool whole_vectors = row_bytes % 16 == 0;  // else every other row starts shifted off its vectors
+  const std::optional<RowKernelConfig> wide = wide_plan(cols, elem_bytes, inputs, limits);
+  if (wide && whole_vectors) return *wide;
   for (const StagedBand& band : limits.staged) {
     if (inputs != 1 || band.threads == 0 || row_bytes <= band.min_row_bytes || row_bytes > band.max_row_bytes) continue;
-    if (band.ragged_lengths_only && row_bytes % 16 == 0) continue;
+    if (band.ragged_lengths_only && whole_vectors) continue;
     if (const auto staged = staged_plan(cols, elem_bytes, band, limits)) return *staged;
   }
   if (wide) return *wide;
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
-  if (limits.reread_ragged_lengths_only && cols * elem_bytes % 16 == 0) return held;
+  if (limits.reread_ragged_lengths_only && whole_vectors) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
   const int tile_words = reread_tile_words(cols, elem_bytes, inputs, limits);
