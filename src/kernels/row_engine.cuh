@@ -762,18 +762,20 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
 }
 
-// Wide rows of 16-bit elements for one-statistic ops (rms_norm), aligned rows of whole vectors
-// only (the launcher checks; a vector cut by the row end, read element by element, spilled at
-// this bound): the tile crosses the row's reduction as its 16-bit packs, half the registers of
-// its float32 values, and is widened again for the output, so that the kernel fits 32 registers
-// a thread and two 1024-thread CTAs an SM, one row's loads overlapping the other's reduction and
-// stores. The same values and arithmetic as row_wide_kernel_ext: the same bits. (layer_norm's two
-// phases spilled 288 bytes at this bound.)
+// Wide rows of 16-bit elements, aligned rows of whole vectors only (the launcher checks; a vector
+// cut by the row end, read element by element, spilled at these bounds): the tile crosses the
+// row's reductions as its 16-bit packs, half the registers of its float32 values, and is widened
+// again for each pass over it (two-phase ops: the mean's fold, the deviations' fold, the output),
+// so that one-statistic ops (rms_norm) fit 32 registers a thread and two 1024-thread CTAs an SM,
+// and two-phase ops (layer_norm) 64 registers and one CTA an SM without the float32 tile's
+// spill. The same values and arithmetic as row_wide_kernel_ext: the same bits.
+template <class Op> inline constexpr int kPackedWideCtas = IsTwoPhase<Op>::value ? 1 : 2;
+
 template <typename T, class Op, int VEC, int VPT>
-__global__ void __launch_bounds__(kWideRowThreads, 2)
+__global__ void __launch_bounds__(kWideRowThreads, kPackedWideCtas<Op>)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
-  static_assert(sizeof(T) == 2 && Op::kInputs == 1 && Op::kOutputs == 1 && !IsTwoPhase<Op>::value,
-                "packed wide rows: one 16-bit input, one output, one statistic");
+  static_assert(sizeof(T) == 2 && Op::kInputs == 1 && Op::kOutputs == 1,
+                "packed wide rows: one 16-bit input, one output");
   static_assert(VEC * VPT <= kWideTileValues, "wide tiles take one row a CTA, no loop");
   using Tile = RowTile<T, 1, VEC, VPT, true>;
   using PackT = typename Tile::PackT;
@@ -792,24 +794,47 @@ row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extr
     const int e0 = (me + k * step) * VEC;
     packed[k] = pack_of<PackT>(e0 < args.cols ? load_aligned16(in + e0) : pads);
   }
-  // Widened for the fold, and again a vector at a time for the output. An empty volatile asm on
-  // each packed word keeps the compiler from reusing the first widening (which would hold the
-  // float32 tile across the reduction).
+  // Widened for each pass. An empty volatile asm on each packed word keeps the compiler from
+  // reusing an earlier widening (which would hold the float32 tile across a reduction).
   auto widened = [&](int k) {
     Bytes16 b = bytes_of(packed[k]);
 #pragma unroll
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(b.w[j]));
     return pack_of<PackT>(b);
   };
-  typename Op::Stat mine;
-  {
-    Tile tile;
+  auto widen_into = [&](Tile& tile) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) tile.unpack(0, k, widened(k));
-    mine = fold_tile<Op, true>(extra, row, me, step, args.cols, tile.values);
+  };
+  const BlockGroup<Op, false, true> group{slots, &cluster_slot, args.two_phase};
+  typename Op::Local local;
+  if constexpr (IsTwoPhase<Op>::value) {  // row_wide_kernel_ext's path: two phases always
+    const RowSpan span{row, me, step, args.cols, true};
+    typename Op::First::Stat a;
+    {
+      Tile tile;
+      widen_into(tile);
+      a = group.template reduce<typename Op::First>(Op::fold_first(extra, span, tile.values));
+    }
+    typename Op::Second::Stat b;
+    {
+      Tile tile;
+      widen_into(tile);
+      b = group.template reduce<typename Op::Second>(Op::fold_second(extra, span, tile.values, a));
+    }
+    const typename Op::Params p = Op::finalize_two(extra, span, a, b);
+    if (me == 0) Op::row_done(extra, span, p);
+    local = Op::local_two(p);
+  } else {
+    typename Op::Stat mine;
+    {
+      Tile tile;
+      widen_into(tile);
+      mine = fold_tile<Op, true>(extra, row, me, step, args.cols, tile.values);
+    }
+    const typename Op::Stat stat = group.template reduce<Op>(mine);
+    local = Op::local(finalize_row<Op, true>(extra, row, me, step, args.cols, stat, me == 0), mine);
   }
-  const typename Op::Stat stat = BlockGroup<Op, false>{slots, &cluster_slot, args.two_phase}.template reduce<Op>(mine);
-  const auto local = Op::local(finalize_row<Op, true>(extra, row, me, step, args.cols, stat, me == 0), mine);
   T* const out = args.out + row * args.out_stride;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {

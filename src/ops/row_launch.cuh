@@ -151,11 +151,11 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
   }
 };
 // Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext): 16-bit one-input
-// one-output ops of one statistic, aligned rows of whole vectors.
+// one-output ops, aligned rows of whole vectors.
 // Plain ops (no Extra) are never packed, and name no kOutputs.
 template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
   if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
-  else return Op::kInputs == 1 && Op::kOutputs == 1 && !kernels::IsTwoPhase<Op>::value;
+  else return Op::kInputs == 1 && Op::kOutputs == 1;
 }
 template <typename T, class Op, int VEC, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;

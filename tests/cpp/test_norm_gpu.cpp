@@ -430,9 +430,9 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
   }
 }
 
-// 16-bit rms_norm's wide rows: aligned rows of whole vectors cross the reduction as packs
-// (row_wide_packed_kernel_ext), shifted rows take the unpacked wide kernel; both give the same
-// bits, row by row, with and without a bias (batch invariance across layouts).
+// 16-bit wide rows (rms_norm with and without a bias, layer_norm): aligned rows of whole vectors
+// cross the reduction as packs (row_wide_packed_kernel_ext), shifted rows take the unpacked wide
+// kernel; both give the same bits, row by row (batch invariance across layouts).
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
   const int64_t rows = 6, cols = 24576;
   const std::vector<double> values = make_values(rows * cols, "randn", 301);
@@ -444,13 +444,17 @@ TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
   const TensorView wv = dense_view(dw.get(), DType::kBFloat16, {cols}), bv = dense_view(db.get(), DType::kBFloat16, {cols});
   const RowLayout aligned{rows, cols, cols, 0}, shifted{rows, cols, cols + 3, 1};
   const std::vector<double> poison(rows * cols, kNaN);
-  for (const bool bias : {false, true}) {
-    SCOPED_TRACE(bias ? "with a bias" : "no bias");
+  enum Form { kRms, kRmsBias, kLayer };
+  for (const Form form : {kRms, kRmsBias, kLayer}) {
+    SCOPED_TRACE(form == kRms ? "rms_norm" : form == kRmsBias ? "rms_norm with a bias" : "layer_norm");
     Strided<__nv_bfloat16> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN),
         ys(poison, shifted, kNaN);
     for (const auto& [x, y] : {std::pair{&xa, &ya}, std::pair{&xs, &ys}}) {
-      const Status status = bias ? rms_norm(x->view(), NormShape::of({cols}), &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
-                                 : rms_norm(x->view(), NormShape::of({cols}), &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr);
+      const NormShape shape = NormShape::of({cols});
+      const Status status =
+          form == kRms       ? rms_norm(x->view(), shape, &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+          : form == kRmsBias ? rms_norm(x->view(), shape, &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+                             : layer_norm(x->view(), shape, &wv, &bv, 1e-5, y->view(), nullptr, nullptr, Workspace{}, nullptr);
       ASSERT_TRUE(status.is_ok()) << status.message();
     }
     const std::vector<__nv_bfloat16> a = ya.image(), b = ys.image();
