@@ -55,6 +55,14 @@ template <class P, int WIDTH> __device__ __forceinline__ typename P::Stat lane_t
   return s;
 }
 
+// The same tree over `width` consecutive lanes, a power of two up to 32 uniform over the warp,
+// given at run time: the same merges in the same order as lane_tree_reduce<P, width>, one kernel
+// for every width.
+template <class P> __device__ __forceinline__ typename P::Stat lane_tree_reduce(typename P::Stat s, int width) {
+  for (int offset = width / 2; offset > 0; offset /= 2) s = P::merge(s, shfl_down_stat(s, offset, width));
+  return s;
+}
+
 // Whole CTA, warps' trees then warp 0's; thread 0 gets the result. `slots` holds 32 statistics;
 // the caller syncs before reusing them.
 template <class P>
