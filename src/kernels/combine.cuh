@@ -86,6 +86,13 @@ __device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::
   for (int offset = LANES / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor_stat(s, offset, LANES));
   return s;
 }
+// The same butterfly over `width` lanes given at run time (a power of two up to 32, uniform over
+// the warp): the same merges in the same order as lane_butterfly_reduce<Op, width>.
+template <class Op>
+__device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::Stat s, int width) {
+  for (int offset = width / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor_stat(s, offset, width));
+  return s;
+}
 
 // Whole CTA, warps' butterflies then warp 0's; every thread gets the result. `slots` holds 33
 // statistics in shared memory.
