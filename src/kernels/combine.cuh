@@ -55,6 +55,14 @@ template <class P, int WIDTH> __device__ __forceinline__ typename P::Stat lane_t
   return s;
 }
 
+// The same tree over `width` consecutive lanes, a power of two up to 32 uniform over the warp,
+// given at run time: the same merges in the same order as lane_tree_reduce<P, width>, one kernel
+// for every width.
+template <class P> __device__ __forceinline__ typename P::Stat lane_tree_reduce(typename P::Stat s, int width) {
+  for (int offset = width / 2; offset > 0; offset /= 2) s = P::merge(s, shfl_down_stat(s, offset, width));
+  return s;
+}
+
 // Whole CTA, warps' trees then warp 0's; thread 0 gets the result. `slots` holds 32 statistics;
 // the caller syncs before reusing them.
 template <class P>
@@ -76,6 +84,13 @@ template <class Op, int LANES>
 __device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::Stat s) {
 #pragma unroll
   for (int offset = LANES / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor_stat(s, offset, LANES));
+  return s;
+}
+// The same butterfly over `width` lanes given at run time (a power of two up to 32, uniform over
+// the warp): the same merges in the same order as lane_butterfly_reduce<Op, width>.
+template <class Op>
+__device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::Stat s, int width) {
+  for (int offset = width / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor_stat(s, offset, width));
   return s;
 }
 

@@ -166,24 +166,27 @@ __device__ __forceinline__ void fold_run(typename P::Stat& s, const T* run, int6
     for (int64_t e = vectors * VEC; e < len; ++e) P::fold(s, value_of<P>(run[e], pivot), index_base + e);
 }
 
-template <class P, typename T, int LANES, bool kAligned>
-__global__ void __launch_bounds__(kReduceThreads) reduce_row_warp_kernel(ReduceArgs a) {
+// `lanes` lanes a row (a power of two up to 32) at run time: one kernel for every width, the
+// folds already taking the lane count as an argument (fold_run).
+template <class P, typename T, bool kAligned>
+__global__ void __launch_bounds__(kReduceThreads) reduce_row_warp_kernel(ReduceArgs a, int lanes) {
   using Acc = typename P::Accum;
-  constexpr int kRowsPerStep = kReduceThreads / LANES;
+  const int lanes_log2 = __ffs(lanes) - 1;
+  const int rows_per_step = kReduceThreads >> lanes_log2;
   const T* x = static_cast<const T*>(a.x);
-  const int lane = threadIdx.x % LANES;
-  for (int64_t first = int64_t(blockIdx.x) * kRowsPerStep; first < a.outer; first += int64_t(gridDim.x) * kRowsPerStep) {
+  const int lane = threadIdx.x & (lanes - 1);
+  for (int64_t first = int64_t(blockIdx.x) * rows_per_step; first < a.outer; first += int64_t(gridDim.x) * rows_per_step) {
     // Groups past the last row still join the shuffles, with nothing folded.
-    const int64_t row = first + threadIdx.x / LANES;
+    const int64_t row = first + (threadIdx.x >> lanes_log2);
     const bool live = row < a.outer;
     typename P::Stat s = P::identity();
     Acc pivot = 0;
     if (live) {
       const T* run = x + row * a.outer_stride;
       pivot = pivot_at<P>(run);
-      fold_run<P, kAligned>(s, run, a.reduced, 0, lane, LANES, pivot);
+      fold_run<P, kAligned>(s, run, a.reduced, 0, lane, lanes, pivot);
     }
-    s = lane_tree_reduce<P, LANES>(s);
+    s = lane_tree_reduce<P>(s, lanes);
     if (live && lane == 0) P::finalize(s, pivot, a.reduced, a.outs, row);
   }
 }

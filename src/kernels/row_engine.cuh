@@ -558,11 +558,14 @@ __device__ __forceinline__ RowPlace row_place() {
 // reduction slots (33 of Op::Stat) and its cluster slot serve any policy whose statistic is
 // no larger; consecutive reductions may reuse them (each ends with a barrier after its last
 // write, and the next writes only after its first barrier, which every reader has passed).
+// LANES 0: the lane count given at run time (`lanes`).
 template <int LANES> struct LaneGroup {
   bool two_phase_rows;  // RowArgs::two_phase
+  int lanes = LANES;
   __device__ __forceinline__ bool two_phase() const { return two_phase_rows; }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
-    return lane_butterfly_reduce<P, LANES>(s);
+    if constexpr (LANES == 0) return lane_butterfly_reduce<P>(s, lanes);
+    else return lane_butterfly_reduce<P, LANES>(s);
   }
 };
 // kCluster: the row spans a cluster of CTAs. One-CTA rows are compiled without the cluster
@@ -586,15 +589,19 @@ template <class Op, bool kCluster, bool kAlwaysTwoPhase = false> struct BlockGro
 };
 
 // Kernel bodies take the extended interface (plain ops arrive wrapped in PlainRowOp).
+// LANES 0: `lanes` lanes a row (a power of two from 4 to 32) at run time, one kernel for every
+// width; the same elements to the same lanes and the same merges as a kernel of that LANES.
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
-__device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra) {
+__device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
+                                              int lanes = LANES) {
   constexpr int NIN = Op::kInputs;
-  constexpr int kRowsPerBlock = kWarpKernelThreads / LANES;
-  const int lane = threadIdx.x % LANES;
-  for (int64_t base = int64_t(blockIdx.x) * kRowsPerBlock; base < args.rows;
-       base += int64_t(gridDim.x) * kRowsPerBlock) {
+  const int lanes_log2 = __ffs(lanes) - 1;
+  const int rows_per_block = kWarpKernelThreads >> lanes_log2;
+  const int lane = threadIdx.x & (lanes - 1);
+  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < args.rows;
+       base += int64_t(gridDim.x) * rows_per_block) {
     // Groups past the last row still take part in the shuffles, with an empty row.
-    const int64_t row = base + threadIdx.x / LANES;
+    const int64_t row = base + (threadIdx.x >> lanes_log2);
     const bool live = row < args.rows;
     const int cols = live ? args.cols : 0;
     const int64_t r = live ? row : 0;
@@ -603,25 +610,25 @@ __device__ __forceinline__ void row_warp_body(RowArgs<T, Op::kInputs> args, cons
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + r * args.in_stride[i];
 
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
-    tile.template load<Op>(in, cols, lane, LANES);
-    const auto local =
-        one_tile_factors<Op, kAligned>(extra, r, lane, LANES, cols, tile.values, LaneGroup<LANES>{args.two_phase}, live && lane == 0);
+    tile.template load<Op>(in, cols, lane, lanes);
+    const auto local = one_tile_factors<Op, kAligned>(extra, r, lane, lanes, cols, tile.values,
+                                                      LaneGroup<LANES>{args.two_phase, lanes}, live && lane == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, r);
-    tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, LANES, local, extra);
+    tile.template store<Op>(args.out + r * args.out_stride, out2, cols, lane, lanes, local, extra);
   }
 }
 
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
 __global__ void __launch_bounds__(kWarpKernelThreads)
-row_warp_kernel(RowArgs<T, Op::kInputs> args) {
-  row_warp_body<T, PlainRowOp<Op>, VEC, VPT, LANES, kAligned>(args, NoRowExtra{});
+row_warp_kernel(RowArgs<T, Op::kInputs> args, int lanes) {
+  row_warp_body<T, PlainRowOp<Op>, VEC, VPT, LANES, kAligned>(args, NoRowExtra{}, LANES == 0 ? lanes : LANES);
 }
 
 template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned>
 __global__ void __launch_bounds__(kWarpKernelThreads)
-row_warp_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
-  row_warp_body<T, Op, VEC, VPT, LANES, kAligned>(args, extra);
+row_warp_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int lanes) {
+  row_warp_body<T, Op, VEC, VPT, LANES, kAligned>(args, extra, LANES == 0 ? lanes : LANES);
 }
 
 // Rows whose share fits one register tile a thread, as a loop: CTA (or cluster) b takes rows

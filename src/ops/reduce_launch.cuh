@@ -24,14 +24,9 @@ inline Status reduce_launch_status(const char* kernel) {
 template <class P, typename T, bool kAligned>
 Status launch_row_warp(const kernels::ReduceArgs& a, int lanes, unsigned grid, cudaStream_t stream) {
   using namespace kernels;
-  switch (lanes) {
-    case 1: reduce_row_warp_kernel<P, T, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 2: reduce_row_warp_kernel<P, T, 2, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 4: reduce_row_warp_kernel<P, T, 4, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 8: reduce_row_warp_kernel<P, T, 8, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    case 16: reduce_row_warp_kernel<P, T, 16, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
-    default: reduce_row_warp_kernel<P, T, 32, kAligned><<<grid, kReduceThreads, 0, stream>>>(a); break;
-  }
+  if (lanes < 1 || lanes > 32 || (lanes & (lanes - 1)) != 0)
+    return Status::unsupported("reduce plan: warp rows of " + std::to_string(lanes) + " lanes (a power of two up to 32)");
+  reduce_row_warp_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(a, lanes);
   return reduce_launch_status("reduce_row_warp_kernel");
 }
 

@@ -104,10 +104,16 @@ template <typename T, class Op, int VEC, int VPT, int LANES, bool kAligned, clas
   else return kernels::row_warp_kernel_ext<T, Op, VEC, VPT, LANES, kAligned>;
 }
 
+// Warp kernels take the lane count last (used where their LANES is 0).
+template <typename T, class Op, class... Extra>
+using WarpKernel = void (*)(kernels::RowArgs<T, Op::kInputs>, Extra..., int);
+
 // The warp kernel of `lanes` lanes and `vpt` vectors a lane, null where kTiles builds none.
+// One-vector tiles take their lane count at run time (one kernel for 4 to 32 lanes); larger
+// tiles are planned on whole warps only.
 template <typename T, class Op, int VEC, bool kAligned, unsigned kTiles, class... Extra>
-RowKernel<T, Op, Extra...> pick_warp_kernel(int lanes, int vpt) {
-  using Kernel = RowKernel<T, Op, Extra...>;
+WarpKernel<T, Op, Extra...> pick_warp_kernel(int lanes, int vpt) {
+  using Kernel = WarpKernel<T, Op, Extra...>;
   if (vpt == 2) {
     if constexpr (has_row_vpt(kTiles, 2)) return warp_kernel<T, Op, VEC, 2, 32, kAligned, Extra...>();
     return Kernel{};
@@ -116,16 +122,9 @@ RowKernel<T, Op, Extra...> pick_warp_kernel(int lanes, int vpt) {
     if constexpr (has_row_vpt(kTiles, 4)) return warp_kernel<T, Op, VEC, 4, 32, kAligned, Extra...>();
     return Kernel{};
   }
-  if constexpr (!has_row_vpt(kTiles, 1)) {
-    return Kernel{};
-  } else {
-    switch (lanes) {
-      case 4: return warp_kernel<T, Op, VEC, 1, 4, kAligned, Extra...>();
-      case 8: return warp_kernel<T, Op, VEC, 1, 8, kAligned, Extra...>();
-      case 16: return warp_kernel<T, Op, VEC, 1, 16, kAligned, Extra...>();
-      default: return warp_kernel<T, Op, VEC, 1, 32, kAligned, Extra...>();
-    }
-  }
+  if constexpr (!has_row_vpt(kTiles, 1)) return Kernel{};
+  else return lanes >= 4 && lanes <= 32 && (lanes & (lanes - 1)) == 0 ? warp_kernel<T, Op, VEC, 1, 0, kAligned, Extra...>()
+                                                                      : Kernel{};
 }
 
 // Kernel families with a VPT (vectors per thread) parameter, for pick_tile.
@@ -287,7 +286,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
     auto kernel = pick_warp_kernel<T, Op, VEC, kAligned, kTiles.warp, Extra...>(c.lanes, c.vpt);
     if (kernel == nullptr) return no_row_kernel("warp kernel", c.vpt);
-    kernel<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0, stream>>>(args, extra...);
+    kernel<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0, stream>>>(args, extra..., c.lanes);
     return launch_status("row_warp_kernel");
   }
   if (c.kind == RowKernelKind::kStaged) {
