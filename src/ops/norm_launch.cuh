@@ -135,48 +135,12 @@ struct ForwardCall {
   const Workspace* workspace = nullptr;  // split rows' counters and statistics (none: stream kernel)
 };
 
-// A staged plan's launch (norm_staged.cuh): the plain rms_norm forward of 16-bit and float32
-// rows, any alignment.
-template <typename T, class Op>
-Status launch_staged_forward(const kernels::RowArgs<T, Op::kInputs>& args, const RowKernelConfig& c,
-                             const kernels::NormExtra<T>& extra, cudaStream_t stream) {
-  if constexpr (kernels::IsStagedNorm<Op>::value && sizeof(T) <= 4) {
-    if (args.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("x: too many rows for one launch");
-    // 512-thread CTAs only: 256-thread ones lost at every measured row (bench/results/LOG.md).
-    if (c.threads != kStagedThreads) return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
-    return detail::launch_blocks(kernels::norm_staged_kernel<T, Op, kStagedThreads>, args.rows * c.cluster, c, stream,
-                                 "norm_staged_kernel", args, extra);
-  } else {
-    return Status::unsupported("row plan: staged rows are planned for the plain rms_norm forward of 16-bit and "
-                               "float32 x");
-  }
-}
-
-template <RowFamily F, typename T, class Op>
+// One op's forward kernels for one element type (norm_forward_launch.cuh), instantiated in a
+// translation unit per op and dtype that CMake generates from norm_forward.cu.in, so that the 24
+// compile side by side; the entry points see only this declaration.
+template <template <typename, bool> class OpFor, bool kResidual, typename T>
 Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool params_f32,
-                      const RowKernelConfig& config, bool aligned, cudaStream_t stream) {
-  RowSplitBuffers split;
-  REDUCEKIT_RETURN_IF_ERROR(split_buffers(c.workspace, config, plans[0].rows, sizeof(typename Op::Stat), &split));
-  constexpr int NIN = Op::kInputs;
-  const void* in[NIN];
-  in[0] = c.x->data;
-  if constexpr (NIN == 2) in[1] = c.residual->data;
-  const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, c.y->data, plans[2]);
-  kernels::NormExtra<T> extra;
-  using Acc = kernels::acc_t<T>;
-  extra.weight = c.weight != nullptr ? c.weight->data : nullptr;
-  extra.bias = c.bias != nullptr ? c.bias->data : nullptr;
-  extra.params_f32 = params_f32;
-  extra.eps = static_cast<Acc>(c.eps);
-  extra.mean = c.mean != nullptr ? static_cast<Acc*>(c.mean->data) : nullptr;
-  extra.rstd = c.rstd != nullptr ? static_cast<Acc*>(c.rstd->data) : nullptr;
-  if (c.sum != nullptr) {
-    extra.sum = static_cast<T*>(c.sum->data);
-    extra.sum_stride = plans[3].row_stride;
-  }
-  if (config.kind == RowKernelKind::kStaged) return launch_staged_forward<T, Op>(args, config, extra, stream);
-  return launch_row_op_split<F, T, Op>(args, config, aligned, split, stream, extra);
-}
+                      const RowKernelConfig& config, bool aligned, cudaStream_t stream);
 
 // The row family (policy) of a forward op.
 template <template <typename, bool> class OpFor, bool kResidual>
@@ -292,17 +256,15 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   RowKernelConfig config;
   REDUCEKIT_RETURN_IF_ERROR((forward_config<OpFor, kResidual>(cols, elem_bytes, &config)));
 
-  constexpr RowFamily F = kForwardFamily<OpFor, kResidual>;
   switch (x.dtype) {
     case DType::kFloat32:
-      return launch_forward<F, float, OpFor<float, kResidual>>(c, plans, params_f32, config, aligned, stream);
+      return launch_forward<OpFor, kResidual, float>(c, plans, params_f32, config, aligned, stream);
     case DType::kFloat16:
-      return launch_forward<F, __half, OpFor<__half, kResidual>>(c, plans, params_f32, config, aligned, stream);
+      return launch_forward<OpFor, kResidual, __half>(c, plans, params_f32, config, aligned, stream);
     case DType::kBFloat16:
-      return launch_forward<F, __nv_bfloat16, OpFor<__nv_bfloat16, kResidual>>(c, plans, params_f32, config, aligned,
-                                                                                stream);
+      return launch_forward<OpFor, kResidual, __nv_bfloat16>(c, plans, params_f32, config, aligned, stream);
     case DType::kFloat64:
-      return launch_forward<F, double, OpFor<double, kResidual>>(c, plans, params_f32, config, aligned, stream);
+      return launch_forward<OpFor, kResidual, double>(c, plans, params_f32, config, aligned, stream);
     default: return Status::invalid_argument("x: unsupported dtype");
   }
 }

@@ -27,18 +27,13 @@ template <int NIN> struct RowwiseTensors {
 
 namespace detail {
 
+// The kernels of OpFor<T> (rowwise_launch.cuh), instantiated in a translation unit per op and
+// dtype that CMake generates from rowwise.cu.in, so that they compile side by side; the entry
+// points see only this declaration.
 template <typename T, template <typename> class OpFor, int NIN>
 Status dispatch_rowwise(const RowwiseTensors<NIN>& t, const RowwisePlan (&plans)[NIN + 1],
                         const RowKernelConfig& config, bool aligned, const RowSplitBuffers& split,
-                        cudaStream_t stream) {
-  const void* in[NIN];
-  for (int i = 0; i < NIN; ++i) in[i] = t.in[i].data;
-  const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, t.out.data, plans[NIN]);
-  // Only ops that take a workspace (the one-input forward ops) instantiate the split kernel.
-  constexpr RowFamily F = RowFamily::kRowwise;
-  if constexpr (NIN == 1) return launch_row_op_split<F, T, OpFor<T>>(args, config, aligned, split, stream);
-  else return launch_row_op<F, T, OpFor<T>>(args, config, aligned, stream);
-}
+                        cudaStream_t stream);
 
 // Device limits with the rowwise ops' settings (row_policy).
 inline Status rowwise_limits(int elem_bytes, RowKernelLimits* limits) {
