@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Validation, row planning and dtype dispatch shared by the layer_norm / rms_norm entry points
-// (layer_norm.cu, rms_norm.cu, add_layer_norm.cu, add_rms_norm.cu: one op a file, so they compile
-// side by side; norm_backward.cu). Math lives in kernels/norm_ops.cuh.
+// (layer_norm.cu, rms_norm.cu, add_layer_norm.cu, add_rms_norm.cu; norm_backward.cu). The forward
+// kernels' launches: norm_forward_launch.cuh; math: kernels/norm_ops.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -269,8 +269,8 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
   }
 }
 
-// rms_norm / add_rms_norm with a bias: RmsNormBiasForwardOp's kernels, each in a file of its own
-// (rms_norm_bias.cu, add_rms_norm_bias.cu) so they compile beside the ops without one.
+// rms_norm / add_rms_norm with a bias: RmsNormBiasForwardOp's calls (rms_norm_bias.cu,
+// add_rms_norm_bias.cu).
 Status rms_norm_bias_forward(const ForwardCall& c, cudaStream_t stream);
 Status add_rms_norm_bias_forward(const ForwardCall& c, cudaStream_t stream);
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The forward softmax ops' common path (softmax.cu, log_softmax.cu: one op a file, so they compile
-// side by side): a non-innermost dim of dense tensors runs on the column kernel (no workspace),
-// the rest on rows (validation and planning in rowwise_op.cuh, math in softmax_ops.cuh).
+// The forward softmax ops' common path (softmax.cu, log_softmax.cu): a non-innermost dim of dense
+// tensors runs on the column kernel (no workspace), the rest on rows (validation and planning in
+// rowwise_op.cuh, launches in rowwise_launch.cuh, math in softmax_ops.cuh).
 #pragma once
 
 #include "kernels/softmax_ops.cuh"
