@@ -11,7 +11,7 @@ configure_and_build
 
 # The C++ tests (ctest, $JOBS at once) run beside the Python test files, one pytest process a
 # file, all at once (REDUCEKIT_TESTS_SERIAL=1: one after the other): the GPU and the cores have
-# room for both, and the slowest file (the property suite) sets the Python side's time.
+# room for both, and the slowest process sets the Python side's time.
 python_side=0
 if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then python_side=1; fi
 parallel=$([ "${REDUCEKIT_TESTS_SERIAL:-0}" = 1 ] && echo 0 || echo 1)
@@ -24,15 +24,32 @@ if [ $parallel = 0 ]; then wait $ctest_pid || ctest_rc=$?; fi
 
 py_rc=0
 if [ $python_side = 1 ]; then
-  files=("$REPO"/tests/python/test_*.py)
+  # One pytest process a file, but the property suite (its Hypothesis budget makes it the
+  # longest file by far) as REDUCEKIT_PROPERTY_PROCESSES (default 3) processes of whole test
+  # functions dealt round-robin: targets[i] is one process's space-separated pytest targets.
+  targets=() labels=()
+  split=$([ $parallel = 1 ] && echo "${REDUCEKIT_PROPERTY_PROCESSES:-3}" || echo 1)
+  for f in "$REPO"/tests/python/test_*.py; do
+    if [ "$(basename "$f")" = test_properties.py ] && [ "$split" -gt 1 ]; then
+      mapfile -t names < <(grep -oE '^def test_[A-Za-z0-9_]+' "$f" | cut -d' ' -f2)
+      for ((k = 0; k < split && k < ${#names[@]}; ++k)); do
+        group=""
+        for ((j = k; j < ${#names[@]}; j += split)); do group+=" $f::${names[j]}"; done
+        targets+=("${group# }") labels+=("test_properties.py [$((k + 1))/$split]")
+      done
+    else
+      targets+=("$f") labels+=("$(basename "$f")")
+    fi
+  done
   py_pids=()
-  for i in "${!files[@]}"; do
+  for i in "${!targets[@]}"; do
+    read -ra target <<<"${targets[$i]}"
     if [ $parallel = 1 ]; then
-      python3 -m pytest -q "${files[$i]}" -rs "$@" >"$BUILD.pytest$i.log" 2>&1 &
+      python3 -m pytest -q "${target[@]}" -rs "$@" >"$BUILD.pytest$i.log" 2>&1 &
       py_pids+=($!)
     else
       rc=0
-      python3 -m pytest -q "${files[$i]}" -rs "$@" >"$BUILD.pytest$i.log" 2>&1 || rc=$?
+      python3 -m pytest -q "${target[@]}" -rs "$@" >"$BUILD.pytest$i.log" 2>&1 || rc=$?
       echo $rc >"$BUILD.pytest$i.rc"
     fi
   done
@@ -50,9 +67,9 @@ skipped_what=$(have_gpu && echo "tests of a machine without a GPU" || echo "GPU 
 echo "$(grep -c '(Skipped)' "$BUILD.ctest.log" || true) skipped ($skipped_what)"
 
 if [ $python_side = 1 ]; then
-  echo "== Python tests (one pytest a file)"
-  for i in "${!files[@]}"; do
-    echo "$(basename "${files[$i]}"): $(tail -1 "$BUILD.pytest$i.log")"
+  echo "== Python tests (one pytest a file, the property suite in $split)"
+  for i in "${!targets[@]}"; do
+    echo "${labels[$i]}: $(tail -1 "$BUILD.pytest$i.log")"
     rc=$(cat "$BUILD.pytest$i.rc")
     rm -f "$BUILD.pytest$i.rc"
     # pytest's 5: the module skipped itself at collection, which is right only without a GPU
