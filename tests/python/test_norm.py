@@ -17,7 +17,8 @@ from tolerance import assert_close
 DEV = "cuda"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 HALF = (torch.float16, torch.bfloat16)
-LENGTHS = [1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 40009, 65537, 2**18]
+# 24576 / 24577: the wide rows (one 1024-thread CTA a row), of whole vectors and ragged.
+LENGTHS = [1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 24576, 24577, 40009, 65537, 2**18]
 
 
 def dtype_id(dtype):
@@ -512,7 +513,7 @@ def test_errors():
 
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("n", [1, 33, 781, 4099, 40009, 2**18, 2**20])
+@pytest.mark.parametrize("n", [1, 33, 781, 4099, 24576, 24577, 40009, 2**18, 2**20])
 def test_rms_norm_bias_forward(dtype, n, fused):
     rows = 3 if n >= 2**18 else 37
     for pdt in param_dtypes(dtype):
