@@ -48,19 +48,17 @@ __device__ __forceinline__ StatVec<Acc, WORDS> shfl_xor_stat(StatVec<Acc, WORDS>
   return s;
 }
 
-// Tree over WIDTH consecutive lanes, lower lanes first; the first lane of each group gets the result.
-template <class P, int WIDTH> __device__ __forceinline__ typename P::Stat lane_tree_reduce(typename P::Stat s) {
-#pragma unroll
-  for (int offset = WIDTH / 2; offset > 0; offset /= 2) s = P::merge(s, shfl_down_stat(s, offset, WIDTH));
-  return s;
-}
-
-// The same tree over `width` consecutive lanes, a power of two up to 32 uniform over the warp,
-// given at run time: the same merges in the same order as lane_tree_reduce<P, width>, one kernel
-// for every width.
+// Tree over `width` consecutive lanes (a power of two up to 32, uniform over the warp), lower
+// lanes first; the first lane of each group gets the result. A width known at compile time
+// (lane_tree_reduce<P, WIDTH>) unrolls; one given at run time serves every width with one kernel,
+// the same merges in the same order.
 template <class P> __device__ __forceinline__ typename P::Stat lane_tree_reduce(typename P::Stat s, int width) {
+#pragma unroll
   for (int offset = width / 2; offset > 0; offset /= 2) s = P::merge(s, shfl_down_stat(s, offset, width));
   return s;
+}
+template <class P, int WIDTH> __device__ __forceinline__ typename P::Stat lane_tree_reduce(typename P::Stat s) {
+  return lane_tree_reduce<P>(s, WIDTH);
 }
 
 // Whole CTA, warps' trees then warp 0's; thread 0 gets the result. `slots` holds 32 statistics;
@@ -78,20 +76,17 @@ __device__ __forceinline__ typename P::Stat block_tree_reduce(typename P::Stat s
   return s;
 }
 
-// Butterfly over LANES consecutive lanes. Every lane ends with bitwise the same value because
-// each step merges the same two operands and Op::merge is commutative.
-template <class Op, int LANES>
-__device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::Stat s) {
-#pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor_stat(s, offset, LANES));
-  return s;
-}
-// The same butterfly over `width` lanes given at run time (a power of two up to 32, uniform over
-// the warp): the same merges in the same order as lane_butterfly_reduce<Op, width>.
+// Butterfly over `width` consecutive lanes (a power of two up to 32, uniform over the warp; at
+// compile time, lane_butterfly_reduce<Op, LANES>, it unrolls). Every lane ends with bitwise the
+// same value because each step merges the same two operands and Op::merge is commutative.
 template <class Op>
 __device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::Stat s, int width) {
+#pragma unroll
   for (int offset = width / 2; offset > 0; offset /= 2) s = Op::merge(s, shfl_xor_stat(s, offset, width));
   return s;
+}
+template <class Op, int LANES> __device__ __forceinline__ typename Op::Stat lane_butterfly_reduce(typename Op::Stat s) {
+  return lane_butterfly_reduce<Op>(s, LANES);
 }
 
 // Whole CTA, warps' butterflies then warp 0's; every thread gets the result. `slots` holds 33
