@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by one-call GPU scripts (kept on branches: docs/branches.md), from the root: results go
+# Sourced by one-call GPU scripts (one-off, kept outside the tree), from the root: results go
 # under $R = $OUT/r and leave as one file, $OUT/all.tgz, whatever ends the call (a remote call
 # brings back at most 8 files). `summary` keeps a bench log's SUMMARY lines: plain timing whole,
 # graph replay's as counts (its points are in the log; the call's output has 12,000 characters).
