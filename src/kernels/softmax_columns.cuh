@@ -6,7 +6,9 @@
 // and merge (softmax_ops.cuh: the same NaN / inf semantics as rows), the R lanes meet in a
 // fixed tree in shared memory, lane 0 finalizes, then every lane writes its rows' outputs.
 // Staged tiles are first copied whole into shared memory (cp.async where 16-byte aligned), so
-// both passes read x from there; otherwise both passes read x from memory.
+// both passes read x from there; otherwise both passes read x from memory. A CTA loops over the
+// tiles the grid leaves it; with two tile buffers (SoftmaxColumnPlan::buffers, resident CTAs) an
+// aligned tile's copy is in flight while the one before it is reduced and written.
 #pragma once
 
 #include <cuda_pipeline.h>
@@ -64,6 +66,7 @@ template <typename T> struct ColumnArgs {
   int64_t items;    // outer * tiles_per_slab
   int col_vectors;  // W
   int k_lanes;      // R
+  int buffers;      // staged tile buffers in shared memory (1 or 2)
 };
 
 template <typename T, int V, typename Acc> __device__ __forceinline__ void unpack16(const Bytes16& b, Acc (&out)[V]) {
@@ -103,7 +106,8 @@ __device__ __forceinline__ void store_columns(T* p, int cols, const Acc (&v)[V])
 
 // Copies the tile (every input: K rows of width columns from col0) into shared memory, dense
 // rows of W * V elements; columns past the inner extent are zero. kVector: one cp.async a
-// vector; otherwise elements, 8 loads in flight a thread before their stores. The input is picked
+// vector, issued only (the caller commits and waits); otherwise elements, 8 loads in flight a
+// thread before their stores. The input is picked
 // by a select: a.in[i] at a runtime i put a 64-byte copy of the arguments on the stack.
 template <typename T, int NIN, bool kVector>
 __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
@@ -120,8 +124,6 @@ __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab,
       if (col < a.inner) __pipeline_memcpy_async(dst, (i == 0 ? a.in[0] : a.in[NIN - 1]) + slab + int64_t(k) * a.inner + col, 16);
       else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
   } else {
     constexpr int B = 8;
     const int width = W * V, total = NIN * K * width;
@@ -160,18 +162,42 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
   const int t = threadIdx.x, w = t % W, r = t / W;
   const int64_t K = a.reduced;
   const std::size_t tile_bytes = kStaged ? std::size_t(NIN) * K * W * 16 : 0;
-  T* tile = reinterpret_cast<T*>(smem);
-  Stat* stats = reinterpret_cast<Stat*>(smem + tile_bytes);  // [V][thread]: a warp's stores hit distinct banks
-  Params* params = reinterpret_cast<Params*>(stats + kColumnSoftmaxThreads * V);  // [w][V]
-
-  for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
+  // [buffers][tile], then the statistics [V][thread] (a warp's stores hit distinct banks), then
+  // the parameters [w][V].
+  Stat* stats = reinterpret_cast<Stat*>(smem + a.buffers * tile_bytes);
+  Params* params = reinterpret_cast<Params*>(stats + kColumnSoftmaxThreads * V);
+  const auto item_origin = [&](int64_t item, int64_t* slab, int64_t* col0) {
     const int64_t o = item / a.tiles_per_slab;
-    const int64_t col0 = (item - o * a.tiles_per_slab) * W * V;
-    const int64_t slab = o * K * a.inner;
+    *col0 = (item - o * a.tiles_per_slab) * W * V;
+    *slab = o * K * a.inner;
+  };
+  // Aligned staged tiles arrive by cp.async, one commit group a tile: the first before the loop,
+  // each next one as soon as a buffer is free (two buffers: at the top, while this tile is
+  // reduced; one: at the bottom, once it is written).
+  constexpr bool kAsync = kStaged && kVector;
+  const auto prefetch = [&](int64_t item, int buffer) {
+    if (item < a.items) {
+      int64_t slab, col0;
+      item_origin(item, &slab, &col0);
+      stage_tile<T, NIN, true>(a, slab, col0, reinterpret_cast<T*>(smem + buffer * tile_bytes));
+    }
+    __pipeline_commit();
+  };
+  if constexpr (kAsync) prefetch(blockIdx.x, 0);
+
+  int buffer = 0;
+  for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
+    int64_t slab, col0;
+    item_origin(item, &slab, &col0);
     const int64_t my_col = col0 + int64_t(w) * V;
     const int cols = my_col >= a.inner ? 0 : (a.inner - my_col < V ? static_cast<int>(a.inner - my_col) : V);
-    if constexpr (kStaged) {
-      stage_tile<T, NIN, kVector>(a, slab, col0, tile);
+    T* const tile = reinterpret_cast<T*>(smem + buffer * tile_bytes);
+    if constexpr (kAsync) {
+      __pipeline_wait_prior(0);
+      __syncthreads();  // every thread's copies are in, and every thread is done with the other buffer
+      if (a.buffers == 2) prefetch(item + gridDim.x, buffer ^ 1);
+    } else if constexpr (kStaged) {
+      stage_tile<T, NIN, false>(a, slab, col0, tile);
       __syncthreads();
     }
     // Row k of input i as this lane sees it: the staged tile (dense vectors) or x itself.
@@ -255,7 +281,11 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
         }
       }
     }
-    __syncthreads();  // the next item reuses the tile and the statistics
+    __syncthreads();  // the next item reuses the statistics (and, with one buffer, the tile)
+    if constexpr (kAsync) {
+      if (a.buffers == 2) buffer ^= 1;
+      else prefetch(item + gridDim.x, 0);
+    }
   }
 }
 

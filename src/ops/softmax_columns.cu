@@ -13,6 +13,7 @@
 #include "ops/checks.hpp"
 #include "plan/reduction_plan.hpp"
 #include "plan/softmax_column_plan.hpp"
+#include "reducekit/tuning.hpp"
 
 namespace reducekit {
 namespace {
@@ -88,6 +89,14 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
                                                  plan));
+  // One tile buffer a CTA and one CTA a tile ship; two buffers on resident CTAs (where the plan
+  // fits them) only by the column_stage_buffers=2 override: run 106 measured them +5..+8% where
+  // they cost no resident CTA and -8% where they did (float32 K = 150), against resident CTAs of
+  // one buffer, not against this default (LOG.md).
+  if (tuning("column_stage_buffers").value_or(1) < 2 && plan->buffers == 2) {
+    plan->buffers = 1;
+    plan->smem_bytes -= plan->tile_bytes;
+  }
   *column = true;
   return Status::ok();
 }
@@ -99,7 +108,18 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)) !=
           cudaSuccess)
     return cuda_status("softmax_column_kernel shared memory opt-in");
-  const int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
+  // One CTA a tile; with two tile buffers as many CTAs as stay resident, each looping over tiles
+  // (a tile's copy beside the one before it). Which CTA takes a tile changes no arithmetic.
+  int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
+  if (plan.buffers == 2) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kColumnSoftmaxThreads, plan.smem_bytes) !=
+        cudaSuccess)
+      return cuda_status("softmax_column_kernel occupancy query");
+    DeviceAttributes device;
+    REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
+    grid = std::min<int64_t>(a.items, std::max(1, per_sm) * int64_t(device.sms));
+  }
   kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, plan.smem_bytes, stream>>>(a);
   return cuda_status("softmax_column_kernel launch");
 }
@@ -121,6 +141,7 @@ Status dispatch(const TensorView* in, const TensorView& out, const SoftmaxColumn
   a.items = plan.ctas;
   a.col_vectors = plan.col_vectors;
   a.k_lanes = plan.k_lanes;
+  a.buffers = plan.buffers;
   if (plan.staged)
     return vector ? launch<Op, T, true, true>(a, plan, stream) : launch<Op, T, true, false>(a, plan, stream);
   return vector ? launch<Op, T, false, true>(a, plan, stream) : launch<Op, T, false, false>(a, plan, stream);

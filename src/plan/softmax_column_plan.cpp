@@ -60,7 +60,9 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   }
   p.k_lanes = kColumnSoftmaxThreads / p.col_vectors;
   p.tile_bytes = p.staged ? tile_of(p.col_vectors) : 0;
-  p.smem_bytes = p.tile_bytes + stats + static_cast<std::size_t>(p.col_vectors) * p.vec * param_bytes;
+  const std::size_t fixed = stats + static_cast<std::size_t>(p.col_vectors) * p.vec * param_bytes;
+  p.buffers = p.staged && 2 * p.tile_bytes + fixed <= max_smem_per_cta ? 2 : 1;
+  p.smem_bytes = p.buffers * p.tile_bytes + fixed;
   p.width = static_cast<int64_t>(p.col_vectors) * p.vec;
   p.tiles_per_slab = (ext.inner + p.width - 1) / p.width;
   p.ctas = ext.outer * p.tiles_per_slab;

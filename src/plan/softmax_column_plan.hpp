@@ -14,7 +14,9 @@
 //
 // staged: the tile (every input) fits shared memory, so x is read once (copied into shared memory,
 // then the statistics and the outputs read it from there); otherwise a statistics pass and an
-// output pass each read x from memory (two reads).
+// output pass each read x from memory (two reads). Where two staged tiles fit a CTA the plan says
+// so (buffers = 2): resident CTAs then loop over tiles, the next tile's copy running while the
+// current one is reduced and written (shipped off, the column_stage_buffers override: LOG.md).
 //
 // The arithmetic of a column (which lane folds which rows, the tree) depends on (K, element size,
 // inputs) alone, never on outer, inner, the alignment or the other columns, so results are
@@ -62,11 +64,12 @@ struct SoftmaxColumnPlan {
   int col_vectors = 1;   // W: vectors across a tile
   int k_lanes = 1;       // R: lanes down K per column vector (W * R = kColumnSoftmaxThreads)
   bool staged = false;   // the tile sits in shared memory: x read once
+  int buffers = 1;       // staged tiles a CTA holds: 2 overlaps the next tile's copy with this one
   int64_t width = 1;     // columns a tile: col_vectors * vec
   int64_t tiles_per_slab = 0;  // ceil(inner / width)
   int64_t ctas = 0;            // outer * tiles_per_slab
   std::size_t tile_bytes = 0;  // the staged tile, all inputs (0 when not staged)
-  std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: tile + statistics + parameters
+  std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: buffers x tile + statistics + parameters
 };
 
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the

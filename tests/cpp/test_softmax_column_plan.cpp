@@ -79,6 +79,7 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(a.k_lanes, 2);
   EXPECT_EQ(a.width, 512);
   EXPECT_EQ(a.ctas, 32 * 32);
+  EXPECT_EQ(a.buffers, 2) << "the next tile's copy beside this one";
 
   const SoftmaxColumnPlan b = plan_of({32, 150, 16384}, 2, 1);
   EXPECT_TRUE(b.staged);
@@ -90,6 +91,7 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_TRUE(c.staged);
   EXPECT_EQ(c.col_vectors, kColumnMinVectors);  // 32 B a row: 1000 x 32 B = 32 KB
   EXPECT_EQ(c.tile_bytes, 1000u * 32);
+  EXPECT_EQ(c.buffers, 2);
 
   const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, 4, 1);
   EXPECT_FALSE(d.staged) << "4096 x 32 B = 128 KB is over kColumnStageMaxBytes: two reads";
@@ -130,7 +132,9 @@ TEST(SoftmaxColumnPlan, SharedMemoryAccountsForTileStatisticsAndParameters) {
     const SoftmaxColumnPlan p = plan_of({4, k, 4096}, 2, 1, 8, 8);
     const std::size_t tile = p.staged ? static_cast<std::size_t>(k) * p.col_vectors * 16 : 0;
     EXPECT_EQ(p.tile_bytes, tile);
-    EXPECT_EQ(p.smem_bytes, tile + kColumnSoftmaxThreads * 8u * 8 + p.col_vectors * 8u * 8) << "K=" << k;
+    EXPECT_EQ(p.buffers, p.staged && 2 * tile + kColumnSoftmaxThreads * 8u * 8 + p.col_vectors * 8u * 8 <= kSmem ? 2 : 1)
+        << "K=" << k;
+    EXPECT_EQ(p.smem_bytes, p.buffers * tile + kColumnSoftmaxThreads * 8u * 8 + p.col_vectors * 8u * 8) << "K=" << k;
     EXPECT_LE(p.smem_bytes, kSmem);
   }
   // A device whose shared memory cannot hold the planned tile streams instead.

@@ -242,6 +242,39 @@ TEST_F(SoftmaxColumnsGpu, DeterministicAndBatchInvariantFloat64) {
   for (Op op : {Op::kLogSoftmax, Op::kSoftmaxBackward}) determinism_and_batch_invariance<double>(op);
 }
 
+// Two staged tile buffers on resident CTAs (the column_stage_buffers=2 override) move bytes
+// differently, never the arithmetic: the same output bits as one tile a CTA, with several tiles a
+// CTA (more tiles than resident CTAs), aligned and one element off; and right against the oracle.
+template <typename T> void two_buffers_change_no_bits(Op op) {
+  for (const Columns c : {Columns{64, 150, 1024}, Columns{32, 19, 16384}, Columns{8, 1000, 1024}}) {
+    SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " [" << c.outer << ", "
+                                    << c.k << ", " << c.inner << "]");
+    std::vector<double> va = make_values(c.numel(), "randn", 15), vb = make_values(c.numel(), "randn", 16);
+    std::vector<T> ha(va.size() + 1), hb(vb.size() + 1);
+    for (std::size_t e = 0; e < va.size(); ++e) {
+      ha[e + 1] = from_double<T>(va[e]);
+      hb[e + 1] = from_double<T>(vb[e]);
+    }
+    DeviceBuffer a(ha), b(hb);
+    ASSERT_TRUE(a.get() && b.get());
+    for (const int64_t offset : {0, 1}) {  // 1: every tile staged element by element, one buffer
+      const std::vector<T> one = output_bits<T>(op, a, b, c, offset);
+      const ScopedTuning two("column_stage_buffers", 2);
+      const std::vector<T> both = output_bits<T>(op, a, b, c, offset);
+      EXPECT_EQ(std::memcmp(one.data(), both.data(), one.size() * sizeof(T)), 0) << "offset " << offset;
+    }
+  }
+  const ScopedTuning two("column_stage_buffers", 2);
+  check_columns<T>(op, {24, 150, 1024}, 0, "special", 17);
+}
+
+TEST_F(SoftmaxColumnsGpu, TwoTileBuffersChangeNoBits) {
+  for (Op op : {Op::kSoftmax, Op::kLogSoftmaxBackward}) {
+    two_buffers_change_no_bits<float>(op);
+    two_buffers_change_no_bits<__nv_bfloat16>(op);
+  }
+}
+
 TEST_F(SoftmaxColumnsGpu, InPlace) {
   const Columns c{3, 150, 1000};
   const std::vector<double> values = make_values(c.numel(), "randn", 9);
