@@ -90,9 +90,8 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
                                                  plan));
   // One tile buffer a CTA and one CTA a tile ship; two buffers on resident CTAs (where the plan
-  // fits them) only by the column_stage_buffers=2 override: run 106 measured them +5..+8% where
-  // they cost no resident CTA and -8% where they did (float32 K = 150), against resident CTAs of
-  // one buffer, not against this default (LOG.md).
+  // fits them) only by the column_stage_buffers=2 override: they gain where they cost no resident
+  // CTA and lose where they do, and were not yet measured against this default (LOG.md).
   if (tuning("column_stage_buffers").value_or(1) < 2 && plan->buffers == 2) {
     plan->buffers = 1;
     plan->smem_bytes -= plan->tile_bytes;
