@@ -107,8 +107,8 @@ __device__ __forceinline__ void store_columns(T* p, int cols, const Acc (&v)[V])
 // Copies the tile (every input: K rows of width columns from col0) into shared memory, dense
 // rows of W * V elements; columns past the inner extent are zero. kVector: one cp.async a
 // vector, issued only (the caller commits and waits); otherwise elements, 8 loads in flight a
-// thread before their stores. The input is picked
-// by a select: a.in[i] at a runtime i put a 64-byte copy of the arguments on the stack.
+// thread before their stores. The input is picked by a select: a.in[i] at a runtime i put a
+// 64-byte copy of the arguments on the stack.
 template <typename T, int NIN, bool kVector>
 __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
   constexpr int V = 16 / sizeof(T);
