@@ -20,7 +20,7 @@ constexpr int kColumnRowLanes = 8;       // column path: lanes down the reduced 
                                          // (32 / 8 = 4 across the inner extent)
 constexpr int kColumnUnroll = 8;         // ... rows each lane loads per step
 // Short columns, K below one step of that layout (8 x 8 rows): most of its ky lanes would sit
-// idle (16 x 2^20 sum float32: 1287 GB/s against torch's 2546, run 21), so a warp is 32 lanes
+// idle (16 x 2^20 sum float32 ran at half torch's speed, LOG.md), so a warp is 32 lanes
 // across x 1 down instead, each lane folding its whole column.
 constexpr int64_t kColumnShortBelowRows = int64_t(kColumnRowLanes) * kColumnUnroll;
 constexpr int64_t kColumnMaxSegments = 64;

@@ -395,8 +395,8 @@ template <class P, int R> __device__ __forceinline__ typename P::Stat ky_butterf
 // tile folds the parts (fold_group_partials): the same merges in the same order every way.
 // At least 2 CTAs per SM: the 16-bit Welford instantiation would otherwise take 165 registers
 // and run one CTA (8 warps) per SM, too few loads in flight. Two-step folds of 32-bit data
-// keep 3 (80 registers, no spills): at 2 they took 118, and sum/amax float32 lost 5-12% at
-// 4096x32768 and 32768x4096 (run 13).
+// keep 3 (80 registers, no spills): at 2 they took 118, and sum/amax float32 ran slower at
+// 4096x32768 and 32768x4096 (LOG.md).
 // R: lanes down K per warp, kColumnRowLanes or 1 (short columns); G = R groups.
 template <class P, typename T, int R, bool kAligned>
 __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2)) reduce_column_kernel(ReduceArgs a) {

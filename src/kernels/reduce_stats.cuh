@@ -279,7 +279,7 @@ template <typename Acc> struct MomentsPolicy {
   }
   // Branch-free: the column path runs long chains of merges, and merges of the columns a lane
   // holds can only overlap when none of them branches. Written with `?:` the compiler still put
-  // two branches (BSSY/BRA/BSYNC) in every merge (SASS of the column kernel, run 12); the selects
+  // two branches (BSSY/BRA/BSYNC) in every merge (the column kernel's SASS); the selects
   // below are PTX selp, so both sides are computed and one is picked. Same values as the
   // conditional form, bit for bit.
   __device__ static Stat merge(const Stat& a, const Stat& b) {

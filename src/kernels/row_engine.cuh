@@ -78,23 +78,19 @@ constexpr int kWarpKernelThreads = 128;
 constexpr int kMaxBlockThreads = 512;
 // Plain block-kernel tiles of up to 32 values a thread fit in 64 registers. Held there, two
 // 512-thread CTAs (or four of 256) stay resident per SM, and a row's loads need that many in
-// flight; left free, the compiler spends 80-90 registers on them and halves the resident CTAs
-// (run 13: softmax float32 4096x12800 3866 -> 2987 GB/s). 16-bit tiles of up to 16 values are
-// held to 32 registers (four 512-thread CTAs an SM, seed Triton's geometry for bf16 softmax
-// 4096x8192), which they fit without spills since a block CTA takes one row and keeps no row
-// loop (ptxas; run 18 measured this cap with the loop: 129 spill requests a row, slower).
-// Run 21, against the kernels with the loop: bf16 softmax 4096x1024 1436 -> 1702 GB/s, 4096x8192
-// 2960 -> 3123, 32768x4096 3704 -> 3908; float32 rows alike or 1-5% faster.
-// float32 tiles of 16 values still spill at 32 (56 bytes) and keep 64 (run 18: 4096x1024
-// ~2050 against 2485 GB/s at 32), as do cluster kernels (12-48 bytes: the cluster reduction's
-// state). Ops with per-column parameters (the _ext block kernels) need more and would spill.
+// flight; left free, the compiler spends 80-90 registers on them and halves the resident CTAs.
+// 16-bit tiles of up to 16 values are held to 32 registers (four 512-thread CTAs an SM, seed
+// Triton's geometry for bf16 softmax 4096x8192), which they fit without spills since a block CTA
+// takes one row and keeps no row loop. float32 tiles of 16 values still spill at 32 and keep 64,
+// as do cluster kernels (the cluster reduction's state). Ops with per-column parameters (the _ext
+// block kernels) need more and would spill. Measured: LOG.md ("Measurements moved out of the
+// source").
 template <int kElemBytes, int kValues, bool kCluster>
 constexpr int kRowMinCtas = kElemBytes == 2 && kValues <= 16 && !kCluster ? 4 : kValues <= 32 ? 2 : 1;
 // Ring kernels (16-bit one-CTA rows looping over rows, the next ones in shared memory) of up to
 // 32 values a thread are held to 64 registers as well: left free, layer_norm's took 82-84 and
-// one 416-thread CTA an SM; held, 64 with a few spills, and run 19 measured layer_norm bf16
-// 4096x12800 1834 -> 2064 GB/s, rms_norm 3060 -> 3140. Larger ring tiles keep no bound (0
-// leaves it out; a bound of 1 changes ptxas's choices).
+// one 416-thread CTA an SM; held, 64 with a few spills, and faster (LOG.md). Larger ring tiles
+// keep no bound (0 leaves it out; a bound of 1 changes ptxas's choices).
 template <int kValues> constexpr int kRingMinCtas = kValues <= 32 ? 2 : 0;
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
@@ -570,14 +566,14 @@ template <int LANES> struct LaneGroup {
 };
 // kCluster: the row spans a cluster of CTAs. One-CTA rows are compiled without the cluster
 // reduction: its code alone pushed the 64-value layer_norm tile into spills (ptxas: 84 bytes of
-// spill stores with it, 4 without; ncu, run 17b: 336 spill requests a row at 4096x32768).
+// spill stores with it, 4 without).
 template <class Op, bool kCluster, bool kAlwaysTwoPhase = false> struct BlockGroup {
   typename Op::Stat* slots;
   typename Op::Stat* cluster_slot;
   bool two_phase_rows;  // RowArgs::two_phase
   // A cluster-wide reduction costs a round trip through distributed shared memory and two
   // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
-  // of two plain ones (run 13: 5-11% slower at 256x262144 with two).
+  // of two plain ones (two were slower at 256x262144, LOG.md).
   // kAlwaysTwoPhase: the merged path is not compiled at all (wide rows: their plans take two).
   __device__ __forceinline__ bool two_phase() const { return kAlwaysTwoPhase || (two_phase_rows && !kCluster); }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
@@ -710,8 +706,7 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // there. The grid holds exactly one CTA (cluster) a row, so tiles of up to 32 values keep no row
 // loop: a loop's live state pushed the 32-register 16-value tiles into spills (ptxas: 24-40
 // bytes, none without). Larger tiles keep the loop (one pass of it): without it ptxas spilled
-// the float32 64-value _ext kernel 120 bytes instead of 4, and run 21 measured those rows 7-13%
-// slower (layer_norm float32 4096x32768 2136 -> 1990 GB/s, rms_norm backward 2214 -> 1917).
+// the float32 64-value _ext kernel 120 bytes instead of 4, and those rows ran slower (LOG.md).
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster, bool kAlwaysTwoPhase = false>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot) {

@@ -18,9 +18,9 @@
 //   - one row a CTA (R = 1): 128 .. 512 threads, up to kFusedTileWords a thread (16-bit and
 //     float32 N <= 8192, float64 N <= 4096). Longer rows take the two-kernel path (dx on the
 //     row engine, dweight/dbias by column kernels), although it reads x and dy twice: clusters
-//     of 2 to 4 CTAs of this kernel were 14-26% slower at 4096 x 12800 and 4096 x 32768, each
-//     dtype and norm (bench/results/LOG.md, run 19), the cluster barriers of every row costing
-//     more than the second read.
+//     of 2 to 4 CTAs of this kernel were slower at 4096 x 12800 and 4096 x 32768, each dtype and
+//     norm (bench/results/LOG.md), the cluster barriers of every row costing more than the
+//     second read.
 #pragma once
 
 #include <algorithm>

@@ -31,8 +31,7 @@ int pow2_floor(int64_t v) {
 // half as many bytes in flight per register as a float32 row does: too few to cover memory
 // latency. Their CTAs (one per row share, no cluster) loop over rows instead, with the next
 // kRowRing rows already streaming into shared memory. float32/float64 rows and clusters keep
-// the direct loads: the ring measured slower there (bench/results/LOG.md, run 7; for 16-bit
-// cluster rows run 14: softmax bf16 256x262144 1629 -> 1104 GB/s).
+// the direct loads: the ring measured slower there (bench/results/LOG.md).
 RowKernelConfig with_ring(RowKernelConfig c, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   if (!limits.ring || elem_bytes >= 4 || c.cluster > 1) return c;
   const std::size_t tile_bytes = std::size_t(c.threads) * c.vpt * 16 * inputs;
@@ -104,7 +103,7 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   const int tile_vpt = std::clamp(pow2_floor(limits.max_tile_values / (c.vec * words * inputs)), 1, max_vpt);
   // limits.block_elems values a thread: each row costs a thread a fixed amount of work (its
   // address, the CTA reduction, the row's parameters), which must be spread over enough
-  // elements, while small CTAs, several per SM, keep many rows in flight (run 9 sweep, LOG.md).
+  // elements, while small CTAs, several per SM, keep many rows in flight (LOG.md's sweeps).
   const int min_threads = std::clamp(limits.min_block_threads, 32, limits.max_block_threads);
   c.threads = std::clamp(pow2_ceil(ceil_div(cols * inputs, std::max(1, limits.block_elems))), min_threads,
                          std::max(min_threads, limits.max_block_threads));
@@ -214,7 +213,7 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
 
 }  // namespace
 
-// Each entry's measurements: bench/results/LOG.md (runs 11-49).
+// Each entry's measurements: bench/results/LOG.md.
 RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
   RowKernelLimits l;
   l.reread_above_words = reread_above_words_for(family, elem_bytes);
@@ -226,7 +225,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.ring_min_tile_bytes = 32 * 1024;         // below 32 KB tiles direct loads keep enough in flight
       break;
     case RowFamily::kLayerNormForward:
-      l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: runs 17a, 21
+      l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
       l.wide_rows = elem_bytes == 2;  // float32's 32-value wide tile spills; its re-read rows stay ahead
       break;
@@ -267,7 +266,7 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
     return {{{110 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}, {}, {}}};
   }
   if (family != RowFamily::kRowwise || elem_bytes != 2) return {};
-  // 16-bit softmax / log_softmax rows (LOG.md, runs 49-54), other rows as the held and re-read
+  // 16-bit softmax / log_softmax rows (LOG.md), other rows as the held and re-read
   // plans take them:
   return {{
       // 16-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows by 4-51% (log_softmax
@@ -283,15 +282,10 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
 }
 
 int reread_above_words_for(RowFamily family, int elem_bytes) {
-  // Run 25 (same run, torch.compile beside): 16-bit rows past one CTA gain in every family
-  // (1024x65536: softmax 2076 -> 2496 GB/s, layer_norm 1246 -> 1756, rms_norm 1704 -> 2304,
-  // layer_norm backward 1255 -> 1363; 256x262144 layer_norm 966 -> 1700), while float32 rows past
-  // one CTA gain only in layer_norm (1024x65536 2042 -> 2425, 256x262144 1705 -> 2440) and lose
-  // in softmax (3475 -> 2806), rms_norm (3192 -> 2595) and the backward (2161 -> 1811): their
-  // clusters hold the row in registers at few registers a value. One-CTA layer_norm rows gain
-  // from tiles above 16 words in float32 (4096x12800 2665 -> 3029, 4096x32768 2118 -> 2596) and
-  // above 32 in 16-bit (4096x32768 1826 -> 2156; 12800, at 32 words, lost 2064 -> 1607); other
-  // one-CTA rows lost (softmax float32 4096x32768 4036 -> 3221).
+  // 16-bit rows past one CTA gain from re-reading in every family, while float32 rows past one
+  // CTA gain only in layer_norm and lose in softmax, rms_norm and the backward: their clusters
+  // hold the row in registers at few registers a value. One-CTA layer_norm rows gain from tiles
+  // above 16 words in float32 and above 32 in 16-bit; other one-CTA rows lose (LOG.md).
   // Float32 residual rows past one CTA re-read where their length is ragged (row_policy's
   // reread_ragged_lengths_only): there the held clusters' shifted rows ran far below the re-read
   // rows, while aligned add_rms_norm rows lost on re-reading (LOG.md).

@@ -41,8 +41,7 @@ constexpr int kRowTileWords = 64;
 constexpr int kRereadTileWords = 16;
 constexpr int kRereadSmallTileWords = 4;
 // ... and rows of at most this many bytes (all inputs): one CTA a row leaves the SMs idle where
-// such long rows come few to a batch (run 25: layer_norm float32 16x2^20 1183 -> 336 GB/s,
-// 256x262144 1705 -> 2440), so longer rows keep their clusters.
+// such long rows come few to a batch (LOG.md), so longer rows keep their clusters.
 constexpr int64_t kRereadMaxRowBytes = int64_t(1) << 20;
 // The vectors a thread of a re-read tile of `words` words holds (at least one): the planner's
 // choice and the kernel the launcher instantiates for it.
@@ -117,13 +116,12 @@ struct RowKernelLimits {
   std::size_t max_smem_per_sm = 228 * 1024;
   int split_chunk_tiles = 2;        // tiles (kRowSplitThreads x kRowSplitVpt vectors) a chunk
   int split_ring = 3;               // chunk buffers a CTA cycles through (loads run ahead)
-  // Rows a cluster of at least this many CTAs holds in registers split as well: run 23's sweep of
-  // bfloat16 softmax / log_softmax gained 15% / 26% at 196608 columns (6-CTA clusters) and 6% /
-  // 13% at 262144 (8), was mixed at 131072 (4: -5% / +4%) and lost 16% / 7% at 65536 (2).
+  // Rows a cluster of at least this many CTAs holds in registers split as well: splitting gained
+  // from 6-CTA clusters up, was mixed at 4 and lost at 2 (bfloat16 softmax, LOG.md).
   int split_min_cluster = 5;
-  // Only rows of elements this small split: 16-bit rows gain 13-37% at 16 x 2^20 and 4 x 2^21,
-  // float32 rows lose 5-6% against the stream kernel, whose 16 CTAs a row then hold the whole
-  // row on chip (bench/results/LOG.md, run 16).
+  // Only rows of elements this small split: 16-bit rows gain at 16 x 2^20 and 4 x 2^21, float32
+  // rows lose against the stream kernel, whose 16 CTAs a row then hold the whole row on chip
+  // (LOG.md).
   int split_max_elem_bytes = 2;
   // Re-read rows: rows longer than one CTA's register tile (up to kRereadMaxRowBytes), and
   // one-CTA rows of more than this many words a thread (0: none), take small tiles
@@ -142,17 +140,14 @@ struct RowKernelLimits {
   bool reread_ragged_lengths_only = false;
   // Re-read rows of at least this many bytes (all inputs) take tiles of kRereadSmallTileWords
   // (one 16-byte vector a thread) on CTAs held to 32 registers, four an SM, as torch.compile's
-  // norm kernels run (run 26's ncu: 512-1024 threads of 32-64 registers, the second pass
-  // re-reading from L1 / L2). Run 27, same run: 16-bit layer_norm 4096x32768 2141 -> 2275 GB/s,
-  // 1024x65536 1728 -> 2056, rms_norm 2273 -> 2450, float32 layer_norm 2569 -> 2706 /
-  // 2421 -> 2510, softmax and the backwards within noise; shorter rows keep kRereadTileWords
-  // (float32 layer_norm 4096x12800, 50 KB rows in 7 such tiles, the last a quarter full, lost
-  // 2989 -> 2661). The reread_small_tiles_from_bytes override replaces it.
+  // norm kernels run (512-1024 threads of 32-64 registers, the second pass re-reading from L1 /
+  // L2); the norms gain, softmax and the backwards tie. Shorter rows keep kRereadTileWords (50 KB
+  // float32 rows in 7 such tiles, the last a quarter full, lost; LOG.md). The
+  // reread_small_tiles_from_bytes override replaces it.
   int64_t reread_small_tiles_from_bytes = int64_t(64) << 10;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
-  // split (run 27: layer_norm 1663 against 1269 GB/s, rms_norm 2114 / 1796, add_layer_norm
-  // 2201 / 1522, add_rms_norm 2250 / 1921); softmax's split rows won there (run 23).
+  // split; softmax's split rows won there (LOG.md).
   bool reread_over_split = false;
   // Re-read rows park up to this many bytes of their tiles (all but the last) in shared memory,
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
