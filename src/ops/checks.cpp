@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 namespace reducekit {
 namespace {
@@ -92,6 +94,29 @@ std::string shape_string(const int64_t* sizes, int rank) {
   for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(sizes[d]);
   return s + "]";
 }
+
+namespace detail {
+Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
+  DeviceAttributes device;
+  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
+  const auto key = std::make_tuple(kernel, threads, smem, device.device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *ctas = it->second;
+    return Status::ok();
+  }
+  int per_sm = 0;
+  if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+      err != cudaSuccess) {
+    cudaGetLastError();  // clear it: the Status carries the error now
+    return Status::cuda_error(std::string("occupancy query launch failed: ") + cudaGetErrorString(err));
+  }
+  *ctas = cache[key] = std::max(1, per_sm) * device.sms;
+  return Status::ok();
+}
+}  // namespace detail
 
 Status check_float_device_tensor(const TensorView& t, const char* name) {
   if (t.rank < 0 || t.rank > kMaxRank)

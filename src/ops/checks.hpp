@@ -3,6 +3,7 @@
 // argument's name, so a binding can pass it to the user unchanged.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -34,6 +35,13 @@ struct DeviceAttributes {
   bool cooperative = false;  // cooperative grid launches
 };
 Status current_device_attributes(DeviceAttributes* attributes);
+
+namespace detail {
+// CTAs of `kernel` (a __global__ function's address) the current device holds at once (per SM x
+// SMs), per (kernel, CTA size, shared memory), cached: the query is host work repeated on every
+// call otherwise.
+Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas);
+}  // namespace detail
 
 Status check_float_device_tensor(const TensorView& t, const char* name);
 

@@ -6,10 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <type_traits>
 
 #include "kernels/row_engine.cuh"
@@ -196,25 +193,6 @@ inline Status launch_status(const char* what) {
   return Status::cuda_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
 }
 
-// CTAs of `kernel` the whole device holds at once (per SM x SMs), per (kernel, CTA size,
-// shared memory), cached: the query is host work repeated on every call otherwise.
-inline Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
-  DeviceAttributes device;
-  REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
-  const auto key = std::make_tuple(kernel, threads, smem, device.device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache.find(key); it != cache.end()) {
-    *ctas = it->second;
-    return Status::ok();
-  }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
-    return launch_status("occupancy query");
-  *ctas = cache[key] = std::max(1, per_sm) * device.sms;
-  return Status::ok();
-}
 
 // Kernels need an opt-in for more than 48 KB of dynamic shared memory.
 template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, const char* name) {

@@ -111,13 +111,10 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
   // (a tile's copy beside the one before it). Which CTA takes a tile changes no arithmetic.
   int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
   if (plan.buffers == 2) {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kColumnSoftmaxThreads, plan.smem_bytes) !=
-        cudaSuccess)
-      return cuda_status("softmax_column_kernel occupancy query");
-    DeviceAttributes device;
-    REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
-    grid = std::min<int64_t>(a.items, std::max(1, per_sm) * int64_t(device.sms));
+    int resident = 0;
+    REDUCEKIT_RETURN_IF_ERROR(
+        detail::resident_ctas(reinterpret_cast<const void*>(kernel), kColumnSoftmaxThreads, plan.smem_bytes, &resident));
+    grid = std::min<int64_t>(a.items, resident);
   }
   kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, plan.smem_bytes, stream>>>(a);
   return cuda_status("softmax_column_kernel launch");

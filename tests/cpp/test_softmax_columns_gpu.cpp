@@ -13,6 +13,7 @@
 
 #include "gpu_test_util.hpp"
 #include "softmax_test_ops.hpp"
+#include "plan/softmax_column_plan.hpp"
 #include "reducekit/softmax.hpp"
 #include "reference/reference.hpp"
 
@@ -245,10 +246,23 @@ TEST_F(SoftmaxColumnsGpu, DeterministicAndBatchInvariantFloat64) {
 // Two staged tile buffers on resident CTAs (the column_stage_buffers=2 override) move bytes
 // differently, never the arithmetic: the same output bits as one tile a CTA, with several tiles a
 // CTA (more tiles than resident CTAs), aligned and one element off; and right against the oracle.
+int device_smem_optin() {
+  int smem = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  return smem;
+}
+
 template <typename T> void two_buffers_change_no_bits(Op op) {
   for (const Columns c : {Columns{64, 150, 1024}, Columns{32, 19, 16384}, Columns{8, 1000, 1024}}) {
     SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " [" << c.outer << ", "
                                     << c.k << ", " << c.inner << "]");
+    // The shape must plan two buffers, or both runs below take the same path (statistics and
+    // parameters of at most 8 bytes, as every op here has).
+    SoftmaxColumnPlan plan;
+    ASSERT_TRUE(plan_softmax_columns({c.outer, c.k, c.inner}, sizeof(T), is_backward(op) ? 2 : 1, 8, 8,
+                                     static_cast<std::size_t>(device_smem_optin()), &plan)
+                    .is_ok());
+    ASSERT_EQ(plan.buffers, 2);
     std::vector<double> va = make_values(c.numel(), "randn", 15), vb = make_values(c.numel(), "randn", 16);
     std::vector<T> ha(va.size() + 1), hb(vb.size() + 1);
     for (std::size_t e = 0; e < va.size(); ++e) {
