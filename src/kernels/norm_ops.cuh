@@ -4,7 +4,9 @@
 //
 // layer_norm statistic: (count, mean, M2) per tile by two passes over its registers (mean of the
 // real elements, then squared deviations of the real elements only: pads are 0 and would count
-// as deviations of -mean), combined across threads and CTAs by Chan's merge. Never E[x^2] - E[x]^2.
+// as deviations of -mean), combined across threads and CTAs by Chan's merge. Never E[x^2] - E[x]^2;
+// re-read rows streamed through several tiles sum deviations from their first tile's mean
+// instead (kShiftedStream).
 // rms_norm statistic: the sum of squares (pads 0 add nothing).
 // Both take an optional per-column bias: y = xhat * weight + bias (rms_norm's: RmsNormBiasForwardOp).
 // Per-column weight/bias are read at output time in the tile's layout (shared by all rows, so
@@ -170,6 +172,33 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
     return params(x, at, sum.w[0] / Acc(at.cols), m2.w[0]);
   }
   __device__ static Local local_two(const Params& p) { return p; }
+
+  // Rows streamed through several tiles (row_stream.cuh, kShiftedStream): the sums of the
+  // deviations from a shift and of their squares, the shift being the mean of the row's first
+  // tile (at least 2048 values), so that M2 = q - s^2 / n cancels little: |mean - shift| is at
+  // most sqrt((1 - f) / f) standard deviations for a first tile holding a fraction f of the
+  // row. Two adds and a multiply-add a value, where Chan's merge a tile took three divisions.
+  static constexpr bool kShiftedStream = true;
+  using Shifted = RowSumPair<Acc>;
+  template <int N> __device__ static void prepare_values(Acc (&v)[Base::kInputs][N]) { Base::prepare(v); }
+  template <int N> __device__ static Acc tile_sum(const Acc (&v)[Base::kInputs][N]) {
+    return fold_chains<N>(Plus{}, [&](int j) { return v[0][j]; });
+  }
+  template <int N>
+  __device__ static typename Shifted::Stat fold_shifted(const RowSpan& at, const Acc (&v)[Base::kInputs][N], Acc shift) {
+    constexpr int VEC = 16 / sizeof(T);
+    const int n = at.template valid_elems<VEC, N / VEC>();
+    if (n == N)
+      return {{fold_chains<N>(Plus{}, [&](int j) { return v[0][j] - shift; }),
+               fold_chains<N>(Plus{}, [&](int j) { return (v[0][j] - shift) * (v[0][j] - shift); })}};
+    return {{fold_chains<N>(Plus{}, [&](int j) { return j < n ? v[0][j] - shift : Acc(0); }),
+             fold_chains<N>(Plus{}, [&](int j) { return j < n ? (v[0][j] - shift) * (v[0][j] - shift) : Acc(0); })}};
+  }
+  __device__ static Params finalize_shifted(const Extra& x, const RowSpan& at, Acc shift,
+                                            const typename Shifted::Stat& s) {
+    const Acc offset = s.w[0] / Acc(at.cols);
+    return params(x, at, shift + offset, s.w[1] - s.w[0] * offset);
+  }
   __device__ static void row_done(const Extra& x, const RowSpan& at, const Params& p) {
     if (x.mean != nullptr) x.mean[at.row] = p.mean;
     if (x.rstd != nullptr) x.rstd[at.row] = p.rstd;

@@ -14,7 +14,8 @@
 // with plain statistics, instead of once with the merged one (a softmax max, then the sum of
 // exp(x - max); a layer_norm sum, then the squared deviations from the mean). Each butterfly
 // step is then a max or an add, where the merged statistics cost exps (softmax) or divisions
-// (Chan's merge); the merged form stays for rows streamed through several tiles:
+// (Chan's merge); the merged form stays for rows streamed through several tiles (but for ops
+// that declare kShiftedStream, row_stream.cuh):
 //   - First, Second:     reduction policies (Stat, identity, merge) of the two statistics;
 //   - fold_first(values) and fold_second(values, row's First): a thread's statistics (the
 //                        second may rewrite the values); finalize_two(row First, row Second);
@@ -166,6 +167,12 @@ template <typename Acc> struct RowSum {
   using Stat = StatVec<Acc, 1>;
   __device__ static Stat identity() { return {{Acc(0)}}; }
   __device__ static Stat merge(const Stat& a, const Stat& b) { return {{a.w[0] + b.w[0]}}; }
+};
+// Two sums at once (a streamed row's sums of deviations and of their squares, row_stream.cuh).
+template <typename Acc> struct RowSumPair {
+  using Stat = StatVec<Acc, 2>;
+  __device__ static Stat identity() { return {{Acc(0), Acc(0)}}; }
+  __device__ static Stat merge(const Stat& a, const Stat& b) { return {{a.w[0] + b.w[0], a.w[1] + b.w[1]}}; }
 };
 
 // Up to two inputs and one output, each [rows, cols] with its own row stride (in elements).

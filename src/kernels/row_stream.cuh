@@ -34,6 +34,16 @@ template <class Op, class = void> struct ReadsBackSecond : std::false_type {};
 template <class Op>
 struct ReadsBackSecond<Op, std::void_t<decltype(Op::kReadsBackSecond)>> : std::bool_constant<Op::kReadsBackSecond> {};
 
+// Ops whose streamed rows reduce sums of deviations from a shift (Op::kShiftedStream: layer_norm,
+// norm_ops.cuh) instead of merging the op's statistic tile by tile.
+template <class Op, class = void> struct ShiftedStream : std::false_type {
+  using Stat = typename Op::Stat;  // unused
+};
+template <class Op>
+struct ShiftedStream<Op, std::void_t<decltype(Op::kShiftedStream)>> : std::bool_constant<Op::kShiftedStream> {
+  using Stat = typename Op::Shifted::Stat;
+};
+
 // Writes Op's second output alone (RowTile::store of the first pass).
 template <class Op> struct SecondOutputOf {
   using Acc = typename Op::Acc;
@@ -82,6 +92,10 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
                                                 int stash_tiles) {
   constexpr int NIN = Op::kInputs;
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
+  using Acc = typename Op::Acc;
+  // Re-read rows only: the held rows' large tiles spilled with the shift's state (ptxas).
+  constexpr bool kShifted = ShiftedStream<Op>::value && kBulkStash;
+  static_assert(sizeof(typename ShiftedStream<Op>::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
   extern __shared__ __align__(128) unsigned char stash_bytes[];
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
   auto* bulk = reinterpret_cast<Bytes16*>(stash_bytes);
@@ -133,6 +147,25 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     // the output pass. One tile is live at a time, so tiles can use all the registers.
     typename Op::Stat stat = Op::identity(), last = Op::identity();
     Tile tile;
+    // kShifted: the row's first tile gives the shift (its mean over the row's threads), then
+    // every tile adds its sums of deviations from it.
+    typename ShiftedStream<Op>::Stat sums{};
+    Acc shift = Acc(0);
+    auto take_shifted = [&](int t) {
+      if constexpr (kShifted) {
+        Op::prepare_values(tile.values);
+        if (t == 0) {
+          using Sum = RowSum<Acc>;
+          typename Sum::Stat first{{Op::tile_sum(tile.values)}};
+          first = block_butterfly_reduce<Sum>(first, reinterpret_cast<typename Sum::Stat*>(slots));
+          if (cluster_size > 1) first = cluster_reduce<Sum>(first, reinterpret_cast<typename Sum::Stat*>(cluster_slot));
+          const int64_t counted = int64_t(tile_vectors) * VEC < cols ? int64_t(tile_vectors) * VEC : cols;
+          shift = first.w[0] / Acc(counted);
+        }
+        sums = Op::Shifted::merge(
+            sums, Op::fold_shifted(RowSpan{row, me + t * tile_vectors, step, cols, kAligned}, tile.values, shift));
+      }
+    };
     if (stash_tiles > 0) {
       if constexpr (kBulkStash) {
         __syncthreads();  // the barriers are set up, and the last row's output pass has left the stash
@@ -148,7 +181,8 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       for (int t = 0; t < stash_tiles; ++t) {
         if constexpr (kBulkStash) wait_bulk_tile(&tile_in[t], parity);
         unstash(tile, t, me + t * tile_vectors, in);
-        stat = Op::merge(stat, fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values));
+        if constexpr (kShifted) take_shifted(t);
+        else stat = Op::merge(stat, fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values));
         if constexpr (kSecondInFirstPass) {
           if (read_back) tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + t * tile_vectors, step, 0, extra);
         }
@@ -157,8 +191,12 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     }
     for (int t = stash_tiles; t < tiles; ++t) {
       tile.template load<Op>(in, cols, me + t * tile_vectors, step, t == tiles - 1 ? drop : keep);
-      last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
-      stat = Op::merge(stat, last);
+      if constexpr (kShifted) {
+        take_shifted(t);
+      } else {
+        last = fold_tile<Op, kAligned>(extra, row, me + t * tile_vectors, step, cols, tile.values);
+        stat = Op::merge(stat, last);
+      }
       // fold left the second output's values in the tile; an aligned row's last tile writes them
       // in the output pass
       if constexpr (kReadBack) {
@@ -166,10 +204,24 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
           tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + t * tile_vectors, step, 0, extra);
       }
     }
-    stat = block_butterfly_reduce<Op>(stat, slots);
-    if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
-    const typename Op::Params p =
-        finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
+    typename Op::Params p;
+    if constexpr (kShifted) {
+      using Pair = typename Op::Shifted;
+      sums = block_butterfly_reduce<Pair>(sums, reinterpret_cast<typename Pair::Stat*>(slots));
+      if (cluster_size > 1) sums = cluster_reduce<Pair>(sums, reinterpret_cast<typename Pair::Stat*>(cluster_slot));
+      const RowSpan span{row, me + (tiles - 1) * tile_vectors, step, cols, kAligned};
+      p = Op::finalize_shifted(extra, span, shift, sums);
+      if (me == 0) Op::row_done(extra, span, p);
+    } else {
+      stat = block_butterfly_reduce<Op>(stat, slots);
+      if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+      p = finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
+    }
+    // The factors of a tile's outputs from its own fold (the shifted rows' come from p alone).
+    auto local_of = [&](const typename Op::Stat& own) {
+      if constexpr (kShifted) return Op::local_two(p);
+      else return Op::local(p, own);
+    };
 
     // Last tile first: it is still in registers, folded. The others are fetched and folded
     // again (same inputs, same bits): from shared memory if parked, else from global memory.
@@ -179,7 +231,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       }
       folded.template store<Op>(out, out2, cols, first, step, local, extra);
     };
-    store_outputs(tile, me + (tiles - 1) * tile_vectors, Op::local(p, last));
+    store_outputs(tile, me + (tiles - 1) * tile_vectors, local_of(last));
     for (int t = tiles - 2; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if constexpr (kReadBack) {
@@ -187,14 +239,19 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
           RowTile<T, 1, VEC, VPT, kAligned> second;
           const T* const second_row[1] = {out2};
           second.template load<OutputFromSecondOf<Op>>(second_row, cols, first, step, drop);
-          second.template store<OutputFromSecondOf<Op>>(out, nullptr, cols, first, step, Op::local(p, last), extra);
+          second.template store<OutputFromSecondOf<Op>>(out, nullptr, cols, first, step, local_of(last), extra);
           continue;
         }
       }
       if (t < stash_tiles) unstash(tile, t, first, in);
       else tile.template load<Op>(in, cols, first, step, drop);
-      const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
-      store_outputs(tile, first, Op::local(p, again));
+      if constexpr (kShifted) {
+        Op::prepare_values(tile.values);
+        store_outputs(tile, first, local_of(last));
+      } else {
+        const typename Op::Stat again = fold_tile<Op, kAligned>(extra, row, first, step, cols, tile.values);
+        store_outputs(tile, first, local_of(again));
+      }
     }
   }
 }

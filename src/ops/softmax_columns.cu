@@ -89,10 +89,8 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
                                                  plan));
-  // One tile buffer a CTA and one CTA a tile ship; two buffers on resident CTAs (where the plan
-  // fits them) only by the column_stage_buffers=2 override: they gain where they cost no resident
-  // CTA and lose where they do, and were not yet measured against this default (LOG.md).
-  if (tuning("column_stage_buffers").value_or(1) < 2 && plan->buffers == 2) {
+  // column_stage_buffers=1 keeps one tile buffer a CTA (one CTA a tile) wherever two fit.
+  if (tuning("column_stage_buffers").value_or(0) == 1 && plan->buffers == 2) {
     plan->buffers = 1;
     plan->smem_bytes -= plan->tile_bytes;
   }
@@ -108,15 +106,26 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
           cudaSuccess)
     return cuda_status("softmax_column_kernel shared memory opt-in");
   // One CTA a tile; with two tile buffers as many CTAs as stay resident, each looping over tiles
-  // (a tile's copy beside the one before it). Which CTA takes a tile changes no arithmetic.
+  // (a tile's copy beside the one before it). Two buffers only where they cost no resident CTA:
+  // they gained 3-9% where they did not and lost 12-13% where they cut float32 from 3 CTAs an
+  // SM to 2 (LOG.md; column_stage_buffers=2 takes them regardless). Which CTA takes a tile, and
+  // how many buffers it has, changes no arithmetic.
+  kernels::ColumnArgs<T> args = a;
+  std::size_t smem = plan.smem_bytes;
   int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
   if (plan.buffers == 2) {
-    int resident = 0;
-    REDUCEKIT_RETURN_IF_ERROR(
-        detail::resident_ctas(reinterpret_cast<const void*>(kernel), kColumnSoftmaxThreads, plan.smem_bytes, &resident));
-    grid = std::min<int64_t>(a.items, resident);
+    const void* k = reinterpret_cast<const void*>(kernel);
+    int two = 0, one = 0;
+    REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(k, kColumnSoftmaxThreads, smem, &two));
+    REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(k, kColumnSoftmaxThreads, smem - plan.tile_bytes, &one));
+    if (two < one && tuning("column_stage_buffers").value_or(0) != 2) {
+      args.buffers = 1;
+      smem -= plan.tile_bytes;
+    } else {
+      grid = std::min<int64_t>(a.items, two);
+    }
   }
-  kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, plan.smem_bytes, stream>>>(a);
+  kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, smem, stream>>>(args);
   return cuda_status("softmax_column_kernel launch");
 }
 

@@ -16,7 +16,7 @@
 // then the statistics and the outputs read it from there); otherwise a statistics pass and an
 // output pass each read x from memory (two reads). Where two staged tiles fit a CTA the plan says
 // so (buffers = 2): resident CTAs then loop over tiles, the next tile's copy running while the
-// current one is reduced and written (shipped off, the column_stage_buffers override: LOG.md).
+// current one is reduced and written; the launcher keeps one where two would cost a resident CTA.
 //
 // The arithmetic of a column (which lane folds which rows, the tree) depends on (K, element size,
 // inputs) alone, never on outer, inner, the alignment or the other columns, so results are

@@ -85,17 +85,23 @@ struct Case {
   bool residual = false;
   bool weight = true;
   bool bias = true;
-  std::string values = "randn";  // "randn", "large_mean" (1e3 + randn), "constant" rows mixed in
+  std::string values = "randn";  // "randn", "large_mean" (1e3 + randn), "constant" rows mixed in,
+                                 // "step" (a row's first 2048 values 50 higher)
   bool split = false;  // with the workspace *_requirements asks for; the rows must split
 };
 
-// x values by kind; every third row constant (variance 0) for "constant".
+// x values by kind; every third row constant (variance 0) for "constant". "step" sets a
+// streamed layer_norm row's first tile (one vector a thread of 512) apart from the rest: the
+// shift its sums of deviations take is then several standard deviations from the mean.
 std::vector<double> make_x(int64_t rows, int64_t cols, const std::string& kind, uint32_t seed) {
   std::vector<double> v = make_values(rows * cols, "randn", seed);
   if (kind == "large_mean")
     for (double& x : v) x += 1e3;
   if (kind == "constant")
     for (int64_t r = 0; r < rows; r += 3) std::fill_n(v.begin() + r * cols, cols, 0.375 * (r + 1));
+  if (kind == "step")
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < std::min<int64_t>(cols, 2048); ++j) v[r * cols + j] += 50.0;
   return v;
 }
 
@@ -407,6 +413,8 @@ TEST_F(NormGpu, RereadRows) {
     check_backward<float, float>(Kind::kLayer, true, {3, 65536, 65536, 0}, 75);
     check_backward<__nv_bfloat16, float>(Kind::kRms, true, {3, 40009, 40012, 1}, 76);
     check_forward<float, float>({Kind::kLayer, true, true, true, "randn"}, {5, 8193, 8196, 0}, 77);
+    check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {3, 131072, 131072, 0}, 78);
+    check_forward<__nv_bfloat16, float>({Kind::kLayer, true, true, false, "step"}, {2, 65536, 65544, 1}, 79);
   }
 }
 
