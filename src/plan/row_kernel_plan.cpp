@@ -148,7 +148,15 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
 
 // Words a thread of a re-read row's tile.
 int reread_tile_words(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
-  return cols * elem_bytes * inputs >= limits.reread_small_tiles_from_bytes ? kRereadSmallTileWords : kRereadTileWords;
+  if (cols * elem_bytes * inputs >= limits.reread_small_tiles_from_bytes) return kRereadSmallTileWords;
+  if (limits.reread_small_tiles_for_short_last) {
+    const int vec = std::max(1, 16 / elem_bytes);
+    const int64_t tile_vectors = int64_t(std::max(32, limits.max_block_threads / 32 * 32)) *
+                                 reread_vpt(kRereadTileWords, vec, acc_words(elem_bytes), inputs);
+    const int64_t last = ceil_div(cols, vec) % tile_vectors;
+    if (last != 0 && 2 * last < tile_vectors) return kRereadSmallTileWords;
+  }
+  return kRereadTileWords;
 }
 
 // A held plan's row as re-read rows (RowKernelLimits::reread_above_words).
@@ -228,6 +236,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
       l.wide_rows = elem_bytes == 2;  // float32's 32-value wide tile spills; its re-read rows stay ahead
+      l.reread_small_tiles_for_short_last = elem_bytes == 4;  // 16-bit tied
       break;
     case RowFamily::kRmsNormForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed

@@ -642,6 +642,18 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_EQ(tile_words(32768, 4), 4);
   EXPECT_EQ(tile_words(32767, 2), 16) << "one element short of 64 KiB";
   EXPECT_EQ(tile_words(32768, 2), 8) << "16-bit: one 8-element vector";
+
+  // float32 layer_norm: small tiles also where the last 16-word tile would be under half full.
+  const RowKernelLimits ln = policy_on_h200(RowFamily::kLayerNormForward, 4);
+  struct Short { int64_t n; int vpt, tiles; };
+  for (const Short& w : {Short{10240, 1, 5}, Short{12800, 4, 2}, Short{16000, 4, 2}, Short{9000, 1, 5},
+                         Short{14336, 4, 2}, Short{40960, 1, 20}}) {
+    const RowKernelConfig c = plan_row_kernel(w.n, 4, 1, ln);
+    EXPECT_EQ(c.vpt, w.vpt) << "n=" << w.n;
+    EXPECT_EQ(c.tiles, w.tiles) << "n=" << w.n;
+  }
+  EXPECT_FALSE(row_policy(RowFamily::kLayerNormForward, 2).reread_small_tiles_for_short_last);
+  EXPECT_FALSE(row_policy(RowFamily::kRowwise, 4).reread_small_tiles_for_short_last);
 }
 
 // Norm forwards re-read their rows even with a workspace (reread_over_split); rows over
