@@ -95,6 +95,10 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   using Acc = typename Op::Acc;
   // Re-read rows only: the held rows' large tiles spilled with the shift's state (ptxas).
   constexpr bool kShifted = ShiftedStream<Op>::value && kBulkStash;
+  // Tiles a group of loads ahead covers (RowArgs::loads_ahead): four vectors a thread, of one
+  // float32 input only (the 16-bit and two-input one-vector kernels spill at their 32 registers
+  // already, ptxas: twice as much with the group).
+  constexpr int kAhead = sizeof(T) == 4 && NIN == 1 && VPT <= 2 ? 4 / VPT : 1;
   static_assert(sizeof(typename ShiftedStream<Op>::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
   extern __shared__ __align__(128) unsigned char stash_bytes[];
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
@@ -189,7 +193,36 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       }
       parity ^= 1;
     }
-    for (int t = stash_tiles; t < tiles; ++t) {
+    int t = stash_tiles;
+    // Loads ahead (RowArgs::loads_ahead): the tiles before the last in groups of kAhead lying
+    // wholly inside the row (the same for every thread), the group's loads all issued before its
+    // first fold; then the same folds, in the same order, as one tile at a time.
+    if constexpr (kShifted && kAligned && kAhead > 1) {
+      if (args.loads_ahead) {
+        for (; t + kAhead < tiles && int64_t(t + kAhead) * tile_vectors * VEC <= cols; t += kAhead) {
+          Bytes16 raw[kAhead][NIN][VPT];
+#pragma unroll
+          for (int g = 0; g < kAhead; ++g)
+#pragma unroll
+            for (int i = 0; i < NIN; ++i)
+#pragma unroll
+              for (int k = 0; k < VPT; ++k) raw[g][i][k] = keep(in[i] + (me + (t + g) * tile_vectors + k * step) * VEC);
+#pragma unroll
+          for (int g = 0; g < kAhead; ++g) {
+#pragma unroll
+            for (int i = 0; i < NIN; ++i)
+#pragma unroll
+              for (int k = 0; k < VPT; ++k) tile.unpack(i, k, pack_of<typename Tile::PackT>(raw[g][i][k]));
+            take_shifted(t + g);
+            if constexpr (kReadBack) {
+              if (read_back)
+                tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + (t + g) * tile_vectors, step, 0, extra);
+            }
+          }
+        }
+      }
+    }
+    for (; t < tiles; ++t) {
       tile.template load<Op>(in, cols, me + t * tile_vectors, step, t == tiles - 1 ? drop : keep);
       if constexpr (kShifted) {
         take_shifted(t);

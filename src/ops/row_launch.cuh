@@ -61,6 +61,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("l2_hints_from_bytes", &limits->l2_hints_from_bytes);
   set("wide_rows", &limits->wide_rows);
   set("read_back_second", &limits->read_back_second);
+  set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);
   set("split_chunk_tiles", &limits->split_chunk_tiles);
   set("split_ring", &limits->split_ring);
@@ -256,6 +257,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   args.two_phase = c.two_phase;
   args.l2_hints = c.l2_hints;
   args.read_back_second = c.read_back_second;
+  args.loads_ahead = c.loads_ahead;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   constexpr RowTiles kTiles = kRowTiles<F, T, Op>;

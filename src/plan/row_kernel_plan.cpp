@@ -168,6 +168,7 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
   c.two_phase = held.two_phase;
   c.l2_hints = held.l2_hints;
   c.read_back_second = held.read_back_second;
+  c.loads_ahead = limits.loads_ahead;
   c.vpt = reread_vpt(reread_tile_words(cols, elem_bytes, inputs, limits), c.vec, acc_words(elem_bytes), inputs);
   c.threads = std::max(32, limits.max_block_threads / 32 * 32);
   const int64_t vectors = ceil_div(cols, c.vec);

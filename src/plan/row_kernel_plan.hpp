@@ -149,6 +149,11 @@ struct RowKernelLimits {
   // of its threads idle through a tile's load): set for float32 layer_norm (4096x10240, two such
   // tiles, the last a quarter full: +17% on small tiles; LOG.md run 110).
   bool reread_small_tiles_for_short_last = false;
+  // Re-read rows of tiles of up to two vectors a thread load the tiles before the last in groups
+  // (four one-vector tiles, two of two) wholly inside the row, every load of a group in flight
+  // before its first fold, as torch.compile's unrolled loops have them (float32 layer_norm's
+  // shifted rows only, row_stream.cuh). Off: one tile's loads at a time. The same bits either way.
+  bool loads_ahead = false;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
   // split; softmax's split rows won there (LOG.md).
@@ -288,6 +293,7 @@ struct RowKernelConfig {
                                // (max then sum, sum then squared deviations) instead of one merged
   bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
   bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
+  bool loads_ahead = false;       // re-read rows: RowKernelLimits::loads_ahead
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

@@ -488,6 +488,41 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   }
 }
 
+// Loads ahead (RowKernelLimits::loads_ahead) change when a re-read row's first-pass loads are
+// issued, never the arithmetic: layer_norm and add_layer_norm give the same y, s, mean and rstd
+// bits with them as without, on float32 one-vector tiles in groups of four, then the rest one at
+// a time (10240: one group and the last tile; 40008: the last group would leave the row); and
+// right against the oracle with them.
+template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols);
+  const int64_t rows = 3, n = rows * cols;
+  DeviceBuffer x(cast_to<T>(make_x(rows, cols, "step", seed)));
+  DeviceBuffer w(cast_to<T>(make_values(cols, "randn", seed + 2))), b(cast_to<T>(make_values(cols, "randn", seed + 3)));
+  DeviceBuffer y(n * sizeof(T)), mean(rows * 4), rstd(rows * 4);
+  const DType dt = dtype_of<T>();
+  const TensorView xv = dense_view(x.get(), dt, {rows, cols}), yv = dense_view(y.get(), dt, {rows, cols});
+  const TensorView wv = dense_view(w.get(), dt, {cols}), bv = dense_view(b.get(), dt, {cols});
+  const TensorView mv = dense_view(mean.get(), DType::kFloat32, {rows}), qv = dense_view(rstd.get(), DType::kFloat32, {rows});
+  std::vector<std::vector<unsigned char>> images[2];
+  for (const int ahead : {0, 1}) {
+    const ScopedTuning knob("loads_ahead", ahead);
+    const Status status = layer_norm(xv, NormShape::of({cols}), &wv, &bv, 1e-5, yv, &mv, &qv, Workspace{}, nullptr);
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    images[ahead] = {download<unsigned char>(y, n * sizeof(T)), download<unsigned char>(mean, rows * 4),
+                     download<unsigned char>(rstd, rows * 4)};
+  }
+  const char* names[] = {"y", "mean", "rstd"};
+  for (std::size_t k = 0; k < images[0].size(); ++k) EXPECT_EQ(images[0][k], images[1][k]) << names[k];
+}
+
+TEST_F(NormGpu, LoadsAheadChangeNoBits) {
+  loads_ahead_change_no_bits<float>(10240, 111);
+  loads_ahead_change_no_bits<float>(40008, 112);
+  const ScopedTuning knob("loads_ahead", 1);
+  check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {3, 10240, 10240, 0}, 116);
+  check_forward<float, float>({Kind::kLayer, false, false, true, "large_mean"}, {3, 40008, 40008, 0}, 117);
+}
+
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008
