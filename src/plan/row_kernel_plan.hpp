@@ -152,7 +152,8 @@ struct RowKernelLimits {
   // Re-read rows of tiles of up to two vectors a thread load the tiles before the last in groups
   // (four one-vector tiles, two of two) wholly inside the row, every load of a group in flight
   // before its first fold, as torch.compile's unrolled loops have them (float32 layer_norm's
-  // shifted rows only, row_stream.cuh). Off: one tile's loads at a time. The same bits either way.
+  // shifted rows only, row_stream.cuh; set by row_policy). Off: one tile's loads at a time. The
+  // same bits either way.
   bool loads_ahead = false;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than

@@ -488,11 +488,11 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   }
 }
 
-// Loads ahead (RowKernelLimits::loads_ahead) change when a re-read row's first-pass loads are
-// issued, never the arithmetic: layer_norm and add_layer_norm give the same y, s, mean and rstd
-// bits with them as without, on float32 one-vector tiles in groups of four, then the rest one at
-// a time (10240: one group and the last tile; 40008: the last group would leave the row); and
-// right against the oracle with them.
+// Loads ahead (RowKernelLimits::loads_ahead, float32 layer_norm's default) change when a
+// re-read row's first-pass loads are issued, never the arithmetic: layer_norm gives the same y,
+// mean and rstd bits with them as without, on float32 one-vector tiles in groups of four, then the
+// rest one at a time (10240: one group and the last tile; 40008: the last group would leave the
+// row); and right against the oracle with them.
 template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols);
   const int64_t rows = 3, n = rows * cols;
