@@ -107,9 +107,9 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
     return cuda_status("softmax_column_kernel shared memory opt-in");
   // One CTA a tile; with two tile buffers as many CTAs as stay resident, each looping over tiles
   // (a tile's copy beside the one before it). Two buffers only where they cost no resident CTA:
-  // they gained 3-9% where they did not and lost 12-13% where they cut float32 from 3 CTAs an
-  // SM to 2 (LOG.md; column_stage_buffers=2 takes them regardless). Which CTA takes a tile, and
-  // how many buffers it has, changes no arithmetic.
+  // they gain where they do not and lose where a CTA an SM goes (LOG.md; column_stage_buffers=2
+  // takes them regardless). Which CTA takes a tile, and how many buffers it has, changes no
+  // arithmetic.
   kernels::ColumnArgs<T> args = a;
   std::size_t smem = plan.smem_bytes;
   int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);

@@ -146,8 +146,8 @@ struct RowKernelLimits {
   // reread_small_tiles_from_bytes override replaces it.
   int64_t reread_small_tiles_from_bytes = int64_t(64) << 10;
   // ... and shorter rows too where the last kRereadTileWords tile would be under half full (most
-  // of its threads idle through a tile's load): set for float32 layer_norm (4096x10240, two such
-  // tiles, the last a quarter full: +17% on small tiles; LOG.md run 110).
+  // of its threads idle through a tile's load): set for float32 layer_norm, where 16-bit tied
+  // (LOG.md).
   bool reread_small_tiles_for_short_last = false;
   // Re-read rows of tiles of up to two vectors a thread load the tiles before the last in groups
   // (four one-vector tiles, two of two) wholly inside the row, every load of a group in flight
