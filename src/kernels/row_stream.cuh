@@ -37,7 +37,7 @@ struct ReadsBackSecond<Op, std::void_t<decltype(Op::kReadsBackSecond)>> : std::b
 // Ops whose streamed rows reduce sums of deviations from a shift (Op::kShiftedStream: layer_norm,
 // norm_ops.cuh) instead of merging the op's statistic tile by tile.
 template <class Op, class = void> struct ShiftedStream : std::false_type {
-  using Stat = typename Op::Stat;  // unused
+  using Stat = typename Op::Stat;  // the type of the kernel's sums, never used for these ops
 };
 template <class Op>
 struct ShiftedStream<Op, std::void_t<decltype(Op::kShiftedStream)>> : std::bool_constant<Op::kShiftedStream> {
