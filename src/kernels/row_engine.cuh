@@ -186,7 +186,7 @@ template <typename T, int NIN> struct RowArgs {
   bool two_phase = true;  // RowKernelConfig::two_phase
   bool l2_hints = false;  // RowKernelConfig::l2_hints
   bool read_back_second = false;  // RowKernelConfig::read_back_second
-  bool loads_ahead = false;       // RowKernelConfig::loads_ahead
+  int loads_ahead = 0;            // RowKernelConfig::loads_ahead
 };
 
 // Where a thread's tile lies: row index, the thread's first vector, the vectors between its

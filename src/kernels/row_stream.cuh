@@ -99,6 +99,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   // float32 input only (the 16-bit and two-input one-vector kernels spill at their 32 registers
   // already, ptxas: twice as much with the group).
   constexpr int kAhead = sizeof(T) == 4 && NIN == 1 && VPT <= 2 ? 4 / VPT : 1;
+  constexpr int kAheadOut = kAhead / 2;
   static_assert(sizeof(typename ShiftedStream<Op>::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
   extern __shared__ __align__(128) unsigned char stash_bytes[];
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
@@ -198,7 +199,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     // wholly inside the row (the same for every thread), the group's loads all issued before its
     // first fold; then the same folds, in the same order, as one tile at a time.
     if constexpr (kShifted && kAligned && kAhead > 1) {
-      if (args.loads_ahead) {
+      if (args.loads_ahead >= 1) {
         for (; t + kAhead < tiles && int64_t(t + kAhead) * tile_vectors * VEC <= cols; t += kAhead) {
           Bytes16 raw[kAhead][NIN][VPT];
 #pragma unroll
@@ -265,7 +266,35 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       folded.template store<Op>(out, out2, cols, first, step, local, extra);
     };
     store_outputs(tile, me + (tiles - 1) * tile_vectors, local_of(last));
-    for (int t = tiles - 2; t >= 0; --t) {
+    int t_out = tiles - 2;
+    // Loads ahead, level 2 (RowArgs::loads_ahead): the re-read tiles from global memory in groups
+    // of kAheadOut (half the first pass's: weight and bias take registers beside them; four
+    // spilled at 32, ptxas), every load of a group before its first output (every tile but the last is whole:
+    // only the row's last vector can end inside a vector).
+    if constexpr (kShifted && kAligned && kAheadOut > 1) {
+      if (args.loads_ahead >= 2) {
+        for (; t_out - (kAheadOut - 1) >= stash_tiles; t_out -= kAheadOut) {
+          Bytes16 raw[kAheadOut][NIN][VPT];
+#pragma unroll
+          for (int g = 0; g < kAheadOut; ++g)
+#pragma unroll
+            for (int i = 0; i < NIN; ++i)
+#pragma unroll
+              for (int k = 0; k < VPT; ++k)
+                raw[g][i][k] = drop(in[i] + (me + (t_out - g) * tile_vectors + k * step) * VEC);
+#pragma unroll
+          for (int g = 0; g < kAheadOut; ++g) {
+#pragma unroll
+            for (int i = 0; i < NIN; ++i)
+#pragma unroll
+              for (int k = 0; k < VPT; ++k) tile.unpack(i, k, pack_of<typename Tile::PackT>(raw[g][i][k]));
+            Op::prepare_values(tile.values);
+            store_outputs(tile, me + (t_out - g) * tile_vectors, local_of(last));
+          }
+        }
+      }
+    }
+    for (int t = t_out; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if constexpr (kReadBack) {
         if (read_back && t >= stash_tiles) {

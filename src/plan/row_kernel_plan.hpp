@@ -149,12 +149,13 @@ struct RowKernelLimits {
   // of its threads idle through a tile's load): set for float32 layer_norm, where 16-bit tied
   // (LOG.md).
   bool reread_small_tiles_for_short_last = false;
-  // Re-read rows of tiles of up to two vectors a thread load the tiles before the last in groups
-  // (four one-vector tiles, two of two) wholly inside the row, every load of a group in flight
-  // before its first fold, as torch.compile's unrolled loops have them (float32 layer_norm's
-  // shifted rows only, row_stream.cuh; set by row_policy). Off: one tile's loads at a time. The
-  // same bits either way.
-  bool loads_ahead = false;
+  // Re-read rows of tiles of up to two vectors a thread load their tiles in groups (four
+  // one-vector tiles, two of two) wholly inside the row, every load of a group in flight before
+  // its first use, as torch.compile's unrolled loops have them (float32 layer_norm's shifted rows
+  // only, row_stream.cuh): 1, the first pass's tiles before the last (set by row_policy); 2, the
+  // output pass's re-read tiles as well, two at a time; 0, one tile's loads at a time. The same
+  // bits at every level.
+  int loads_ahead = 0;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
   // split; softmax's split rows won there (LOG.md).
@@ -294,7 +295,7 @@ struct RowKernelConfig {
                                // (max then sum, sum then squared deviations) instead of one merged
   bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
   bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
-  bool loads_ahead = false;       // re-read rows: RowKernelLimits::loads_ahead
+  int loads_ahead = 0;            // re-read rows: RowKernelLimits::loads_ahead
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

@@ -488,11 +488,11 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   }
 }
 
-// Loads ahead (RowKernelLimits::loads_ahead, float32 layer_norm's default) change when a
-// re-read row's first-pass loads are issued, never the arithmetic: layer_norm gives the same y,
-// mean and rstd bits with them as without, on float32 one-vector tiles in groups of four, then the
-// rest one at a time (10240: one group and the last tile; 40008: the last group would leave the
-// row); and right against the oracle with them.
+// Loads ahead (RowKernelLimits::loads_ahead: level 1, float32 layer_norm's default, in the first
+// pass; 2 in the output pass too) change when a re-read row's loads are issued, never the
+// arithmetic: layer_norm gives the same y, mean and rstd bits at every level, on float32
+// one-vector tiles in groups, then the rest one at a time (10240: one first-pass group and the
+// last tile; 40008: the last group would leave the row); and right against the oracle at level 2.
 template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols);
   const int64_t rows = 3, n = rows * cols;
@@ -503,8 +503,8 @@ template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t see
   const TensorView xv = dense_view(x.get(), dt, {rows, cols}), yv = dense_view(y.get(), dt, {rows, cols});
   const TensorView wv = dense_view(w.get(), dt, {cols}), bv = dense_view(b.get(), dt, {cols});
   const TensorView mv = dense_view(mean.get(), DType::kFloat32, {rows}), qv = dense_view(rstd.get(), DType::kFloat32, {rows});
-  std::vector<std::vector<unsigned char>> images[2];
-  for (const int ahead : {0, 1}) {
+  std::vector<std::vector<unsigned char>> images[3];
+  for (const int ahead : {0, 1, 2}) {
     const ScopedTuning knob("loads_ahead", ahead);
     const Status status = layer_norm(xv, NormShape::of({cols}), &wv, &bv, 1e-5, yv, &mv, &qv, Workspace{}, nullptr);
     ASSERT_TRUE(status.is_ok()) << status.message();
@@ -512,13 +512,15 @@ template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t see
                      download<unsigned char>(rstd, rows * 4)};
   }
   const char* names[] = {"y", "mean", "rstd"};
-  for (std::size_t k = 0; k < images[0].size(); ++k) EXPECT_EQ(images[0][k], images[1][k]) << names[k];
+  for (const int ahead : {1, 2})
+    for (std::size_t k = 0; k < images[0].size(); ++k)
+      EXPECT_EQ(images[0][k], images[ahead][k]) << names[k] << " at level " << ahead;
 }
 
 TEST_F(NormGpu, LoadsAheadChangeNoBits) {
   loads_ahead_change_no_bits<float>(10240, 111);
   loads_ahead_change_no_bits<float>(40008, 112);
-  const ScopedTuning knob("loads_ahead", 1);
+  const ScopedTuning knob("loads_ahead", 2);
   check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {3, 10240, 10240, 0}, 116);
   check_forward<float, float>({Kind::kLayer, false, false, true, "large_mean"}, {3, 40008, 40008, 0}, 117);
 }

@@ -656,13 +656,13 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_FALSE(row_policy(RowFamily::kRowwise, 4).reread_small_tiles_for_short_last);
 
   // loads_ahead (float32 layer_norm's) reaches re-read plans only.
-  EXPECT_TRUE(ln.loads_ahead);
-  EXPECT_TRUE(plan_row_kernel(10240, 4, 1, ln).loads_ahead);
-  EXPECT_FALSE(plan_row_kernel(4096, 4, 1, ln).loads_ahead) << "one-CTA rows keep their plan";
+  EXPECT_EQ(ln.loads_ahead, 1);
+  EXPECT_EQ(plan_row_kernel(10240, 4, 1, ln).loads_ahead, 1);
+  EXPECT_EQ(plan_row_kernel(4096, 4, 1, ln).loads_ahead, 0) << "one-CTA rows keep their plan";
   for (const RowFamily family : {RowFamily::kRowwise, RowFamily::kRmsNormForward, RowFamily::kResidualNormForward,
                                  RowFamily::kNormBackward})
-    EXPECT_FALSE(row_policy(family, 4).loads_ahead);
-  EXPECT_FALSE(row_policy(RowFamily::kLayerNormForward, 2).loads_ahead);
+    EXPECT_EQ(row_policy(family, 4).loads_ahead, 0);
+  EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 2).loads_ahead, 0);
 }
 
 // Norm forwards re-read their rows even with a workspace (reread_over_split); rows over
