@@ -171,6 +171,23 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
             sums, Op::fold_shifted(RowSpan{row, me + t * tile_vectors, step, cols, kAligned}, tile.values, shift));
       }
     };
+    // Loads ahead: the whole tiles t0, t0 + dir, ... of a group as raw vectors, every load
+    // issued before any is used; then each into the tile in turn.
+    auto load_group = [&](auto& raw, int t0, int dir, const PolicyLoad16& load16) {
+      constexpr int G = int(sizeof(raw) / sizeof(raw[0]));
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < NIN; ++i)
+#pragma unroll
+          for (int k = 0; k < VPT; ++k) raw[g][i][k] = load16(in[i] + (me + (t0 + dir * g) * tile_vectors + k * step) * VEC);
+    };
+    auto unpack_raw = [&](const Bytes16 (&raw)[NIN][VPT]) {
+#pragma unroll
+      for (int i = 0; i < NIN; ++i)
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) tile.unpack(i, k, pack_of<typename Tile::PackT>(raw[i][k]));
+    };
     if (stash_tiles > 0) {
       if constexpr (kBulkStash) {
         __syncthreads();  // the barriers are set up, and the last row's output pass has left the stash
@@ -202,23 +219,11 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       if (args.loads_ahead >= 1) {
         for (; t + kAhead < tiles && int64_t(t + kAhead) * tile_vectors * VEC <= cols; t += kAhead) {
           Bytes16 raw[kAhead][NIN][VPT];
-#pragma unroll
-          for (int g = 0; g < kAhead; ++g)
-#pragma unroll
-            for (int i = 0; i < NIN; ++i)
-#pragma unroll
-              for (int k = 0; k < VPT; ++k) raw[g][i][k] = keep(in[i] + (me + (t + g) * tile_vectors + k * step) * VEC);
+          load_group(raw, t, 1, keep);
 #pragma unroll
           for (int g = 0; g < kAhead; ++g) {
-#pragma unroll
-            for (int i = 0; i < NIN; ++i)
-#pragma unroll
-              for (int k = 0; k < VPT; ++k) tile.unpack(i, k, pack_of<typename Tile::PackT>(raw[g][i][k]));
+            unpack_raw(raw[g]);
             take_shifted(t + g);
-            if constexpr (kReadBack) {
-              if (read_back)
-                tile.template store<SecondOutputOf<Op>>(out2, nullptr, cols, me + (t + g) * tile_vectors, step, 0, extra);
-            }
           }
         }
       }
@@ -275,19 +280,10 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       if (args.loads_ahead >= 2) {
         for (; t_out - (kAheadOut - 1) >= stash_tiles; t_out -= kAheadOut) {
           Bytes16 raw[kAheadOut][NIN][VPT];
-#pragma unroll
-          for (int g = 0; g < kAheadOut; ++g)
-#pragma unroll
-            for (int i = 0; i < NIN; ++i)
-#pragma unroll
-              for (int k = 0; k < VPT; ++k)
-                raw[g][i][k] = drop(in[i] + (me + (t_out - g) * tile_vectors + k * step) * VEC);
+          load_group(raw, t_out, -1, drop);
 #pragma unroll
           for (int g = 0; g < kAheadOut; ++g) {
-#pragma unroll
-            for (int i = 0; i < NIN; ++i)
-#pragma unroll
-              for (int k = 0; k < VPT; ++k) tile.unpack(i, k, pack_of<typename Tile::PackT>(raw[g][i][k]));
+            unpack_raw(raw[g]);
             Op::prepare_values(tile.values);
             store_outputs(tile, me + (t_out - g) * tile_vectors, local_of(last));
           }
