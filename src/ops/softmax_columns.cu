@@ -89,11 +89,6 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
                                                  plan));
-  // column_stage_buffers=1 keeps one tile buffer a CTA (one CTA a tile) wherever two fit.
-  if (tuning("column_stage_buffers").value_or(0) == 1 && plan->buffers == 2) {
-    plan->buffers = 1;
-    plan->smem_bytes -= plan->tile_bytes;
-  }
   *column = true;
   return Status::ok();
 }
@@ -108,17 +103,18 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
   // One CTA a tile; with two tile buffers as many CTAs as stay resident, each looping over tiles
   // (a tile's copy beside the one before it). Two buffers only where they cost no resident CTA:
   // they gain where they do not and lose where a CTA an SM goes (LOG.md; column_stage_buffers=2
-  // takes them regardless). Which CTA takes a tile, and how many buffers it has, changes no
-  // arithmetic.
+  // takes them wherever they fit, =1 never). Which CTA takes a tile, and how many buffers it
+  // has, changes no arithmetic.
   kernels::ColumnArgs<T> args = a;
   std::size_t smem = plan.smem_bytes;
   int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
   if (plan.buffers == 2) {
+    const int64_t forced = tuning("column_stage_buffers").value_or(0);
     const void* k = reinterpret_cast<const void*>(kernel);
     int two = 0, one = 0;
     REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(k, kColumnSoftmaxThreads, smem, &two));
     REDUCEKIT_RETURN_IF_ERROR(detail::resident_ctas(k, kColumnSoftmaxThreads, smem - plan.tile_bytes, &one));
-    if (two < one && tuning("column_stage_buffers").value_or(0) != 2) {
+    if (forced == 1 || (forced != 2 && two < one)) {
       args.buffers = 1;
       smem -= plan.tile_bytes;
     } else {
