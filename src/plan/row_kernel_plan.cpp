@@ -238,7 +238,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
       l.wide_rows = elem_bytes == 2;  // float32's 32-value wide tile spills; its re-read rows stay ahead
       l.reread_small_tiles_for_short_last = elem_bytes == 4;  // 16-bit tied
-      l.loads_ahead = elem_bytes == 4 ? 1 : 0;  // the first pass's: faster wherever it acts (LOG.md)
+      l.loads_ahead = elem_bytes == 4 ? 2 : 0;  // both passes': faster or level where it acts (LOG.md)
       break;
     case RowFamily::kRmsNormForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed

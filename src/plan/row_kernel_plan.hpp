@@ -152,7 +152,7 @@ struct RowKernelLimits {
   // Re-read rows of tiles of up to two vectors a thread load their tiles in groups (four
   // one-vector tiles, two of two) wholly inside the row, every load of a group in flight before
   // its first use, as torch.compile's unrolled loops have them (float32 layer_norm's shifted rows
-  // only, row_stream.cuh): 1, the first pass's tiles before the last (set by row_policy); 2, the
+  // only, row_stream.cuh): 1, the first pass's tiles before the last; 2 (set by row_policy), the
   // output pass's re-read tiles as well, two at a time; 0, one tile's loads at a time. The same
   // bits at every level.
   int loads_ahead = 0;

@@ -488,8 +488,8 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   }
 }
 
-// Loads ahead (RowKernelLimits::loads_ahead: level 1, float32 layer_norm's default, in the first
-// pass; 2 in the output pass too) change when a re-read row's loads are issued, never the
+// Loads ahead (RowKernelLimits::loads_ahead: level 1 in the first pass; 2, float32 layer_norm's
+// default, in the output pass too) change when a re-read row's loads are issued, never the
 // arithmetic: layer_norm gives the same y, mean and rstd bits at every level, on float32
 // one-vector tiles in groups, then the rest one at a time (10240: one first-pass group and the
 // last tile; 40008: the last group would leave the row); and right against the oracle at level 2.

@@ -656,8 +656,8 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_FALSE(row_policy(RowFamily::kRowwise, 4).reread_small_tiles_for_short_last);
 
   // loads_ahead (float32 layer_norm's) reaches re-read plans only.
-  EXPECT_EQ(ln.loads_ahead, 1);
-  EXPECT_EQ(plan_row_kernel(10240, 4, 1, ln).loads_ahead, 1);
+  EXPECT_EQ(ln.loads_ahead, 2);
+  EXPECT_EQ(plan_row_kernel(10240, 4, 1, ln).loads_ahead, 2);
   EXPECT_EQ(plan_row_kernel(4096, 4, 1, ln).loads_ahead, 0) << "one-CTA rows keep their plan";
   for (const RowFamily family : {RowFamily::kRowwise, RowFamily::kRmsNormForward, RowFamily::kResidualNormForward,
                                  RowFamily::kNormBackward})
