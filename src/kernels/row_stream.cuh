@@ -95,10 +95,10 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   using Acc = typename Op::Acc;
   // Re-read rows only: the held rows' large tiles spilled with the shift's state (ptxas).
   constexpr bool kShifted = ShiftedStream<Op>::value && kBulkStash;
-  // Tiles a group of loads ahead covers (RowArgs::loads_ahead): four vectors a thread, of one
-  // float32 input only (the 16-bit and two-input one-vector kernels spill at their 32 registers
-  // already, ptxas: twice as much with the group).
-  constexpr int kAhead = sizeof(T) == 4 && NIN == 1 && VPT <= 2 ? 4 / VPT : 1;
+  // Tiles a group of loads ahead covers (RowArgs::loads_ahead): four vectors a thread of one
+  // float32 input, two of one 16-bit input (its one-vector kernel spills as much with two as with
+  // none at its 32 registers, five times as much with four, ptxas); two-input rows none.
+  constexpr int kAhead = NIN != 1 ? 1 : sizeof(T) == 4 && VPT <= 2 ? 4 / VPT : sizeof(T) == 2 && VPT == 1 ? 2 : 1;
   constexpr int kAheadOut = kAhead / 2;
   static_assert(sizeof(typename ShiftedStream<Op>::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
   extern __shared__ __align__(128) unsigned char stash_bytes[];

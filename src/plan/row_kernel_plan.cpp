@@ -237,8 +237,11 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
       l.wide_rows = elem_bytes == 2;  // float32's 32-value wide tile spills; its re-read rows stay ahead
-      l.reread_small_tiles_for_short_last = elem_bytes == 4;  // 16-bit tied
-      l.loads_ahead = elem_bytes == 4 ? 2 : 0;  // both passes': faster or level where it acts (LOG.md)
+      l.reread_small_tiles_for_short_last = elem_bytes == 4;
+      if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
+      l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // faster or level where they act (LOG.md)
+      // Every re-read row's first pass kept in L2, as compile's first loop: +2..+5% at 20-40 KB rows
+      if (elem_bytes <= 4) l.l2_hints_from_bytes = 0;
       break;
     case RowFamily::kRmsNormForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
@@ -296,12 +299,12 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
   // 16-bit rows past one CTA gain from re-reading in every family, while float32 rows past one
   // CTA gain only in layer_norm and lose in softmax, rms_norm and the backward: their clusters
   // hold the row in registers at few registers a value. One-CTA layer_norm rows gain from tiles
-  // above 16 words in float32 and above 32 in 16-bit; other one-CTA rows lose (LOG.md).
+  // above 16 words (16-bit rows on one-vector tiles); other one-CTA rows lose (LOG.md).
   // Float32 residual rows past one CTA re-read where their length is ragged (row_policy's
   // reread_ragged_lengths_only): there the held clusters' shifted rows ran far below the re-read
   // rows, while aligned add_rms_norm rows lost on re-reading (LOG.md).
   if (elem_bytes == 8) return 0;
-  if (family == RowFamily::kLayerNormForward) return elem_bytes == 2 ? 32 : 16;
+  if (family == RowFamily::kLayerNormForward) return 16;
   if (family == RowFamily::kResidualNormForward && elem_bytes == 4) return kRereadPastOneCta;
   return elem_bytes == 2 ? kRereadPastOneCta : 0;
 }

@@ -105,8 +105,8 @@ struct RowKernelLimits {
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
   bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
   // Stream rows read twice from global memory keep their first read in L2 (RowKernelConfig::
-  // l2_hints) from this many bytes a row: measured +2..+5% at 64-200 KiB rows, -2% at 50 KiB
-  // float32 layer_norm rows (bench/results/LOG.md).
+  // l2_hints) from this many bytes a row: measured +2..+5% at 64-200 KiB rows; layer_norm's
+  // policy hints every row (bench/results/LOG.md).
   std::size_t l2_hints_from_bytes = 64 * 1024;
   int max_tile_values = kRowTileWords;  // values a thread (elements x inputs x accumulation
                                         // words) of one-tile rows; below it, rows take clusters
@@ -149,12 +149,12 @@ struct RowKernelLimits {
   // of its threads idle through a tile's load): set for float32 layer_norm, where 16-bit tied
   // (LOG.md).
   bool reread_small_tiles_for_short_last = false;
-  // Re-read rows of tiles of up to two vectors a thread load their tiles in groups (four
-  // one-vector tiles, two of two) wholly inside the row, every load of a group in flight before
-  // its first use, as torch.compile's unrolled loops have them (float32 layer_norm's shifted rows
-  // only, row_stream.cuh): 1, the first pass's tiles before the last; 2 (set by row_policy), the
-  // output pass's re-read tiles as well, two at a time; 0, one tile's loads at a time. The same
-  // bits at every level.
+  // Re-read rows of tiles of up to two vectors a thread load their tiles in groups (four float32
+  // one-vector tiles, two of two; two 16-bit one-vector tiles) wholly inside the row, every load
+  // of a group in flight before its first use, as torch.compile's unrolled loops have them
+  // (layer_norm's shifted rows only, row_stream.cuh): 1, the first pass's tiles before the last;
+  // 2, float32's output pass's re-read tiles as well, two at a time; 0, one tile's loads at a
+  // time. The same bits at every level; row_policy sets it.
   int loads_ahead = 0;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
@@ -230,7 +230,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       }
       break;
     case RowFamily::kLayerNormForward:
-      if (narrow) t.ring = v2 | v4, t.wide = v4;
+      if (narrow) t.ring = v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4, t.cluster = v16;
       break;

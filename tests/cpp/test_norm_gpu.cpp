@@ -488,11 +488,12 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   }
 }
 
-// Loads ahead (RowKernelLimits::loads_ahead: level 1 in the first pass; 2, float32 layer_norm's
-// default, in the output pass too) change when a re-read row's loads are issued, never the
-// arithmetic: layer_norm gives the same y, mean and rstd bits at every level, on float32
-// one-vector tiles in groups, then the rest one at a time (10240: one first-pass group and the
-// last tile; 40008: the last group would leave the row); and right against the oracle at level 2.
+// Loads ahead (RowKernelLimits::loads_ahead: level 1 in the first pass, 16-bit layer_norm's
+// default; 2, float32's, in the output pass too) change when a re-read row's loads are issued,
+// never the arithmetic: layer_norm gives the same y, mean and rstd bits at every level, on
+// one-vector tiles in groups (four float32 tiles, two 16-bit), then the rest one at a time
+// (float32 10240: one first-pass group and the last tile; 40008: the last group would leave the
+// row; 16-bit 12800 and 14336: one group, then two tiles); and right against the oracle.
 template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols);
   const int64_t rows = 3, n = rows * cols;
@@ -520,6 +521,9 @@ template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t see
 TEST_F(NormGpu, LoadsAheadChangeNoBits) {
   loads_ahead_change_no_bits<float>(10240, 111);
   loads_ahead_change_no_bits<float>(40008, 112);
+  loads_ahead_change_no_bits<__nv_bfloat16>(12800, 113);
+  loads_ahead_change_no_bits<__half>(14336, 114);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "step"}, {3, 12800, 12800, 0}, 115);
   const ScopedTuning knob("loads_ahead", 2);
   check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {3, 10240, 10240, 0}, 116);
   check_forward<float, float>({Kind::kLayer, false, false, true, "large_mean"}, {3, 40008, 40008, 0}, 117);

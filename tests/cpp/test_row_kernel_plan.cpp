@@ -383,7 +383,8 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   }
   EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 12800, 4, 1))) << "32-word float32 tiles re-read";
   EXPECT_FALSE(rereads(plan(RowFamily::kLayerNormForward, 8192, 4, 1))) << "16-word float32 tiles stay";
-  EXPECT_FALSE(rereads(plan(RowFamily::kLayerNormForward, 12800, 2, 1))) << "32-word 16-bit tiles stay";
+  EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 12800, 2, 1))) << "32-word 16-bit tiles re-read";
+  EXPECT_FALSE(rereads(plan(RowFamily::kLayerNormForward, 8192, 2, 1))) << "16-word 16-bit tiles stay";
   EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 32768, 2, 1)));
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 2, 1))) << "one CTA of 64 words stays";
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
@@ -414,7 +415,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true, false},
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
-      {RowFamily::kLayerNormForward, 2, 32, 16, d_tile, 0, 0, false, true, true},
+      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, true},
       {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true, false},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
@@ -451,7 +452,10 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.two_phase, defaults.two_phase);
     EXPECT_EQ(l.split_min_cluster, defaults.split_min_cluster);
     EXPECT_EQ(l.split_max_elem_bytes, defaults.split_max_elem_bytes);
-    EXPECT_EQ(l.reread_small_tiles_from_bytes, defaults.reread_small_tiles_from_bytes);
+    const bool layer_norm = w.family == RowFamily::kLayerNormForward;
+    EXPECT_EQ(l.reread_small_tiles_from_bytes,
+              layer_norm && w.elem == 2 ? 0 : defaults.reread_small_tiles_from_bytes);
+    EXPECT_EQ(l.l2_hints_from_bytes, layer_norm && w.elem <= 4 ? 0 : defaults.l2_hints_from_bytes);
   }
 }
 
@@ -542,17 +546,20 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
   EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
 }
 
-// L2 eviction hints (row_stream.cuh) on re-read rows of l2_hints_from_bytes and more: the
-// benchmark's 64-200 KiB layer_norm rows have them, its 50 KiB float32 rows and short rows not.
-TEST(RowKernelPlan, L2HintsOnLongRereadRowsOnly) {
-  struct Want { int64_t n; int elem; bool hinted; };
-  for (const Want w : {Want{65536, 2, true}, Want{50257, 2, true}, Want{262144, 2, true}, Want{40000, 4, true},
-                       Want{50264, 4, true}, Want{12800, 4, false}, Want{12800, 2, false}, Want{4096, 4, false},
-                       Want{32768, 4, true}, Want{32768, 2, false}}) {  // the last wide: read once
+// L2 eviction hints (row_stream.cuh) on re-read rows of l2_hints_from_bytes and more: every
+// 16- and 32-bit layer_norm row (0), the other families' rows from 64 KiB.
+TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
+  struct Want { int64_t n; int elem; };
+  for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40000, 4}, Want{50264, 4},
+                       Want{12800, 4}, Want{12800, 2}, Want{10240, 4}, Want{9000, 4}, Want{32768, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
-    EXPECT_EQ(c.l2_hints, w.hinted) << "n=" << w.n << " elem=" << w.elem;
+    EXPECT_EQ(c.tiles > 1, true) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
+    EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
   }
-  RowKernelLimits limits = row_policy(RowFamily::kLayerNormForward, 2);
+  EXPECT_FALSE(plan_on_h200(RowFamily::kLayerNormForward, 6000, 8, 1).l2_hints) << "float64 from 64 KiB";
+  EXPECT_TRUE(plan_on_h200(RowFamily::kResidualNormForward, 50257, 4, 2).l2_hints);
+  EXPECT_FALSE(plan_on_h200(RowFamily::kResidualNormForward, 4097, 4, 2).l2_hints);
+  RowKernelLimits limits = row_policy(RowFamily::kResidualNormForward, 2);
   limits.l2_hints_from_bytes = 0;
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
 }
@@ -662,7 +669,8 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   for (const RowFamily family : {RowFamily::kRowwise, RowFamily::kRmsNormForward, RowFamily::kResidualNormForward,
                                  RowFamily::kNormBackward})
     EXPECT_EQ(row_policy(family, 4).loads_ahead, 0);
-  EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 2).loads_ahead, 0);
+  EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 2).loads_ahead, 1) << "16-bit: groups of two tiles";
+  EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 8).loads_ahead, 0);
 }
 
 // Norm forwards re-read their rows even with a workspace (reread_over_split); rows over
