@@ -553,7 +553,7 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40000, 4}, Want{50264, 4},
                        Want{12800, 4}, Want{12800, 2}, Want{10240, 4}, Want{9000, 4}, Want{32768, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
-    EXPECT_EQ(c.tiles > 1, true) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
+    EXPECT_GT(c.tiles, 1) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
   }
   EXPECT_FALSE(plan_on_h200(RowFamily::kLayerNormForward, 6000, 8, 1).l2_hints) << "float64 from 64 KiB";
@@ -662,7 +662,7 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_FALSE(row_policy(RowFamily::kLayerNormForward, 2).reread_small_tiles_for_short_last);
   EXPECT_FALSE(row_policy(RowFamily::kRowwise, 4).reread_small_tiles_for_short_last);
 
-  // loads_ahead (float32 layer_norm's) reaches re-read plans only.
+  // loads_ahead (layer_norm's) reaches re-read plans only.
   EXPECT_EQ(ln.loads_ahead, 2);
   EXPECT_EQ(plan_row_kernel(10240, 4, 1, ln).loads_ahead, 2);
   EXPECT_EQ(plan_row_kernel(4096, 4, 1, ln).loads_ahead, 0) << "one-CTA rows keep their plan";
