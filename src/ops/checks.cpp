@@ -111,7 +111,7 @@ Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* cta
   if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
       err != cudaSuccess) {
     cudaGetLastError();  // clear it: the Status carries the error now
-    return Status::cuda_error(std::string("occupancy query launch failed: ") + cudaGetErrorString(err));
+    return Status::cuda_error(std::string("occupancy query failed: ") + cudaGetErrorString(err));
   }
   *ctas = cache[key] = std::max(1, per_sm) * device.sms;
   return Status::ok();

@@ -194,7 +194,6 @@ inline Status launch_status(const char* what) {
   return Status::cuda_error(std::string(what) + " launch failed: " + cudaGetErrorString(err));
 }
 
-
 // Kernels need an opt-in for more than 48 KB of dynamic shared memory.
 template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, const char* name) {
   if (bytes <= 48 * 1024 ||
