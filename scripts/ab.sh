@@ -4,7 +4,8 @@
 # copy of its Python package (the compiled operators inside), applies PATCH and rebuilds what it
 # touches (B), then runs bench.py with the given arguments against A and B in turn, ROUNDS times
 # (REDUCEKIT_AB_ROUNDS, default 2), and prints each point's median GB/s for both and B's change.
-# The patch is reverted at the end. Logs and JSON: OUT_DIR/{a,b}{round}/.
+# The patch is reverted at the end. Logs and JSON: OUT_DIR/{a,b}{round}/. The two packages stay
+# in REDUCEKIT_AB_PACKAGES/{a,b} where that is set (for more benchmarks in the same call).
 #
 #   bash scripts/ab.sh PATCH OUT_DIR --ops layer_norm --dtypes bf16 --shapes 4096x32768
 #   (a patch from a branch: git diff main...BRANCH > ab.patch, kept in the tree for the call)
@@ -14,7 +15,7 @@ patch_file="$(realpath "$1")"
 out="$(mkdir -p "$2" && realpath "$2")"
 shift 2
 rounds="${REDUCEKIT_AB_ROUNDS:-2}"
-packages="$(mktemp -d)"
+packages="${REDUCEKIT_AB_PACKAGES:-$(mktemp -d)}"
 
 # git apply works outside a repository too (the GPU machine's copy has no .git); patch otherwise.
 apply() {
