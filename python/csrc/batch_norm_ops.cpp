@@ -100,7 +100,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const Op
                                                    const OptionalTensor& bias, const OptionalTensor& running_mean,
                                                    const OptionalTensor& running_var, bool training, double momentum,
                                                    double eps) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   TORCH_CHECK(given(running_mean) == given(running_var),
               "running_var: running_mean and running_var come together (both or neither)");
   TORCH_CHECK(training || given(running_mean), "running_mean: inference (training=False) needs the running statistics");
@@ -117,7 +117,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const Op
   const auto stat_options = x.options().dtype(channel_type(x));
   Tensor y = at::empty_like(x), save_mean = at::empty({channels}, stat_options),
          save_invstd = at::empty({channels}, stat_options);
-  const reducekit::TensorView xv = to_view(x, "x"), yv = to_view(y, "y");
+  const reducekit::TensorView xv = to_view(x, "input"), yv = to_view(y, "y");
   const reducekit::TensorView mv = to_view(save_mean, "save_mean"), iv = to_view(save_invstd, "save_invstd");
   if (training) {
     const RunningViews running(rm, rv);
@@ -142,7 +142,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_cuda(const Tensor& grad_o
                                                             const OptionalTensor& weight, const Tensor& save_mean,
                                                             const Tensor& save_invstd, bool training,
                                                             std::array<bool, 3> output_mask) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   check_cuda(grad_out, "dy");
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = stream_of(input);
@@ -161,7 +161,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_cuda(const Tensor& grad_o
   if (output_mask[1]) dwv = to_view(dweight, "dweight");
   if (output_mask[2]) dbv = to_view(dbias, "dbias");
   if (w) wv = to_view(*w, "weight");
-  const reducekit::TensorView xv = to_view(x, "x"), dyv = to_view(dy, "dy");
+  const reducekit::TensorView xv = to_view(x, "input"), dyv = to_view(dy, "dy");
   throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
       x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
       [&](const reducekit::Workspace& ws) {
@@ -263,12 +263,12 @@ Tensor dense(const Tensor& t, at::ScalarType dtype, const char* name) {
 }
 
 Tensor batch_norm_moments_cuda(const Tensor& input) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = stream_of(input);
   const Tensor x = readable(input);
   Tensor packet = new_packet(x);
-  const reducekit::TensorView xv = to_view(x, "x"), pv = to_view(packet, "packet");
+  const reducekit::TensorView xv = to_view(x, "input"), pv = to_view(packet, "packet");
   throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
       x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
       [&](const reducekit::Workspace& ws) { return reducekit::batch_norm_moments(xv, pv, ws, stream); }));
@@ -280,7 +280,7 @@ std::tuple<Tensor, Tensor> batch_norm_merge_moments_cuda(const Tensor& input, co
                                                          const OptionalTensor& running_mean,
                                                          const OptionalTensor& running_var, double momentum,
                                                          double eps) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   TORCH_CHECK(given(running_mean) == given(running_var),
               "running_var: running_mean and running_var come together (both or neither)");
   const c10::cuda::CUDAGuard guard(input.device());
@@ -293,7 +293,7 @@ std::tuple<Tensor, Tensor> batch_norm_merge_moments_cuda(const Tensor& input, co
   Tensor save_mean = at::empty({channels}, stat_options), save_invstd = at::empty({channels}, stat_options);
   const RunningViews running(rm, rv);
   throw_if_failed(reducekit::batch_norm_merge_moments(
-      to_view(p, "packets"), to_view(input, "x").dtype, ptr(running.mean), ptr(running.var),
+      to_view(p, "packets"), to_view(input, "input").dtype, ptr(running.mean), ptr(running.var),
       options_of(momentum, eps), to_view(save_mean, "save_mean"), to_view(save_invstd, "save_invstd"), stream));
   if (rm) reducekit_torch::copy_back(*rm, *running_mean);
   if (rv) reducekit_torch::copy_back(*rv, *running_var);
@@ -302,7 +302,7 @@ std::tuple<Tensor, Tensor> batch_norm_merge_moments_cuda(const Tensor& input, co
 
 Tensor batch_norm_apply_cuda(const Tensor& input, const OptionalTensor& weight, const OptionalTensor& bias,
                              const Tensor& mean, const Tensor& invstd) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = stream_of(input);
   const Tensor x = readable(input);
@@ -310,7 +310,7 @@ Tensor batch_norm_apply_cuda(const Tensor& input, const OptionalTensor& weight, 
   const Tensor m = dense(mean, channel_type(x), "mean"), is = dense(invstd, channel_type(x), "invstd");
   const ChannelViews params(w, b);
   Tensor y = at::empty_like(x);
-  const reducekit::TensorView xv = to_view(x, "x"), yv = to_view(y, "y");
+  const reducekit::TensorView xv = to_view(x, "input"), yv = to_view(y, "y");
   const reducekit::TensorView mv = to_view(m, "mean"), iv = to_view(is, "invstd");
   throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
       x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
@@ -322,7 +322,7 @@ Tensor batch_norm_apply_cuda(const Tensor& input, const OptionalTensor& weight, 
 
 Tensor batch_norm_backward_sums_cuda(const Tensor& grad_out, const Tensor& input, const Tensor& save_mean,
                                      const Tensor& save_invstd) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   check_cuda(grad_out, "dy");
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = stream_of(input);
@@ -330,7 +330,7 @@ Tensor batch_norm_backward_sums_cuda(const Tensor& grad_out, const Tensor& input
   const Tensor dy = in_layout_of(grad_out, x);
   const Tensor m = dense(save_mean, channel_type(x), "save_mean"), is = dense(save_invstd, channel_type(x), "save_invstd");
   Tensor packet = new_packet(x);
-  const reducekit::TensorView xv = to_view(x, "x"), dyv = to_view(dy, "dy"), pv = to_view(packet, "packet");
+  const reducekit::TensorView xv = to_view(x, "input"), dyv = to_view(dy, "dy"), pv = to_view(packet, "packet");
   throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
       x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
       [&](const reducekit::Workspace& ws) {
@@ -342,7 +342,7 @@ Tensor batch_norm_backward_sums_cuda(const Tensor& grad_out, const Tensor& input
 
 Tensor batch_norm_backward_apply_cuda(const Tensor& grad_out, const Tensor& input, const OptionalTensor& weight,
                                       const Tensor& save_mean, const Tensor& save_invstd, const Tensor& packets) {
-  check_cuda(input, "x");
+  check_cuda(input, "input");
   check_cuda(grad_out, "dy");
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = stream_of(input);
@@ -354,7 +354,7 @@ Tensor batch_norm_backward_apply_cuda(const Tensor& grad_out, const Tensor& inpu
   std::optional<reducekit::TensorView> wv;
   if (w) wv = to_view(*w, "weight");
   Tensor dx = at::empty_like(x);
-  const reducekit::TensorView xv = to_view(x, "x"), dyv = to_view(dy, "dy"), dxv = to_view(dx, "dx");
+  const reducekit::TensorView xv = to_view(x, "input"), dyv = to_view(dy, "dy"), dxv = to_view(dx, "dx");
   throw_if_failed(reducekit_torch::with_call_workspace<reducekit::BatchNormRequirements>(
       x, stream, [&](reducekit::BatchNormRequirements* req) { return reducekit::batch_norm_requirements(xv, req); },
       [&](const reducekit::Workspace& ws) {

@@ -69,7 +69,8 @@ reducekit::Status with_workspace(const at::Tensor& x, const reducekit::TensorVie
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
                                                                const std::optional<at::Tensor>& weight,
                                                                const std::optional<at::Tensor>& bias, double eps) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
+  to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
@@ -77,7 +78,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
-    const auto xv = to_view(t[0], "x");
+    const auto xv = to_view(t[0], "input");
     return with_workspace(x, xv, normalized_shape, false, reducekit::layer_norm_requirements, [&](const auto& ws) {
       return reducekit::layer_norm(xv, norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &mv, &rv, ws,
                                    stream_of(x));
@@ -89,14 +90,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
 std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
                                                  const std::optional<at::Tensor>& weight, double eps,
                                                  const std::optional<at::Tensor>& bias) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
+  to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
-    const auto xv = to_view(t[0], "x");
+    const auto xv = to_view(t[0], "input");
     return with_workspace(x, xv, normalized_shape, false, reducekit::rms_norm_requirements, [&](const auto& ws) {
       return reducekit::rms_norm(xv, norm_shape(normalized_shape), w.get(), b.get(), eps, yv, &rv, ws, stream_of(x));
     });
@@ -107,8 +109,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArr
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
     const at::Tensor& x, const at::Tensor& residual, at::IntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   check_cuda(residual, "residual");
+  to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
@@ -117,7 +120,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
-    const auto xv = to_view(t[0], "x");
+    const auto xv = to_view(t[0], "input");
     return with_workspace(x, xv, normalized_shape, true, reducekit::layer_norm_requirements, [&](const auto& ws) {
       return reducekit::add_layer_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), b.get(),
                                        eps, yv, sv, &mv, &rv, ws, stream_of(x));
@@ -130,8 +133,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tenso
                                                                  at::IntArrayRef normalized_shape,
                                                                  const std::optional<at::Tensor>& weight, double eps,
                                                                  const std::optional<at::Tensor>& bias) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   check_cuda(residual, "residual");
+  to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
@@ -139,7 +143,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tenso
   at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
-    const auto xv = to_view(t[0], "x");
+    const auto xv = to_view(t[0], "input");
     return with_workspace(x, xv, normalized_shape, true, reducekit::rms_norm_requirements, [&](const auto& ws) {
       return reducekit::add_rms_norm(xv, to_view(t[1], "residual"), norm_shape(normalized_shape), w.get(), b.get(),
                                      eps, yv, sv, &rv, ws, stream_of(x));
@@ -216,25 +220,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cpu(const at::Tensor& x, at::IntArrayRef,
                                                               const std::optional<at::Tensor>&,
                                                               const std::optional<at::Tensor>&, double) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   return {x, x, x};
 }
 std::tuple<at::Tensor, at::Tensor> rms_norm_cpu(const at::Tensor& x, at::IntArrayRef, const std::optional<at::Tensor>&,
                                                 double, const std::optional<at::Tensor>&) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   return {x, x};
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cpu(
     const at::Tensor& x, const at::Tensor& residual, at::IntArrayRef, const std::optional<at::Tensor>&,
     const std::optional<at::Tensor>&, double) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   check_cuda(residual, "residual");
   return {x, x, x, x};
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
                                                                 at::IntArrayRef, const std::optional<at::Tensor>&,
                                                                 double, const std::optional<at::Tensor>&) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   check_cuda(residual, "residual");
   return {x, x, x};
 }
@@ -259,14 +263,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::T
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
-  m.def("layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
+  m.def("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)"
         " -> (Tensor, Tensor, Tensor)");
   // rms_norm's bias comes last, so positional calls written before it keep their meaning.
-  m.def("rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float eps=1e-06, Tensor? bias=None)"
+  m.def("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float eps=1e-06, Tensor? bias=None)"
         " -> (Tensor, Tensor)");
-  m.def("add_layer_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
+  m.def("add_layer_norm(Tensor input, Tensor residual, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
         " float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("add_rms_norm(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, float eps=1e-06,"
+  m.def("add_rms_norm(Tensor input, Tensor residual, int[] normalized_shape, Tensor? weight=None, float eps=1e-06,"
         " Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
   m.def("layer_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight,"
         " bool param_grads, ScalarType param_dtype) -> (Tensor, Tensor, Tensor)");

@@ -91,13 +91,13 @@ at::ScalarType output_type(ReduceOp op, const at::Tensor& x, std::optional<at::S
 std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, at::OptionalIntArrayRef dim,
                                               bool keepdim, double correction,
                                               std::optional<at::ScalarType> dtype = std::nullopt) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   const Dims dims(dim);
   check_arguments(op, x, dims, dtype);
   reducekit::ReduceRequirements req;
-  throw_if_failed(reducekit::reduce_requirements(op, to_view(x, "x"), dims.view(), keepdim, &req));
+  throw_if_failed(reducekit::reduce_requirements(op, to_view(x, "input"), dims.view(), keepdim, &req));
 
   const std::vector<int64_t> out_sizes(req.out_sizes, req.out_sizes + req.out_rank);
   at::Tensor out = at::empty(out_sizes, x.options().dtype(output_type(op, x, dtype)));
@@ -119,13 +119,13 @@ std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, 
     const std::vector<int64_t> kept_sizes(src.sizes().begin(), src.sizes().begin() + kept);
     out_call = out.view(kept_sizes);
     if (mean.defined()) mean_call = mean.view(kept_sizes);
-    throw_if_failed(reducekit::reduce_requirements(op, to_view(src, "x"), dim_list, keep, &req));
+    throw_if_failed(reducekit::reduce_requirements(op, to_view(src, "input"), dim_list, keep, &req));
   }
 
   const reducekit_torch::CallWorkspace workspace(x, stream, req.workspace_bytes, req.workspace_zeroed_bytes);
   const reducekit::Workspace ws = workspace.ws;
   const reducekit::TensorView mean_view = mean.defined() ? to_view(mean_call, "mean") : reducekit::TensorView{};
-  throw_if_failed(reducekit::reduce(op, to_view(src, "x"), dim_list, keep, correction, to_view(out_call, "out"),
+  throw_if_failed(reducekit::reduce(op, to_view(src, "input"), dim_list, keep, correction, to_view(out_call, "out"),
                                     mean_view, ws, stream));
   return {out, mean};
 }
@@ -186,25 +186,25 @@ std::tuple<at::Tensor, at::Tensor> std_mean_cuda(const at::Tensor& x, at::Option
 
 // CPU tensors get the core's clear message rather than a dispatcher error.
 template <typename R, typename... Rest> R reject_cpu(const at::Tensor& x, Rest...) {
-  check_cuda(x, "x");
-  TORCH_CHECK(false, "x: expected a CUDA tensor");
+  check_cuda(x, "input");
+  TORCH_CHECK(false, "input: expected a CUDA tensor");
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
-  m.def("sum(Tensor x, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
-  m.def("mean(Tensor x, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
-  m.def("prod(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor");
-  m.def("amax(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor");
-  m.def("amin(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor");
-  m.def("argmax(Tensor x, int? dim=None, bool keepdim=False) -> Tensor");
-  m.def("argmin(Tensor x, int? dim=None, bool keepdim=False) -> Tensor");
-  m.def("logsumexp(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor");
-  m.def("var(Tensor x, int[]? dim=None, float correction=1, bool keepdim=False) -> Tensor");
-  m.def("std(Tensor x, int[]? dim=None, float correction=1, bool keepdim=False) -> Tensor");
-  m.def("var_mean(Tensor x, int[]? dim=None, float correction=1, bool keepdim=False) -> (Tensor, Tensor)");
-  m.def("std_mean(Tensor x, int[]? dim=None, float correction=1, bool keepdim=False) -> (Tensor, Tensor)");
+  m.def("sum(Tensor input, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def("mean(Tensor input, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def("prod(Tensor input, int[]? dim=None, bool keepdim=False) -> Tensor");
+  m.def("amax(Tensor input, int[]? dim=None, bool keepdim=False) -> Tensor");
+  m.def("amin(Tensor input, int[]? dim=None, bool keepdim=False) -> Tensor");
+  m.def("argmax(Tensor input, int? dim=None, bool keepdim=False) -> Tensor");
+  m.def("argmin(Tensor input, int? dim=None, bool keepdim=False) -> Tensor");
+  m.def("logsumexp(Tensor input, int[]? dim=None, bool keepdim=False) -> Tensor");
+  m.def("var(Tensor input, int[]? dim=None, float correction=1, bool keepdim=False) -> Tensor");
+  m.def("std(Tensor input, int[]? dim=None, float correction=1, bool keepdim=False) -> Tensor");
+  m.def("var_mean(Tensor input, int[]? dim=None, float correction=1, bool keepdim=False) -> (Tensor, Tensor)");
+  m.def("std_mean(Tensor input, int[]? dim=None, float correction=1, bool keepdim=False) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {

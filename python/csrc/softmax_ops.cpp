@@ -21,7 +21,7 @@ using reducekit_torch::check_cuda;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 
-// One input of a rowwise op, and the name the core's messages give it.
+// One input of a rowwise op, and the name this layer's messages (check_cuda, to_view) give it.
 struct Input {
   const at::Tensor* tensor;
   const char* name;
@@ -63,13 +63,13 @@ reducekit::Status run_forward(const at::Tensor& x, const reducekit::TensorView& 
 }
 
 at::Tensor softmax_cuda(const at::Tensor& x, int64_t dim) {
-  return rowwise({{&x, "x"}}, dim, [&x](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+  return rowwise({{&x, "input"}}, dim, [&x](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
     return run_forward(x, in[0], out, d, s, [](const auto&... args) { return reducekit::softmax(args...); });
   });
 }
 
 at::Tensor log_softmax_cuda(const at::Tensor& x, int64_t dim) {
-  return rowwise({{&x, "x"}}, dim, [&x](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
+  return rowwise({{&x, "input"}}, dim, [&x](const auto& in, const auto& out, int64_t d, cudaStream_t s) {
     return run_forward(x, in[0], out, d, s, [](const auto&... args) { return reducekit::log_softmax(args...); });
   });
 }
@@ -88,7 +88,7 @@ at::Tensor log_softmax_backward_cuda(const at::Tensor& y, const at::Tensor& dy, 
 
 // CPU tensors get the same clear message as the core gives, not a dispatcher error.
 at::Tensor reject_cpu_unary(const at::Tensor& x, int64_t) {
-  check_cuda(x, "x");
+  check_cuda(x, "input");
   return x;
 }
 at::Tensor reject_cpu_binary(const at::Tensor& y, const at::Tensor& dy, int64_t) {
@@ -133,8 +133,8 @@ template <bool kLog> at::Tensor softmax_autograd(const at::Tensor& x, int64_t di
 }  // namespace
 
 TORCH_LIBRARY(reducekit, m) {
-  m.def("softmax(Tensor x, int dim) -> Tensor");
-  m.def("log_softmax(Tensor x, int dim) -> Tensor");
+  m.def("softmax(Tensor input, int dim) -> Tensor");
+  m.def("log_softmax(Tensor input, int dim) -> Tensor");
   m.def("softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor");
   m.def("log_softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor");
 }

@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The reduction family: functional API mirroring torch's signatures, fake kernels.
 
-    reducekit.sum(x, dim=None, keepdim=False, *, dtype=None)      torch.sum
-    reducekit.mean / prod                                          torch.mean / torch.prod
-    reducekit.amax(x, dim=(), keepdim=False) / amin                torch.amax / torch.amin
-    reducekit.argmax(x, dim=None, keepdim=False) / argmin          torch.argmax / torch.argmin
-    reducekit.logsumexp(x, dim, keepdim=False)                     torch.logsumexp
-    reducekit.var(x, dim=None, unbiased=None, keepdim=False, *, correction=None)   and std,
-    var_mean, std_mean                                             torch.var & co.
+    reducekit.sum(input, dim=None, keepdim=False, *, dtype=None)      torch.sum
+    reducekit.mean / prod                                              torch.mean / torch.prod
+    reducekit.amax(input, dim=(), keepdim=False) / amin                torch.amax / torch.amin
+    reducekit.argmax(input, dim=None, keepdim=False) / argmin          torch.argmax / torch.argmin
+    reducekit.logsumexp(input, dim, keepdim=False)                     torch.logsumexp
+    reducekit.var(input, dim=None, unbiased=None, keepdim=False, *, correction=None)   and std,
+    var_mean, std_mean                                                 torch.var & co.
 
 dim may be an int, a list/tuple of ints, or None (every dim; so is an empty list, as in torch).
 The kernels are torch.ops.reducekit.* (python/csrc/reduce_ops.cpp), called as they are: their
@@ -80,25 +80,25 @@ def _check_nonempty_set(op, x, dim):
 
 
 def _fake_reduce(op):
-    """The fake kernel of op (x, dim, keepdim[, dtype]): sum, mean, prod, the extrema, logsumexp."""
+    """The fake kernel of op (input, dim, keepdim[, dtype]): sum, mean, prod, the extrema, logsumexp."""
     index_dtype = torch.int64 if op in ("argmax", "argmin") else None
 
-    def fake(x, dim=None, keepdim=False, *, dtype=None):
+    def fake(input, dim=None, keepdim=False, *, dtype=None):
         if op in _EXTREMA:
-            _check_nonempty_set(op, x, dim)
-        shape = _out_shape(x, dim, keepdim)
+            _check_nonempty_set(op, input, dim)
+        shape = _out_shape(input, dim, keepdim)
         check_dtype(dtype, f"{op} returns")  # only sum and mean take a dtype
-        return x.new_empty(shape, dtype=index_dtype or dtype or x.dtype)
+        return input.new_empty(shape, dtype=index_dtype or dtype or input.dtype)
     return fake
 
 
-def _fake_moments(x, dim=None, correction=1.0, keepdim=False):
-    return x.new_empty(_out_shape(x, dim, keepdim))
+def _fake_moments(input, dim=None, correction=1.0, keepdim=False):
+    return input.new_empty(_out_shape(input, dim, keepdim))
 
 
-def _fake_moments_pair(x, dim=None, correction=1.0, keepdim=False):
-    shape = _out_shape(x, dim, keepdim)
-    return x.new_empty(shape), x.new_empty(shape)
+def _fake_moments_pair(input, dim=None, correction=1.0, keepdim=False):
+    shape = _out_shape(input, dim, keepdim)
+    return input.new_empty(shape), input.new_empty(shape)
 
 
 for _name in ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp"):
@@ -111,56 +111,57 @@ for _name in ("var_mean", "std_mean"):
 
 # ----------------------------------------------------------------------------- functional API
 
-def sum(x, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 (mirrors torch.sum)
-    """torch.sum: float32 accumulation (float64 when x or dtype is float64), deterministic."""
+def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 (mirrors torch.sum)
+    """torch.sum: float32 accumulation (float64 when input or dtype is float64), deterministic."""
     if dtype is None:  # no keyword to pass: a little less host time
-        return _ops.sum(x, _dim_list(dim), keepdim)
-    return _ops.sum(x, _dim_list(dim), keepdim, dtype=dtype)
+        return _ops.sum(input, _dim_list(dim), keepdim)
+    return _ops.sum(input, _dim_list(dim), keepdim, dtype=dtype)
 
 
-def mean(x, dim=None, keepdim=False, *, dtype=None):
+def mean(input, dim=None, keepdim=False, *, dtype=None):
     """torch.mean; the mean of an empty set is NaN."""
     if dtype is None:
-        return _ops.mean(x, _dim_list(dim), keepdim)
-    return _ops.mean(x, _dim_list(dim), keepdim, dtype=dtype)
+        return _ops.mean(input, _dim_list(dim), keepdim)
+    return _ops.mean(input, _dim_list(dim), keepdim, dtype=dtype)
 
 
-def prod(x, dim=None, keepdim=False, *, dtype=None):
-    """torch.prod (any dims, not only one); dtype casts x first, as torch does."""
-    check_dtype(dtype, "prod computes in")  # before the cast, which would make x the culprit
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    """torch.prod (any dims, not only one); dtype casts input first, as torch does."""
+    check_dtype(dtype, "prod computes in")  # before the cast, which would make input the culprit
     if dtype is not None:
-        x = x.to(dtype)
-    return _ops.prod(x, _dim_list(dim), keepdim)
+        input = input.to(dtype)
+    return _ops.prod(input, _dim_list(dim), keepdim)
 
 
-def amax(x, dim=(), keepdim=False):
+def amax(input, dim=(), keepdim=False):
     """torch.amax: NaN propagates; an empty set raises torch's error (IndexError naming the dim)."""
-    return _ops.amax(x, _dim_list(dim), keepdim)
+    return _ops.amax(input, _dim_list(dim), keepdim)
 
 
-def amin(x, dim=(), keepdim=False):
+def amin(input, dim=(), keepdim=False):
     """torch.amin."""
-    return _ops.amin(x, _dim_list(dim), keepdim)
+    return _ops.amin(input, _dim_list(dim), keepdim)
 
 
-def argmax(x, dim=None, keepdim=False):
-    """torch.argmax: the first NaN, else the first maximum; dim=None indexes x flattened."""
-    return _ops.argmax(x, dim, keepdim)
+def argmax(input, dim=None, keepdim=False):
+    """torch.argmax: the first NaN, else the first maximum; dim=None indexes input flattened."""
+    return _ops.argmax(input, dim, keepdim)
 
 
-def argmin(x, dim=None, keepdim=False):
+def argmin(input, dim=None, keepdim=False):
     """torch.argmin."""
-    return _ops.argmin(x, dim, keepdim)
+    return _ops.argmin(input, dim, keepdim)
 
 
-def logsumexp(x, dim, keepdim=False):
+def logsumexp(input, dim, keepdim=False):
     """torch.logsumexp: all -inf gives -inf, any +inf gives +inf."""
-    return _ops.logsumexp(x, _dim_list(dim), keepdim)
+    return _ops.logsumexp(input, _dim_list(dim), keepdim)
 
 
 def _correction(dim, unbiased, correction):
-    """torch.var's argument forms: var(x, dim, *, correction), var(x, dim, unbiased), var(x, unbiased)."""
-    if isinstance(dim, bool):  # var(x, unbiased)
+    """torch.var's argument forms: var(input, dim, *, correction), var(input, dim, unbiased),
+    var(input, unbiased)."""
+    if isinstance(dim, bool):  # var(input, unbiased)
         if unbiased is not None:
             raise TypeError("var: unbiased given twice")
         dim, unbiased = None, dim
@@ -171,28 +172,28 @@ def _correction(dim, unbiased, correction):
     return _dim_list(dim), float(correction)
 
 
-def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.var: M2 / (n - correction); n - correction <= 0 gives inf or NaN."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.var(x, dims, c, keepdim)
+    return _ops.var(input, dims, c, keepdim)
 
 
-def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.std."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.std(x, dims, c, keepdim)
+    return _ops.std(input, dims, c, keepdim)
 
 
-def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.var_mean: (var, mean) from one pass."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.var_mean(x, dims, c, keepdim)
+    return _ops.var_mean(input, dims, c, keepdim)
 
 
-def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.std_mean: (std, mean) from one pass."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.std_mean(x, dims, c, keepdim)
+    return _ops.std_mean(input, dims, c, keepdim)
 
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp", "var", "std", "var_mean",

@@ -9,22 +9,22 @@ from ._checks import check_dtype, wrap_dim
 _ops = torch.ops.reducekit
 
 
-def _rowwise(op, name: str, x: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+def _rowwise(op, name: str, input: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
     if dtype is not None:
-        check_dtype(dtype, f"{name} computes in")  # before the cast, which would make x the culprit
+        check_dtype(dtype, f"{name} computes in")  # before the cast, which would make input the culprit
     # torch's IndexError, raised here also while torch.compile traces (dynamo turns the fake
     # kernel's into a TorchRuntimeError)
-    wrap_dim(dim, x.dim())
+    wrap_dim(dim, input.dim())
     if dtype is not None:
-        x = x.to(dtype)
-    return op(x, dim)
+        input = input.to(dtype)
+    return op(input, dim)
 
 
-def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
-    """torch.softmax(x, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
-    return _rowwise(_ops.softmax, "softmax", x, dim, dtype)
+def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
+    """torch.softmax(input, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
+    return _rowwise(_ops.softmax, "softmax", input, dim, dtype)
 
 
-def log_softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
-    """torch.log_softmax(x, dim, dtype) on reducekit's kernels."""
-    return _rowwise(_ops.log_softmax, "log_softmax", x, dim, dtype)
+def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
+    """torch.log_softmax(input, dim, dtype) on reducekit's kernels."""
+    return _rowwise(_ops.log_softmax, "log_softmax", input, dim, dtype)

@@ -221,7 +221,7 @@ CASES = {
         x = torch.randn(5, device='cuda', dtype=torch.float64); t = torch.tensor(3, device='cuda')
         out = (rk.cross_entropy(x, t), rk.cross_entropy(x, t, reduction='none'))
         ref = (torch.nn.functional.cross_entropy(x, t), torch.nn.functional.cross_entropy(x, t, reduction='none'))""")),
-    # CPU logits: an error naming them, as the other ops' CPU kernels give ("x: expected a CUDA tensor")
+    # CPU logits: an error naming them, as the other ops' CPU kernels give ("input: expected a CUDA tensor")
     "cross_entropy_logits_cpu": ("error", ["logits"], "rk.cross_entropy(torch.randn(4, 5), "
                                  "torch.tensor([0, 1, 2, 3]))"),
     "cross_entropy_logits_int": ("error", ["logits"], "rk.cross_entropy(torch.arange(20, device='cuda').view(4, 5), "

@@ -108,5 +108,5 @@ def test_modes_and_the_profiler_see_every_call():
 
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_cpu_input_still_gets_the_clear_error(requires_grad):
-    with pytest.raises(RuntimeError, match="x: expected a CUDA tensor"):
+    with pytest.raises(RuntimeError, match="input: expected a CUDA tensor"):
         reducekit.sum(torch.randn(4, 8, requires_grad=requires_grad), -1)

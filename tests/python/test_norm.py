@@ -504,7 +504,7 @@ def test_errors():
         reducekit.layer_norm(x, [8], None, torch.ones(4, 2, device=DEV))
     with pytest.raises(RuntimeError, match="residual:"):
         reducekit.add_layer_norm(x, torch.randn(4, 7, device=DEV), [8])
-    with pytest.raises(RuntimeError, match="x:"):
+    with pytest.raises(RuntimeError, match="input:"):
         reducekit.layer_norm(x.cpu(), [8])
 
 
