@@ -230,7 +230,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       }
       break;
     case RowFamily::kLayerNormForward:
-      if (narrow) t.ring = v2, t.wide = v4;
+      if (narrow) t.ring = v2;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4, t.cluster = v16;
       break;

@@ -418,10 +418,10 @@ TEST_F(NormGpu, RereadRows) {
   }
 }
 
-// Wide rows (one CTA of up to 1024 threads a row: 16-bit layer_norm, rms_norm with and without
-// bias, row_kernel_plan.hpp; 16-bit rms_norm's aligned whole-vector rows packed) and, with the knob
-// off, the plans they replace (re-read rows, clusters, staged rows): aligned and shifted rows,
-// ragged lengths, with and without parameters. float32 layer_norm keeps its plans either way.
+// Wide rows (one CTA of up to 1024 threads a row: rms_norm with and without bias,
+// row_kernel_plan.hpp; 16-bit rms_norm's aligned whole-vector rows packed) and, with the knob off,
+// the plans they replace (re-read rows, clusters, staged rows): aligned and shifted rows, ragged
+// lengths, with and without parameters. layer_norm keeps its re-read rows either way.
 TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
   for (const bool shipped : {true, false}) {  // 1 would force wide rows where no kernel is built
     SCOPED_TRACE(shipped ? "the shipped plans" : "wide_rows 0");
@@ -438,9 +438,10 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
   }
 }
 
-// 16-bit wide rows (rms_norm with and without a bias, layer_norm): aligned rows of whole vectors
-// cross the reduction as packs (row_wide_packed_kernel_ext), shifted rows take the unpacked wide
-// kernel; both give the same bits, row by row (batch invariance across layouts).
+// 16-bit wide rows (rms_norm with and without a bias): aligned rows of whole vectors cross the
+// reduction as packs (row_wide_packed_kernel_ext), shifted rows take the unpacked wide kernel;
+// both give the same bits, row by row (batch invariance across layouts). layer_norm's re-read
+// rows of that length, aligned and shifted, likewise.
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
   const int64_t rows = 6, cols = 24576;
   const std::vector<double> values = make_values(rows * cols, "randn", 301);

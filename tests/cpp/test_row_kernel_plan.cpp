@@ -415,7 +415,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true, false},
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
-      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, true},
+      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, false},
       {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true, false},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
@@ -564,14 +564,13 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
 }
 
-// Wide rows: 16-bit layer_norm and 16- and 32-bit rms_norm rows of 16384 < n <= 32768 values (one
-// input) take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors ahead
-// of the staged bands, ragged ones where no band takes them. float32 layer_norm, other families,
-// two inputs and the knob off keep the plans of before.
+// Wide rows: 16- and 32-bit rms_norm rows of 16384 < n <= 32768 values (one input) take one CTA
+// of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the staged
+// bands, ragged ones where no band takes them. layer_norm (its re-read rows are faster), other
+// families, two inputs and the knob off keep the plans of before.
 TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   struct Pair { RowFamily family; int elem; };
-  for (const Pair p : {Pair{RowFamily::kLayerNormForward, 2}, Pair{RowFamily::kRmsNormForward, 2},
-                       Pair{RowFamily::kRmsNormForward, 4}}) {
+  for (const Pair p : {Pair{RowFamily::kRmsNormForward, 2}, Pair{RowFamily::kRmsNormForward, 4}}) {
     const RowFamily family = p.family;
     const int elem = p.elem;
     const int vec = 16 / elem;
@@ -598,9 +597,12 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   }
   for (const int elem : {2, 4})
     EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
-  EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, 32767, 2, 1).kind, RowKernelKind::kWide) << "no band";
-  for (const int64_t n : {int64_t(20001), int64_t(32767), int64_t(32768)}) {
-    EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
+  for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
+    for (const int elem : {2, 4}) {
+      const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, elem, 1);
+      EXPECT_NE(c.kind, RowKernelKind::kWide) << "layer_norm, n=" << n << " elem=" << elem;
+      EXPECT_GT(c.tiles, 1) << "layer_norm re-reads them, n=" << n << " elem=" << elem;
+    }
   }
   EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 32768, 8, 1).kind, RowKernelKind::kWide) << "float64";
   EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kWide) << "two inputs";
