@@ -19,8 +19,8 @@ class Softmax(torch.nn.Softmax):
     def __init__(self, dim: int = -1):
         super().__init__(dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return softmax(x, self.dim)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return softmax(input, self.dim)
 
 
 class LogSoftmax(torch.nn.LogSoftmax):
@@ -29,15 +29,15 @@ class LogSoftmax(torch.nn.LogSoftmax):
     def __init__(self, dim: int = -1):
         super().__init__(dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return log_softmax(x, self.dim)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return log_softmax(input, self.dim)
 
 
 class LayerNorm(torch.nn.LayerNorm):
     """torch.nn.LayerNorm (same parameters, same state dict) running reducekit.layer_norm."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class _RMSNormBias:
@@ -81,26 +81,28 @@ class RMSNorm(_RMSNormBias, torch.nn.RMSNorm):
 
 
 class AddLayerNorm(torch.nn.LayerNorm):
-    """The pre-norm residual step in one kernel: forward(x, residual) returns
-    (layer_norm(x + residual), x + residual), the sum rounded to x's dtype before it is normalized
-    (as the unfused `s = x + residual; y = norm(s)` in x's dtype). torch.nn.LayerNorm's arguments,
-    parameters and state dict. residual=None (the first block of a stack) gives (layer_norm(x), x)."""
+    """The pre-norm residual step in one kernel: forward(input, residual) returns
+    (layer_norm(input + residual), input + residual), the sum rounded to input's dtype before it is
+    normalized (as the unfused `s = input + residual; y = norm(s)` in input's dtype).
+    torch.nn.LayerNorm's arguments, parameters and state dict. residual=None (the first block of a
+    stack) gives (layer_norm(input), input)."""
 
-    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
-            return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps), x
-        return add_layer_norm(x, residual, self.normalized_shape, self.weight, self.bias, self.eps)
+            return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps), input
+        return add_layer_norm(input, residual, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class AddRMSNorm(_RMSNormBias, torch.nn.RMSNorm):
-    """forward(x, residual) returns (rms_norm(x + residual), x + residual) in one kernel, as
-    AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict (eps=None: the
-    epsilon of x's dtype), and RMSNorm's keyword bias. residual=None gives (rms_norm(x), x)."""
+    """forward(input, residual) returns (rms_norm(input + residual), input + residual) in one
+    kernel, as AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict
+    (eps=None: the epsilon of input's dtype), and RMSNorm's keyword bias. residual=None gives
+    (rms_norm(input), input)."""
 
-    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
-            return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias()), x
-        return add_rms_norm(x, residual, self.normalized_shape, self.weight, self.eps, self._bias())
+            return rms_norm(input, self.normalized_shape, self.weight, self.eps, self._bias()), input
+        return add_rms_norm(input, residual, self.normalized_shape, self.weight, self.eps, self._bias())
 
 
 class BatchNorm1d(torch.nn.BatchNorm1d):
