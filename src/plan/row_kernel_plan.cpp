@@ -209,8 +209,9 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
 std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   // Their kernels reduce two-phase ops in two phases only (row_wide_kernel_ext).
   if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
-  if (cols <= int64_t(limits.max_block_threads) * kWideTileValues || cols > int64_t(kWideRowThreads) * kWideTileValues)
-    return std::nullopt;
+  const int above = limits.wide_above_threads > 0 ? limits.wide_above_threads : limits.max_block_threads;
+  const int most = std::min(limits.wide_max_threads, kWideRowThreads);
+  if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   RowKernelConfig c;
   c.kind = RowKernelKind::kWide;
   c.two_phase = limits.two_phase;
@@ -236,7 +237,12 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
-      // No wide rows: the 16-bit re-read rows beat them by 7-42% at 16K-32K values (LOG.md).
+      // 16-bit rows of whole vectors past 8192 values read once on one CTA of up to 512 wide
+      // tiles beat the re-read rows; from 16K values and at ragged lengths they lost (LOG.md).
+      l.wide_rows = elem_bytes == 2;
+      l.wide_above_threads = 256;
+      l.wide_max_threads = 512;
+      l.wide_ragged = false;
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
       l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // faster or level where they act (LOG.md)
@@ -322,7 +328,7 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
     if (band.ragged_lengths_only && whole_vectors) continue;
     if (const auto staged = staged_plan(cols, elem_bytes, band, limits)) return *staged;
   }
-  if (wide) return *wide;
+  if (wide && limits.wide_ragged) return *wide;
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;

@@ -164,11 +164,14 @@ struct RowKernelLimits {
   // arriving by bulk copies, so their second pass reads shared memory instead of L2 and the
   // first has the whole stash in flight at once. 0: none (both passes read global memory).
   std::size_t reread_stash_bytes = 0;
-  // Rows of more than max_block_threads x kWideTileValues and at most kWideRowThreads x
-  // kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows: lengths of
-  // whole vectors ahead of the staged bands, ragged ones where no band takes them (set per family
-  // by row_policy).
+  // Rows of more than wide_above_threads (0: max_block_threads) and at most wide_max_threads
+  // tiles of kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows:
+  // lengths of whole vectors ahead of the staged bands, ragged ones (where wide_ragged) where no
+  // band takes them (set per family by row_policy).
   bool wide_rows = false;
+  int wide_above_threads = 0;
+  int wide_max_threads = kWideRowThreads;
+  bool wide_ragged = true;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -230,7 +233,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       }
       break;
     case RowFamily::kLayerNormForward:
-      if (narrow) t.ring = v2;
+      if (narrow) t.ring = v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4, t.cluster = v16;
       break;

@@ -418,10 +418,10 @@ TEST_F(NormGpu, RereadRows) {
   }
 }
 
-// Wide rows (one CTA of up to 1024 threads a row: rms_norm with and without bias,
-// row_kernel_plan.hpp; 16-bit rms_norm's aligned whole-vector rows packed) and, with the knob off,
-// the plans they replace (re-read rows, clusters, staged rows): aligned and shifted rows, ragged
-// lengths, with and without parameters. layer_norm keeps its re-read rows either way.
+// Wide rows (one CTA of up to 1024 threads a row: rms_norm with and without bias, 16-bit
+// layer_norm of 8K-16K values, row_kernel_plan.hpp; 16-bit aligned whole-vector rows packed) and,
+// with the knob off, the plans they replace (re-read rows, clusters, staged rows): aligned and
+// shifted rows, ragged lengths, with and without parameters.
 TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
   for (const bool shipped : {true, false}) {  // 1 would force wide rows where no kernel is built
     SCOPED_TRACE(shipped ? "the shipped plans" : "wide_rows 0");
@@ -435,41 +435,47 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
     check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, false, false, "randn"}, {5, 16392, 16392, 0}, 93);
     check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "constant"}, {3, 32768, 32776, 0}, 94);
     check_forward<__half, __half>({Kind::kLayer, false, true, true, "randn"}, {2, 32767, 32768, 1}, 95);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "large_mean"}, {4, 10240, 10240, 0}, 96);
+    check_forward<__half, __half>({Kind::kLayer, false, true, true, "randn"}, {3, 12800, 12808, 1}, 97);
+    check_forward<__nv_bfloat16, float>({Kind::kLayer, false, true, false, "randn"}, {3, 8200, 8200, 0}, 98);
   }
 }
 
-// 16-bit wide rows (rms_norm with and without a bias): aligned rows of whole vectors cross the
-// reduction as packs (row_wide_packed_kernel_ext), shifted rows take the unpacked wide kernel;
-// both give the same bits, row by row (batch invariance across layouts). layer_norm's re-read
-// rows of that length, aligned and shifted, likewise.
+// 16-bit wide rows (rms_norm with and without a bias at 24576, layer_norm at 10240): aligned rows
+// of whole vectors cross the reduction as packs (row_wide_packed_kernel_ext), shifted rows take
+// the unpacked wide kernel; both give the same bits, row by row (batch invariance across
+// layouts). The other plans of those lengths (layer_norm's re-read rows at 24576), likewise.
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
-  const int64_t rows = 6, cols = 24576;
-  const std::vector<double> values = make_values(rows * cols, "randn", 301);
-  std::vector<double> w = make_values(cols, "randn", 302);
-  for (double& v : w) v = 1.0 + 0.5 * v;
-  DeviceBuffer dw(cols * 2), db(cols * 2);
-  upload(dw, cast_to<__nv_bfloat16>(w));
-  upload(db, cast_to<__nv_bfloat16>(make_values(cols, "randn", 303)));
-  const TensorView wv = dense_view(dw.get(), DType::kBFloat16, {cols}), bv = dense_view(db.get(), DType::kBFloat16, {cols});
-  const RowLayout aligned{rows, cols, cols, 0}, shifted{rows, cols, cols + 3, 1};
-  const std::vector<double> poison(rows * cols, kNaN);
-  enum Form { kRms, kRmsBias, kLayer };
-  for (const Form form : {kRms, kRmsBias, kLayer}) {
-    SCOPED_TRACE(form == kRms ? "rms_norm" : form == kRmsBias ? "rms_norm with a bias" : "layer_norm");
-    Strided<__nv_bfloat16> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN),
-        ys(poison, shifted, kNaN);
-    for (const auto& [x, y] : {std::pair{&xa, &ya}, std::pair{&xs, &ys}}) {
-      const NormShape shape = NormShape::of({cols});
-      const Status status =
-          form == kRms       ? rms_norm(x->view(), shape, &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
-          : form == kRmsBias ? rms_norm(x->view(), shape, &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
-                             : layer_norm(x->view(), shape, &wv, &bv, 1e-5, y->view(), nullptr, nullptr, Workspace{}, nullptr);
-      ASSERT_TRUE(status.is_ok()) << status.message();
+  for (const int64_t cols : {int64_t(24576), int64_t(10240)}) {
+    SCOPED_TRACE(testing::Message() << "cols=" << cols);
+    const int64_t rows = 6;
+    const std::vector<double> values = make_values(rows * cols, "randn", 301);
+    std::vector<double> w = make_values(cols, "randn", 302);
+    for (double& v : w) v = 1.0 + 0.5 * v;
+    DeviceBuffer dw(cols * 2), db(cols * 2);
+    upload(dw, cast_to<__nv_bfloat16>(w));
+    upload(db, cast_to<__nv_bfloat16>(make_values(cols, "randn", 303)));
+    const TensorView wv = dense_view(dw.get(), DType::kBFloat16, {cols}), bv = dense_view(db.get(), DType::kBFloat16, {cols});
+    const RowLayout aligned{rows, cols, cols, 0}, shifted{rows, cols, cols + 3, 1};
+    const std::vector<double> poison(rows * cols, kNaN);
+    enum Form { kRms, kRmsBias, kLayer };
+    for (const Form form : {kRms, kRmsBias, kLayer}) {
+      SCOPED_TRACE(form == kRms ? "rms_norm" : form == kRmsBias ? "rms_norm with a bias" : "layer_norm");
+      Strided<__nv_bfloat16> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN),
+          ys(poison, shifted, kNaN);
+      for (const auto& [x, y] : {std::pair{&xa, &ya}, std::pair{&xs, &ys}}) {
+        const NormShape shape = NormShape::of({cols});
+        const Status status =
+            form == kRms       ? rms_norm(x->view(), shape, &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+            : form == kRmsBias ? rms_norm(x->view(), shape, &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+                               : layer_norm(x->view(), shape, &wv, &bv, 1e-5, y->view(), nullptr, nullptr, Workspace{}, nullptr);
+        ASSERT_TRUE(status.is_ok()) << status.message();
+      }
+      const std::vector<__nv_bfloat16> a = ya.image(), b = ys.image();
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride], cols * 2))
+            << "row " << r;
     }
-    const std::vector<__nv_bfloat16> a = ya.image(), b = ys.image();
-    for (int64_t r = 0; r < rows; ++r)
-      EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride], cols * 2))
-          << "row " << r;
   }
 }
 

@@ -415,7 +415,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true, false},
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
-      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, false},
+      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, true},
       {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true, false},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
@@ -551,7 +551,7 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
 TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   struct Want { int64_t n; int elem; };
   for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40000, 4}, Want{50264, 4},
-                       Want{12800, 4}, Want{12800, 2}, Want{10240, 4}, Want{9000, 4}, Want{32768, 4}}) {
+                       Want{12800, 4}, Want{12801, 2}, Want{10240, 4}, Want{9000, 4}, Want{32768, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
     EXPECT_GT(c.tiles, 1) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
@@ -566,8 +566,9 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
 
 // Wide rows: 16- and 32-bit rms_norm rows of 16384 < n <= 32768 values (one input) take one CTA
 // of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the staged
-// bands, ragged ones where no band takes them. layer_norm (its re-read rows are faster), other
-// families, two inputs and the knob off keep the plans of before.
+// bands, ragged ones where no band takes them. 16-bit layer_norm's band is 8192 < n <= 16384,
+// whole vectors only (LayerNormWideRowsAreWholeVectorsOf8KTo16K); other families, two inputs
+// and the knob off keep the plans of before.
 TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   struct Pair { RowFamily family; int elem; };
   for (const Pair p : {Pair{RowFamily::kRmsNormForward, 2}, Pair{RowFamily::kRmsNormForward, 4}}) {
@@ -607,6 +608,27 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 32768, 8, 1).kind, RowKernelKind::kWide) << "float64";
   EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kWide) << "two inputs";
   EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 32768, 4, 1).kind, RowKernelKind::kWide) << "softmax";
+}
+
+// 16-bit layer_norm: rows of whole vectors of 8192 < n <= 16384 values take wide rows of 257-512
+// threads (read once); ragged lengths there and longer rows re-read, float32 never goes wide.
+TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
+  for (const int64_t n : {int64_t(8200), int64_t(10240), int64_t(12800), int64_t(14336), int64_t(16000), int64_t(16384)}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1);
+    ASSERT_EQ(c.kind, RowKernelKind::kWide);
+    EXPECT_EQ(c.vpt * c.vec, kWideTileValues);
+    EXPECT_GT(c.threads, 256);
+    EXPECT_LE(c.threads, 512);
+    EXPECT_GE(c.capacity(), n);
+    EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
+    EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
+  }
+  for (const int64_t n : {int64_t(8192), int64_t(10241), int64_t(12801), int64_t(16392)})
+    EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
+  RowKernelLimits off = policy_on_h200(RowFamily::kLayerNormForward, 2);
+  off.wide_rows = false;
+  EXPECT_NE(plan_row_kernel(10240, 2, 1, off).kind, RowKernelKind::kWide) << "the knob off";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
