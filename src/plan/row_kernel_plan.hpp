@@ -9,8 +9,9 @@
 //                                     CTAs loop over rows with the next rows streaming
 //                                     into shared memory (ring)
 //   rows a 512-thread CTA holds only past kWideTileValues values a thread -> kWide, where the
-//                                     family says so (wide_rows): one CTA of up to
-//                                     kWideRowThreads threads a row, kWideTileValues a thread
+//                                     family says so (wide_rows, its band in wide_above_threads
+//                                     and wide_max_threads): one CTA of up to kWideRowThreads
+//                                     threads a row, kWideTileValues a thread
 //   longer                         -> kBlock with a cluster of up to 8 CTAs per row, still
 //                                     read once into registers; past that, several tiles per
 //                                     thread, extra tiles parked in shared memory (16-CTA
