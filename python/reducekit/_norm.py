@@ -47,10 +47,11 @@ def _rms_eps(input, eps):
 
 def _stat(x, normalized_shape):
     """The per-row statistic of the fake kernels, after the check the CUDA ops make: normalized_shape
-    names 1 .. rank(x) trailing dims of x (the op's input) exactly."""
+    names 1 .. rank(x) trailing dims of x (the op's input) exactly. The message is the core's,
+    which names the C++ API's argument x, so eager and compiled calls fail alike."""
     shape = list(normalized_shape)
     if not 1 <= len(shape) <= x.dim() or list(x.shape[x.dim() - len(shape):]) != shape:
-        raise RuntimeError(f"normalized_shape: {shape} does not match the trailing dims of input, whose shape is "
+        raise RuntimeError(f"normalized_shape: {shape} does not match the trailing dims of x, whose shape is "
                            f"{list(x.shape)}")
     lead = max(0, x.dim() - len(normalized_shape))
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
