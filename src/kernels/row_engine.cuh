@@ -777,8 +777,9 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // row's reductions as its 16-bit packs, half the registers of its float32 values, and is widened
 // again for each pass over it (two-phase ops: the mean's fold, the deviations' fold, the output),
 // so that one-statistic ops (rms_norm) fit 32 registers a thread and two 1024-thread CTAs an SM,
-// and two-phase ops (layer_norm) 64 registers and one CTA an SM without the float32 tile's
-// spill. The same values and arithmetic as row_wide_kernel_ext: the same bits.
+// and two-phase ops (layer_norm, rows of 257-512 threads) 64 registers, three CTAs an SM, with 24
+// bytes of spill where the float32 tile spilled far more (ptxas). The same values and arithmetic
+// as row_wide_kernel_ext: the same bits.
 template <class Op> inline constexpr int kPackedWideCtas = IsTwoPhase<Op>::value ? 1 : 2;
 
 template <typename T, class Op, int VEC, int VPT>

@@ -205,7 +205,8 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
 }
 
 // The wide row (kWideRowThreads, RowKernelLimits::wide_rows): one CTA, kWideTileValues values a
-// thread, whole warps. None where the row is not in the band.
+// thread, whole warps. None where the row is not in the family's band (wide_above_threads,
+// wide_max_threads).
 std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   // Their kernels reduce two-phase ops in two phases only (row_wide_kernel_ext).
   if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
@@ -239,10 +240,12 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
       // 16-bit rows of whole vectors past 8192 values, read once by one CTA of up to 512
       // threads, beat the re-read rows; past 16K values and at ragged lengths they lost (LOG.md).
-      l.wide_rows = elem_bytes == 2;
-      l.wide_above_threads = 256;
-      l.wide_max_threads = 512;
-      l.wide_ragged = false;
+      if (elem_bytes == 2) {
+        l.wide_rows = true;
+        l.wide_above_threads = 256;
+        l.wide_max_threads = 512;
+        l.wide_ragged = false;
+      }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
       l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // faster or level where they act (LOG.md)

@@ -53,9 +53,9 @@ constexpr int reread_vpt(int words, int vec, int acc_words, int inputs) {
 enum class RowKernelKind { kWarp, kBlock, kStaged, kWide };
 
 // Wide rows (RowKernelLimits::wide_rows): one CTA of up to kWideRowThreads threads a row, each
-// holding kWideTileValues values (one input), for the rows a kMaxBlockThreads CTA would hold only
-// at more values a thread: the whole SM's registers on one row, loaded once, no cluster and no
-// second read (torch.compile's norm kernels at 32768 columns run so, LOG.md).
+// holding kWideTileValues values (one input), for rows a kMaxBlockThreads CTA would hold only at
+// 16 values a thread or more (the band per family: RowKernelLimits): most of an SM's registers
+// on one row, loaded once, no cluster and no second read (LOG.md).
 constexpr int kWideRowThreads = 1024;
 constexpr int kWideTileValues = 32;
 

@@ -442,6 +442,10 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       for (const StagedBand& band : l.staged) EXPECT_EQ(band.threads, 0);
     EXPECT_EQ(l.reread_over_split, w.over_split);
     EXPECT_EQ(l.wide_rows, w.wide);
+    const bool layer_norm16 = w.family == RowFamily::kLayerNormForward && w.elem == 2;  // its own band
+    EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 256 : defaults.wide_above_threads);
+    EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
+    EXPECT_EQ(l.wide_ragged, !layer_norm16);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
