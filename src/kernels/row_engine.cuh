@@ -775,16 +775,12 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // Wide rows of 16-bit elements, aligned rows of whole vectors only (the launcher checks; a vector
 // cut by the row end, read element by element, spilled at these bounds): the tile crosses the
 // row's reductions as its 16-bit packs, half the registers of its float32 values, and is widened
-// again for each pass over it (two-phase ops: the mean's fold, the deviations' fold, the output),
-// so that one-statistic ops (rms_norm) fit 32 registers a thread and two 1024-thread CTAs an SM,
-// and two-phase ops (layer_norm, rows of 257-512 threads) 64 registers, three CTAs an SM, with 24
-// bytes of spill where the float32 tile spilled far more (ptxas). The same values and arithmetic
-// as row_wide_kernel_ext: the same bits.
-template <class Op> inline constexpr int kPackedWideCtas = IsTwoPhase<Op>::value ? 1 : 2;
-
+// again for each pass over it (two-phase ops: the mean's fold, the deviations' fold, the output).
+// The same values and arithmetic as row_wide_kernel_ext: the same bits. The kernels below set
+// the registers a thread, which bound the rows in flight an SM.
 template <typename T, class Op, int VEC, int VPT>
-__global__ void __launch_bounds__(kWideRowThreads, kPackedWideCtas<Op>)
-row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+__device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInputs>& args,
+                                                     const typename Op::Extra& extra) {
   static_assert(sizeof(T) == 2 && Op::kInputs == 1 && Op::kOutputs == 1,
                 "packed wide rows: one 16-bit input, one output");
   static_assert(VEC * VPT <= kWideTileValues, "wide tiles take one row a CTA, no loop");
@@ -853,6 +849,23 @@ row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extr
     vector.unpack(0, 0, widened(k));
     vector.template store<Op>(out, nullptr, args.cols, me + k * step, step, local, extra);
   }
+}
+
+// One-statistic ops (rms_norm): 32 registers, two 1024-thread CTAs an SM.
+template <typename T, class Op, int VEC, int VPT>
+__global__ void __launch_bounds__(kWideRowThreads, 2)
+row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  static_assert(!IsTwoPhase<Op>::value, "two-phase ops take row_wide_packed_two_phase_kernel_ext");
+  row_wide_packed_body<T, Op, VEC, VPT>(args, extra);
+}
+
+// Two-phase ops (layer_norm, rows of 257-512 threads): 64 registers a thread (24 bytes of spill,
+// ptxas), or in the lean form 48 (28 bytes), one more row an SM for CTAs of up to 416 threads.
+template <typename T, class Op, int VEC, int VPT, bool kLean>
+__global__ void __maxnreg__(kLean ? 48 : 64)
+row_wide_packed_two_phase_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  static_assert(IsTwoPhase<Op>::value, "one-statistic ops take row_wide_packed_kernel_ext");
+  row_wide_packed_body<T, Op, VEC, VPT>(args, extra);
 }
 
 }  // namespace reducekit::kernels

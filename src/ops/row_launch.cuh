@@ -60,6 +60,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("two_phase", &limits->two_phase);
   set("l2_hints_from_bytes", &limits->l2_hints_from_bytes);
   set("wide_rows", &limits->wide_rows);
+  set("wide_lean_max_threads", &limits->wide_lean_max_threads);
   set("read_back_second", &limits->read_back_second);
   set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);
@@ -147,16 +148,22 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
     else return kernels::row_wide_kernel_ext<T, Op, VEC, VPT, kAligned>;
   }
 };
-// Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext): 16-bit one-input
-// one-output ops, aligned rows of whole vectors.
+// Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext; two-phase ops,
+// row_wide_packed_two_phase_kernel_ext): 16-bit one-input one-output ops, aligned rows of whole
+// vectors.
 // Plain ops (no Extra) are never packed, and name no kOutputs.
 template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
   if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
   else return Op::kInputs == 1 && Op::kOutputs == 1;
 }
-template <typename T, class Op, int VEC, class... Extra> struct WidePackedKernels {
+// kLean: the two-phase kernel's lean form (RowKernelConfig::wide_lean); one-statistic ops have one.
+template <typename T, class Op, int VEC, bool kLean, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
-  template <int VPT> static auto get() { return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT>; }
+  template <int VPT> static auto get() {
+    if constexpr (kernels::IsTwoPhase<Op>::value)
+      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kLean>;
+    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT>;
+  }
 };
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
@@ -293,7 +300,9 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                  " threads");
     if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
-        auto packed = pick_tile<WidePackedKernels<T, Op, VEC, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
+        auto packed = c.wide_lean && kernels::IsTwoPhase<Op>::value
+                          ? pick_tile<WidePackedKernels<T, Op, VEC, true, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt)
+                          : pick_tile<WidePackedKernels<T, Op, VEC, false, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
         return launch_blocks(packed, args.rows, c, stream, "row_wide_packed_kernel", args, extra...);
       }

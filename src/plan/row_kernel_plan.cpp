@@ -219,6 +219,7 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   c.vec = 16 / elem_bytes;
   c.vpt = kWideTileValues / c.vec;
   c.threads = static_cast<int>(32 * ceil_div(ceil_div(ceil_div(cols, c.vec), c.vpt), 32));
+  c.wide_lean = c.threads <= limits.wide_lean_max_threads;
   return c;
 }
 
@@ -245,6 +246,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.wide_above_threads = 256;
         l.wide_max_threads = 512;
         l.wide_ragged = false;
+        l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB

@@ -173,6 +173,10 @@ struct RowKernelLimits {
   int wide_above_threads = 0;
   int wide_max_threads = kWideRowThreads;
   bool wide_ragged = true;
+  // Packed wide rows (16-bit whole vectors) of two-phase ops in CTAs of at most this many threads
+  // run on fewer registers a thread (row_wide_packed_two_phase_kernel_ext's lean form): a few
+  // bytes more spill, one more row an SM. 0: none. Set per family by row_policy.
+  int wide_lean_max_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -300,6 +304,7 @@ struct RowKernelConfig {
   bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
   bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
   int loads_ahead = 0;            // re-read rows: RowKernelLimits::loads_ahead
+  bool wide_lean = false;         // kWide packed rows: RowKernelLimits::wide_lean_max_threads
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

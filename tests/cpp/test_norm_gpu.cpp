@@ -441,12 +441,13 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
   }
 }
 
-// 16-bit wide rows (rms_norm with and without a bias at 24576, layer_norm at 10240): aligned rows
-// of whole vectors cross the reduction as packs (row_wide_packed_kernel_ext), shifted rows take
-// the unpacked wide kernel; both give the same bits, row by row (batch invariance across
-// layouts). The other plans of those lengths (layer_norm's re-read rows at 24576), likewise.
+// 16-bit wide rows (rms_norm with and without a bias at 24576, layer_norm at 10240 on the lean
+// kernel and 14336 on the full one): aligned rows of whole vectors cross the reduction as packs
+// (row_wide_packed_kernel_ext and its two-phase form), shifted rows take the unpacked wide
+// kernel; both give the same bits, row by row (batch invariance across layouts). The other plans
+// of those lengths (layer_norm's re-read rows at 24576, rms_norm's at 10240 and 14336), likewise.
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
-  for (const int64_t cols : {int64_t(24576), int64_t(10240)}) {
+  for (const int64_t cols : {int64_t(24576), int64_t(10240), int64_t(14336)}) {
     SCOPED_TRACE(testing::Message() << "cols=" << cols);
     const int64_t rows = 6;
     const std::vector<double> values = make_values(rows * cols, "randn", 301);
@@ -501,8 +502,9 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
 // one-vector tiles in groups (four float32 tiles, two 16-bit), then the rest one at a time
 // (float32 10240: one first-pass group and the last tile; 40008: the last group would leave the
 // row; 16-bit 12800 and 14336: one group, then two tiles); and right against the oracle.
-template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols);
+// layer_norm's y, mean and rstd bits under each of a tuning knob's values, the first the reference.
+template <typename T> void layer_norm_bits_alike(const char* knob_name, std::vector<int> values, int64_t cols, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols << " " << knob_name);
   const int64_t rows = 3, n = rows * cols;
   DeviceBuffer x(cast_to<T>(make_x(rows, cols, "step", seed)));
   DeviceBuffer w(cast_to<T>(make_values(cols, "randn", seed + 2))), b(cast_to<T>(make_values(cols, "randn", seed + 3)));
@@ -511,29 +513,40 @@ template <typename T> void loads_ahead_change_no_bits(int64_t cols, uint32_t see
   const TensorView xv = dense_view(x.get(), dt, {rows, cols}), yv = dense_view(y.get(), dt, {rows, cols});
   const TensorView wv = dense_view(w.get(), dt, {cols}), bv = dense_view(b.get(), dt, {cols});
   const TensorView mv = dense_view(mean.get(), DType::kFloat32, {rows}), qv = dense_view(rstd.get(), DType::kFloat32, {rows});
-  std::vector<std::vector<unsigned char>> images[3];
-  for (const int ahead : {0, 1, 2}) {
-    const ScopedTuning knob("loads_ahead", ahead);
+  std::vector<std::vector<std::vector<unsigned char>>> images;
+  for (const int value : values) {
+    const ScopedTuning knob(knob_name, value);
     const Status status = layer_norm(xv, NormShape::of({cols}), &wv, &bv, 1e-5, yv, &mv, &qv, Workspace{}, nullptr);
     ASSERT_TRUE(status.is_ok()) << status.message();
-    images[ahead] = {download<unsigned char>(y, n * sizeof(T)), download<unsigned char>(mean, rows * 4),
-                     download<unsigned char>(rstd, rows * 4)};
+    images.push_back({download<unsigned char>(y, n * sizeof(T)), download<unsigned char>(mean, rows * 4),
+                      download<unsigned char>(rstd, rows * 4)});
   }
   const char* names[] = {"y", "mean", "rstd"};
-  for (const int ahead : {1, 2})
+  for (std::size_t v = 1; v < values.size(); ++v)
     for (std::size_t k = 0; k < images[0].size(); ++k)
-      EXPECT_EQ(images[0][k], images[ahead][k]) << names[k] << " at level " << ahead;
+      EXPECT_EQ(images[0][k], images[v][k]) << names[k] << " at " << values[v];
 }
 
 TEST_F(NormGpu, LoadsAheadChangeNoBits) {
-  loads_ahead_change_no_bits<float>(10240, 111);
-  loads_ahead_change_no_bits<float>(40008, 112);
-  loads_ahead_change_no_bits<__nv_bfloat16>(12800, 113);
-  loads_ahead_change_no_bits<__half>(14336, 114);
+  layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 10240, 111);
+  layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 40008, 112);
+  layer_norm_bits_alike<__nv_bfloat16>("loads_ahead", {0, 1, 2}, 12800, 113);
+  layer_norm_bits_alike<__half>("loads_ahead", {0, 1, 2}, 14336, 114);
   check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "step"}, {3, 12800, 12800, 0}, 115);
   const ScopedTuning knob("loads_ahead", 2);
   check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {3, 10240, 10240, 0}, 116);
   check_forward<float, float>({Kind::kLayer, false, false, true, "large_mean"}, {3, 40008, 40008, 0}, 117);
+}
+
+// 16-bit layer_norm's packed wide rows of up to 416 threads run the lean kernel (fewer registers,
+// RowKernelLimits::wide_lean_max_threads): the same arithmetic, the same bits as the full one
+// (knob 0), at 8200 (288 threads), 10240 and 12800 (416); right against the oracle.
+TEST_F(NormGpu, LeanWideRowsChangeNoBits) {
+  layer_norm_bits_alike<__nv_bfloat16>("wide_lean_max_threads", {416, 0}, 8200, 121);
+  layer_norm_bits_alike<__half>("wide_lean_max_threads", {416, 0}, 10240, 122);
+  layer_norm_bits_alike<__nv_bfloat16>("wide_lean_max_threads", {416, 0}, 12800, 123);
+  check_forward<__half, __half>({Kind::kLayer, false, true, true, "large_mean"}, {5, 12800, 12800, 0}, 124);
+  check_forward<__nv_bfloat16, float>({Kind::kLayer, false, false, true, "randn"}, {4, 8200, 8200, 0}, 125);
 }
 
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm

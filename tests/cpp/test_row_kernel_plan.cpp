@@ -446,6 +446,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 256 : defaults.wide_above_threads);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
+    EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -590,6 +591,7 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
       EXPECT_EQ(c.cluster, 1);
       EXPECT_EQ(c.smem_bytes, 0u);
+      EXPECT_FALSE(c.wide_lean) << "rms_norm's kernel is one-statistic";
     }
     for (const int64_t n : {int64_t(16384), int64_t(32776), int64_t(65536)})
       EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
@@ -615,7 +617,8 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
 }
 
 // 16-bit layer_norm: rows of whole vectors of 8192 < n <= 16384 values take wide rows of 257-512
-// threads (read once); ragged lengths there and longer rows re-read, float32 never goes wide.
+// threads (read once), those of up to 416 threads (12800 values) the lean kernel; ragged lengths
+// there and longer rows re-read, float32 never goes wide.
 TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
   for (const int64_t n : {int64_t(8200), int64_t(10240), int64_t(12800), int64_t(14336), int64_t(16000), int64_t(16384)}) {
     SCOPED_TRACE(testing::Message() << "n=" << n);
@@ -626,6 +629,7 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
     EXPECT_LE(c.threads, 512);
     EXPECT_GE(c.capacity(), n);
     EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
+    EXPECT_EQ(c.wide_lean, n <= 12800);
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
   }
   for (const int64_t n : {int64_t(8192), int64_t(10241), int64_t(12801), int64_t(16392)})
@@ -633,6 +637,9 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
   RowKernelLimits off = policy_on_h200(RowFamily::kLayerNormForward, 2);
   off.wide_rows = false;
   EXPECT_NE(plan_row_kernel(10240, 2, 1, off).kind, RowKernelKind::kWide) << "the knob off";
+  RowKernelLimits full = policy_on_h200(RowFamily::kLayerNormForward, 2);
+  full.wide_lean_max_threads = 0;
+  EXPECT_FALSE(plan_row_kernel(10240, 2, 1, full).wide_lean) << "the lean knob off";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
