@@ -9,7 +9,8 @@ does; its warm-up launches run outside the NVTX range, so `--nvtx --nvtx-include
 layer_norm float32 4096x32768/"` profiles the timed launch only).
 
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
-sum_col (sum over dim 0), cross_entropy_step (the fused loss and gradient, random targets). Each launch is inside an NVTX range "impl op dtype shape".
+sum_col (sum over dim 0), cross_entropy_step (the fused loss and gradient, random targets). Each launch is inside an NVTX range "impl op dtype shape". --tune NAME=VALUE profiles reducekit
+under a planner override, as bench.py's.
 Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
 """
 import argparse
@@ -28,12 +29,17 @@ def main():
     p.add_argument("--shapes", default="4096x4096")
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--impls", default="reducekit,seed-triton")
+    p.add_argument("--tune", action="append", default=[], metavar="NAME=VALUE",
+                   help="a reducekit planner override (bench.py --tune), for profiling another plan")
     p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm", "sum_col",
                                                         "cross_entropy_step"])
     args = p.parse_args()
     peers.load_reducekit()  # registers torch.ops.reducekit
     seed, _ = peers.load_seed_triton(peers.default_seed_triton_path())
     ops = torch.ops.reducekit
+    for item in args.tune:
+        name, _, value = item.partition("=")
+        ops._set_tuning(name, int(value))
     params = {}  # weight and bias per (dtype, n), in x's dtype as the benchmark has them
 
     def wb(x):

@@ -173,14 +173,17 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     };
     // Loads ahead: the whole tiles t0, t0 + dir, ... of a group as raw vectors, every load
     // issued before any is used; then each into the tile in turn.
+    // The row's last tile is read once: its load lets L2 drop it.
     auto load_group = [&](auto& raw, int t0, int dir, const PolicyLoad16& load16) {
       constexpr int G = int(sizeof(raw) / sizeof(raw[0]));
 #pragma unroll
-      for (int g = 0; g < G; ++g)
+      for (int g = 0; g < G; ++g) {
+        const PolicyLoad16& policy = t0 + dir * g == tiles - 1 ? drop : load16;
 #pragma unroll
         for (int i = 0; i < NIN; ++i)
 #pragma unroll
-          for (int k = 0; k < VPT; ++k) raw[g][i][k] = load16(in[i] + (me + (t0 + dir * g) * tile_vectors + k * step) * VEC);
+          for (int k = 0; k < VPT; ++k) raw[g][i][k] = policy(in[i] + (me + (t0 + dir * g) * tile_vectors + k * step) * VEC);
+      }
     };
     auto unpack_raw = [&](const Bytes16 (&raw)[NIN][VPT]) {
 #pragma unroll
@@ -212,12 +215,13 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       parity ^= 1;
     }
     int t = stash_tiles;
-    // Loads ahead (RowArgs::loads_ahead): the tiles before the last in groups of kAhead lying
-    // wholly inside the row (the same for every thread), the group's loads all issued before its
-    // first fold; then the same folds, in the same order, as one tile at a time.
+    // Loads ahead (RowArgs::loads_ahead): the tiles in groups of kAhead lying wholly inside the
+    // row (the same for every thread), the group's loads all issued before its first fold; then
+    // the same folds, in the same order, as one tile at a time. A group that ends the row leaves
+    // the last tile in `tile`, as the loop below would.
     if constexpr (kShifted && kAligned && kAhead > 1) {
       if (args.loads_ahead >= 1) {
-        for (; t + kAhead < tiles && int64_t(t + kAhead) * tile_vectors * VEC <= cols; t += kAhead) {
+        for (; t + kAhead <= tiles && int64_t(t + kAhead) * tile_vectors * VEC <= cols; t += kAhead) {
           Bytes16 raw[kAhead][NIN][VPT];
           load_group(raw, t, 1, keep);
 #pragma unroll

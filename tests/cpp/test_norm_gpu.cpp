@@ -527,8 +527,15 @@ template <typename T> void layer_norm_bits_alike(const char* knob_name, std::vec
       EXPECT_EQ(images[0][k], images[v][k]) << names[k] << " at " << values[v];
 }
 
+// Re-read rows' grouped loads (RowArgs::loads_ahead) fold the same tiles in the same order as
+// one tile at a time: the same bits at every level, also where a group ends the row (float32
+// 16384 and 16-bit 24576: whole tiles, the last one in a group); right against the oracle.
 TEST_F(NormGpu, LoadsAheadChangeNoBits) {
   layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 10240, 111);
+  layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 16384, 118);
+  layer_norm_bits_alike<__nv_bfloat16>("loads_ahead", {0, 1, 2}, 24576, 119);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "step"}, {3, 24576, 24576, 0}, 120);
+  check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {3, 16384, 16384, 0}, 126);
   layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 40008, 112);
   layer_norm_bits_alike<__nv_bfloat16>("loads_ahead", {0, 1, 2}, 12800, 113);
   layer_norm_bits_alike<__half>("loads_ahead", {0, 1, 2}, 14336, 114);
