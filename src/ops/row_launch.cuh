@@ -300,7 +300,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                  " threads");
     if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
-        auto packed = c.wide_lean && kernels::IsTwoPhase<Op>::value
+        auto packed = c.wide_lean
                           ? pick_tile<WidePackedKernels<T, Op, VEC, true, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt)
                           : pick_tile<WidePackedKernels<T, Op, VEC, false, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
