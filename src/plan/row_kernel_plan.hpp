@@ -153,9 +153,9 @@ struct RowKernelLimits {
   // Re-read rows of tiles of up to two vectors a thread load their tiles in groups (four float32
   // one-vector tiles, two of two; two 16-bit one-vector tiles) wholly inside the row, every load
   // of a group in flight before its first use, as torch.compile's unrolled loops have them
-  // (layer_norm's shifted rows only, row_stream.cuh): 1, the first pass's tiles before the last;
-  // 2, float32's output pass's re-read tiles as well, two at a time; 0, one tile's loads at a
-  // time. The same bits at every level; row_policy sets it.
+  // (layer_norm's shifted rows only, row_stream.cuh): 1, the first pass's whole tiles, the last
+  // one too; 2, float32's output pass's re-read tiles as well, two at a time; 0, one tile's loads
+  // at a time. The same bits at every level; row_policy sets it.
   int loads_ahead = 0;
   // Re-read rows leave the split plan out, so they re-read even where the caller gives a
   // workspace: set for the norm forwards, whose 16-bit 256x262144 rows ran faster re-read than
