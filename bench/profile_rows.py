@@ -9,7 +9,8 @@ does; its warm-up launches run outside the NVTX range, so `--nvtx --nvtx-include
 layer_norm float32 4096x32768/"` profiles the timed launch only).
 
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
-sum_col (sum over dim 0), cross_entropy_step (the fused loss and gradient, random targets). Each launch is inside an NVTX range "impl op dtype shape". --tune NAME=VALUE profiles reducekit
+sum_col (sum over dim 0), cross_entropy_step (the fused loss and gradient, random targets).
+Each launch is inside an NVTX range "impl op dtype shape". --tune NAME=VALUE profiles reducekit
 under a planner override, as bench.py's.
 Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
 """

@@ -172,8 +172,8 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
       }
     };
     // Loads ahead: the whole tiles t0, t0 + dir, ... of a group as raw vectors, every load
-    // issued before any is used; then each into the tile in turn.
-    // The row's last tile is read once: its load lets L2 drop it.
+    // issued before any is used; then each into the tile in turn. The row's last tile is read
+    // once: its loads let L2 drop it.
     auto load_group = [&](auto& raw, int t0, int dir, const PolicyLoad16& load16) {
       constexpr int G = int(sizeof(raw) / sizeof(raw[0]));
 #pragma unroll
