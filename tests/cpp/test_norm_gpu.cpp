@@ -496,12 +496,6 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
   }
 }
 
-// Loads ahead (RowKernelLimits::loads_ahead: level 1 in the first pass, 16-bit layer_norm's
-// default; 2, float32's, in the output pass too) change when a re-read row's loads are issued,
-// never the arithmetic: layer_norm gives the same y, mean and rstd bits at every level, on
-// one-vector tiles in groups (four float32 tiles, two 16-bit), then the rest one at a time
-// (float32 10240: one first-pass group and the last tile; 40008: the last group would leave the
-// row; 16-bit 12800 and 14336: one group, then two tiles); and right against the oracle.
 // layer_norm's y, mean and rstd bits under each of a tuning knob's values, the first the reference.
 template <typename T> void layer_norm_bits_alike(const char* knob_name, std::vector<int> values, int64_t cols, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols << " " << knob_name);
@@ -527,9 +521,13 @@ template <typename T> void layer_norm_bits_alike(const char* knob_name, std::vec
       EXPECT_EQ(images[0][k], images[v][k]) << names[k] << " at " << values[v];
 }
 
-// Re-read rows' grouped loads (RowArgs::loads_ahead) fold the same tiles in the same order as
-// one tile at a time: the same bits at every level, also where a group ends the row (float32
-// 16384 and 16-bit 24576: whole tiles, the last one in a group); right against the oracle.
+// Loads ahead (RowKernelLimits::loads_ahead: level 1 in the first pass, 16-bit layer_norm's
+// default; 2, float32's, in the output pass too) change when a re-read row's loads are issued,
+// never the arithmetic: the same bits at every level, on one-vector tiles in groups of whole
+// tiles (four float32, two 16-bit), then the rest one at a time: float32 10240, one group and
+// the last tile; 16384, two groups ending the row; 40008, the last group would leave the row;
+// 16-bit 24576, three groups ending the row; 12800 and 14336, one group, then two tiles. Right
+// against the oracle.
 TEST_F(NormGpu, LoadsAheadChangeNoBits) {
   layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 10240, 111);
   layer_norm_bits_alike<float>("loads_ahead", {0, 1, 2}, 16384, 118);
