@@ -80,6 +80,36 @@ template <typename T, bool kResidual> struct NormForwardBase {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) c[e] = {w[e], b[e]};
   }
+  // Per-column parameters of vectors wholly inside the row, the weight / bias cases decided once
+  // (row_stream.cuh's output loop over whole tiles): f gets a callable (e0, Column (&)[VEC]) with
+  // the values columns() gives there.
+  template <typename P> struct WholeColumnPairs {
+    const P* w;
+    const P* b;
+    template <int VEC> __device__ __forceinline__ void operator()(int e0, Column (&c)[VEC]) const {
+      constexpr int kPer = 16 / sizeof(P);
+#pragma unroll
+      for (int q = 0; q < VEC / kPer; ++q) {
+        Acc wv[kPer], bv[kPer];
+        unpack_to_acc(load_pack<Pack<P, kPer>>(w + e0 + q * kPer), wv);
+        unpack_to_acc(load_pack<Pack<P, kPer>>(b + e0 + q * kPer), bv);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) c[q * kPer + e] = {wv[e], bv[e]};
+      }
+    }
+  };
+  struct WholeColumnsAnyCase {
+    const Extra& x;
+    template <int VEC> __device__ __forceinline__ void operator()(int e0, Column (&c)[VEC]) const {
+      columns<VEC, true>(x, e0, e0 + VEC, c);
+    }
+  };
+  template <class F> __device__ __forceinline__ static void with_whole_columns(const Extra& x, F&& f) {
+    if (x.weight != nullptr && x.bias != nullptr) {
+      if (!x.params_f32) return f(WholeColumnPairs<T>{static_cast<const T*>(x.weight), static_cast<const T*>(x.bias)});
+    }
+    f(WholeColumnsAnyCase{x});
+  }
   __device__ static Acc second(const Acc (&v)[kInputs]) { return v[0]; }  // s, already rounded to T
   // s is what every statistic and output is computed from (output() reads v[0] only, local()
   // ignores its statistic): streamed rows write it in their first pass and read it back alone in
@@ -162,6 +192,7 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
     constexpr int VEC = 16 / sizeof(T);
     const int n = at.template valid_elems<VEC, N / VEC>();
     const Acc mean = sum.w[0] / Acc(at.cols);
+    if (n == N) return {{fold_chains<N>(Plus{}, [&](int j) { return (v[0][j] - mean) * (v[0][j] - mean); })}};
     return {{fold_chains<N>(Plus{}, [&](int j) {
       const Acc d = v[0][j] - mean;
       return j < n ? d * d : Acc(0);

@@ -778,7 +778,10 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // again for each pass over it (two-phase ops: the mean's fold, the deviations' fold, the output).
 // The same values and arithmetic as row_wide_kernel_ext: the same bits. The kernels below set
 // the registers a thread, which bound the rows in flight an SM.
-template <typename T, class Op, int VEC, int VPT>
+// kWhole: every vector of every thread lies inside the row (cols = threads x VPT x VEC), so
+// loads, folds and stores skip their bounds and the parameters' cases are decided once
+// (Op::with_whole_columns): the same values and arithmetic, the same bits.
+template <typename T, class Op, int VEC, int VPT, bool kWhole = false>
 __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInputs>& args,
                                                      const typename Op::Extra& extra) {
   static_assert(sizeof(T) == 2 && Op::kInputs == 1 && Op::kOutputs == 1,
@@ -799,7 +802,7 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int e0 = (me + k * step) * VEC;
-    packed[k] = pack_of<PackT>(e0 < args.cols ? load_aligned16(in + e0) : pads);
+    packed[k] = pack_of<PackT>(kWhole || e0 < args.cols ? load_aligned16(in + e0) : pads);
   }
   // Widened for each pass. An empty volatile asm on each packed word keeps the compiler from
   // reusing an earlier widening (which would hold the float32 tile across a reduction).
@@ -843,11 +846,41 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
     local = Op::local(finalize_row<Op, true>(extra, row, me, step, args.cols, stat, me == 0), mine);
   }
   T* const out = args.out + row * args.out_stride;
+  if constexpr (kWhole) {
+    Op::with_whole_columns(extra, [&](const auto& columns) {
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    RowTile<T, 1, VEC, 1, true> vector;
-    vector.unpack(0, 0, widened(k));
-    vector.template store<Op>(out, nullptr, args.cols, me + k * step, step, local, extra);
+      for (int k = 0; k < VPT; ++k) {
+        const int e0 = (me + k * step) * VEC;
+        typename Op::Acc v[VEC], r[VEC];
+        unpack_to_acc(widened(k), v);
+        typename Op::Column c[VEC];
+        columns(e0, c);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const typename Op::Acc x[1] = {v[e]};
+          r[e] = Op::output(x, local, c[e]);
+        }
+        store_pack_global(out + e0, pack_from_acc<T>(r));
+      }
+    });
+  } else {
+    // Each vector's parameters before its widening: widened first, its floats waited in
+    // registers beside the parameters' loads (float16 spilled them, ptxas).
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (me + k * step) * VEC;
+      if (e0 >= args.cols) continue;
+      typename Op::Column c[VEC];
+      Op::template columns<VEC, true>(extra, e0, args.cols, c);
+      typename Op::Acc v[VEC], r[VEC];
+      unpack_to_acc(widened(k), v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const typename Op::Acc x[1] = {v[e]};
+        r[e] = Op::output(x, local, c[e]);
+      }
+      Tile::write(out, e0, args.cols, pack_from_acc<T>(r));
+    }
   }
 }
 
@@ -865,7 +898,9 @@ template <typename T, class Op, int VEC, int VPT, bool kLean>
 __global__ void __maxnreg__(kLean ? 48 : 64)
 row_wide_packed_two_phase_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(IsTwoPhase<Op>::value, "one-statistic ops take row_wide_packed_kernel_ext");
-  row_wide_packed_body<T, Op, VEC, VPT>(args, extra);
+  // Whole rows apart only at 64 registers: the lean kernel's 48 spilled five times as much (ptxas).
+  if (!kLean && args.cols == static_cast<int>(blockDim.x) * VPT * VEC) row_wide_packed_body<T, Op, VEC, VPT, !kLean>(args, extra);
+  else row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
 }
 
 }  // namespace reducekit::kernels

@@ -294,6 +294,33 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
         }
       }
     }
+    // Whole tiles of an aligned one-input row, re-read from global memory, as the loop below
+    // takes them but without its bounds checks, the parameter cases decided once a row
+    // (Op::with_whole_columns): the same loads, arithmetic and stores.
+    if constexpr (kShifted && kAligned && NIN == 1) {
+      Op::with_whole_columns(extra, [&](const auto& columns) {
+        for (; t_out >= stash_tiles; --t_out) {
+          const int first = me + t_out * tile_vectors;
+#pragma unroll
+          for (int k = 0; k < VPT; ++k) tile.unpack(0, k, pack_of<typename Tile::PackT>(drop(in[0] + (first + k * step) * VEC)));
+          Op::prepare_values(tile.values);
+          const auto local = local_of(last);
+#pragma unroll
+          for (int k = 0; k < VPT; ++k) {
+            const int e0 = (first + k * step) * VEC;
+            typename Op::Column c[VEC];
+            columns(e0, c);
+            Acc r[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              const Acc v[1] = {tile.values[0][k * VEC + e]};
+              r[e] = Op::output(v, local, c[e]);
+            }
+            store_pack_global(out + e0, pack_from_acc<T>(r));
+          }
+        }
+      });
+    }
     for (int t = t_out; t >= 0; --t) {
       const int first = me + t * tile_vectors;
       if constexpr (kReadBack) {
