@@ -56,18 +56,14 @@ def resources(tree, unit, scratch):
     if run.returncode != 0:
         sys.exit(f"{unit} ({tree}) did not compile:\n{run.stderr[-3000:]}")
     found, current = {}, None
-    for line in run.stderr.splitlines():
-        m = re.search(r"Function properties for (\w+)", line)
+    for line in run.stderr.splitlines():  # a kernel's name line, then its spill or register line
+        m = re.search(r"(?:Function properties for |Compiling entry function ')(\w+)", line)
         if m:
             current = m.group(1)
             found.setdefault(current, [0, 0, 0])
         m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and current:
             found[current][1:] = [int(m.group(1)), int(m.group(2))]
-        m = re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            current = m.group(1)
-            found.setdefault(current, [0, 0, 0])
         m = re.search(r"Used (\d+) registers", line)
         if m and current:
             found[current][0] = int(m.group(1))
