@@ -155,6 +155,7 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
     const int n = at.template valid_elems<VEC, N / VEC>();
     if (n == 0) return identity();
     const Acc mean = fold_chains<N>(Plus{}, [&](int j) { return v[0][j]; }) / Acc(n);
+    if (n == N) return {{Acc(n), mean, fold_chains<N>(Plus{}, [&](int j) { return (v[0][j] - mean) * (v[0][j] - mean); })}};
     const Acc m2 = fold_chains<N>(Plus{}, [&](int j) {
       const Acc d = v[0][j] - mean;
       return j < n ? d * d : Acc(0);

@@ -312,6 +312,12 @@ __device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op
 // Otherwise each row's own alignment decides (vector_io.cuh): aligned rows move as above,
 // shifted ones as aligned granules shifted into place; the element-to-thread layout is the same,
 // so the arithmetic, and therefore every result bit, is the same for all (batch invariance).
+// Ops that give the parameters of vectors wholly inside the row apart (Op::with_whole_columns,
+// the norm forwards): their whole tiles are written without bounds (RowTile::store_whole).
+template <class Op, class = void> struct HasWholeColumns : std::false_type {};
+template <class Op>
+struct HasWholeColumns<Op, std::void_t<typename Op::WholeColumnsAnyCase>> : std::true_type {};
+
 template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using Acc = acc_t<T>;
   using PackT = Pack<T, VEC>;
@@ -439,6 +445,43 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
         write_shifted(out, e0, cols, o, first % width, width);
         if constexpr (Op::kOutputs == 2) write_shifted(out2, e0, cols, o2, first % width, width);
       }
+    }
+  }
+
+  // store(), but a one-input tile of a two-phase op (layer_norm) wholly inside an aligned row
+  // goes through store_whole (one-tile rows: the block and ring kernels; in the stream kernels,
+  // for two inputs and for rms_norm's tiles of 2-8 vectors the extra path spilled, ptxas).
+  template <class Op, class Local>
+  __device__ __forceinline__ void store_row(T* out, T* out2, int cols, int first, int step, const Local& l,
+                                            const typename Op::Extra& extra) const {
+    if constexpr (kAligned && NIN == 1 && HasWholeColumns<Op>::value && IsTwoPhase<Op>::value) {
+      if ((first + (VPT - 1) * step + 1) * VEC <= cols)
+        return Op::with_whole_columns(extra, [&](const auto& columns) { store_whole<Op>(out, out2, first, step, l, columns); });
+    }
+    store<Op>(out, out2, cols, first, step, l, extra);
+  }
+
+  // store() of a tile wholly inside an aligned row: no bounds, the parameters from `columns`
+  // (Op::with_whole_columns), the same values and arithmetic.
+  template <class Op, class Local, class Columns>
+  __device__ __forceinline__ void store_whole(T* out, T* out2, int first, int step, const Local& l,
+                                              const Columns& columns) const {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (first + k * step) * VEC;
+      typename Op::Column c[VEC];
+      columns(e0, c);
+      Acc r[VEC], r2[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        Acc v[NIN];
+#pragma unroll
+        for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
+        r[e] = Op::output(v, l, c[e]);
+        if constexpr (Op::kOutputs == 2) r2[e] = Op::second(v);
+      }
+      store_pack_global(out + e0, pack_from_acc<T>(r));
+      if constexpr (Op::kOutputs == 2) store_pack_global(out2 + e0, pack_from_acc<T>(r2));
     }
   }
 
@@ -690,7 +733,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
                                                       BlockGroup<Op, false>{slots, cluster_slot, args.two_phase}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
-    tile.template store<Op>(args.out + row * args.out_stride, out2, cols, me, step, local, extra);
+    tile.template store_row<Op>(args.out + row * args.out_stride, out2, cols, me, step, local, extra);
   }
 }
 
@@ -737,7 +780,7 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
                                                       me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
-    tile.template store<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
+    tile.template store_row<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
     if constexpr (!kRowLoop) break;
   }
 }
@@ -850,17 +893,9 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
     Op::with_whole_columns(extra, [&](const auto& columns) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const int e0 = (me + k * step) * VEC;
-        typename Op::Acc v[VEC], r[VEC];
-        unpack_to_acc(widened(k), v);
-        typename Op::Column c[VEC];
-        columns(e0, c);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const typename Op::Acc x[1] = {v[e]};
-          r[e] = Op::output(x, local, c[e]);
-        }
-        store_pack_global(out + e0, pack_from_acc<T>(r));
+        RowTile<T, 1, VEC, 1, true> vector;
+        vector.unpack(0, 0, widened(k));
+        vector.template store_whole<Op>(out, nullptr, me + k * step, step, local, columns);
       }
     });
   } else {
@@ -899,8 +934,10 @@ __global__ void __maxnreg__(kLean ? 48 : 64)
 row_wide_packed_two_phase_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(IsTwoPhase<Op>::value, "one-statistic ops take row_wide_packed_kernel_ext");
   // Whole rows apart only at 64 registers: the lean kernel's 48 spilled five times as much (ptxas).
-  if (!kLean && args.cols == static_cast<int>(blockDim.x) * VPT * VEC) row_wide_packed_body<T, Op, VEC, VPT, !kLean>(args, extra);
-  else row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
+  if constexpr (!kLean) {
+    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC) return row_wide_packed_body<T, Op, VEC, VPT, true>(args, extra);
+  }
+  row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
 }
 
 }  // namespace reducekit::kernels

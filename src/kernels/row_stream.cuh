@@ -304,20 +304,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
 #pragma unroll
           for (int k = 0; k < VPT; ++k) tile.unpack(0, k, pack_of<typename Tile::PackT>(drop(in[0] + (first + k * step) * VEC)));
           Op::prepare_values(tile.values);
-          const auto local = local_of(last);
-#pragma unroll
-          for (int k = 0; k < VPT; ++k) {
-            const int e0 = (first + k * step) * VEC;
-            typename Op::Column c[VEC];
-            columns(e0, c);
-            Acc r[VEC];
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-              const Acc v[1] = {tile.values[0][k * VEC + e]};
-              r[e] = Op::output(v, local, c[e]);
-            }
-            store_pack_global(out + e0, pack_from_acc<T>(r));
-          }
+          tile.template store_whole<Op>(out, nullptr, first, step, local_of(last), columns);
         }
       });
     }

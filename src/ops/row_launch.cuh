@@ -60,7 +60,9 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("two_phase", &limits->two_phase);
   set("l2_hints_from_bytes", &limits->l2_hints_from_bytes);
   set("wide_rows", &limits->wide_rows);
+  set("wide_above_threads", &limits->wide_above_threads);
   set("wide_lean_max_threads", &limits->wide_lean_max_threads);
+  set("wide_whole_full_max_threads", &limits->wide_whole_full_max_threads);
   set("read_back_second", &limits->read_back_second);
   set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);

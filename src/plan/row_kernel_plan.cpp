@@ -219,7 +219,8 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   c.vec = 16 / elem_bytes;
   c.vpt = kWideTileValues / c.vec;
   c.threads = static_cast<int>(32 * ceil_div(ceil_div(ceil_div(cols, c.vec), c.vpt), 32));
-  c.wide_lean = c.threads <= limits.wide_lean_max_threads;
+  const bool whole = cols == int64_t(c.threads) * kWideTileValues;
+  c.wide_lean = c.threads <= limits.wide_lean_max_threads && !(whole && c.threads <= limits.wide_whole_full_max_threads);
   return c;
 }
 
@@ -243,10 +244,11 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       // threads, beat the re-read rows; past 16K values and at ragged lengths they lost (LOG.md).
       if (elem_bytes == 2) {
         l.wide_rows = true;
-        l.wide_above_threads = 256;
+        l.wide_above_threads = 224;  // 8192 values as a whole wide row: +17..+21% over the ring rows
         l.wide_max_threads = 512;
         l.wide_ragged = false;
         l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
+        l.wide_whole_full_max_threads = 384;  // whole 9216-12288: +1..+8% on the full kernel (LOG.md)
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
@@ -255,7 +257,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       if (elem_bytes <= 4) l.l2_hints_from_bytes = 0;
       break;
     case RowFamily::kRmsNormForward:
+    case RowFamily::kRmsNormBiasForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
+      // 16-bit rows from 12K values packed wide: +11..+14% without a bias, -7..-9% with one (LOG.md)
+      if (elem_bytes == 2 && family == RowFamily::kRmsNormForward) l.wide_above_threads = 384;
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
@@ -276,7 +281,8 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
   constexpr std::size_t KiB = 1024;
-  if (family == RowFamily::kRmsNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
+  const bool rms_norm = family == RowFamily::kRmsNormForward || family == RowFamily::kRmsNormBiasForward;
+  if (rms_norm && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
     // clusters beat its register rows (odd rows most); shorter rows and layer_norm's lost (LOG.md).
     if (elem_bytes == 2) {

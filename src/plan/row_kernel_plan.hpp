@@ -177,6 +177,10 @@ struct RowKernelLimits {
   // run on fewer registers a thread (row_wide_packed_two_phase_kernel_ext's lean form): a few
   // bytes more spill, one more row an SM. 0: none. Set per family by row_policy.
   int wide_lean_max_threads = 0;
+  // Whole rows (every thread's values inside the row) of at most this many threads take the full
+  // two-phase kernel even where the lean one would run: its whole-row body, free of bounds, spilled
+  // too much on the lean kernel's registers. 0: none. Set per family by row_policy.
+  int wide_whole_full_max_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -195,7 +199,8 @@ constexpr int kRereadPastOneCta = kRowTileWords;
 enum class RowFamily {
   kRowwise,             // softmax, log_softmax and their backwards
   kLayerNormForward,    // layer_norm without a residual
-  kRmsNormForward,      // rms_norm without a residual
+  kRmsNormForward,      // rms_norm without a residual or a bias
+  kRmsNormBiasForward,  // rms_norm with a bias, without a residual
   kResidualNormForward, // either norm of x + residual
   kNormBackward,        // layer_norm / rms_norm backward
 };
@@ -243,6 +248,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       else t.block = v4, t.cluster = v16;
       break;
     case RowFamily::kRmsNormForward:
+    case RowFamily::kRmsNormBiasForward:
       if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;

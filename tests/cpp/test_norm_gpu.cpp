@@ -419,7 +419,7 @@ TEST_F(NormGpu, RereadRows) {
 }
 
 // Wide rows (one CTA of up to 1024 threads a row: rms_norm with and without bias, 16-bit
-// layer_norm of 8K-16K values, row_kernel_plan.hpp; 16-bit aligned whole-vector rows packed) and,
+// layer_norm of 7K-16K values, row_kernel_plan.hpp; 16-bit aligned whole-vector rows packed) and,
 // with the knob off, the plans they replace (re-read rows, clusters, staged rows): aligned and
 // shifted rows, ragged lengths, with and without parameters.
 TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
@@ -438,6 +438,9 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
     check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "large_mean"}, {4, 10240, 10240, 0}, 96);
     check_forward<__half, __half>({Kind::kLayer, false, true, true, "randn"}, {3, 12800, 12808, 1}, 97);
     check_forward<__nv_bfloat16, float>({Kind::kLayer, false, true, false, "randn"}, {3, 8200, 8200, 0}, 98);
+    check_forward<__half, __half>({Kind::kLayer, false, true, true, "large_mean"}, {4, 8192, 8192, 0}, 141);
+    check_forward<__half, __half>({Kind::kRms, false, true, false, "randn"}, {3, 12800, 12808, 1}, 142);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, true, "randn"}, {3, 14336, 14336, 0}, 143);
   }
 }
 
@@ -445,7 +448,8 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 // kernel and 14336 on the full one): aligned rows of whole vectors cross the reduction as packs
 // (row_wide_packed_kernel_ext and its two-phase form), shifted rows take the unpacked wide
 // kernel; both give the same bits, row by row (batch invariance across layouts). The other plans
-// of those lengths (layer_norm's re-read rows at 24576, rms_norm's at 10240 and 14336), likewise.
+// of those lengths (layer_norm's re-read rows at 24576, rms_norm's at 10240, rms_norm with a bias's
+// at 10240 and 14336), likewise.
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
   for (const int64_t cols : {int64_t(24576), int64_t(10240), int64_t(14336)}) {
     SCOPED_TRACE(testing::Message() << "cols=" << cols);
@@ -497,9 +501,10 @@ TEST_F(NormGpu, ResidualRowsReadTheirSumBack) {
 }
 
 // layer_norm's y, mean and rstd bits under each of a tuning knob's values, the first the reference.
-template <typename T> void layer_norm_bits_alike(const char* knob_name, std::vector<int> values, int64_t cols, uint32_t seed) {
+template <typename T>
+void layer_norm_bits_alike(const char* knob_name, std::vector<int> values, int64_t cols, uint32_t seed, int64_t rows = 3) {
   SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " cols " << cols << " " << knob_name);
-  const int64_t rows = 3, n = rows * cols;
+  const int64_t n = rows * cols;
   DeviceBuffer x(cast_to<T>(make_x(rows, cols, "step", seed)));
   DeviceBuffer w(cast_to<T>(make_values(cols, "randn", seed + 2))), b(cast_to<T>(make_values(cols, "randn", seed + 3)));
   DeviceBuffer y(n * sizeof(T)), mean(rows * 4), rstd(rows * 4);
@@ -544,11 +549,14 @@ TEST_F(NormGpu, LoadsAheadChangeNoBits) {
 }
 
 // 16-bit layer_norm's packed wide rows of up to 416 threads run the lean kernel (fewer registers,
-// RowKernelLimits::wide_lean_max_threads): the same arithmetic, the same bits as the full one
-// (knob 0), at 8200 (288 threads), 10240 and 12800 (416); right against the oracle.
+// RowKernelLimits::wide_lean_max_threads) but whole rows of up to 384 threads the full one
+// (wide_whole_full_max_threads): the same arithmetic, the same bits as the other kernel (knob 0),
+// at 8200 (288 threads), 10240 and 12288 (320 and 384, whole rows: the full kernel's whole-row
+// body against the lean kernel) and 12800 (416); right against the oracle.
 TEST_F(NormGpu, LeanWideRowsChangeNoBits) {
   layer_norm_bits_alike<__nv_bfloat16>("wide_lean_max_threads", {416, 0}, 8200, 121);
-  layer_norm_bits_alike<__half>("wide_lean_max_threads", {416, 0}, 10240, 122);
+  layer_norm_bits_alike<__half>("wide_whole_full_max_threads", {384, 0}, 10240, 122);
+  layer_norm_bits_alike<__nv_bfloat16>("wide_whole_full_max_threads", {384, 0}, 12288, 144);
   layer_norm_bits_alike<__nv_bfloat16>("wide_lean_max_threads", {416, 0}, 12800, 123);
   check_forward<__half, __half>({Kind::kLayer, false, true, true, "large_mean"}, {5, 12800, 12800, 0}, 124);
   check_forward<__nv_bfloat16, float>({Kind::kLayer, false, false, true, "randn"}, {4, 8200, 8200, 0}, 125);

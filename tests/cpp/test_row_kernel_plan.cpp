@@ -370,7 +370,7 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   };
   const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
   for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kRmsNormForward,
-                            RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
+                            RowFamily::kRmsNormBiasForward, RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
     const int inputs = family == RowFamily::kNormBackward ? 2 : 1;
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family));
     EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
@@ -421,6 +421,9 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kRmsNormBiasForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
+      {RowFamily::kRmsNormBiasForward, 4, 0, 16, 32, 0, 0, true, true, true},
+      {RowFamily::kRmsNormBiasForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
@@ -443,10 +446,12 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.reread_over_split, w.over_split);
     EXPECT_EQ(l.wide_rows, w.wide);
     const bool layer_norm16 = w.family == RowFamily::kLayerNormForward && w.elem == 2;  // its own band
-    EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 256 : defaults.wide_above_threads);
+    const bool rms_norm16 = w.family == RowFamily::kRmsNormForward && w.elem == 2;      // a lower one
+    EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 224 : rms_norm16 ? 384 : defaults.wide_above_threads);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
+    EXPECT_EQ(l.wide_whole_full_max_threads, layer_norm16 ? 384 : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -593,7 +598,7 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       EXPECT_EQ(c.smem_bytes, 0u);
       EXPECT_FALSE(c.wide_lean) << "rms_norm's kernel is one-statistic";
     }
-    for (const int64_t n : {int64_t(16384), int64_t(32776), int64_t(65536)})
+    for (const int64_t n : {int64_t(elem == 2 ? 12288 : 16384), int64_t(32776), int64_t(65536)})
       EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
     RowKernelLimits off = policy_on_h200(family, elem);
     off.wide_rows = false;
@@ -604,6 +609,13 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   }
   for (const int elem : {2, 4})
     EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
+  // 16-bit rms_norm without a bias from 12288 values (384 threads); with one, from 16384 as float32.
+  for (const int64_t n : {int64_t(12296), int64_t(12800), int64_t(14336), int64_t(16384)}) {
+    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
+    EXPECT_NE(plan_on_h200(RowFamily::kRmsNormBiasForward, n, 2, 1).kind, RowKernelKind::kWide) << "bias, n=" << n;
+  }
+  for (const int64_t n : {int64_t(16392), int64_t(32768)})
+    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormBiasForward, n, 2, 1).kind, RowKernelKind::kWide) << "bias, n=" << n;
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
     for (const int elem : {2, 4}) {
       const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, elem, 1);
@@ -616,30 +628,38 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 32768, 4, 1).kind, RowKernelKind::kWide) << "softmax";
 }
 
-// 16-bit layer_norm: rows of whole vectors of 8192 < n <= 16384 values take wide rows of 257-512
-// threads (read once), those of up to 416 threads (12800 values) the lean kernel; ragged lengths
+// 16-bit layer_norm: rows of whole vectors of 7168 < n <= 16384 values take wide rows of 225-512
+// threads (read once), those of up to 416 threads (12800 values) the lean kernel but whole rows
+// of up to 384 threads (8192-12288: every thread's 32 values inside the row); ragged lengths
 // there and longer rows re-read, float32 never goes wide.
 TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
-  for (const int64_t n : {int64_t(8200), int64_t(10240), int64_t(12800), int64_t(14336), int64_t(16000), int64_t(16384)}) {
+  for (const int64_t n : {int64_t(8192), int64_t(8200), int64_t(10240), int64_t(12288), int64_t(12800), int64_t(14336),
+                          int64_t(16000), int64_t(16384)}) {
     SCOPED_TRACE(testing::Message() << "n=" << n);
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1);
     ASSERT_EQ(c.kind, RowKernelKind::kWide);
     EXPECT_EQ(c.vpt * c.vec, kWideTileValues);
-    EXPECT_GT(c.threads, 256);
+    EXPECT_GT(c.threads, 224);
     EXPECT_LE(c.threads, 512);
     EXPECT_GE(c.capacity(), n);
     EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
-    EXPECT_EQ(c.wide_lean, n <= 12800);
+    const bool whole = n % kWideTileValues == 0 && n / kWideTileValues <= 384;
+    EXPECT_EQ(c.wide_lean, n <= 12800 && !whole) << "whole rows of up to 384 threads: the full kernel";
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
   }
-  for (const int64_t n : {int64_t(8192), int64_t(10241), int64_t(12801), int64_t(16392)})
+  for (const int64_t n : {int64_t(7168), int64_t(10241), int64_t(12801), int64_t(16392)})
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
   RowKernelLimits off = policy_on_h200(RowFamily::kLayerNormForward, 2);
   off.wide_rows = false;
   EXPECT_NE(plan_row_kernel(10240, 2, 1, off).kind, RowKernelKind::kWide) << "the knob off";
   RowKernelLimits full = policy_on_h200(RowFamily::kLayerNormForward, 2);
   full.wide_lean_max_threads = 0;
-  EXPECT_FALSE(plan_row_kernel(10240, 2, 1, full).wide_lean) << "the lean knob off";
+  EXPECT_FALSE(plan_row_kernel(12800, 2, 1, full).wide_lean) << "the lean knob off";
+  EXPECT_TRUE(plan_on_h200(RowFamily::kLayerNormForward, 9208, 2, 1).wide_lean) << "288 threads, not whole";
+  EXPECT_FALSE(plan_on_h200(RowFamily::kLayerNormForward, 9216, 2, 1).wide_lean) << "288 threads, whole";
+  RowKernelLimits lean_whole = policy_on_h200(RowFamily::kLayerNormForward, 2);
+  lean_whole.wide_whole_full_max_threads = 0;
+  EXPECT_TRUE(plan_row_kernel(10240, 2, 1, lean_whole).wide_lean) << "the whole-row knob off";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
