@@ -919,12 +919,16 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
   }
 }
 
-// One-statistic ops (rms_norm): 32 registers, two 1024-thread CTAs an SM.
-template <typename T, class Op, int VEC, int VPT>
-__global__ void __launch_bounds__(kWideRowThreads, 2)
+// One-statistic ops (rms_norm): 32 registers, two 1024-thread CTAs an SM; CTAs of up to 512
+// threads (kRoomy) 64, where a bias's parameters spilled at 32 (ptxas), whole rows free of bounds.
+template <typename T, class Op, int VEC, int VPT, bool kRoomy>
+__global__ void __launch_bounds__(kRoomy ? kWideRowThreads / 2 : kWideRowThreads, 2)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(!IsTwoPhase<Op>::value, "two-phase ops take row_wide_packed_two_phase_kernel_ext");
-  row_wide_packed_body<T, Op, VEC, VPT>(args, extra);
+  if constexpr (kRoomy) {
+    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC) return row_wide_packed_body<T, Op, VEC, VPT, true>(args, extra);
+  }
+  row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
 }
 
 // Two-phase ops (layer_norm, rows of 257-512 threads): 64 registers a thread (24 bytes of spill,

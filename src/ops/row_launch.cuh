@@ -158,13 +158,14 @@ template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows(
   if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
   else return Op::kInputs == 1 && Op::kOutputs == 1;
 }
-// kLean: the two-phase kernel's lean form (RowKernelConfig::wide_lean); one-statistic ops have one.
-template <typename T, class Op, int VEC, bool kLean, class... Extra> struct WidePackedKernels {
+// kOther: the two-phase kernel's lean form (RowKernelConfig::wide_lean), the one-statistic
+// kernel's roomy form (CTAs of at most 512 threads).
+template <typename T, class Op, int VEC, bool kOther, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
     if constexpr (kernels::IsTwoPhase<Op>::value)
-      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kLean>;
-    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT>;
+      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kOther>;
+    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kOther>;
   }
 };
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
@@ -302,7 +303,8 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                  " threads");
     if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
-        auto packed = c.wide_lean
+        const bool other = kernels::IsTwoPhase<Op>::value ? c.wide_lean : c.threads <= kWideRowThreads / 2;
+        auto packed = other
                           ? pick_tile<WidePackedKernels<T, Op, VEC, true, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt)
                           : pick_tile<WidePackedKernels<T, Op, VEC, false, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);

@@ -257,10 +257,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       if (elem_bytes <= 4) l.l2_hints_from_bytes = 0;
       break;
     case RowFamily::kRmsNormForward:
-    case RowFamily::kRmsNormBiasForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
-      // 16-bit rows from 12K values packed wide: +11..+14% without a bias, -7..-9% with one (LOG.md)
-      if (elem_bytes == 2 && family == RowFamily::kRmsNormForward) l.wide_above_threads = 384;
+      // 16-bit rows from 12K values packed wide (CTAs of up to 512 threads on 64 registers): +2..+14%
+      // at 12800-16384, with a bias +21% at 14336 / 16384 and -2% at 12800 (LOG.md)
+      if (elem_bytes == 2) l.wide_above_threads = 384;
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
@@ -281,8 +281,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
   constexpr std::size_t KiB = 1024;
-  const bool rms_norm = family == RowFamily::kRmsNormForward || family == RowFamily::kRmsNormBiasForward;
-  if (rms_norm && (elem_bytes == 2 || elem_bytes == 4)) {
+  if (family == RowFamily::kRmsNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
     // clusters beat its register rows (odd rows most); shorter rows and layer_norm's lost (LOG.md).
     if (elem_bytes == 2) {

@@ -199,8 +199,7 @@ constexpr int kRereadPastOneCta = kRowTileWords;
 enum class RowFamily {
   kRowwise,             // softmax, log_softmax and their backwards
   kLayerNormForward,    // layer_norm without a residual
-  kRmsNormForward,      // rms_norm without a residual or a bias
-  kRmsNormBiasForward,  // rms_norm with a bias, without a residual
+  kRmsNormForward,      // rms_norm without a residual
   kResidualNormForward, // either norm of x + residual
   kNormBackward,        // layer_norm / rms_norm backward
 };
@@ -248,7 +247,6 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       else t.block = v4, t.cluster = v16;
       break;
     case RowFamily::kRmsNormForward:
-    case RowFamily::kRmsNormBiasForward:
       if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;

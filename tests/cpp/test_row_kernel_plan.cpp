@@ -370,7 +370,7 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   };
   const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
   for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kRmsNormForward,
-                            RowFamily::kRmsNormBiasForward, RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
+                            RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
     const int inputs = family == RowFamily::kNormBackward ? 2 : 1;
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family));
     EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
@@ -421,9 +421,6 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
-      {RowFamily::kRmsNormBiasForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
-      {RowFamily::kRmsNormBiasForward, 4, 0, 16, 32, 0, 0, true, true, true},
-      {RowFamily::kRmsNormBiasForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
@@ -609,13 +606,11 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   }
   for (const int elem : {2, 4})
     EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
-  // 16-bit rms_norm without a bias from 12288 values (384 threads); with one, from 16384 as float32.
+  // 16-bit rms_norm from 12288 values (more than 384 threads), float32 from 16384.
   for (const int64_t n : {int64_t(12296), int64_t(12800), int64_t(14336), int64_t(16384)}) {
     EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
-    EXPECT_NE(plan_on_h200(RowFamily::kRmsNormBiasForward, n, 2, 1).kind, RowKernelKind::kWide) << "bias, n=" << n;
+    EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
   }
-  for (const int64_t n : {int64_t(16392), int64_t(32768)})
-    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormBiasForward, n, 2, 1).kind, RowKernelKind::kWide) << "bias, n=" << n;
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
     for (const int elem : {2, 4}) {
       const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, elem, 1);
