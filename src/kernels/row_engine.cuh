@@ -305,6 +305,12 @@ __device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op
   return Op::local(finalize_row<Op, kAligned>(extra, row, first, step, cols, stat, writer), mine);
 }
 
+// Ops that give the parameters of vectors wholly inside the row apart (Op::with_whole_columns,
+// the norm forwards): their whole tiles can be written without bounds (RowTile::store_whole).
+template <class Op, class = void> struct HasWholeColumns : std::false_type {};
+template <class Op>
+struct HasWholeColumns<Op, std::void_t<typename Op::WholeColumnsAnyCase>> : std::true_type {};
+
 // One thread's share of a row: VPT vectors of each input, converted to the accumulation type
 // once, with elements outside the row set to the op's pad values. Element e of slot k is
 // values[i][k * VEC + e]; slot k covers vector index first + k * step.
@@ -312,12 +318,6 @@ __device__ __forceinline__ typename Op::Local one_tile_factors(const typename Op
 // Otherwise each row's own alignment decides (vector_io.cuh): aligned rows move as above,
 // shifted ones as aligned granules shifted into place; the element-to-thread layout is the same,
 // so the arithmetic, and therefore every result bit, is the same for all (batch invariance).
-// Ops that give the parameters of vectors wholly inside the row apart (Op::with_whole_columns,
-// the norm forwards): their whole tiles are written without bounds (RowTile::store_whole).
-template <class Op, class = void> struct HasWholeColumns : std::false_type {};
-template <class Op>
-struct HasWholeColumns<Op, std::void_t<typename Op::WholeColumnsAnyCase>> : std::true_type {};
-
 template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   using Acc = acc_t<T>;
   using PackT = Pack<T, VEC>;
@@ -931,7 +931,7 @@ row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extr
   row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
 }
 
-// Two-phase ops (layer_norm, rows of 257-512 threads): 64 registers a thread (24 bytes of spill,
+// Two-phase ops (layer_norm, rows of 225-512 threads): 64 registers a thread (24 bytes of spill,
 // ptxas), or in the lean form 48 (28 bytes), one more row an SM for CTAs of up to 416 threads.
 template <typename T, class Op, int VEC, int VPT, bool kLean>
 __global__ void __maxnreg__(kLean ? 48 : 64)

@@ -240,7 +240,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
-      // 16-bit rows of whole vectors past 8192 values, read once by one CTA of up to 512
+      // 16-bit rows of whole vectors past 7168 values, read once by one CTA of up to 512
       // threads, beat the re-read rows; past 16K values and at ragged lengths they lost (LOG.md).
       if (elem_bytes == 2) {
         l.wide_rows = true;
