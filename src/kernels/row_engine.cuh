@@ -413,6 +413,21 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
     }
   }
 
+  // Slot k's outputs: r[e] = Op::output(values of its element e, l, c[e]), and r2[e] =
+  // Op::second(values) for two-output ops.
+  template <class Op, class Local>
+  __device__ __forceinline__ void outputs(int k, const Local& l, const typename Op::Column (&c)[VEC], Acc (&r)[VEC],
+                                          Acc (&r2)[VEC]) const {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      Acc v[NIN];
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
+      r[e] = Op::output(v, l, c[e]);
+      if constexpr (Op::kOutputs == 2) r2[e] = Op::second(v);
+    }
+  }
+
   // Writes out[e] = Op::output(values of element e, l, column parameters of e) for every
   // element inside the row (and out2[e] = Op::second(values) for two-output ops). With
   // kShareGranules the whole warp must call it (it shuffles; a lane with no row passes cols = 0).
@@ -426,14 +441,7 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       typename Op::Column c[VEC];
       Op::template columns<VEC, kAligned>(extra, e0, cols, c);
       Acc r[VEC], r2[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        Acc v[NIN];
-#pragma unroll
-        for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
-        r[e] = Op::output(v, l, c[e]);
-        if constexpr (Op::kOutputs == 2) r2[e] = Op::second(v);
-      }
+      outputs<Op>(k, l, c, r, r2);
       const PackT o = pack_from_acc<T>(r);
       PackT o2;
       if constexpr (Op::kOutputs == 2) o2 = pack_from_acc<T>(r2);
@@ -472,14 +480,7 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
       typename Op::Column c[VEC];
       columns(e0, c);
       Acc r[VEC], r2[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        Acc v[NIN];
-#pragma unroll
-        for (int i = 0; i < NIN; ++i) v[i] = values[i][k * VEC + e];
-        r[e] = Op::output(v, l, c[e]);
-        if constexpr (Op::kOutputs == 2) r2[e] = Op::second(v);
-      }
+      outputs<Op>(k, l, c, r, r2);
       store_pack_global(out + e0, pack_from_acc<T>(r));
       if constexpr (Op::kOutputs == 2) store_pack_global(out2 + e0, pack_from_acc<T>(r2));
     }
