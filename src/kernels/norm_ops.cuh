@@ -105,9 +105,8 @@ template <typename T, bool kResidual> struct NormForwardBase {
     }
   };
   template <class F> __device__ __forceinline__ static void with_whole_columns(const Extra& x, F&& f) {
-    if (x.weight != nullptr && x.bias != nullptr) {
-      if (!x.params_f32) return f(WholeColumnPairs<T>{static_cast<const T*>(x.weight), static_cast<const T*>(x.bias)});
-    }
+    if (x.weight != nullptr && x.bias != nullptr && !x.params_f32)
+      return f(WholeColumnPairs<T>{static_cast<const T*>(x.weight), static_cast<const T*>(x.bias)});
     f(WholeColumnsAnyCase{x});
   }
   __device__ static Acc second(const Acc (&v)[kInputs]) { return v[0]; }  // s, already rounded to T

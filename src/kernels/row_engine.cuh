@@ -901,7 +901,8 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
     });
   } else {
     // Each vector's parameters before its widening: widened first, its floats waited in
-    // registers beside the parameters' loads (float16 spilled them, ptxas).
+    // registers beside the parameters' loads (float16 spilled them, ptxas). Through a RowTile
+    // (RowTile::outputs) the widening moves ahead again (PTX), hence the loop of its own.
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int e0 = (me + k * step) * VEC;
@@ -920,16 +921,23 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
   }
 }
 
+// The packed body, whole rows (cols = threads x VPT x VEC) apart where kWholeApart: only the
+// kernels with registers to hold both bodies (the lean and 32-register ones spilled, ptxas).
+template <typename T, class Op, int VEC, int VPT, bool kWholeApart>
+__device__ __forceinline__ void row_wide_packed_rows(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra) {
+  if constexpr (kWholeApart) {
+    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC) return row_wide_packed_body<T, Op, VEC, VPT, true>(args, extra);
+  }
+  row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
+}
+
 // One-statistic ops (rms_norm): 32 registers, two 1024-thread CTAs an SM; CTAs of up to 512
-// threads (kRoomy) 64, where a bias's parameters spilled at 32 (ptxas), whole rows free of bounds.
+// threads (kRoomy) 64, where a bias's parameters spilled at 32 (ptxas).
 template <typename T, class Op, int VEC, int VPT, bool kRoomy>
 __global__ void __launch_bounds__(kRoomy ? kWideRowThreads / 2 : kWideRowThreads, 2)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(!IsTwoPhase<Op>::value, "two-phase ops take row_wide_packed_two_phase_kernel_ext");
-  if constexpr (kRoomy) {
-    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC) return row_wide_packed_body<T, Op, VEC, VPT, true>(args, extra);
-  }
-  row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
+  row_wide_packed_rows<T, Op, VEC, VPT, kRoomy>(args, extra);
 }
 
 // Two-phase ops (layer_norm, rows of 225-512 threads): 64 registers a thread (24 bytes of spill,
@@ -938,11 +946,7 @@ template <typename T, class Op, int VEC, int VPT, bool kLean>
 __global__ void __maxnreg__(kLean ? 48 : 64)
 row_wide_packed_two_phase_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(IsTwoPhase<Op>::value, "one-statistic ops take row_wide_packed_kernel_ext");
-  // Whole rows apart only at 64 registers: the lean kernel's 48 spilled five times as much (ptxas).
-  if constexpr (!kLean) {
-    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC) return row_wide_packed_body<T, Op, VEC, VPT, true>(args, extra);
-  }
-  row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
+  row_wide_packed_rows<T, Op, VEC, VPT, !kLean>(args, extra);
 }
 
 }  // namespace reducekit::kernels
