@@ -931,10 +931,10 @@ __device__ __forceinline__ void row_wide_packed_rows(const RowArgs<T, Op::kInput
   row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
 }
 
-// One-statistic ops (rms_norm): 32 registers, two 1024-thread CTAs an SM; CTAs of up to 512
-// threads (kRoomy) 64, where a bias's parameters spilled at 32 (ptxas).
+// One-statistic ops (rms_norm): 32 registers, two 1024-thread CTAs an SM; the roomy form 64 (two
+// CTAs of up to 512 threads an SM, one of 1024), where a bias's parameters spilled at 32 (ptxas).
 template <typename T, class Op, int VEC, int VPT, bool kRoomy>
-__global__ void __launch_bounds__(kRoomy ? kWideRowThreads / 2 : kWideRowThreads, 2)
+__global__ void __launch_bounds__(kWideRowThreads, kRoomy ? 1 : 2)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(!IsTwoPhase<Op>::value, "two-phase ops take row_wide_packed_two_phase_kernel_ext");
   row_wide_packed_rows<T, Op, VEC, VPT, kRoomy>(args, extra);

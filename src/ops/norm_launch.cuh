@@ -146,8 +146,9 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
 template <template <typename, bool> class OpFor, bool kResidual>
 constexpr RowFamily kForwardFamily =
     kResidual ? RowFamily::kResidualNormForward
-    : std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>> ? RowFamily::kLayerNormForward
-                                                                                      : RowFamily::kRmsNormForward;
+    : std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>   ? RowFamily::kLayerNormForward
+    : std::is_same_v<OpFor<float, false>, kernels::RmsNormBiasForwardOp<float, false>> ? RowFamily::kRmsNormBiasForward
+                                                                                        : RowFamily::kRmsNormForward;
 
 // The plan of a forward call's rows: depends on the op, the row length and the dtype only.
 template <template <typename, bool> class OpFor, bool kResidual>

@@ -63,6 +63,9 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("wide_above_threads", &limits->wide_above_threads);
   set("wide_lean_max_threads", &limits->wide_lean_max_threads);
   set("wide_whole_full_max_threads", &limits->wide_whole_full_max_threads);
+  set("wide_whole_above_threads", &limits->wide_whole_above_threads);
+  set("wide_roomy_max_threads", &limits->wide_roomy_max_threads);
+  set("wide_roomy_whole_max_threads", &limits->wide_roomy_whole_max_threads);
   set("read_back_second", &limits->read_back_second);
   set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);
@@ -159,7 +162,7 @@ template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows(
   else return Op::kInputs == 1 && Op::kOutputs == 1;
 }
 // kOther: the two-phase kernel's lean form (RowKernelConfig::wide_lean), the one-statistic
-// kernel's roomy form (CTAs of at most 512 threads).
+// kernel's roomy form (RowKernelConfig::wide_roomy).
 template <typename T, class Op, int VEC, bool kOther, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
@@ -303,7 +306,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                  " threads");
     if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
-        const bool other = kernels::IsTwoPhase<Op>::value ? c.wide_lean : c.threads <= kWideRowThreads / 2;
+        const bool other = kernels::IsTwoPhase<Op>::value ? c.wide_lean : c.wide_roomy;
         auto packed = other
                           ? pick_tile<WidePackedKernels<T, Op, VEC, true, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt)
                           : pick_tile<WidePackedKernels<T, Op, VEC, false, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);

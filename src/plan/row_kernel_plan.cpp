@@ -205,14 +205,11 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
 }
 
 // The wide row (kWideRowThreads, RowKernelLimits::wide_rows): one CTA, kWideTileValues values a
-// thread, whole warps. None where the row is not in the family's band (wide_above_threads,
-// wide_max_threads).
+// thread, whole warps. None where the row is not in the family's band (wide_above_threads or
+// wide_whole_above_threads, wide_max_threads).
 std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   // Their kernels reduce two-phase ops in two phases only (row_wide_kernel_ext).
   if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
-  const int above = limits.wide_above_threads > 0 ? limits.wide_above_threads : limits.max_block_threads;
-  const int most = std::min(limits.wide_max_threads, kWideRowThreads);
-  if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   RowKernelConfig c;
   c.kind = RowKernelKind::kWide;
   c.two_phase = limits.two_phase;
@@ -220,7 +217,12 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   c.vpt = kWideTileValues / c.vec;
   c.threads = static_cast<int>(32 * ceil_div(ceil_div(ceil_div(cols, c.vec), c.vpt), 32));
   const bool whole = cols == int64_t(c.threads) * kWideTileValues;
+  const int above_ragged = limits.wide_above_threads > 0 ? limits.wide_above_threads : limits.max_block_threads;
+  const int above = whole && limits.wide_whole_above_threads > 0 ? limits.wide_whole_above_threads : above_ragged;
+  const int most = std::min(limits.wide_max_threads, kWideRowThreads);
+  if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   c.wide_lean = c.threads <= limits.wide_lean_max_threads && !(whole && c.threads <= limits.wide_whole_full_max_threads);
+  c.wide_roomy = c.threads <= limits.wide_roomy_max_threads || (whole && c.threads <= limits.wide_roomy_whole_max_threads);
   return c;
 }
 
@@ -245,6 +247,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       if (elem_bytes == 2) {
         l.wide_rows = true;
         l.wide_above_threads = 224;  // 8192 values as a whole wide row: +17..+21% over the ring rows
+        l.wide_whole_above_threads = 192;  // whole 7168: +6..+10%; ragged 6400 lost 2% (LOG.md)
         l.wide_max_threads = 512;
         l.wide_ragged = false;
         l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
@@ -257,10 +260,19 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       if (elem_bytes <= 4) l.l2_hints_from_bytes = 0;
       break;
     case RowFamily::kRmsNormForward:
+    case RowFamily::kRmsNormBiasForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
       // 16-bit rows from 12K values packed wide (CTAs of up to 512 threads on 64 registers): +2..+14%
       // at 12800-16384, with a bias +21% at 14336 / 16384 and -2% at 12800 (LOG.md)
       if (elem_bytes == 2) l.wide_above_threads = 384;
+      if (elem_bytes == 2) l.wide_roomy_max_threads = 512;
+      // Past 512 threads roomy CTAs run one an SM: with a bias, whole rows gained (24576 / 32768:
+      // +3..+23%, the 32-register kernel spills there) and ragged ones lost (20000: -13..-15%);
+      // without a bias, whole rows lost 4-13% (LOG.md)
+      if (elem_bytes == 2 && family == RowFamily::kRmsNormBiasForward) {
+        l.wide_roomy_whole_max_threads = kWideRowThreads;
+        l.block_elems = 16;  // 2-vector tiles: 4096 +11..+12%, 8192 +1..+2% (4-vector ones spill)
+      }
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
@@ -281,7 +293,8 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
   constexpr std::size_t KiB = 1024;
-  if (family == RowFamily::kRmsNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
+  const bool rms_norm = family == RowFamily::kRmsNormForward || family == RowFamily::kRmsNormBiasForward;
+  if (rms_norm && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
     // clusters beat its register rows (odd rows most); shorter rows and layer_norm's lost (LOG.md).
     if (elem_bytes == 2) {

@@ -169,8 +169,11 @@ struct RowKernelLimits {
   // tiles of kWideTileValues values (one input, 16- and 32-bit elements) take the wide rows:
   // lengths of whole vectors ahead of the staged bands, ragged ones (where wide_ragged) where no
   // band takes them (set per family by row_policy).
+  // Whole rows (every thread's values inside the row) take them from wide_whole_above_threads
+  // where that is set (0: wide_above_threads): their body runs without bounds.
   bool wide_rows = false;
   int wide_above_threads = 0;
+  int wide_whole_above_threads = 0;
   int wide_max_threads = kWideRowThreads;
   bool wide_ragged = true;
   // Packed wide rows (16-bit whole vectors) of two-phase ops in CTAs of at most this many threads
@@ -181,6 +184,12 @@ struct RowKernelLimits {
   // two-phase kernel even where the lean one would run: its whole-row body, free of bounds, spilled
   // too much on the lean kernel's registers. 0: none. Set per family by row_policy.
   int wide_whole_full_max_threads = 0;
+  // Packed wide rows of one-statistic ops (rms_norm) in CTAs of at most this many threads run on
+  // 64 registers a thread (row_wide_packed_kernel_ext's roomy form: two CTAs of up to 512 threads
+  // an SM, one of 1024) instead of 32 (two 1024-thread CTAs), where a bias spilled. 0: none. Set
+  // per family by row_policy. Whole rows take the roomy form up to wide_roomy_whole_max_threads.
+  int wide_roomy_max_threads = 0;
+  int wide_roomy_whole_max_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -199,7 +208,8 @@ constexpr int kRereadPastOneCta = kRowTileWords;
 enum class RowFamily {
   kRowwise,             // softmax, log_softmax and their backwards
   kLayerNormForward,    // layer_norm without a residual
-  kRmsNormForward,      // rms_norm without a residual
+  kRmsNormForward,      // rms_norm without a residual or a bias
+  kRmsNormBiasForward,  // rms_norm with a bias, without a residual
   kResidualNormForward, // either norm of x + residual
   kNormBackward,        // layer_norm / rms_norm backward
 };
@@ -247,7 +257,9 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       else t.block = v4, t.cluster = v16;
       break;
     case RowFamily::kRmsNormForward:
-      if (narrow) t.ring = v2 | v4 | v8, t.block = v1 | v2, t.wide = v4;
+    case RowFamily::kRmsNormBiasForward:
+      // 16-bit rows with a bias (2-vector tiles, RowKernelLimits::block_elems) all take the ring.
+      if (narrow) t.ring = v2 | v4 | v8, t.block = family == RowFamily::kRmsNormForward ? v1 | v2 : 0u, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;
       break;
@@ -309,6 +321,7 @@ struct RowKernelConfig {
   bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
   int loads_ahead = 0;            // re-read rows: RowKernelLimits::loads_ahead
   bool wide_lean = false;         // kWide packed rows: RowKernelLimits::wide_lean_max_threads
+  bool wide_roomy = false;        // kWide packed rows: RowKernelLimits::wide_roomy_*max_threads
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

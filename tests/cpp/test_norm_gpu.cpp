@@ -563,6 +563,40 @@ TEST_F(NormGpu, LeanWideRowsChangeNoBits) {
   check_forward<__nv_bfloat16, float>({Kind::kLayer, false, false, true, "randn"}, {4, 8200, 8200, 0}, 125);
 }
 
+// rms_norm's packed wide rows of 513-1024 threads on the roomy kernel (one CTA an SM at 64
+// registers; shipped for whole rows with a bias, by knobs for the rest), with and without a
+// bias, whole (32768) and not (20000): right against the oracle, and the same bits as the
+// 32-register kernel and as the shipped plan.
+TEST_F(NormGpu, RoomyWideRowsPastHalfACta) {
+  for (const int64_t cols : {int64_t(32768), int64_t(20000)}) {
+    SCOPED_TRACE(testing::Message() << "cols " << cols);
+    const int64_t rows = 3, n = rows * cols;
+    DeviceBuffer x(cast_to<__nv_bfloat16>(make_x(rows, cols, "randn", 151))), y(n * 2);
+    DeviceBuffer w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 152))), b(cast_to<__nv_bfloat16>(make_values(cols, "randn", 153)));
+    const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols}), yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
+    const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols}), bv = dense_view(b.get(), DType::kBFloat16, {cols});
+    for (const TensorView* bias : {static_cast<const TensorView*>(nullptr), &bv}) {
+      const auto run = [&] {
+        const Status status = bias ? rms_norm(xv, NormShape::of({cols}), &wv, bias, 1e-6, yv, nullptr, Workspace{}, nullptr)
+                                   : rms_norm(xv, NormShape::of({cols}), &wv, 1e-6, yv, nullptr, Workspace{}, nullptr);
+        EXPECT_TRUE(status.is_ok()) << status.message();
+        return download<unsigned char>(y, n * 2);
+      };
+      const std::vector<unsigned char> shipped = run();
+      for (const int most : {512, 1024}) {
+        const ScopedTuning knob("wide_roomy_max_threads", most), whole("wide_roomy_whole_max_threads", 0);
+        EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", roomy up to " << most << " threads";
+      }
+    }
+  }
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, true, "randn"}, {3, 32768, 32768, 0}, 154);
+  check_forward<__half, float>({Kind::kRms, false, true, true, "randn"}, {3, 24576, 24576, 0}, 156);
+  const ScopedTuning knob("wide_roomy_max_threads", 1024);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, false, "randn"}, {3, 32768, 32768, 0}, 157);
+  check_forward<__half, __half>({Kind::kRms, false, true, false, "large_mean"}, {3, 20000, 20000, 0}, 155);
+  check_forward<__half, float>({Kind::kRms, false, true, true, "randn"}, {3, 20000, 20000, 0}, 158);
+}
+
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008

@@ -370,7 +370,7 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   };
   const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
   for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kRmsNormForward,
-                            RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
+                            RowFamily::kRmsNormBiasForward, RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
     const int inputs = family == RowFamily::kNormBackward ? 2 : 1;
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family));
     EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
@@ -421,6 +421,9 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kRmsNormBiasForward, 2, kRereadPastOneCta, 16, d_tile, 0, 0, true, true, true},
+      {RowFamily::kRmsNormBiasForward, 4, 0, 16, 32, 0, 0, true, true, true},
+      {RowFamily::kRmsNormBiasForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
@@ -443,12 +446,16 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.reread_over_split, w.over_split);
     EXPECT_EQ(l.wide_rows, w.wide);
     const bool layer_norm16 = w.family == RowFamily::kLayerNormForward && w.elem == 2;  // its own band
-    const bool rms_norm16 = w.family == RowFamily::kRmsNormForward && w.elem == 2;      // a lower one
+    const bool bias16 = w.family == RowFamily::kRmsNormBiasForward && w.elem == 2;
+    const bool rms_norm16 = (w.family == RowFamily::kRmsNormForward && w.elem == 2) || bias16;  // a lower one
     EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 224 : rms_norm16 ? 384 : defaults.wide_above_threads);
+    EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 192 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.wide_whole_full_max_threads, layer_norm16 ? 384 : 0);
+    EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 ? 512 : 0);
+    EXPECT_EQ(l.wide_roomy_whole_max_threads, bias16 ? kWideRowThreads : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -578,7 +585,8 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
 // and the knob off keep the plans of before.
 TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   struct Pair { RowFamily family; int elem; };
-  for (const Pair p : {Pair{RowFamily::kRmsNormForward, 2}, Pair{RowFamily::kRmsNormForward, 4}}) {
+  for (const Pair p : {Pair{RowFamily::kRmsNormForward, 2}, Pair{RowFamily::kRmsNormForward, 4},
+                       Pair{RowFamily::kRmsNormBiasForward, 2}, Pair{RowFamily::kRmsNormBiasForward, 4}}) {
     const RowFamily family = p.family;
     const int elem = p.elem;
     const int vec = 16 / elem;
@@ -594,6 +602,9 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       EXPECT_EQ(c.cluster, 1);
       EXPECT_EQ(c.smem_bytes, 0u);
       EXPECT_FALSE(c.wide_lean) << "rms_norm's kernel is one-statistic";
+      // Past 512 threads the 32-register kernel, but whole 16-bit rows with a bias the roomy one.
+      const bool whole = n % kWideTileValues == 0;
+      EXPECT_EQ(c.wide_roomy, family == RowFamily::kRmsNormBiasForward && elem == 2 && whole);
     }
     for (const int64_t n : {int64_t(elem == 2 ? 12288 : 16384), int64_t(32776), int64_t(65536)})
       EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
@@ -604,13 +615,20 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     merged.two_phase = false;
     EXPECT_NE(plan_row_kernel(32768, elem, 1, merged).kind, RowKernelKind::kWide) << "their kernels are two-phase";
   }
-  for (const int elem : {2, 4})
-    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
-  // 16-bit rms_norm from 12288 values (more than 384 threads), float32 from 16384.
-  for (const int64_t n : {int64_t(12296), int64_t(12800), int64_t(14336), int64_t(16384)}) {
-    EXPECT_EQ(plan_on_h200(RowFamily::kRmsNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
-    EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
+  for (const RowFamily family : {RowFamily::kRmsNormForward, RowFamily::kRmsNormBiasForward}) {
+    for (const int elem : {2, 4})
+      EXPECT_EQ(plan_on_h200(family, 32767, elem, 1).kind, RowKernelKind::kStaged) << "ragged, banded";
+    // 16-bit rms_norm from 12288 values (more than 384 threads), float32 from 16384.
+    for (const int64_t n : {int64_t(12296), int64_t(12800), int64_t(14336), int64_t(16384)}) {
+      const RowKernelConfig c = plan_on_h200(family, n, 2, 1);
+      EXPECT_EQ(c.kind, RowKernelKind::kWide) << "n=" << n;
+      EXPECT_TRUE(c.wide_roomy) << "up to 512 threads: the 64-register kernel, n=" << n;
+      EXPECT_NE(plan_on_h200(family, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
+    }
   }
+  RowKernelLimits ragged_only = policy_on_h200(RowFamily::kRmsNormBiasForward, 2);
+  ragged_only.wide_roomy_whole_max_threads = 0;
+  EXPECT_FALSE(plan_row_kernel(32768, 2, 1, ragged_only).wide_roomy) << "the whole-row knob off";
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
     for (const int elem : {2, 4}) {
       const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, elem, 1);
@@ -624,9 +642,9 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
 }
 
 // 16-bit layer_norm: rows of whole vectors of 7168 < n <= 16384 values take wide rows of 225-512
-// threads (read once), those of up to 416 threads (12800 values) the lean kernel but whole rows
-// of up to 384 threads (8192-12288: every thread's 32 values inside the row); ragged lengths
-// there and longer rows re-read, float32 never goes wide.
+// threads (read once), whole rows (every thread's 32 values inside the row) from 6144 < n, so
+// 7168 too; those of up to 416 threads (12800 values) the lean kernel but whole rows of up to
+// 384 threads (7168-12288); ragged lengths there and longer rows re-read, float32 never goes wide.
 TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
   for (const int64_t n : {int64_t(8192), int64_t(8200), int64_t(10240), int64_t(12288), int64_t(12800), int64_t(14336),
                           int64_t(16000), int64_t(16384)}) {
@@ -642,8 +660,15 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
     EXPECT_EQ(c.wide_lean, n <= 12800 && !whole) << "whole rows of up to 384 threads: the full kernel";
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
   }
-  for (const int64_t n : {int64_t(7168), int64_t(10241), int64_t(12801), int64_t(16392)})
+  for (const int64_t n : {int64_t(6144), int64_t(6400), int64_t(7160), int64_t(10241), int64_t(12801), int64_t(16392)})
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
+  const RowKernelConfig whole7k = plan_on_h200(RowFamily::kLayerNormForward, 7168, 2, 1);
+  EXPECT_EQ(whole7k.kind, RowKernelKind::kWide) << "224 threads, whole";
+  EXPECT_EQ(whole7k.threads, 224);
+  EXPECT_FALSE(whole7k.wide_lean) << "a whole row: the full kernel";
+  RowKernelLimits ragged_band = policy_on_h200(RowFamily::kLayerNormForward, 2);
+  ragged_band.wide_whole_above_threads = 0;
+  EXPECT_NE(plan_row_kernel(7168, 2, 1, ragged_band).kind, RowKernelKind::kWide) << "the whole-row band off";
   RowKernelLimits off = policy_on_h200(RowFamily::kLayerNormForward, 2);
   off.wide_rows = false;
   EXPECT_NE(plan_row_kernel(10240, 2, 1, off).kind, RowKernelKind::kWide) << "the knob off";
@@ -716,8 +741,8 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_EQ(ln.loads_ahead, 2);
   EXPECT_EQ(plan_row_kernel(10240, 4, 1, ln).loads_ahead, 2);
   EXPECT_EQ(plan_row_kernel(4096, 4, 1, ln).loads_ahead, 0) << "one-CTA rows keep their plan";
-  for (const RowFamily family : {RowFamily::kRowwise, RowFamily::kRmsNormForward, RowFamily::kResidualNormForward,
-                                 RowFamily::kNormBackward})
+  for (const RowFamily family : {RowFamily::kRowwise, RowFamily::kRmsNormForward, RowFamily::kRmsNormBiasForward,
+                                 RowFamily::kResidualNormForward, RowFamily::kNormBackward})
     EXPECT_EQ(row_policy(family, 4).loads_ahead, 0);
   EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 2).loads_ahead, 1) << "16-bit: groups of two tiles";
   EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 8).loads_ahead, 0);
@@ -887,6 +912,7 @@ TEST(RowKernelPlan, RowTilesAreExactlyThePlannedTiles) {
                              {RowFamily::kRowwise, 2, "softmax backward"},
                              {RowFamily::kLayerNormForward, 1, "layer_norm"},
                              {RowFamily::kRmsNormForward, 1, "rms_norm"},
+                             {RowFamily::kRmsNormBiasForward, 1, "rms_norm with a bias"},
                              {RowFamily::kResidualNormForward, 2, "add_*_norm"},
                              {RowFamily::kNormBackward, 2, "norm backward"}};
   const std::vector<int64_t> lengths = every_row_length();
