@@ -271,7 +271,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       // without a bias, whole rows lost 4-13% (LOG.md)
       if (elem_bytes == 2 && family == RowFamily::kRmsNormBiasForward) {
         l.wide_roomy_whole_max_threads = kWideRowThreads;
-        l.block_elems = 16;  // 2-vector tiles: 4096 +11..+12%, 8192 +1..+2% (4-vector ones spill)
+        l.block_elems = 16;  // 2-vector tiles: 2048-6144 +7..+24%, 8192 +3% (4-vector ones spill)
       }
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
