@@ -62,10 +62,9 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("wide_rows", &limits->wide_rows);
   set("wide_above_threads", &limits->wide_above_threads);
   set("wide_lean_max_threads", &limits->wide_lean_max_threads);
-  set("wide_whole_full_max_threads", &limits->wide_whole_full_max_threads);
   set("wide_whole_above_threads", &limits->wide_whole_above_threads);
   set("wide_roomy_max_threads", &limits->wide_roomy_max_threads);
-  set("wide_roomy_whole_max_threads", &limits->wide_roomy_whole_max_threads);
+  set("wide_whole_roomy_max_threads", &limits->wide_whole_roomy_max_threads);
   set("read_back_second", &limits->read_back_second);
   set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);

@@ -221,8 +221,9 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   const int above = whole && limits.wide_whole_above_threads > 0 ? limits.wide_whole_above_threads : above_ragged;
   const int most = std::min(limits.wide_max_threads, kWideRowThreads);
   if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
-  c.wide_lean = c.threads <= limits.wide_lean_max_threads && !(whole && c.threads <= limits.wide_whole_full_max_threads);
-  c.wide_roomy = c.threads <= limits.wide_roomy_max_threads || (whole && c.threads <= limits.wide_roomy_whole_max_threads);
+  const bool whole_roomy = whole && c.threads <= limits.wide_whole_roomy_max_threads;
+  c.wide_lean = c.threads <= limits.wide_lean_max_threads && !whole_roomy;
+  c.wide_roomy = c.threads <= limits.wide_roomy_max_threads || whole_roomy;
   return c;
 }
 
@@ -251,7 +252,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.wide_max_threads = 512;
         l.wide_ragged = false;
         l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
-        l.wide_whole_full_max_threads = 384;  // whole 9216-12288: +1..+8% on the full kernel (LOG.md)
+        l.wide_whole_roomy_max_threads = 384;  // whole 9216-12288: +1..+8% on the full kernel (LOG.md)
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
@@ -270,7 +271,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       // +3..+23%, the 32-register kernel spills there) and ragged ones lost (20000: -13..-15%);
       // without a bias, whole rows lost 4-13% (LOG.md)
       if (elem_bytes == 2 && family == RowFamily::kRmsNormBiasForward) {
-        l.wide_roomy_whole_max_threads = kWideRowThreads;
+        l.wide_whole_roomy_max_threads = kWideRowThreads;
         l.block_elems = 16;  // 2-vector tiles: 2048-6144 +7..+24%, 8192 +3% (4-vector ones spill)
       }
       if (elem_bytes == 4) {

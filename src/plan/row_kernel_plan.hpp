@@ -180,16 +180,16 @@ struct RowKernelLimits {
   // run on fewer registers a thread (row_wide_packed_two_phase_kernel_ext's lean form): a few
   // bytes more spill, one more row an SM. 0: none. Set per family by row_policy.
   int wide_lean_max_threads = 0;
-  // Whole rows (every thread's values inside the row) of at most this many threads take the full
-  // two-phase kernel even where the lean one would run: its whole-row body, free of bounds, spilled
-  // too much on the lean kernel's registers. 0: none. Set per family by row_policy.
-  int wide_whole_full_max_threads = 0;
   // Packed wide rows of one-statistic ops (rms_norm) in CTAs of at most this many threads run on
   // 64 registers a thread (row_wide_packed_kernel_ext's roomy form: two CTAs of up to 512 threads
   // an SM, one of 1024) instead of 32 (two 1024-thread CTAs), where a bias spilled. 0: none. Set
-  // per family by row_policy. Whole rows take the roomy form up to wide_roomy_whole_max_threads.
+  // per family by row_policy.
   int wide_roomy_max_threads = 0;
-  int wide_roomy_whole_max_threads = 0;
+  // Whole rows (every thread's values inside the row) of at most this many threads run the 64-
+  // register form of either packed kernel (two-phase ops: the full kernel even where the lean one
+  // would run; one-statistic ops: the roomy one): only there does the whole-row body, free of
+  // bounds, run without spilling. 0: none. Set per family by row_policy.
+  int wide_whole_roomy_max_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -321,7 +321,7 @@ struct RowKernelConfig {
   bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
   int loads_ahead = 0;            // re-read rows: RowKernelLimits::loads_ahead
   bool wide_lean = false;         // kWide packed rows: RowKernelLimits::wide_lean_max_threads
-  bool wide_roomy = false;        // kWide packed rows: RowKernelLimits::wide_roomy_*max_threads
+  bool wide_roomy = false;        // kWide packed rows: RowKernelLimits::wide_*roomy_max_threads
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

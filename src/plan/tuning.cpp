@@ -17,8 +17,8 @@ constexpr const char* kNames[] = {
     "max_cluster", "max_block_threads", "block_elems", "min_block_threads", "ring", "two_phase", "max_tile_values",
     "split_chunk_tiles", "split_ring", "split_min_cluster", "split_max_elem_bytes", "reread_above_words",
     "reread_ragged_lengths_only", "reread_small_tiles_from_bytes", "reread_stash_bytes", "l2_hints_from_bytes",
-    "wide_rows", "wide_above_threads", "wide_lean_max_threads", "wide_whole_full_max_threads",
-    "wide_whole_above_threads", "wide_roomy_max_threads", "wide_roomy_whole_max_threads",
+    "wide_rows", "wide_above_threads", "wide_whole_above_threads", "wide_lean_max_threads",
+    "wide_roomy_max_threads", "wide_whole_roomy_max_threads",
     "read_back_second", "loads_ahead",
     // staged rows, band b of RowKernelLimits::staged (b = 0, 1, 2)
     "staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes",

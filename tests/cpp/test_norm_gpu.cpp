@@ -551,13 +551,13 @@ TEST_F(NormGpu, LoadsAheadChangeNoBits) {
 
 // 16-bit layer_norm's packed wide rows of up to 416 threads run the lean kernel (fewer registers,
 // RowKernelLimits::wide_lean_max_threads) but whole rows of up to 384 threads the full one
-// (wide_whole_full_max_threads): the same arithmetic, the same bits as the other kernel (knob 0),
+// (wide_whole_roomy_max_threads): the same arithmetic, the same bits as the other kernel (knob 0),
 // at 8200 (288 threads), 10240 and 12288 (320 and 384, whole rows: the full kernel's whole-row
 // body against the lean kernel) and 12800 (416); right against the oracle.
 TEST_F(NormGpu, LeanWideRowsChangeNoBits) {
   layer_norm_bits_alike<__nv_bfloat16>("wide_lean_max_threads", {416, 0}, 8200, 121);
-  layer_norm_bits_alike<__half>("wide_whole_full_max_threads", {384, 0}, 10240, 122);
-  layer_norm_bits_alike<__nv_bfloat16>("wide_whole_full_max_threads", {384, 0}, 12288, 144);
+  layer_norm_bits_alike<__half>("wide_whole_roomy_max_threads", {384, 0}, 10240, 122);
+  layer_norm_bits_alike<__nv_bfloat16>("wide_whole_roomy_max_threads", {384, 0}, 12288, 144);
   layer_norm_bits_alike<__nv_bfloat16>("wide_lean_max_threads", {416, 0}, 12800, 123);
   check_forward<__half, __half>({Kind::kLayer, false, true, true, "large_mean"}, {5, 12800, 12800, 0}, 124);
   check_forward<__nv_bfloat16, float>({Kind::kLayer, false, false, true, "randn"}, {4, 8200, 8200, 0}, 125);
@@ -584,7 +584,7 @@ TEST_F(NormGpu, RoomyWideRowsPastHalfACta) {
       };
       const std::vector<unsigned char> shipped = run();
       for (const int most : {512, 1024}) {
-        const ScopedTuning knob("wide_roomy_max_threads", most), whole("wide_roomy_whole_max_threads", 0);
+        const ScopedTuning knob("wide_roomy_max_threads", most), whole("wide_whole_roomy_max_threads", 0);
         EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", roomy up to " << most << " threads";
       }
     }

@@ -453,9 +453,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
-    EXPECT_EQ(l.wide_whole_full_max_threads, layer_norm16 ? 384 : 0);
+    EXPECT_EQ(l.wide_whole_roomy_max_threads, layer_norm16 ? 384 : bias16 ? kWideRowThreads : 0);
     EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 ? 512 : 0);
-    EXPECT_EQ(l.wide_roomy_whole_max_threads, bias16 ? kWideRowThreads : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -627,7 +626,7 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     }
   }
   RowKernelLimits ragged_only = policy_on_h200(RowFamily::kRmsNormBiasForward, 2);
-  ragged_only.wide_roomy_whole_max_threads = 0;
+  ragged_only.wide_whole_roomy_max_threads = 0;
   EXPECT_FALSE(plan_row_kernel(32768, 2, 1, ragged_only).wide_roomy) << "the whole-row knob off";
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
     for (const int elem : {2, 4}) {
@@ -678,7 +677,7 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
   EXPECT_TRUE(plan_on_h200(RowFamily::kLayerNormForward, 9208, 2, 1).wide_lean) << "288 threads, not whole";
   EXPECT_FALSE(plan_on_h200(RowFamily::kLayerNormForward, 9216, 2, 1).wide_lean) << "288 threads, whole";
   RowKernelLimits lean_whole = policy_on_h200(RowFamily::kLayerNormForward, 2);
-  lean_whole.wide_whole_full_max_threads = 0;
+  lean_whole.wide_whole_roomy_max_threads = 0;
   EXPECT_TRUE(plan_row_kernel(10240, 2, 1, lean_whole).wide_lean) << "the whole-row knob off";
 }
 
