@@ -21,9 +21,12 @@ namespace reducekit::kernels {
 // to two 512-thread CTAs an SM (64 registers): their point is several rows' reductions
 // overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
 // CTA an SM. Small tiles (kRereadSmallTileWords: one vector, 4-8 words) are held to four (32
-// registers), as torch.compile's norm kernels run. Counted in accumulator words a
-// thread; the largest tiles keep no bound (0 leaves it out).
-template <int kWords> constexpr int kStreamMinCtas = kWords <= 8 ? 4 : kWords <= 16 ? 2 : 0;
+// registers), as torch.compile's norm kernels run, or three (40) for 16-bit data, whose tile
+// converted to float32 spilled at 32 (layer_norm at three: +3..+16% from 20K values; float32
+// lost up to 7%, LOG.md). Counted in accumulator words a thread; the largest tiles keep no bound
+// (0 leaves it out).
+template <int kWords, int kElemBytes>
+constexpr int kStreamMinCtas = kWords <= 8 ? (kElemBytes == 2 ? 3 : 4) : kWords <= 16 ? 2 : 0;
 template <typename T, class Op, int VEC, int VPT>
 constexpr int kStreamTileWords = VEC * VPT * Op::kInputs * int(sizeof(acc_t<T>) / sizeof(float));
 
@@ -333,7 +336,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
-__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>, int(sizeof(T))>)
 row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
@@ -341,7 +344,7 @@ row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
-__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>>)
+__global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>, int(sizeof(T))>)
 row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;

@@ -65,6 +65,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("wide_whole_above_threads", &limits->wide_whole_above_threads);
   set("wide_roomy_max_threads", &limits->wide_roomy_max_threads);
   set("wide_whole_roomy_max_threads", &limits->wide_whole_roomy_max_threads);
+  set("wide_mid_max_threads", &limits->wide_mid_max_threads);
   set("read_back_second", &limits->read_back_second);
   set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);
@@ -160,14 +161,14 @@ template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows(
   if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
   else return Op::kInputs == 1 && Op::kOutputs == 1;
 }
-// kOther: the two-phase kernel's lean form (RowKernelConfig::wide_lean), the one-statistic
-// kernel's roomy form (RowKernelConfig::wide_roomy).
-template <typename T, class Op, int VEC, bool kOther, class... Extra> struct WidePackedKernels {
+// kForm: the two-phase kernel's lean form (1, RowKernelConfig::wide_lean) or full one (0); the
+// one-statistic kernel's register budget (kernels::WidePackedForm).
+template <typename T, class Op, int VEC, int kForm, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
     if constexpr (kernels::IsTwoPhase<Op>::value)
-      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kOther>;
-    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kOther>;
+      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kForm != 0>;
+    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kernels::WidePackedForm(kForm)>;
   }
 };
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
@@ -305,10 +306,24 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                  " threads");
     if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
-        const bool other = kernels::IsTwoPhase<Op>::value ? c.wide_lean : c.wide_roomy;
-        auto packed = other
-                          ? pick_tile<WidePackedKernels<T, Op, VEC, true, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt)
-                          : pick_tile<WidePackedKernels<T, Op, VEC, false, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
+        using kernels::WidePackedForm;
+        auto pick = [&](auto form) {
+          return pick_tile<WidePackedKernels<T, Op, VEC, decltype(form)::value, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
+        };
+        RowKernel<T, Op, Extra...> packed = nullptr;
+        if constexpr (kernels::IsTwoPhase<Op>::value) {
+          using Full = std::integral_constant<int, 0>;
+          using Lean = std::integral_constant<int, 1>;
+          packed = c.wide_lean ? pick(Lean{}) : pick(Full{});
+        } else {
+          using Tight = std::integral_constant<int, WidePackedForm::kWideTight>;
+          using Mid = std::integral_constant<int, WidePackedForm::kWideMid>;
+          using Roomy = std::integral_constant<int, WidePackedForm::kWideRoomy>;
+          if (c.wide_mid && c.threads > kWideMidRowThreads)
+            return Status::unsupported("row plan: middle-form wide rows are CTAs of at most " +
+                                       std::to_string(kWideMidRowThreads) + " threads");
+          packed = c.wide_mid ? pick(Mid{}) : c.wide_roomy ? pick(Roomy{}) : pick(Tight{});
+        }
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
         return launch_blocks(packed, args.rows, c, stream, "row_wide_packed_kernel", args, extra...);
       }

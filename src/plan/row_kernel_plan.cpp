@@ -223,7 +223,10 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   const bool whole_roomy = whole && c.threads <= limits.wide_whole_roomy_max_threads;
   c.wide_lean = c.threads <= limits.wide_lean_max_threads && !whole_roomy;
-  c.wide_roomy = c.threads <= limits.wide_roomy_max_threads || whole_roomy;
+  // Past the roomy band the middle form comes first, whole rows included.
+  c.wide_mid = c.threads > limits.wide_roomy_max_threads &&
+               c.threads <= std::min(limits.wide_mid_max_threads, kWideMidRowThreads);
+  c.wide_roomy = !c.wide_mid && (c.threads <= limits.wide_roomy_max_threads || whole_roomy);
   return c;
 }
 
@@ -267,9 +270,12 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       // at 12800-16384, with a bias +21% at 14336 / 16384 and -2% at 12800 (LOG.md)
       if (elem_bytes == 2) l.wide_above_threads = 384;
       if (elem_bytes == 2) l.wide_roomy_max_threads = 512;
-      // Past 512 threads roomy CTAs run one an SM: with a bias, whole rows gained (24576 / 32768:
-      // +3..+23%, the 32-register kernel spills there) and ragged ones lost (20000: -13..-15%);
-      // without a bias, whole rows lost 4-13% (LOG.md)
+      // 513-768 threads on the middle form (40 registers, two CTAs an SM; the 32-register one
+      // spills with a bias): +2..+4% without a bias, with one +22..+24% at 20000 and +16% at
+      // whole 24576 over the roomy form (LOG.md)
+      if (elem_bytes == 2) l.wide_mid_max_threads = kWideMidRowThreads;
+      // Past 768 threads roomy CTAs run one an SM: with a bias, whole rows gained (32768: +18..+23%,
+      // the 32-register kernel spills there); without a bias, whole rows lost 4-13% (LOG.md)
       if (elem_bytes == 2 && family == RowFamily::kRmsNormBiasForward) {
         l.wide_whole_roomy_max_threads = kWideRowThreads;
         l.block_elems = 16;  // 2-vector tiles: 2048-6144 +7..+24%, 8192 +3% (4-vector ones spill)

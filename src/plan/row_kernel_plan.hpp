@@ -57,6 +57,9 @@ enum class RowKernelKind { kWarp, kBlock, kStaged, kWide };
 // 16 values a thread or more (the band per family: RowKernelLimits): most of an SM's registers
 // on one row, loaded once, no cluster and no second read (LOG.md).
 constexpr int kWideRowThreads = 1024;
+// The one-statistic packed kernel's middle form (RowKernelLimits::wide_mid_max_threads): CTAs of
+// up to this many threads, two an SM, 40 registers a thread.
+constexpr int kWideMidRowThreads = 768;
 constexpr int kWideTileValues = 32;
 
 // Warp rows: at most kWarpMaxElems values a lane (all inputs together: short rows stay
@@ -190,6 +193,11 @@ struct RowKernelLimits {
   // would run; one-statistic ops: the roomy one): only there does the whole-row body, free of
   // bounds, run without spilling. 0: none. Set per family by row_policy.
   int wide_whole_roomy_max_threads = 0;
+  // Those past wide_roomy_max_threads of at most this many threads (at most kWideMidRowThreads),
+  // whole rows too, run on 40 registers (the middle form: two CTAs of up to 768 threads an SM),
+  // where a bias spilled 80-84 bytes at 32 and nothing at 40 (ptxas). 0: none. Set per family by
+  // row_policy.
+  int wide_mid_max_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -322,6 +330,7 @@ struct RowKernelConfig {
   int loads_ahead = 0;            // re-read rows: RowKernelLimits::loads_ahead
   bool wide_lean = false;         // kWide packed rows: RowKernelLimits::wide_lean_max_threads
   bool wide_roomy = false;        // kWide packed rows: RowKernelLimits::wide_*roomy_max_threads
+  bool wide_mid = false;          // kWide packed rows: RowKernelLimits::wide_mid_max_threads
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

@@ -597,6 +597,40 @@ TEST_F(NormGpu, RoomyWideRowsPastHalfACta) {
   check_forward<__half, float>({Kind::kRms, false, true, true, "randn"}, {3, 20000, 20000, 0}, 158);
 }
 
+// rms_norm's 16-bit packed wide rows of 513-768 threads run the middle form (two CTAs an SM at
+// 40 registers), with and without a bias, ragged (20000) and whole (24576): the same bits as the
+// 32-register form (middle form off) and the roomy one (roomy band to 1024 threads), and right
+// against the oracle.
+TEST_F(NormGpu, MidWideRowsChangeNoBits) {
+  for (const int64_t cols : {int64_t(20000), int64_t(24576)}) {
+    SCOPED_TRACE(testing::Message() << "cols " << cols);
+    const int64_t rows = 3, n = rows * cols;
+    DeviceBuffer x(cast_to<__half>(make_x(rows, cols, "randn", 161))), y(n * 2);
+    DeviceBuffer w(cast_to<__half>(make_values(cols, "randn", 162))), b(cast_to<__half>(make_values(cols, "randn", 163)));
+    const TensorView xv = dense_view(x.get(), DType::kFloat16, {rows, cols}), yv = dense_view(y.get(), DType::kFloat16, {rows, cols});
+    const TensorView wv = dense_view(w.get(), DType::kFloat16, {cols}), bv = dense_view(b.get(), DType::kFloat16, {cols});
+    for (const TensorView* bias : {static_cast<const TensorView*>(nullptr), &bv}) {
+      const auto run = [&] {
+        const Status status = bias ? rms_norm(xv, NormShape::of({cols}), &wv, bias, 1e-6, yv, nullptr, Workspace{}, nullptr)
+                                   : rms_norm(xv, NormShape::of({cols}), &wv, 1e-6, yv, nullptr, Workspace{}, nullptr);
+        EXPECT_TRUE(status.is_ok()) << status.message();
+        return download<unsigned char>(y, n * 2);
+      };
+      const std::vector<unsigned char> shipped = run();
+      {
+        const ScopedTuning off("wide_mid_max_threads", 0), whole("wide_whole_roomy_max_threads", 0);
+        EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", the 32-register form";
+      }
+      const ScopedTuning roomy("wide_roomy_max_threads", 1024);
+      EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", the roomy form";
+    }
+  }
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, true, "randn"}, {3, 20000, 20000, 0}, 164);
+  check_forward<__half, float>({Kind::kRms, false, true, false, "large_mean"}, {3, 24576, 24576, 0}, 165);
+  check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "randn"}, {3, 24576, 24576, 0}, 166);
+  check_forward<__half, __half>({Kind::kRms, false, true, false, "randn"}, {5, 16416, 16416, 0}, 167);
+}
+
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008

@@ -455,6 +455,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.wide_whole_roomy_max_threads, layer_norm16 ? 384 : bias16 ? kWideRowThreads : 0);
     EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 ? 512 : 0);
+    EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -601,9 +602,12 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       EXPECT_EQ(c.cluster, 1);
       EXPECT_EQ(c.smem_bytes, 0u);
       EXPECT_FALSE(c.wide_lean) << "rms_norm's kernel is one-statistic";
-      // Past 512 threads the 32-register kernel, but whole 16-bit rows with a bias the roomy one.
+      // 16-bit: the middle form to 768 threads; past it the 32-register form, but whole rows with
+      // a bias the roomy one. float32: the 32-register form.
       const bool whole = n % kWideTileValues == 0;
-      EXPECT_EQ(c.wide_roomy, family == RowFamily::kRmsNormBiasForward && elem == 2 && whole);
+      const bool mid = elem == 2 && c.threads <= kWideMidRowThreads;
+      EXPECT_EQ(c.wide_mid, mid);
+      EXPECT_EQ(c.wide_roomy, family == RowFamily::kRmsNormBiasForward && elem == 2 && whole && !mid);
     }
     for (const int64_t n : {int64_t(elem == 2 ? 12288 : 16384), int64_t(32776), int64_t(65536)})
       EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
@@ -628,6 +632,21 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   RowKernelLimits ragged_only = policy_on_h200(RowFamily::kRmsNormBiasForward, 2);
   ragged_only.wide_whole_roomy_max_threads = 0;
   EXPECT_FALSE(plan_row_kernel(32768, 2, 1, ragged_only).wide_roomy) << "the whole-row knob off";
+  // The middle form: 513-768 threads, whole rows too, with or without a bias; never past 768
+  // threads (the knob above it is capped) nor within the roomy band.
+  for (const RowFamily family : {RowFamily::kRmsNormForward, RowFamily::kRmsNormBiasForward}) {
+    RowKernelLimits mid = policy_on_h200(family, 2);
+    for (const int64_t n : {int64_t(16416), int64_t(20000), int64_t(24576)}) {
+      const RowKernelConfig c = plan_row_kernel(n, 2, 1, mid);
+      EXPECT_TRUE(c.wide_mid && !c.wide_roomy) << n << " values, " << c.threads << " threads";
+    }
+    EXPECT_FALSE(plan_row_kernel(14336, 2, 1, mid).wide_mid) << "448 threads: roomy";
+    EXPECT_FALSE(plan_row_kernel(32768, 2, 1, mid).wide_mid) << "1024 threads";
+    mid.wide_mid_max_threads = kWideRowThreads;
+    EXPECT_FALSE(plan_row_kernel(24608, 2, 1, mid).wide_mid) << "769 threads, the knob past 768";
+    mid.wide_mid_max_threads = 0;
+    EXPECT_FALSE(plan_row_kernel(20000, 2, 1, mid).wide_mid) << "the knob off";
+  }
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
     for (const int elem : {2, 4}) {
       const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, elem, 1);
