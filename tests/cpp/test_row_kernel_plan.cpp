@@ -988,5 +988,21 @@ TEST(RowKernelPlan, NormBackwardRowsOfTheRowEngineAreLong) {
   }
 }
 
+// The lengths NormGpu.RingRowsOf48KiBLaunch runs: 16-bit rows on a two-row ring of exactly
+// 48 KiB, which with the kernels' static slots needs the shared-memory opt-in.
+TEST(RowKernelPlan, RingRowsOf48KiB) {
+  const struct { RowFamily family; int64_t n; int inputs; } rows[] = {
+      {RowFamily::kRmsNormForward, 12288, 1},       {RowFamily::kRmsNormForward, 11265, 1},
+      {RowFamily::kRmsNormBiasForward, 11265, 1},   {RowFamily::kResidualNormForward, 6144, 2},
+      {RowFamily::kResidualNormForward, 5700, 2},   {RowFamily::kNormBackward, 6144, 2},
+  };
+  for (const auto& r : rows) {
+    const RowKernelConfig c = plan_on_h200(r.family, r.n, 2, r.inputs);
+    EXPECT_EQ(c.kind, RowKernelKind::kBlock) << r.n;
+    EXPECT_EQ(c.ring, 2) << r.n;
+    EXPECT_EQ(c.smem_bytes, std::size_t(48 * 1024)) << r.n;
+  }
+}
+
 }  // namespace
 }  // namespace reducekit
