@@ -563,6 +563,29 @@ TEST_F(NormGpu, LeanWideRowsChangeNoBits) {
   check_forward<__nv_bfloat16, float>({Kind::kLayer, false, false, true, "randn"}, {4, 8200, 8200, 0}, 125);
 }
 
+// rms_norm of three 16-bit rows of `cols` (T: __half or __nv_bfloat16), with or without a bias,
+// under the plan the tuning in force gives: y's bytes, to compare kernel forms bit for bit.
+template <typename T> class RmsRowBits {
+ public:
+  RmsRowBits(int64_t cols, uint32_t seed)
+      : cols_(cols), x_(cast_to<T>(make_x(kRows, cols, "randn", seed))), y_(kRows * cols * 2),
+        w_(cast_to<T>(make_values(cols, "randn", seed + 1))), b_(cast_to<T>(make_values(cols, "randn", seed + 2))) {}
+  std::vector<unsigned char> run(bool bias) const {
+    const DType dt = dtype_of<T>();
+    const TensorView xv = dense_view(x_.get(), dt, {kRows, cols_}), yv = dense_view(y_.get(), dt, {kRows, cols_});
+    const TensorView wv = dense_view(w_.get(), dt, {cols_}), bv = dense_view(b_.get(), dt, {cols_});
+    const Status status = bias ? rms_norm(xv, NormShape::of({cols_}), &wv, &bv, 1e-6, yv, nullptr, Workspace{}, nullptr)
+                               : rms_norm(xv, NormShape::of({cols_}), &wv, 1e-6, yv, nullptr, Workspace{}, nullptr);
+    EXPECT_TRUE(status.is_ok()) << status.message();
+    return download<unsigned char>(y_, kRows * cols_ * 2);
+  }
+
+ private:
+  static constexpr int64_t kRows = 3;
+  int64_t cols_;
+  DeviceBuffer x_, y_, w_, b_;
+};
+
 // rms_norm's packed wide rows of 513-1024 threads on the roomy kernel (one CTA an SM at 64
 // registers; shipped for whole rows with a bias, by knobs for the rest), with and without a
 // bias, whole (32768) and not (20000): right against the oracle, and the same bits as the
@@ -570,22 +593,12 @@ TEST_F(NormGpu, LeanWideRowsChangeNoBits) {
 TEST_F(NormGpu, RoomyWideRowsPastHalfACta) {
   for (const int64_t cols : {int64_t(32768), int64_t(20000)}) {
     SCOPED_TRACE(testing::Message() << "cols " << cols);
-    const int64_t rows = 3, n = rows * cols;
-    DeviceBuffer x(cast_to<__nv_bfloat16>(make_x(rows, cols, "randn", 151))), y(n * 2);
-    DeviceBuffer w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 152))), b(cast_to<__nv_bfloat16>(make_values(cols, "randn", 153)));
-    const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols}), yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
-    const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols}), bv = dense_view(b.get(), DType::kBFloat16, {cols});
-    for (const TensorView* bias : {static_cast<const TensorView*>(nullptr), &bv}) {
-      const auto run = [&] {
-        const Status status = bias ? rms_norm(xv, NormShape::of({cols}), &wv, bias, 1e-6, yv, nullptr, Workspace{}, nullptr)
-                                   : rms_norm(xv, NormShape::of({cols}), &wv, 1e-6, yv, nullptr, Workspace{}, nullptr);
-        EXPECT_TRUE(status.is_ok()) << status.message();
-        return download<unsigned char>(y, n * 2);
-      };
-      const std::vector<unsigned char> shipped = run();
+    const RmsRowBits<__nv_bfloat16> rows(cols, 151);
+    for (const bool bias : {false, true}) {
+      const std::vector<unsigned char> shipped = rows.run(bias);
       for (const int most : {512, 1024}) {
         const ScopedTuning knob("wide_roomy_max_threads", most), whole("wide_whole_roomy_max_threads", 0);
-        EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", roomy up to " << most << " threads";
+        EXPECT_EQ(rows.run(bias), shipped) << (bias ? "with a bias" : "without") << ", roomy up to " << most << " threads";
       }
     }
   }
@@ -604,25 +617,15 @@ TEST_F(NormGpu, RoomyWideRowsPastHalfACta) {
 TEST_F(NormGpu, MidWideRowsChangeNoBits) {
   for (const int64_t cols : {int64_t(20000), int64_t(24576)}) {
     SCOPED_TRACE(testing::Message() << "cols " << cols);
-    const int64_t rows = 3, n = rows * cols;
-    DeviceBuffer x(cast_to<__half>(make_x(rows, cols, "randn", 161))), y(n * 2);
-    DeviceBuffer w(cast_to<__half>(make_values(cols, "randn", 162))), b(cast_to<__half>(make_values(cols, "randn", 163)));
-    const TensorView xv = dense_view(x.get(), DType::kFloat16, {rows, cols}), yv = dense_view(y.get(), DType::kFloat16, {rows, cols});
-    const TensorView wv = dense_view(w.get(), DType::kFloat16, {cols}), bv = dense_view(b.get(), DType::kFloat16, {cols});
-    for (const TensorView* bias : {static_cast<const TensorView*>(nullptr), &bv}) {
-      const auto run = [&] {
-        const Status status = bias ? rms_norm(xv, NormShape::of({cols}), &wv, bias, 1e-6, yv, nullptr, Workspace{}, nullptr)
-                                   : rms_norm(xv, NormShape::of({cols}), &wv, 1e-6, yv, nullptr, Workspace{}, nullptr);
-        EXPECT_TRUE(status.is_ok()) << status.message();
-        return download<unsigned char>(y, n * 2);
-      };
-      const std::vector<unsigned char> shipped = run();
+    const RmsRowBits<__half> rows(cols, 161);
+    for (const bool bias : {false, true}) {
+      const std::vector<unsigned char> shipped = rows.run(bias);
       {
         const ScopedTuning off("wide_mid_max_threads", 0), whole("wide_whole_roomy_max_threads", 0);
-        EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", the 32-register form";
+        EXPECT_EQ(rows.run(bias), shipped) << (bias ? "with a bias" : "without") << ", the 32-register form";
       }
       const ScopedTuning roomy("wide_roomy_max_threads", 1024);
-      EXPECT_EQ(run(), shipped) << (bias ? "with a bias" : "without") << ", the roomy form";
+      EXPECT_EQ(rows.run(bias), shipped) << (bias ? "with a bias" : "without") << ", the roomy form";
     }
   }
   check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, true, "randn"}, {3, 20000, 20000, 0}, 164);
