@@ -933,7 +933,8 @@ __device__ __forceinline__ void row_wide_packed_rows(const RowArgs<T, Op::kInput
 
 // One-statistic ops (rms_norm), by register budget: kWideTight 32 registers (two 1024-thread
 // CTAs an SM); kWideMid 40 (two CTAs of up to 768 threads); kWideRoomy 64 (two of up to 512, one
-// of 1024). A bias's parameters spilled 80-84 bytes at 32, none at 40 (ptxas).
+// of 1024). A bias's parameters spilled 80-84 bytes at 32, none at 40 (ptxas). Whole rows skip
+// their bounds on the roomy form only: that body spilled 72-76 bytes at 40.
 enum WidePackedForm : int { kWideTight, kWideMid, kWideRoomy };
 template <typename T, class Op, int VEC, int VPT, WidePackedForm kForm>
 __global__ void __launch_bounds__(kForm == kWideMid ? kWideMidRowThreads : kWideRowThreads, kForm == kWideRoomy ? 1 : 2)
