@@ -931,16 +931,16 @@ __device__ __forceinline__ void row_wide_packed_rows(const RowArgs<T, Op::kInput
   row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
 }
 
-// One-statistic ops (rms_norm), by register budget: kWideTight 32 registers (two 1024-thread
-// CTAs an SM); kWideMid 40 (two CTAs of up to 768 threads); kWideRoomy 64 (two of up to 512, one
-// of 1024). A bias's parameters spilled 80-84 bytes at 32, none at 40 (ptxas). Whole rows skip
+// One-statistic ops (rms_norm), by register budget (WideForm): kBase 32 registers, kMid 40,
+// kRoomy 64. A bias's parameters spilled 80-84 bytes at 32, none at 40 (ptxas). Whole rows skip
 // their bounds on the roomy form only: that body spilled 72-76 bytes at 40.
-enum WidePackedForm : int { kWideTight, kWideMid, kWideRoomy };
-template <typename T, class Op, int VEC, int VPT, WidePackedForm kForm>
-__global__ void __launch_bounds__(kForm == kWideMid ? kWideMidRowThreads : kWideRowThreads, kForm == kWideRoomy ? 1 : 2)
+template <typename T, class Op, int VEC, int VPT, WideForm kForm>
+__global__ void __launch_bounds__(kForm == WideForm::kMid ? kWideMidRowThreads : kWideRowThreads,
+                                  kForm == WideForm::kRoomy ? 1 : 2)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(!IsTwoPhase<Op>::value, "two-phase ops take row_wide_packed_two_phase_kernel_ext");
-  row_wide_packed_rows<T, Op, VEC, VPT, kForm == kWideRoomy>(args, extra);
+  static_assert(kForm != WideForm::kLean, "the lean form is the two-phase kernel's");
+  row_wide_packed_rows<T, Op, VEC, VPT, kForm == WideForm::kRoomy>(args, extra);
 }
 
 // Two-phase ops (layer_norm, rows of 225-512 threads): 64 registers a thread (24 bytes of spill,

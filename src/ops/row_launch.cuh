@@ -161,14 +161,14 @@ template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows(
   if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
   else return Op::kInputs == 1 && Op::kOutputs == 1;
 }
-// kForm: the two-phase kernel's lean form (1, RowKernelConfig::wide_lean) or full one (0); the
-// one-statistic kernel's register budget (kernels::WidePackedForm).
-template <typename T, class Op, int VEC, int kForm, class... Extra> struct WidePackedKernels {
+// kForm (RowKernelConfig::wide_form): the two-phase kernel has kBase and kLean, the one-statistic
+// one kBase, kMid and kRoomy.
+template <typename T, class Op, int VEC, WideForm kForm, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
     if constexpr (kernels::IsTwoPhase<Op>::value)
-      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kForm != 0>;
-    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kernels::WidePackedForm(kForm)>;
+      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kForm == WideForm::kLean>;
+    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kForm>;
   }
 };
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
@@ -309,23 +309,23 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                  " threads");
     if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
       if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
-        using kernels::WidePackedForm;
         auto pick = [&](auto form) {
           return pick_tile<WidePackedKernels<T, Op, VEC, decltype(form)::value, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
         };
+        using Base = std::integral_constant<WideForm, WideForm::kBase>;
         RowKernel<T, Op, Extra...> packed = nullptr;
         if constexpr (kernels::IsTwoPhase<Op>::value) {
-          using Full = std::integral_constant<int, 0>;
-          using Lean = std::integral_constant<int, 1>;
-          packed = c.wide_lean ? pick(Lean{}) : pick(Full{});
+          using Lean = std::integral_constant<WideForm, WideForm::kLean>;
+          packed = c.wide_form == WideForm::kLean ? pick(Lean{}) : pick(Base{});
         } else {
-          using Tight = std::integral_constant<int, WidePackedForm::kWideTight>;
-          using Mid = std::integral_constant<int, WidePackedForm::kWideMid>;
-          using Roomy = std::integral_constant<int, WidePackedForm::kWideRoomy>;
-          if (c.wide_mid && c.threads > kWideMidRowThreads)
+          using Mid = std::integral_constant<WideForm, WideForm::kMid>;
+          using Roomy = std::integral_constant<WideForm, WideForm::kRoomy>;
+          if (c.wide_form == WideForm::kMid && c.threads > kWideMidRowThreads)
             return Status::unsupported("row plan: middle-form wide rows are CTAs of at most " +
                                        std::to_string(kWideMidRowThreads) + " threads");
-          packed = c.wide_mid ? pick(Mid{}) : c.wide_roomy ? pick(Roomy{}) : pick(Tight{});
+          packed = c.wide_form == WideForm::kMid     ? pick(Mid{})
+                   : c.wide_form == WideForm::kRoomy ? pick(Roomy{})
+                                                     : pick(Base{});
         }
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
         return launch_blocks(packed, args.rows, c, stream, "row_wide_packed_kernel", args, extra...);

@@ -222,11 +222,12 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   const int most = std::min(limits.wide_max_threads, kWideRowThreads);
   if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   const bool whole_roomy = whole && c.threads <= limits.wide_whole_roomy_max_threads;
-  c.wide_lean = c.threads <= limits.wide_lean_max_threads && !whole_roomy;
   // Past the roomy band the middle form comes first, whole rows included.
-  c.wide_mid = c.threads > limits.wide_roomy_max_threads &&
-               c.threads <= std::min(limits.wide_mid_max_threads, kWideMidRowThreads);
-  c.wide_roomy = !c.wide_mid && (c.threads <= limits.wide_roomy_max_threads || whole_roomy);
+  const bool mid = c.threads > limits.wide_roomy_max_threads &&
+                   c.threads <= std::min(limits.wide_mid_max_threads, kWideMidRowThreads);
+  if (c.threads <= limits.wide_lean_max_threads && !whole_roomy) c.wide_form = WideForm::kLean;
+  else if (mid) c.wide_form = WideForm::kMid;
+  else if (c.threads <= limits.wide_roomy_max_threads || whole_roomy) c.wide_form = WideForm::kRoomy;
   return c;
 }
 

@@ -60,6 +60,12 @@ constexpr int kWideRowThreads = 1024;
 // The one-statistic packed kernel's middle form (RowKernelLimits::wide_mid_max_threads): CTAs of
 // up to this many threads, two an SM, 40 registers a thread.
 constexpr int kWideMidRowThreads = 768;
+// The packed wide kernels' register budget a thread (RowKernelConfig::wide_form). kBase: the
+// kernel's own (two-phase ops 64; one-statistic ops 32, two 1024-thread CTAs an SM). kLean: 48,
+// two-phase ops (one more row an SM). kMid: 40, one-statistic ops (two CTAs of up to
+// kWideMidRowThreads). kRoomy: 64 (one-statistic ops: two CTAs of up to 512 threads, one of 1024;
+// two-phase ops: their base). A form an op's kernel lacks runs as its base.
+enum class WideForm : int { kBase, kLean, kMid, kRoomy };
 constexpr int kWideTileValues = 32;
 
 // Warp rows: at most kWarpMaxElems values a lane (all inputs together: short rows stay
@@ -179,9 +185,9 @@ struct RowKernelLimits {
   int wide_whole_above_threads = 0;
   int wide_max_threads = kWideRowThreads;
   bool wide_ragged = true;
-  // Packed wide rows (16-bit whole vectors) of two-phase ops in CTAs of at most this many threads
-  // run on fewer registers a thread (row_wide_packed_two_phase_kernel_ext's lean form): a few
-  // bytes more spill, one more row an SM. 0: none. Set per family by row_policy.
+  // Packed wide rows (16-bit whole vectors) in CTAs of at most this many threads run on fewer
+  // registers a thread (WideForm::kLean, two-phase ops): a few bytes more spill, one more row an
+  // SM. 0: none. Set per family by row_policy.
   int wide_lean_max_threads = 0;
   // Packed wide rows of one-statistic ops (rms_norm) in CTAs of at most this many threads run on
   // 64 registers a thread (row_wide_packed_kernel_ext's roomy form: two CTAs of up to 512 threads
@@ -328,9 +334,7 @@ struct RowKernelConfig {
   bool l2_hints = false;       // kBlock stream rows: L2 eviction priorities on the two reads
   bool read_back_second = false;  // kBlock stream rows: RowKernelLimits::read_back_second
   int loads_ahead = 0;            // re-read rows: RowKernelLimits::loads_ahead
-  bool wide_lean = false;         // kWide packed rows: RowKernelLimits::wide_lean_max_threads
-  bool wide_roomy = false;        // kWide packed rows: RowKernelLimits::wide_*roomy_max_threads
-  bool wide_mid = false;          // kWide packed rows: RowKernelLimits::wide_mid_max_threads
+  WideForm wide_form = WideForm::kBase;  // kWide packed rows: RowKernelLimits::wide_*_max_threads
   RowSplitConfig split;        // used instead of the fields above when the caller gives a workspace
 
   // Elements one row's worth of threads covers: must be >= cols. (kStaged: `tiles` is the

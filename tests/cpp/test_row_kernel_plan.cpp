@@ -601,13 +601,13 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
       EXPECT_EQ(c.cluster, 1);
       EXPECT_EQ(c.smem_bytes, 0u);
-      EXPECT_FALSE(c.wide_lean) << "rms_norm's kernel is one-statistic";
+      EXPECT_NE(c.wide_form, WideForm::kLean) << "rms_norm's kernel is one-statistic";
       // 16-bit: the middle form to 768 threads; past it the 32-register form, but whole rows with
       // a bias the roomy one. float32: the 32-register form.
       const bool whole = n % kWideTileValues == 0;
       const bool mid = elem == 2 && c.threads <= kWideMidRowThreads;
-      EXPECT_EQ(c.wide_mid, mid);
-      EXPECT_EQ(c.wide_roomy, family == RowFamily::kRmsNormBiasForward && elem == 2 && whole && !mid);
+      const bool roomy = family == RowFamily::kRmsNormBiasForward && elem == 2 && whole && !mid;
+      EXPECT_EQ(c.wide_form, mid ? WideForm::kMid : roomy ? WideForm::kRoomy : WideForm::kBase);
     }
     for (const int64_t n : {int64_t(elem == 2 ? 12288 : 16384), int64_t(32776), int64_t(65536)})
       EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
@@ -625,27 +625,27 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     for (const int64_t n : {int64_t(12296), int64_t(12800), int64_t(14336), int64_t(16384)}) {
       const RowKernelConfig c = plan_on_h200(family, n, 2, 1);
       EXPECT_EQ(c.kind, RowKernelKind::kWide) << "n=" << n;
-      EXPECT_TRUE(c.wide_roomy) << "up to 512 threads: the 64-register kernel, n=" << n;
+      EXPECT_EQ(c.wide_form, WideForm::kRoomy) << "up to 512 threads: the 64-register kernel, n=" << n;
       EXPECT_NE(plan_on_h200(family, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
     }
   }
   RowKernelLimits ragged_only = policy_on_h200(RowFamily::kRmsNormBiasForward, 2);
   ragged_only.wide_whole_roomy_max_threads = 0;
-  EXPECT_FALSE(plan_row_kernel(32768, 2, 1, ragged_only).wide_roomy) << "the whole-row knob off";
+  EXPECT_EQ(plan_row_kernel(32768, 2, 1, ragged_only).wide_form, WideForm::kBase) << "the whole-row knob off";
   // The middle form: 513-768 threads, whole rows too, with or without a bias; never past 768
   // threads (the knob above it is capped) nor within the roomy band.
   for (const RowFamily family : {RowFamily::kRmsNormForward, RowFamily::kRmsNormBiasForward}) {
     RowKernelLimits mid = policy_on_h200(family, 2);
     for (const int64_t n : {int64_t(16416), int64_t(20000), int64_t(24576)}) {
       const RowKernelConfig c = plan_row_kernel(n, 2, 1, mid);
-      EXPECT_TRUE(c.wide_mid && !c.wide_roomy) << n << " values, " << c.threads << " threads";
+      EXPECT_EQ(c.wide_form, WideForm::kMid) << n << " values, " << c.threads << " threads";
     }
-    EXPECT_FALSE(plan_row_kernel(14336, 2, 1, mid).wide_mid) << "448 threads: roomy";
-    EXPECT_FALSE(plan_row_kernel(32768, 2, 1, mid).wide_mid) << "1024 threads";
+    EXPECT_EQ(plan_row_kernel(14336, 2, 1, mid).wide_form, WideForm::kRoomy) << "448 threads";
+    EXPECT_NE(plan_row_kernel(32768, 2, 1, mid).wide_form, WideForm::kMid) << "1024 threads";
     mid.wide_mid_max_threads = kWideRowThreads;
-    EXPECT_FALSE(plan_row_kernel(24608, 2, 1, mid).wide_mid) << "769 threads, the knob past 768";
+    EXPECT_NE(plan_row_kernel(24608, 2, 1, mid).wide_form, WideForm::kMid) << "769 threads, the knob past 768";
     mid.wide_mid_max_threads = 0;
-    EXPECT_FALSE(plan_row_kernel(20000, 2, 1, mid).wide_mid) << "the knob off";
+    EXPECT_NE(plan_row_kernel(20000, 2, 1, mid).wide_form, WideForm::kMid) << "the knob off";
   }
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
     for (const int elem : {2, 4}) {
@@ -675,7 +675,7 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
     EXPECT_GE(c.capacity(), n);
     EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
     const bool whole = n % kWideTileValues == 0 && n / kWideTileValues <= 384;
-    EXPECT_EQ(c.wide_lean, n <= 12800 && !whole) << "whole rows of up to 384 threads: the full kernel";
+    EXPECT_EQ(c.wide_form == WideForm::kLean, n <= 12800 && !whole) << "whole rows of up to 384 threads: the full kernel";
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
   }
   for (const int64_t n : {int64_t(6144), int64_t(6400), int64_t(7160), int64_t(10241), int64_t(12801), int64_t(16392)})
@@ -683,7 +683,7 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
   const RowKernelConfig whole7k = plan_on_h200(RowFamily::kLayerNormForward, 7168, 2, 1);
   EXPECT_EQ(whole7k.kind, RowKernelKind::kWide) << "224 threads, whole";
   EXPECT_EQ(whole7k.threads, 224);
-  EXPECT_FALSE(whole7k.wide_lean) << "a whole row: the full kernel";
+  EXPECT_NE(whole7k.wide_form, WideForm::kLean) << "a whole row: the full kernel";
   RowKernelLimits ragged_band = policy_on_h200(RowFamily::kLayerNormForward, 2);
   ragged_band.wide_whole_above_threads = 0;
   EXPECT_NE(plan_row_kernel(7168, 2, 1, ragged_band).kind, RowKernelKind::kWide) << "the whole-row band off";
@@ -692,12 +692,12 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf8KTo16K) {
   EXPECT_NE(plan_row_kernel(10240, 2, 1, off).kind, RowKernelKind::kWide) << "the knob off";
   RowKernelLimits full = policy_on_h200(RowFamily::kLayerNormForward, 2);
   full.wide_lean_max_threads = 0;
-  EXPECT_FALSE(plan_row_kernel(12800, 2, 1, full).wide_lean) << "the lean knob off";
-  EXPECT_TRUE(plan_on_h200(RowFamily::kLayerNormForward, 9208, 2, 1).wide_lean) << "288 threads, not whole";
-  EXPECT_FALSE(plan_on_h200(RowFamily::kLayerNormForward, 9216, 2, 1).wide_lean) << "288 threads, whole";
+  EXPECT_NE(plan_row_kernel(12800, 2, 1, full).wide_form, WideForm::kLean) << "the lean knob off";
+  EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, 9208, 2, 1).wide_form, WideForm::kLean) << "288 threads, not whole";
+  EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 9216, 2, 1).wide_form, WideForm::kLean) << "288 threads, whole";
   RowKernelLimits lean_whole = policy_on_h200(RowFamily::kLayerNormForward, 2);
   lean_whole.wide_whole_roomy_max_threads = 0;
-  EXPECT_TRUE(plan_row_kernel(10240, 2, 1, lean_whole).wide_lean) << "the whole-row knob off";
+  EXPECT_EQ(plan_row_kernel(10240, 2, 1, lean_whole).wide_form, WideForm::kLean) << "the whole-row knob off";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
