@@ -222,12 +222,12 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   const int most = std::min(limits.wide_max_threads, kWideRowThreads);
   if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   const bool whole_roomy = whole && c.threads <= limits.wide_whole_roomy_max_threads;
-  // Past the roomy band the middle form comes first, whole rows included.
-  const bool mid = c.threads > limits.wide_roomy_max_threads &&
-                   c.threads <= std::min(limits.wide_mid_max_threads, kWideMidRowThreads);
+  const bool roomy = c.threads <= limits.wide_roomy_max_threads || whole_roomy;
+  const bool mid = c.threads <= std::min(limits.wide_mid_max_threads, kWideMidRowThreads) &&
+                   (!roomy || c.threads > kWideRoomyPairThreads);  // two CTAs an SM, not one
   if (c.threads <= limits.wide_lean_max_threads && !whole_roomy) c.wide_form = WideForm::kLean;
   else if (mid) c.wide_form = WideForm::kMid;
-  else if (c.threads <= limits.wide_roomy_max_threads || whole_roomy) c.wide_form = WideForm::kRoomy;
+  else if (roomy) c.wide_form = WideForm::kRoomy;
   return c;
 }
 
@@ -270,13 +270,15 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       // 16-bit rows from 12K values packed wide (CTAs of up to 512 threads on 64 registers): +2..+14%
       // at 12800-16384, with a bias +21% at 14336 / 16384 and -2% at 12800 (LOG.md)
       if (elem_bytes == 2) l.wide_above_threads = 384;
-      if (elem_bytes == 2) l.wide_roomy_max_threads = 512;
       // 513-768 threads on the middle form (40 registers, two CTAs an SM; the 32-register one
       // spills with a bias): +2..+4% without a bias, with one +22..+24% at 20000 and +16% at
       // whole 24576 over the roomy form (LOG.md)
       if (elem_bytes == 2) l.wide_mid_max_threads = kWideMidRowThreads;
-      // Past 768 threads roomy CTAs run one an SM: with a bias, whole rows gained (32768: +18..+23%,
-      // the 32-register kernel spills there); without a bias, whole rows lost 4-13% (LOG.md)
+      if (elem_bytes == 2 && family == RowFamily::kRmsNormForward) l.wide_roomy_max_threads = 512;
+      // With a bias, only whole rows roomy: to 512 threads (their body without bounds; whole 16384
+      // lost 5% on the middle form, ragged 12800 gained 18% there), and past 768, one CTA an SM
+      // (32768: +18..+23%, the 32-register kernel spills there); without a bias, whole rows past
+      // 512 threads lost 4-13% on it (LOG.md)
       if (elem_bytes == 2 && family == RowFamily::kRmsNormBiasForward) {
         l.wide_whole_roomy_max_threads = kWideRowThreads;
         l.block_elems = 16;  // 2-vector tiles: 2048-6144 +7..+24%, 8192 +3% (4-vector ones spill)

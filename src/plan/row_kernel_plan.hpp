@@ -60,6 +60,8 @@ constexpr int kWideRowThreads = 1024;
 // The one-statistic packed kernel's middle form (RowKernelLimits::wide_mid_max_threads): CTAs of
 // up to this many threads, two an SM, 40 registers a thread.
 constexpr int kWideMidRowThreads = 768;
+// Its roomy form (64 registers) runs two CTAs an SM up to this many threads, one past it.
+constexpr int kWideRoomyPairThreads = 512;
 // The packed wide kernels' register budget a thread (RowKernelConfig::wide_form). kBase: the
 // kernel's own (two-phase ops 64; one-statistic ops 32, two 1024-thread CTAs an SM). kLean: 48,
 // two-phase ops (one more row an SM). kMid: 40, one-statistic ops (two CTAs of up to
@@ -199,10 +201,10 @@ struct RowKernelLimits {
   // would run; one-statistic ops: the roomy one): only there does the whole-row body, free of
   // bounds, run without spilling. 0: none. Set per family by row_policy.
   int wide_whole_roomy_max_threads = 0;
-  // Those past wide_roomy_max_threads of at most this many threads (at most kWideMidRowThreads),
-  // whole rows too, run on 40 registers (the middle form: two CTAs of up to 768 threads an SM),
-  // where a bias spilled 80-84 bytes at 32 and nothing at 40 (ptxas). 0: none. Set per family by
-  // row_policy.
+  // Those of at most this many threads (at most kWideMidRowThreads) that the two limits above
+  // leave off the roomy form, or put on it one CTA an SM (past kWideRoomyPairThreads), run on 40
+  // registers (the middle form: two CTAs of up to 768 threads an SM), where a bias spilled 80-84
+  // bytes at 32 and nothing at 40 (ptxas). 0: none. Set per family by row_policy.
   int wide_mid_max_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of

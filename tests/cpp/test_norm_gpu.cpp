@@ -611,11 +611,11 @@ TEST_F(NormGpu, RoomyWideRowsPastHalfACta) {
 }
 
 // rms_norm's 16-bit packed wide rows of 513-768 threads run the middle form (two CTAs an SM at
-// 40 registers), with and without a bias, ragged (20000) and whole (24576): the same bits as the
-// 32-register form (middle form off) and the roomy one (roomy band to 1024 threads), and right
-// against the oracle.
+// 40 registers), with and without a bias, ragged (20000) and whole (24576), and with a bias
+// ragged ones from 385 threads (12800): the same bits as the 32-register form (middle form off)
+// and the roomy one (roomy band to 1024 threads), and right against the oracle.
 TEST_F(NormGpu, MidWideRowsChangeNoBits) {
-  for (const int64_t cols : {int64_t(20000), int64_t(24576)}) {
+  for (const int64_t cols : {int64_t(12800), int64_t(20000), int64_t(24576)}) {
     SCOPED_TRACE(testing::Message() << "cols " << cols);
     const RmsRowBits<__half> rows(cols, 161);
     for (const bool bias : {false, true}) {
@@ -632,6 +632,7 @@ TEST_F(NormGpu, MidWideRowsChangeNoBits) {
   check_forward<__half, float>({Kind::kRms, false, true, false, "large_mean"}, {3, 24576, 24576, 0}, 165);
   check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "randn"}, {3, 24576, 24576, 0}, 166);
   check_forward<__half, __half>({Kind::kRms, false, true, false, "randn"}, {5, 16416, 16416, 0}, 167);
+  check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "large_mean"}, {5, 12800, 12800, 0}, 168);
 }
 
 // 16-bit rows whose two-row ring fills 48 KiB of dynamic shared memory (one input: 11265-12288

@@ -454,7 +454,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.wide_whole_roomy_max_threads, layer_norm16 ? 384 : bias16 ? kWideRowThreads : 0);
-    EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 ? 512 : 0);
+    EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 && !bias16 ? 512 : 0);
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
@@ -625,7 +625,9 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     for (const int64_t n : {int64_t(12296), int64_t(12800), int64_t(14336), int64_t(16384)}) {
       const RowKernelConfig c = plan_on_h200(family, n, 2, 1);
       EXPECT_EQ(c.kind, RowKernelKind::kWide) << "n=" << n;
-      EXPECT_EQ(c.wide_form, WideForm::kRoomy) << "up to 512 threads: the 64-register kernel, n=" << n;
+      // Up to 512 threads the 64-register kernel; with a bias ragged rows the 40-register one.
+      const bool bias_ragged = family == RowFamily::kRmsNormBiasForward && n != int64_t(c.threads) * kWideTileValues;
+      EXPECT_EQ(c.wide_form, bias_ragged ? WideForm::kMid : WideForm::kRoomy) << "n=" << n;
       EXPECT_NE(plan_on_h200(family, n, 4, 1).kind, RowKernelKind::kWide) << "float32, n=" << n;
     }
   }
@@ -640,8 +642,11 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       const RowKernelConfig c = plan_row_kernel(n, 2, 1, mid);
       EXPECT_EQ(c.wide_form, WideForm::kMid) << n << " values, " << c.threads << " threads";
     }
-    EXPECT_EQ(plan_row_kernel(14336, 2, 1, mid).wide_form, WideForm::kRoomy) << "448 threads";
+    EXPECT_EQ(plan_row_kernel(14336, 2, 1, mid).wide_form, WideForm::kRoomy) << "448 threads, whole";
     EXPECT_NE(plan_row_kernel(32768, 2, 1, mid).wide_form, WideForm::kMid) << "1024 threads";
+    RowKernelLimits roomy = mid;
+    roomy.wide_roomy_max_threads = 512;
+    EXPECT_EQ(plan_row_kernel(12800, 2, 1, roomy).wide_form, WideForm::kRoomy) << "ragged 416 threads, roomy band";
     mid.wide_mid_max_threads = kWideRowThreads;
     EXPECT_NE(plan_row_kernel(24608, 2, 1, mid).wide_form, WideForm::kMid) << "769 threads, the knob past 768";
     mid.wide_mid_max_threads = 0;
