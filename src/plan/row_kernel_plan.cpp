@@ -267,9 +267,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kRmsNormForward:
     case RowFamily::kRmsNormBiasForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
-      // 16-bit rows from 12K values packed wide (CTAs of up to 512 threads on 64 registers): +2..+14%
-      // at 12800-16384, with a bias +21% at 14336 / 16384 and -2% at 12800 (LOG.md)
-      if (elem_bytes == 2) l.wide_above_threads = 384;
+      // 16-bit rows from 3K values packed wide (CTAs of 128 threads and more): over the ring and
+      // block rows +3..+15% at 3200-11008 values (65536x4096 +12%), with a bias +7..+19% from
+      // 4096 (65536x4096 +18%); with a bias ragged 3200 lost 3% on 128 threads (LOG.md)
+      if (elem_bytes == 2) l.wide_above_threads = family == RowFamily::kRmsNormBiasForward ? 127 : 96;
       // 513-768 threads on the middle form (40 registers, two CTAs an SM; the 32-register one
       // spills with a bias): +2..+4% without a bias, with one +22..+24% at 20000 and +16% at
       // whole 24576 over the roomy form (LOG.md)
@@ -307,11 +308,13 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
   if (rms_norm && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
     // clusters beat its register rows (odd rows most); shorter rows and layer_norm's lost (LOG.md).
+    // Between 110 and 128 KiB a cluster of two stages ragged rows only: whole-vector rows
+    // re-read 2-9% faster there, ragged ones 12-19% slower (LOG.md); from 144 KiB clusters win.
     if (elem_bytes == 2) {
       return {{
           {56 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},
-          {110 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
-          {},
+          {110 * KiB, 128 * KiB, kStagedThreads, 110 * KiB, true},
+          {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
       }};
     }
     // float32: ragged lengths only, where the register rows' shifted vectors run at half speed;

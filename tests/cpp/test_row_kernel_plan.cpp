@@ -448,7 +448,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     const bool layer_norm16 = w.family == RowFamily::kLayerNormForward && w.elem == 2;  // its own band
     const bool bias16 = w.family == RowFamily::kRmsNormBiasForward && w.elem == 2;
     const bool rms_norm16 = (w.family == RowFamily::kRmsNormForward && w.elem == 2) || bias16;  // a lower one
-    EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 224 : rms_norm16 ? 384 : defaults.wide_above_threads);
+    EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 224 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
     EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 192 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
@@ -531,13 +531,13 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   EXPECT_NE(plan_row_kernel(128256, 2, 1, small).kind, RowKernelKind::kStaged) << "a cluster past the device's";
 }
 
-// The plain rms_norm forward stages 16-bit rows of 56-880 KiB (one 512-thread CTA to 110 KiB,
-// clusters of such shares beyond) and float32 rows of 110-880 KiB (clusters) whose length is not
+// The plain rms_norm forward stages 16-bit rows of 56-110 KiB in one 512-thread CTA and of
+// 110-880 KiB over clusters of such shares (whole-vector rows of 110-128 KiB re-read) and float32 rows of 110-880 KiB (clusters) whose length is not
 // a multiple of four; layer_norm, the fused residual forms (two inputs), float64 and rows past
 // eight shares are not staged.
 TEST(RowKernelPlan, RmsNormStagesItsBands) {
   struct Want { int64_t n; int elem, ctas; };
-  for (const Want w : {Want{28673, 2, 1}, Want{32776, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{65537, 2, 2},
+  for (const Want w : {Want{28673, 2, 1}, Want{32776, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{57345, 2, 2}, Want{65535, 2, 2}, Want{65537, 2, 2},
                        Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32769, 4, 2}, Want{50257, 4, 2},
                        Want{50262, 4, 2}, Want{225279, 4, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
@@ -550,7 +550,7 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
     EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
     EXPECT_EQ(c.split.chunks, 0);
   }
-  for (const Want w : {Want{28672, 2, 0}, Want{32768, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
+  for (const Want w : {Want{28672, 2, 0}, Want{32768, 2, 0}, Want{57344, 2, 0}, Want{65536, 2, 0}, Want{12800, 2, 0}, Want{8193, 2, 0}, Want{1 << 20, 2, 0}, Want{28160, 4, 0},
                        Want{4096, 4, 0}, Want{11008, 4, 0}, Want{225281, 4, 0}, Want{32768, 4, 0},
                        Want{50264, 4, 0}, Want{225280, 4, 0}, Want{32768, 8, 0}})
     EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
@@ -578,8 +578,8 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
 }
 
-// Wide rows: 16- and 32-bit rms_norm rows of 16384 < n <= 32768 values (one input) take one CTA
-// of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the staged
+// Wide rows: rms_norm rows of 3072 < n <= 32768 values (16-bit; with a bias from 4065) and of
+// 16384 < n <= 32768 (float32; one input) take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the staged
 // bands, ragged ones where no band takes them. 16-bit layer_norm's band is 8192 < n <= 16384,
 // whole vectors only (LayerNormWideRowsAreWholeVectorsOf8KTo16K); other families, two inputs
 // and the knob off keep the plans of before.
@@ -609,8 +609,11 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       const bool roomy = family == RowFamily::kRmsNormBiasForward && elem == 2 && whole && !mid;
       EXPECT_EQ(c.wide_form, mid ? WideForm::kMid : roomy ? WideForm::kRoomy : WideForm::kBase);
     }
-    for (const int64_t n : {int64_t(elem == 2 ? 12288 : 16384), int64_t(32776), int64_t(65536)})
+    const bool bias16 = family == RowFamily::kRmsNormBiasForward && elem == 2;
+    for (const int64_t n : {int64_t(elem == 2 ? 3072 : 16384), int64_t(32776), int64_t(65536)})
       EXPECT_NE(plan_on_h200(family, n, elem, 1).kind, RowKernelKind::kWide) << "n=" << n << " elem=" << elem;
+    if (bias16) EXPECT_NE(plan_on_h200(family, 4064, elem, 1).kind, RowKernelKind::kWide) << "with a bias from 4065";
+    if (elem == 2) EXPECT_EQ(plan_on_h200(family, 4096, elem, 1).kind, RowKernelKind::kWide) << "from 4096 values";
     RowKernelLimits off = policy_on_h200(family, elem);
     off.wide_rows = false;
     EXPECT_NE(plan_row_kernel(32768, elem, 1, off).kind, RowKernelKind::kWide) << "the knob off";
@@ -997,9 +1000,9 @@ TEST(RowKernelPlan, NormBackwardRowsOfTheRowEngineAreLong) {
 // 48 KiB, which with the kernels' static slots needs the shared-memory opt-in.
 TEST(RowKernelPlan, RingRowsOf48KiB) {
   const struct { RowFamily family; int64_t n; int inputs; } rows[] = {
-      {RowFamily::kRmsNormForward, 12288, 1},       {RowFamily::kRmsNormForward, 11265, 1},
-      {RowFamily::kRmsNormBiasForward, 11265, 1},   {RowFamily::kResidualNormForward, 6144, 2},
-      {RowFamily::kResidualNormForward, 5700, 2},   {RowFamily::kNormBackward, 6144, 2},
+      {RowFamily::kResidualNormForward, 6144, 2},
+      {RowFamily::kResidualNormForward, 5700, 2},
+      {RowFamily::kNormBackward, 6144, 2},
   };
   for (const auto& r : rows) {
     const RowKernelConfig c = plan_on_h200(r.family, r.n, 2, r.inputs);
