@@ -18,9 +18,10 @@ def wrap_dim(dim, rank):
     return dim % bound
 
 
-def check_dtype(dtype, what):
-    """A dtype= argument (None: not given) reducekit takes; `what` says what the op does with it
-    ("softmax computes in"). Without this check the error would name the tensor made from it."""
+def check_dtype(dtype, what, argument="dtype"):
+    """A dtype argument (None: not given) reducekit takes, named `argument`; `what` says what the op
+    does with it ("softmax computes in"). Without this check the error would name the tensor made
+    from it."""
     if dtype is not None and dtype not in FLOAT_DTYPES:
         name = str(dtype).removeprefix("torch.")
-        raise RuntimeError(f"dtype: {name} is not supported; {what} float32, float64, float16 or bfloat16")
+        raise RuntimeError(f"{argument}: {name} is not supported; {what} float32, float64, float16 or bfloat16")

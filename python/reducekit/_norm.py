@@ -9,6 +9,16 @@ autograd.
         s = input + residual (in input's dtype), y = norm(s): one read of input and residual, one
         write of y, s.
 
+Keyword-only options of all four:
+    out_dtype=None          y's dtype (None: input's). y is the float32 (float64) result rounded
+                            once to it: bfloat16 input with out_dtype=torch.float32 gives y
+                            unrounded to bfloat16.
+    residual_in_float32     (add_* only) the residual stream in float32: s = input + residual
+                            computed and returned in float32 (float64 if either is), never
+                            rounded to input's dtype, and y = norm(s); eps=None is then float32's.
+Both run today as the float32 (float64) kernels over converted tensors, with the exact results a
+fused kernel would give and up to twice its memory traffic.
+
 rms_norm's bias (torch's rms_norm has none) is optional and last, so torch's positional calls
 keep their meaning: y = rms_norm(input) * weight + bias, the bias added in the same kernel and the
 result rounded once.
@@ -20,7 +30,11 @@ statistics (mean, rstd) that the backward ops take, and their autograd lives in 
 """
 import torch
 
+from ._checks import check_dtype
+
 _ops = torch.ops.reducekit
+_HALF = (torch.float16, torch.bfloat16)
+_FLOATS = (torch.float32, torch.float64, *_HALF)
 
 
 def _shape(normalized_shape):
@@ -40,7 +54,7 @@ def _rms_eps(input, eps):
     if eps is not None:
         return float(eps)
     found = _DTYPE_EPS.get(input.dtype)
-    return found if found is not None else torch.finfo(input.dtype).eps
+    return found if found is not None else 0.0  # not a float dtype: the op's check names input
 
 
 # ----------------------------------------------------------------------------- fake kernels
@@ -102,29 +116,110 @@ def _rms_norm_backward_fake(dy, x, normalized_shape, rstd, weight, param_grads, 
 # Autograd: registered in C++ (python/csrc/norm_autograd.cpp).
 
 
+# ----------------------------------------------------------------------------- output dtype, float32 residual
+
+def _converted(input, out_dtype, extra=()):
+    """The dtype a call whose y is not in input's dtype computes in (float64 where input, y or an
+    `extra` dtype is, else float32), after checking out_dtype; None where the plain call serves."""
+    check_dtype(out_dtype, "the norms write", "out_dtype")
+    if (out_dtype is None or out_dtype == input.dtype) and not extra or input.dtype not in _FLOATS:
+        return None  # (not a float input: the plain call names it)
+    return torch.float64 if torch.float64 in (input.dtype, out_dtype, *extra) else torch.float32
+
+
+def _param_as(t, input, name, math):
+    """weight / bias checked by the op's own rule against the caller's input (input's dtype, or
+    float32 with 16-bit input), then widened to `math`, the dtype the converted input has."""
+    if t is None:
+        return None
+    if t.dtype != input.dtype and not (input.dtype in _HALF and t.dtype == torch.float32):
+        raise RuntimeError(f"{name}: dtype {_dtype_name(t.dtype)} must be input's ({_dtype_name(input.dtype)})"
+                           + (" or float32" if input.dtype in _HALF else ""))
+    return t.to(math)
+
+
+def _dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
+def _rounded(y, input, out_dtype):
+    return y.to(input.dtype if out_dtype is None else out_dtype)
+
+
 # ----------------------------------------------------------------------------- functional API
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """torch.nn.functional.layer_norm over the trailing dims normalized_shape names."""
-    return _ops.layer_norm(input, _shape(normalized_shape), weight, bias, float(eps))[0]
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out_dtype=None):
+    """torch.nn.functional.layer_norm over the trailing dims normalized_shape names; out_dtype:
+    y's dtype (None: input's)."""
+    math = _converted(input, out_dtype)
+    if math is None:
+        return _ops.layer_norm(input, _shape(normalized_shape), weight, bias, float(eps))[0]
+    y = _ops.layer_norm(input.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
+                        _param_as(bias, input, "bias", math), float(eps))[0]
+    return _rounded(y, input, out_dtype)
 
 
-def rms_norm(input, normalized_shape, weight=None, eps=None, bias=None):
+def rms_norm(input, normalized_shape, weight=None, eps=None, bias=None, *, out_dtype=None):
     """torch.nn.functional.rms_norm; eps=None is torch.finfo(input.dtype).eps, as torch. bias (not
-    in torch's) is added after the weight, fused: rms_norm(input) * weight + bias."""
-    return _ops.rms_norm(input, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)[0]
+    in torch's) is added after the weight, fused: rms_norm(input) * weight + bias. out_dtype: y's
+    dtype (None: input's)."""
+    math = _converted(input, out_dtype)
+    if math is None:
+        return _ops.rms_norm(input, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)[0]
+    y = _ops.rms_norm(input.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
+                      _rms_eps(input, eps), _param_as(bias, input, "bias", math))[0]
+    return _rounded(y, input, out_dtype)
 
 
-def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """(layer_norm(s), s) with s = input + residual, fused."""
-    y, s, _, _ = _ops.add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, float(eps))
-    return y, s
+def _float32_sum(input, residual):
+    """s = input + residual in float32 (float64 where either is), neither rounded to a 16-bit
+    dtype first: one operand in that dtype makes torch's promotion add there, in one kernel."""
+    for t, name in ((input, "input"), (residual, "residual")):
+        if t.dtype not in _FLOATS:
+            raise RuntimeError(f"{name}: dtype {_dtype_name(t.dtype)} is not a float dtype")
+    if residual.shape != input.shape or residual.device != input.device:
+        raise RuntimeError(f"residual: {list(residual.shape)} on {residual.device} must match input's "
+                           f"{list(input.shape)} on {input.device}")
+    wide = torch.float64 if torch.float64 in (input.dtype, residual.dtype) else torch.float32
+    if input.dtype != wide and residual.dtype != wide:
+        residual = residual.to(wide)
+    return input + residual
 
 
-def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, bias=None):
-    """(rms_norm(s, ..., bias=bias), s) with s = input + residual, fused."""
-    y, s, _ = _ops.add_rms_norm(input, residual, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)
-    return y, s
+def _stays_in_input_dtype(input, residual, residual_in_float32):
+    """Whether s is input + residual in input's dtype: always without residual_in_float32, and
+    with it where both are already float32 (or both float64)."""
+    return not residual_in_float32 or (input.dtype not in _HALF and residual.dtype == input.dtype)
+
+
+def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5, *,
+                   residual_in_float32=False, out_dtype=None):
+    """(layer_norm(s), s) with s = input + residual, fused; residual_in_float32, out_dtype: as the
+    module docstring says."""
+    if _stays_in_input_dtype(input, residual, residual_in_float32):
+        converted = _converted(input, out_dtype) is not None
+        y, s, _, _ = _ops.add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, float(eps))
+        return (layer_norm(s, normalized_shape, weight, bias, eps, out_dtype=out_dtype) if converted else y), s
+    s = _float32_sum(input, residual)
+    math = _converted(input, out_dtype, (s.dtype,))
+    y = _ops.layer_norm(s.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
+                        _param_as(bias, input, "bias", math), float(eps))[0]
+    return _rounded(y, input, out_dtype), s
+
+
+def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, bias=None, *,
+                 residual_in_float32=False, out_dtype=None):
+    """(rms_norm(s, ..., bias=bias), s) with s = input + residual, fused; residual_in_float32,
+    out_dtype: as the module docstring says (eps=None: the epsilon of s's dtype)."""
+    if _stays_in_input_dtype(input, residual, residual_in_float32):
+        converted = _converted(input, out_dtype) is not None
+        y, s, _ = _ops.add_rms_norm(input, residual, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)
+        return (rms_norm(s, normalized_shape, weight, eps, bias, out_dtype=out_dtype) if converted else y), s
+    s = _float32_sum(input, residual)
+    math = _converted(input, out_dtype, (s.dtype,))
+    y = _ops.rms_norm(s.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
+                      _rms_eps(s, eps), _param_as(bias, input, "bias", math))[0]
+    return _rounded(y, input, out_dtype), s
 
 
 __all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]

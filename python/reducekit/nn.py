@@ -8,7 +8,7 @@ from ._batch_norm import batch_norm, batch_norm_module_forward, module_statistic
 from ._softmax import log_softmax, softmax
 from ._linear_loss import linear_cross_entropy
 from ._loss import cross_entropy
-from ._norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm
+from ._norm import _rms_eps, add_layer_norm, add_rms_norm, layer_norm, rms_norm
 from ._sync_batch_norm import sync_batch_norm
 
 
@@ -33,14 +33,41 @@ class LogSoftmax(torch.nn.LogSoftmax):
         return log_softmax(input, self.dim)
 
 
-class LayerNorm(torch.nn.LayerNorm):
-    """torch.nn.LayerNorm (same parameters, same state dict) running reducekit.layer_norm."""
+class _NormOptions:
+    """The norm modules' keyword-only options beyond torch's, plain attributes (not in the state
+    dict): out_dtype (y's dtype; None: the input's) and, on the Add* modules, residual_in_float32
+    (the residual stream kept in float32: reducekit.add_rms_norm's). A torch module patched in place
+    (reducekit.patch changes its class, not its attributes) has neither: the defaults."""
+
+    def _out_dtype(self) -> Optional[torch.dtype]:
+        return getattr(self, "out_dtype", None)
+
+    def _residual_in_float32(self) -> bool:
+        return getattr(self, "residual_in_float32", False)
+
+    def extra_repr(self) -> str:
+        options = [super().extra_repr()]
+        if self._out_dtype() is not None:
+            options.append(f"out_dtype={self._out_dtype()}")
+        if self._residual_in_float32():
+            options.append("residual_in_float32=True")
+        return ", ".join(options)
+
+
+class LayerNorm(_NormOptions, torch.nn.LayerNorm):
+    """torch.nn.LayerNorm (same parameters, same state dict) running reducekit.layer_norm;
+    keyword-only out_dtype (_NormOptions)."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None, *, out_dtype: Optional[torch.dtype] = None):
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
+        self.out_dtype = out_dtype
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self._out_dtype())
 
 
-class _RMSNormBias:
+class _RMSNormBias(_NormOptions):
     """The optional bias of reducekit's RMSNorm modules: y = rms_norm(x) * weight + bias, fused.
 
     bias is keyword-only, so torch.nn.RMSNorm's positional arguments (device, dtype) keep their
@@ -50,9 +77,10 @@ class _RMSNormBias:
     no `bias` attribute at all, hence _bias()."""
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, *, bias: bool = False):
+                 dtype=None, *, bias: bool = False, out_dtype: Optional[torch.dtype] = None):
         super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)  # torch.nn.RMSNorm's
         self._init_bias(bias, device, dtype)
+        self.out_dtype = out_dtype
 
     def _init_bias(self, bias: bool, device, dtype) -> None:
         if bias and self.elementwise_affine:
@@ -74,35 +102,60 @@ class _RMSNormBias:
 
 class RMSNorm(_RMSNormBias, torch.nn.RMSNorm):
     """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm; bias=True
-    adds a zero-initialized per-column bias (_RMSNormBias)."""
+    adds a zero-initialized per-column bias (_RMSNormBias); keyword-only out_dtype (_NormOptions)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias())
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias(), out_dtype=self._out_dtype())
 
 
-class AddLayerNorm(torch.nn.LayerNorm):
+class AddLayerNorm(LayerNorm):
     """The pre-norm residual step in one kernel: forward(input, residual) returns
     (layer_norm(input + residual), input + residual), the sum rounded to input's dtype before it is
-    normalized (as the unfused `s = input + residual; y = norm(s)` in input's dtype).
+    normalized (as the unfused `s = input + residual; y = norm(s)` in input's dtype), or kept in
+    float32 with residual_in_float32=True (keyword-only, as out_dtype: _NormOptions).
     torch.nn.LayerNorm's arguments, parameters and state dict. residual=None (the first block of a
-    stack) gives (layer_norm(input), input)."""
+    stack) gives (layer_norm(input), input), input in float32 with residual_in_float32."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None, *, residual_in_float32: bool = False,
+                 out_dtype: Optional[torch.dtype] = None):
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype, out_dtype=out_dtype)
+        self.residual_in_float32 = residual_in_float32
 
     def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps), input
-        return add_layer_norm(input, residual, self.normalized_shape, self.weight, self.bias, self.eps)
+        if residual is None:  # y from input itself: the float32 stream's start is input, exactly
+            y = layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self._out_dtype())
+            return y, _stream_start(input, self._residual_in_float32())
+        return add_layer_norm(input, residual, self.normalized_shape, self.weight, self.bias, self.eps,
+                              residual_in_float32=self._residual_in_float32(), out_dtype=self._out_dtype())
 
 
 class AddRMSNorm(_RMSNormBias, torch.nn.RMSNorm):
     """forward(input, residual) returns (rms_norm(input + residual), input + residual) in one
     kernel, as AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict
-    (eps=None: the epsilon of input's dtype), and RMSNorm's keyword bias. residual=None gives
-    (rms_norm(input), input)."""
+    (eps=None: the epsilon of the sum's dtype), RMSNorm's keyword bias and out_dtype, and
+    residual_in_float32 (_NormOptions). residual=None gives (rms_norm(input), input), input in
+    float32 with residual_in_float32."""
+
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
+                 dtype=None, *, bias: bool = False, residual_in_float32: bool = False,
+                 out_dtype: Optional[torch.dtype] = None):
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype, bias=bias, out_dtype=out_dtype)
+        self.residual_in_float32 = residual_in_float32
 
     def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            return rms_norm(input, self.normalized_shape, self.weight, self.eps, self._bias()), input
-        return add_rms_norm(input, residual, self.normalized_shape, self.weight, self.eps, self._bias())
+        if residual is None:  # y from input itself: the float32 stream's start is input, exactly
+            s = _stream_start(input, self._residual_in_float32())
+            eps = self.eps if self.eps is not None else _rms_eps(s, None)  # the stream's dtype's
+            return rms_norm(input, self.normalized_shape, self.weight, eps, self._bias(), out_dtype=self._out_dtype()), s
+        return add_rms_norm(input, residual, self.normalized_shape, self.weight, self.eps, self._bias(),
+                            residual_in_float32=self._residual_in_float32(), out_dtype=self._out_dtype())
+
+
+def _stream_start(input: torch.Tensor, residual_in_float32: bool) -> torch.Tensor:
+    """The residual stream a stack's first block starts: input, in float32 when the stream is
+    (float64 stays)."""
+    return input.float() if residual_in_float32 and input.dtype in (torch.float16, torch.bfloat16) else input
 
 
 class BatchNorm1d(torch.nn.BatchNorm1d):

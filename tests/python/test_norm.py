@@ -506,6 +506,14 @@ def test_errors():
         reducekit.add_layer_norm(x, torch.randn(4, 7, device=DEV), [8])
     with pytest.raises(RuntimeError, match="input:"):
         reducekit.layer_norm(x.cpu(), [8])
+    with pytest.raises(RuntimeError, match="out_dtype:"):
+        reducekit.rms_norm(x, [8], out_dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="weight:"):
+        reducekit.layer_norm(x.bfloat16(), [8], torch.ones(8, device=DEV, dtype=torch.float16), out_dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="residual:"):
+        reducekit.add_rms_norm(x.bfloat16(), torch.randn(4, 7, device=DEV), [8], residual_in_float32=True)
+    with pytest.raises(RuntimeError, match="residual:"):
+        reducekit.add_layer_norm(x.bfloat16(), x.long(), [8], residual_in_float32=True)
 
 
 # ----------------------------------------------------------------------------- rms_norm's bias
@@ -664,3 +672,115 @@ def test_patched_torch_rms_norm_has_no_bias():
     reducekit.patch(model, ops={"rms_norm"})
     assert isinstance(model[0], reducekit.nn.RMSNorm) and "bias" not in vars(model[0])["_parameters"]
     torch.testing.assert_close(model(x), want)
+
+
+# ----------------------------------------------------------------------------- out_dtype, residual_in_float32
+# y in a dtype other than the input's is the float32 (float64) result rounded once to it: within
+# that dtype's own tolerance of the float64 oracle (a y rounded to a 16-bit input's dtype first
+# would be 2^13 times too coarse for float32's). The float32 residual stream: s = input + residual
+# in float32, never rounded to input's dtype, and y its norm.
+
+def norm_fn(kind, x, shape, w, b, eps=1e-5, **options):
+    if kind == "layer_norm":
+        return reducekit.layer_norm(x, shape, w, b, eps, **options)
+    return reducekit.rms_norm(x, shape, w, eps, b, **options)
+
+
+def add_norm_fn(kind, x, r, shape, w, b, eps=1e-5, **options):
+    fn = reducekit.add_layer_norm if kind == "layer_norm" else reducekit.add_rms_norm
+    return fn(x, r, shape, weight=w, bias=b, eps=eps, **options)
+
+
+OUT_DTYPES = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
+              (torch.bfloat16, torch.float16), (torch.float32, torch.float64), (torch.float64, torch.float32)]
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype,out_dtype", OUT_DTYPES, ids=lambda d: dtype_id(d))
+@pytest.mark.parametrize("n", [33, 4099, 24577])
+def test_out_dtype(kind, dtype, out_dtype, n):
+    x = torch.randn(rows_for(n), n, device=DEV).to(dtype)
+    for pdt in param_dtypes(dtype):
+        w, b = make_params([n], pdt)
+        y = norm_fn(kind, x, [n], w, b, out_dtype=out_dtype)
+        assert_close(y, torch_norm(kind, x, [n], w, b, 1e-5), out_dtype, y_scale(x, [n], w, b, kind == "layer_norm"),
+                     f"y ({dtype_id(pdt)} parameters)")
+        assert torch.equal(norm_fn(kind, x, [n], w, b, out_dtype=dtype), norm_fn(kind, x, [n], w, b)), \
+            "out_dtype = input's dtype: the plain call"
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", HALF, ids=dtype_id)
+@pytest.mark.parametrize("residual_dtype", [torch.float32, "input's"], ids=["float32_residual", "input_dtype_residual"])
+@pytest.mark.parametrize("n", [33, 4099, 24577])
+def test_residual_in_float32(kind, dtype, residual_dtype, n):
+    x = torch.randn(rows_for(n), n, device=DEV).to(dtype)
+    r = torch.randn(x.shape, device=DEV).to(dtype if residual_dtype == "input's" else residual_dtype)
+    w, b = make_params([n], torch.float32)
+    y, s = add_norm_fn(kind, x, r, [n], w, b, residual_in_float32=True)
+    assert s.dtype == torch.float32 and torch.equal(s, x.float() + r.float()), "s: the float32 sum, unrounded"
+    scale = y_scale(s, [n], w, b, kind == "layer_norm")
+    assert_close(y, torch_norm(kind, s, [n], w, b, 1e-5), dtype, scale, "y")
+    y32, s32 = add_norm_fn(kind, x, r, [n], w, b, residual_in_float32=True, out_dtype=torch.float32)
+    assert torch.equal(s32, s)
+    assert_close(y32, torch_norm(kind, s, [n], w, b, 1e-5), torch.float32, scale, "y in float32")
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_residual_in_float32_backward(kind):
+    """Gradients through the float32 stream against torch's unfused composition: float32 input
+    and a float64 residual (the stream then float64, the output rounded to float32), so both
+    sides compute in float64 and agree closely; bfloat16 input with a float32 residual at
+    bfloat16's tolerance."""
+    n = 1000
+    for dtype, stream in ((torch.float32, torch.float64), (torch.bfloat16, torch.float32)):
+        x = torch.randn(17, n, device=DEV).to(dtype)
+        r = torch.randn(17, n, device=DEV, dtype=stream)
+        w, b = make_params([n], torch.float32)
+        dy, ds = torch.randn(17, n, device=DEV).to(dtype), torch.randn(17, n, device=DEV, dtype=stream)
+
+        def fused(x, r, w, b):
+            return add_norm_fn(kind, x, r, [n], w, b, residual_in_float32=True)
+
+        def unfused(x, r, w, b):
+            s = x.to(stream) + r
+            wide = [None if t is None else t.to(stream) for t in (w, b)]
+            return torch_norm(kind, s, [n], *wide, 1e-5).to(dtype), s
+
+        leaves = [[t.clone().requires_grad_(True) for t in (x, r, w, b)] for _ in range(2)]
+        for fn, ls in zip((fused, unfused), leaves):
+            y, s = fn(*ls)
+            torch.autograd.backward([y, s], [dy, ds])
+        tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+        for got, ref, name in zip(leaves[0], leaves[1], ("x", "residual", "weight", "bias")):
+            torch.testing.assert_close(got.grad, ref.grad, **tol, msg=f"{name} ({dtype_id(dtype)})")
+
+
+def test_norm_options_modules_and_compile():
+    """AddRMSNorm / AddLayerNorm(residual_in_float32=True) keep a float32 stream from the first
+    block on (residual=None: s = input in float32); out_dtype on every norm module; torch's state
+    dicts; torch.compile(fullgraph=True) gives the eager results."""
+    n = 256
+    x = torch.randn(64, n, device=DEV, dtype=torch.bfloat16)
+    add = reducekit.nn.AddRMSNorm(n, 1e-6, residual_in_float32=True).to(DEV)
+    add_ln = reducekit.nn.AddLayerNorm(n, residual_in_float32=True, out_dtype=torch.float32).to(DEV)
+    rms = reducekit.nn.RMSNorm(n, out_dtype=torch.float32).to(DEV)
+    assert set(add.state_dict()) == set(torch.nn.RMSNorm(n).state_dict())
+    assert set(add_ln.state_dict()) == set(torch.nn.LayerNorm(n).state_dict())
+    y0, s0 = add(x)
+    assert s0.dtype == torch.float32 and torch.equal(s0, x.float()) and y0.dtype == torch.bfloat16
+    y1, s1 = add(x, s0)
+    assert s1.dtype == torch.float32 and torch.equal(s1, x.float() + s0)
+    y2, s2 = add_ln(y1, s1)
+    assert y2.dtype == torch.float32 and torch.equal(s2, y1.float() + s1)
+    assert rms(x).dtype == torch.float32 and reducekit.nn.LayerNorm(n, out_dtype=torch.float16).to(DEV)(x).dtype == torch.float16
+
+    # One call each from the graph's inputs: a 16-bit y fed on into further arithmetic inside a
+    # compiled graph may skip its rounding (inductor's emulate_precision_casts), which would make
+    # the comparison about inductor rather than these modules.
+    def f(x, s):
+        return (*add(x), *add(x, s), *add_ln(x, s), rms(x))
+
+    for got, want in zip(torch.compile(f, fullgraph=True)(x, s1), f(x, s1)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
