@@ -142,6 +142,15 @@ def _dtype_name(dtype):
     return str(dtype).removeprefix("torch.")
 
 
+def _computed_in(math, kind, x, like, normalized_shape, weight, bias, eps):
+    """kind's y of x converted to `math`, in float32 or float64 (rms_norm's eps resolved); weight
+    and bias checked against `like`, the caller's input, and widened to `math`."""
+    w, b = _param_as(weight, like, "weight", math), _param_as(bias, like, "bias", math)
+    if kind == "layer_norm":
+        return _ops.layer_norm(x.to(math), _shape(normalized_shape), w, b, float(eps))[0]
+    return _ops.rms_norm(x.to(math), _shape(normalized_shape), w, eps, b)[0]
+
+
 def _rounded(y, input, out_dtype):
     return y.to(input.dtype if out_dtype is None else out_dtype)
 
@@ -154,9 +163,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out
     math = _converted(input, out_dtype)
     if math is None:
         return _ops.layer_norm(input, _shape(normalized_shape), weight, bias, float(eps))[0]
-    y = _ops.layer_norm(input.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
-                        _param_as(bias, input, "bias", math), float(eps))[0]
-    return _rounded(y, input, out_dtype)
+    return _rounded(_computed_in(math, "layer_norm", input, input, normalized_shape, weight, bias, eps), input,
+                    out_dtype)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None, bias=None, *, out_dtype=None):
@@ -166,9 +174,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, bias=None, *, out_d
     math = _converted(input, out_dtype)
     if math is None:
         return _ops.rms_norm(input, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)[0]
-    y = _ops.rms_norm(input.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
-                      _rms_eps(input, eps), _param_as(bias, input, "bias", math))[0]
-    return _rounded(y, input, out_dtype)
+    return _rounded(_computed_in(math, "rms_norm", input, input, normalized_shape, weight, bias,
+                                 _rms_eps(input, eps)), input, out_dtype)
 
 
 def _float32_sum(input, residual):
@@ -201,9 +208,8 @@ def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, ep
         y, s, _, _ = _ops.add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, float(eps))
         return (layer_norm(s, normalized_shape, weight, bias, eps, out_dtype=out_dtype) if converted else y), s
     s = _float32_sum(input, residual)
-    math = _converted(input, out_dtype, (s.dtype,))
-    y = _ops.layer_norm(s.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
-                        _param_as(bias, input, "bias", math), float(eps))[0]
+    y = _computed_in(_converted(input, out_dtype, (s.dtype,)), "layer_norm", s, input, normalized_shape, weight, bias,
+                     eps)
     return _rounded(y, input, out_dtype), s
 
 
@@ -216,9 +222,8 @@ def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, bias=
         y, s, _ = _ops.add_rms_norm(input, residual, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)
         return (rms_norm(s, normalized_shape, weight, eps, bias, out_dtype=out_dtype) if converted else y), s
     s = _float32_sum(input, residual)
-    math = _converted(input, out_dtype, (s.dtype,))
-    y = _ops.rms_norm(s.to(math), _shape(normalized_shape), _param_as(weight, input, "weight", math),
-                      _rms_eps(s, eps), _param_as(bias, input, "bias", math))[0]
+    y = _computed_in(_converted(input, out_dtype, (s.dtype,)), "rms_norm", s, input, normalized_shape, weight, bias,
+                     _rms_eps(s, eps))
     return _rounded(y, input, out_dtype), s
 
 
