@@ -466,6 +466,20 @@ CASES = {
                                            "device='cuda'), torch.randn(3, 4, device='cuda'))"),
     "add_layer_norm_module_residual_on_cpu": ("error", ["residual"], "rk.nn.AddLayerNorm(4).cuda()(torch.randn(2, 4, "
                                               "device='cuda'), torch.randn(2, 4))"),
+    "rms_norm_out_dtype_int": ("error", ["out_dtype"], "rk.rms_norm(torch.randn(2, 4, device='cuda'), [4], "
+                               "out_dtype=torch.int64)"),
+    "layer_norm_out_dtype_weight_dtype": ("error", ["weight"], "rk.layer_norm(torch.randn(2, 4, device='cuda', "
+                                          "dtype=torch.bfloat16), [4], torch.ones(4, device='cuda', "
+                                          "dtype=torch.float16), out_dtype=torch.float32)"),
+    "add_rms_norm_float32_stream_residual_shape": ("error", ["residual"], "rk.add_rms_norm(torch.randn(2, 4, "
+                                                   "device='cuda', dtype=torch.bfloat16), torch.randn(4, "
+                                                   "device='cuda'), [4], residual_in_float32=True)"),
+    "add_layer_norm_float32_stream_residual_on_cpu": ("error", ["residual"], "rk.add_layer_norm(torch.randn(2, 4, "
+                                                      "device='cuda', dtype=torch.bfloat16), torch.randn(2, 4), [4], "
+                                                      "residual_in_float32=True)"),
+    "add_rms_norm_float32_stream_input_on_cpu": ("error", ["input", "cuda"], "rk.add_rms_norm(torch.randn(2, 4, "
+                                                 "dtype=torch.bfloat16), torch.randn(2, 4), [4], "
+                                                 "residual_in_float32=True)"),
     "layer_norm_cpu": ("either", ["cuda", "device"], "x = torch.randn(2, 4); out = rk.layer_norm(x, [4]); "
                        "ref = torch.nn.functional.layer_norm(x, [4])"),
     # patch, unpatch, patch_functional: what they are given
