@@ -8,7 +8,9 @@ torch.nn.RMSNorm in one variant and torch.nn.LayerNorm in the other.
 Checked: patch() swaps every norm, every Softmax and the loss, and leaves nothing alone; the
 loss, the logits, every parameter's gradient and the input's gradient of the patched model match
 the unpatched model's, eagerly in float32 and bfloat16; the patched model compiled with
-torch.compile(fullgraph=True), in train and eval mode, matches it eagerly (float32).
+torch.compile(fullgraph=True), in train and eval mode, matches it eagerly (float32). A variant
+keeps the residual stream in float32 through reducekit.nn.AddRMSNorm / AddLayerNorm
+(residual_in_float32=True) and matches the same model written in torch, in bfloat16.
 
 The oracle is the unpatched model run in float64 (a deep copy converted with .double(), with
 the input converted likewise). In float32, the patched and the unpatched model must both match
@@ -21,6 +23,7 @@ oracle, the unpatched model against the oracle (which shows the bound fits torch
 error), and the patched model against the unpatched one.
 """
 import copy
+import functools
 
 import pytest
 import torch
@@ -81,9 +84,9 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, norm):
+    def __init__(self, norm, block=Block):
         super().__init__()
-        self.blocks = nn.ModuleList(Block(norm) for _ in range(LAYERS))
+        self.blocks = nn.ModuleList(block(norm) for _ in range(LAYERS))
         self.norm = norm(HIDDEN, eps=1e-5)
         self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
         self.loss = nn.CrossEntropyLoss()
@@ -195,3 +198,80 @@ def test_patched_block_under_torch_compile(norm_kind):
         getattr(model, mode)()
         eager = run(model, x, target)
         assert_float32_close(run(model, x, target, compiled), eager, f"compiled ({mode})")
+
+
+# ----------------------------------------------------------------------------- a float32 residual stream
+# The pre-norm pattern as fused-norm libraries write it: each block takes (h, residual) and its
+# norms return (norm(h + residual), h + residual), the residual stream kept in float32 while the
+# weights and activations are bfloat16. reducekit's AddRMSNorm / AddLayerNorm with
+# residual_in_float32=True against the same model whose norms do it in torch (the sum in float32,
+# the norm of it in float32 rounded once), and both against a float64 copy.
+
+def _stream_dtype(h):
+    return torch.promote_types(h.dtype, torch.float32)
+
+
+class TorchAddRMSNorm(nn.RMSNorm):
+    def forward(self, h, residual=None):
+        s = h.to(_stream_dtype(h)) + (0 if residual is None else residual)
+        return nn.functional.rms_norm(s, self.normalized_shape, self.weight.to(s.dtype), self.eps).to(h.dtype), s
+
+
+class TorchAddLayerNorm(nn.LayerNorm):
+    def forward(self, h, residual=None):
+        s = h.to(_stream_dtype(h)) + (0 if residual is None else residual)
+        y = nn.functional.layer_norm(s, self.normalized_shape, self.weight.to(s.dtype), self.bias.to(s.dtype), self.eps)
+        return y.to(h.dtype), s
+
+
+class StreamBlock(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.norm1, self.attn, self.norm2 = norm(HIDDEN, eps=1e-5), Attention(), norm(HIDDEN, eps=1e-5)
+        self.mlp = nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN))
+
+    def forward(self, h, residual):
+        h, residual = self.norm1(h, residual)
+        h, residual = self.norm2(self.attn(h), residual)
+        return self.mlp(h), residual
+
+
+class StreamDecoder(Decoder):
+    """Decoder's parameters and initialization, the blocks and norms taking (h, residual)."""
+
+    def __init__(self, norm):
+        super().__init__(norm, StreamBlock)
+
+    def forward(self, x, target):
+        h, residual = x, None
+        for block in self.blocks:
+            h, residual = block(h, residual)
+        h, _ = self.norm(h, residual)
+        logits = self.lm_head(h)
+        return {"loss": self.loss(logits.view(-1, VOCAB), target.view(-1)), "logits": logits}
+
+
+STREAM_NORMS = {
+    "rms_norm": (functools.partial(reducekit.nn.AddRMSNorm, residual_in_float32=True), TorchAddRMSNorm),
+    "layer_norm": (functools.partial(reducekit.nn.AddLayerNorm, residual_in_float32=True), TorchAddLayerNorm),
+}
+
+
+@pytest.mark.parametrize("norm_kind", sorted(STREAM_NORMS))
+def test_float32_residual_stream_matches_torch(norm_kind):
+    ours, theirs = STREAM_NORMS[norm_kind]
+    model = StreamDecoder(ours).to(DEV, torch.bfloat16)
+    reference = StreamDecoder(theirs).to(DEV, torch.bfloat16)
+    reference.load_state_dict(model.state_dict())
+    oracle = copy.deepcopy(reference).double()
+    x, target = inputs(torch.bfloat16)
+    with torch.no_grad():
+        h, residual = model.blocks[0](x, None)
+        h, residual = model.blocks[1](h, residual)
+    assert h.dtype == torch.bfloat16 and residual.dtype == torch.float32, (h.dtype, residual.dtype)
+    want = run(oracle, x.double(), target)
+    got = run(model, x, target)
+    torch_result = run(reference, x, target)
+    assert_bf16_close(torch_result, want, "torch, float32 stream")  # the bound fits torch's own error
+    assert_bf16_close(got, want, "reducekit, float32 stream")
+    assert_bf16_close(got, torch_result, "reducekit against torch, float32 stream")
