@@ -268,7 +268,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kRmsNormBiasForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
       // 16-bit rows from 3K values packed wide (CTAs of 128 threads and more): over the ring and
-      // block rows +3..+15% at 3200-11008 values (65536x4096 +12%), with a bias +7..+19% from
+      // block rows +3..+15% at 3200-11008 values (65536x4096 +12%), with a bias +6..+19% from
       // 4096 (65536x4096 +18%); with a bias ragged 3200 lost 3% on 128 threads (LOG.md)
       if (elem_bytes == 2) l.wide_above_threads = family == RowFamily::kRmsNormBiasForward ? 127 : 96;
       // 513-768 threads on the middle form (40 registers, two CTAs an SM; the 32-register one
