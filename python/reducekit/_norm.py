@@ -122,8 +122,9 @@ def _converted(input, out_dtype, extra=()):
     """The dtype a call whose y is not in input's dtype computes in (float64 where input, y or an
     `extra` dtype is, else float32), after checking out_dtype; None where the plain call serves."""
     check_dtype(out_dtype, "the norms write", "out_dtype")
-    if (out_dtype is None or out_dtype == input.dtype) and not extra or input.dtype not in _FLOATS:
-        return None  # (not a float input: the plain call names it)
+    plain = (out_dtype is None or out_dtype == input.dtype) and not extra
+    if plain or input.dtype not in _FLOATS:  # not a float input: the plain call's check names it
+        return None
     return torch.float64 if torch.float64 in (input.dtype, out_dtype, *extra) else torch.float32
 
 
