@@ -252,7 +252,9 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       if (elem_bytes == 2) {
         l.wide_rows = true;
         l.wide_above_threads = 224;  // 8192 values as a whole wide row: +17..+21% over the ring rows
-        l.wide_whole_above_threads = 192;  // whole 7168: +6..+10%; ragged 6400 lost 2% (LOG.md)
+        // Whole rows from 4096 values (128 threads): +7..+17% at 4096-6144, 32768x4096 +24%;
+        // ragged 6400 lost 2-3% on the wide rows, ragged 3200 tied (LOG.md)
+        l.wide_whole_above_threads = 96;
         l.wide_max_threads = 512;
         l.wide_ragged = false;
         l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
