@@ -252,9 +252,9 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       if (elem_bytes == 2) {
         l.wide_rows = true;
         l.wide_above_threads = 224;  // 8192 values as a whole wide row: +17..+21% over the ring rows
-        // Whole rows from 4096 values (128 threads): +7..+17% at 4096-6144, 32768x4096 +24%;
-        // ragged 6400 lost 2-3% on the wide rows, ragged 3200 tied (LOG.md)
-        l.wide_whole_above_threads = 96;
+        // Every whole row (from 1024 values, one warp): +4..+17% at 4096 x 2048-6144, +12..+25%
+        // at 8192-32768 rows of 1024-4096, level at 4096x1024; ragged 6400 lost 2-3% there (LOG.md)
+        l.wide_whole_above_threads = 16;
         l.wide_max_threads = 512;
         l.wide_ragged = false;
         l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%

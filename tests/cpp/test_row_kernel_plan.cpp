@@ -449,7 +449,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     const bool bias16 = w.family == RowFamily::kRmsNormBiasForward && w.elem == 2;
     const bool rms_norm16 = (w.family == RowFamily::kRmsNormForward && w.elem == 2) || bias16;  // a lower one
     EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 224 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
-    EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 96 : 0);
+    EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 16 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_ragged, !layer_norm16);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
@@ -580,8 +580,8 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
 
 // Wide rows: rms_norm rows of 3072 < n <= 32768 values (16-bit; with a bias from 4065) and of
 // 16384 < n <= 32768 (float32; one input) take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the staged
-// bands, ragged ones where no band takes them. 16-bit layer_norm's band is 7168 < n <= 16384 (whole rows of 32 values a thread from 4096),
-// whole vectors only (LayerNormWideRowsAreWholeVectorsOf4KTo16K); other families, two inputs
+// bands, ragged ones where no band takes them. 16-bit layer_norm's band is 7168 < n <= 16384 (whole rows of 32 values a thread from 1024),
+// whole vectors only (LayerNormWideRowsAreWholeVectorsOf1KTo16K); other families, two inputs
 // and the knob off keep the plans of before.
 TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
   struct Pair { RowFamily family; int elem; };
@@ -668,11 +668,11 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
 }
 
 // 16-bit layer_norm: rows of whole vectors of 7168 < n <= 16384 values take wide rows of 225-512
-// threads (read once), whole rows (every thread's 32 values inside the row) from 3072 < n, so
-// 4096-7168 too; those of up to 416 threads (12800 values) the lean kernel but whole rows of up
-// to 384 threads (4096-12288); ragged lengths below 7169 and rows past 16384 re-read, float32
-// never goes wide.
-TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf4KTo16K) {
+// threads (read once), and so do whole rows (every thread's 32 values inside the row) of 1024-7168
+// values; those of up to 416 threads (12800 values) the lean kernel but whole rows of up to 384
+// threads (1024-12288); ragged lengths below 7169 and rows past 16384 do not, float32 never
+// goes wide.
+TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf1KTo16K) {
   for (const int64_t n : {int64_t(8192), int64_t(8200), int64_t(10240), int64_t(12288), int64_t(12800), int64_t(14336),
                           int64_t(16000), int64_t(16384)}) {
     SCOPED_TRACE(testing::Message() << "n=" << n);
@@ -687,10 +687,10 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf4KTo16K) {
     EXPECT_EQ(c.wide_form == WideForm::kLean, n <= 12800 && !whole) << "whole rows of up to 384 threads: the full kernel";
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
   }
-  for (const int64_t n : {int64_t(3072), int64_t(3200), int64_t(4104), int64_t(6400), int64_t(7160), int64_t(10241),
-                          int64_t(12801), int64_t(16392)})
+  for (const int64_t n : {int64_t(512), int64_t(1000), int64_t(1032), int64_t(3200), int64_t(4104), int64_t(6400),
+                          int64_t(7160), int64_t(10241), int64_t(12801), int64_t(16392)})
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1).kind, RowKernelKind::kWide) << "n=" << n;
-  for (const int threads : {128, 160, 192, 224}) {
+  for (const int threads : {32, 64, 96, 128, 160, 192, 224}) {
     const RowKernelConfig whole = plan_on_h200(RowFamily::kLayerNormForward, threads * kWideTileValues, 2, 1);
     EXPECT_EQ(whole.kind, RowKernelKind::kWide) << threads << " threads, whole";
     EXPECT_EQ(whole.threads, threads);
