@@ -67,45 +67,97 @@ class LayerNorm(_NormOptions, torch.nn.LayerNorm):
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self._out_dtype())
 
 
-class _RMSNormBias(_NormOptions):
-    """The optional bias of reducekit's RMSNorm modules: y = rms_norm(x) * weight + bias, fused.
+class _RMSNormOptions(_NormOptions):
+    """reducekit's RMSNorm options beyond torch's, keyword-only so that torch.nn.RMSNorm's
+    positional arguments (device, dtype) keep their places:
 
-    bias is keyword-only, so torch.nn.RMSNorm's positional arguments (device, dtype) keep their
-    places. As torch.nn.LayerNorm's, it exists only with elementwise_affine, starts at zero, and is
-    in the state dict only when present: without it the module and its state dict are torch's. A
-    torch.nn.RMSNorm patched in place (reducekit.patch changes its class, not its attributes) has
-    no `bias` attribute at all, hence _bias()."""
+    - bias: y = rms_norm(x) * scale + bias, fused. As torch.nn.LayerNorm's, it exists only with
+      elementwise_affine, starts at zero, and is in the state dict only when present.
+    - weight_offset: the scale is weight_offset + weight (Gemma's `1 + weight` at 1.0), taken in
+      float32 from a 16-bit weight; the weight starts at 1 - weight_offset, so the scale starts
+      at one, and checkpoints that store the offset form load as they are.
+    - round_before_weight: the normalized value is rounded to the input's dtype before the scale
+      multiplies it, with torch's type promotion (Llama's `weight * normed.to(input_dtype)`), and
+      out_dtype, where given, converts that product: a second elementwise step after the kernel,
+      as that rounding requires.
+
+    Without them the module and its state dict are torch's. A torch.nn.RMSNorm patched in place
+    (reducekit.patch changes its class, not its attributes) has none of them: the defaults."""
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, *, bias: bool = False, out_dtype: Optional[torch.dtype] = None):
+                 dtype=None, *, bias: bool = False, weight_offset: float = 0.0, round_before_weight: bool = False,
+                 out_dtype: Optional[torch.dtype] = None):
         super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)  # torch.nn.RMSNorm's
-        self._init_bias(bias, device, dtype)
+        if weight_offset and not elementwise_affine:
+            raise ValueError(f"weight_offset: {weight_offset} needs a weight (elementwise_affine=True)")
+        self.weight_offset = float(weight_offset)
+        self.round_before_weight = bool(round_before_weight)
         self.out_dtype = out_dtype
-
-    def _init_bias(self, bias: bool, device, dtype) -> None:
         if bias and self.elementwise_affine:
-            self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape, device=device, dtype=dtype))
+            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
+        self.reset_parameters()  # torch's __init__ ran it before the options existed
 
     def _bias(self) -> Optional[torch.Tensor]:
         return getattr(self, "bias", None)
 
+    def _weight_offset(self) -> float:
+        return getattr(self, "weight_offset", 0.0)
+
+    def _round_before_weight(self) -> bool:
+        return getattr(self, "round_before_weight", False)
+
     def reset_parameters(self) -> None:
-        super().reset_parameters()  # called by torch's __init__ before the bias exists
+        super().reset_parameters()  # torch's: the weight at one
+        if self.weight is not None and self._weight_offset():
+            with torch.no_grad():
+                self.weight.fill_(1.0 - self._weight_offset())
         if self._bias() is not None:
             torch.nn.init.zeros_(self.bias)
 
+    def _scale(self) -> Optional[torch.Tensor]:
+        """What multiplies the normalized value: the weight, or weight_offset + weight (in the
+        weight's dtype where the product is rounded apart, else in float32 from a 16-bit weight)."""
+        w, offset = self.weight, self._weight_offset()
+        if w is None or not offset:
+            return w
+        if not self._round_before_weight() and w.dtype in (torch.float16, torch.bfloat16):
+            w = w.float()
+        return w + offset
+
+    def _scaled(self, normed: torch.Tensor) -> torch.Tensor:
+        """round_before_weight's second step: normed, in the input's dtype, times the scale (torch's
+        promotion), plus the bias; out_dtype, where given, is y's dtype still."""
+        scale, bias = self._scale(), self._bias()
+        y = normed if scale is None else scale * normed
+        if bias is not None:
+            y = y + bias
+        return y if self._out_dtype() is None else y.to(self._out_dtype())
+
+    def _norm(self, x: torch.Tensor, eps: Optional[float]) -> torch.Tensor:
+        """y of x under the module's options (residual=None's y for AddRMSNorm)."""
+        if self._round_before_weight():
+            return self._scaled(rms_norm(x, self.normalized_shape, None, eps))
+        return rms_norm(x, self.normalized_shape, self._scale(), eps, self._bias(), out_dtype=self._out_dtype())
+
     def extra_repr(self) -> str:
-        return super().extra_repr() + (", bias=True" if self._bias() is not None else "")
+        options = [super().extra_repr()]
+        if self._bias() is not None:
+            options.append("bias=True")
+        if self._weight_offset():
+            options.append(f"weight_offset={self._weight_offset()}")
+        if self._round_before_weight():
+            options.append("round_before_weight=True")
+        return ", ".join(options)
 
 
-class RMSNorm(_RMSNormBias, torch.nn.RMSNorm):
-    """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm; bias=True
-    adds a zero-initialized per-column bias (_RMSNormBias); keyword-only out_dtype (_NormOptions)."""
+class RMSNorm(_RMSNormOptions, torch.nn.RMSNorm):
+    """torch.nn.RMSNorm (same parameters, same state dict) running reducekit.rms_norm; keyword-only
+    bias, weight_offset, round_before_weight (_RMSNormOptions) and out_dtype (_NormOptions)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._bias(), out_dtype=self._out_dtype())
+        return self._norm(x, self.eps)
 
 
 class AddLayerNorm(LayerNorm):
@@ -130,25 +182,29 @@ class AddLayerNorm(LayerNorm):
                               residual_in_float32=self._residual_in_float32(), out_dtype=self._out_dtype())
 
 
-class AddRMSNorm(_RMSNormBias, torch.nn.RMSNorm):
+class AddRMSNorm(_RMSNormOptions, torch.nn.RMSNorm):
     """forward(input, residual) returns (rms_norm(input + residual), input + residual) in one
     kernel, as AddLayerNorm does; torch.nn.RMSNorm's arguments, parameters and state dict
-    (eps=None: the epsilon of the sum's dtype), RMSNorm's keyword bias and out_dtype, and
+    (eps=None: the epsilon of the sum's dtype), RMSNorm's keyword options (_RMSNormOptions) and
     residual_in_float32 (_NormOptions). residual=None gives (rms_norm(input), input), input in
     float32 with residual_in_float32."""
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, *, bias: bool = False, residual_in_float32: bool = False,
-                 out_dtype: Optional[torch.dtype] = None):
-        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype, bias=bias, out_dtype=out_dtype)
+                 dtype=None, *, bias: bool = False, weight_offset: float = 0.0, round_before_weight: bool = False,
+                 residual_in_float32: bool = False, out_dtype: Optional[torch.dtype] = None):
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype, bias=bias,
+                         weight_offset=weight_offset, round_before_weight=round_before_weight, out_dtype=out_dtype)
         self.residual_in_float32 = residual_in_float32
 
     def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         if residual is None:  # y from input itself: the float32 stream's start is input, exactly
             s = _stream_start(input, self._residual_in_float32())
-            eps = self.eps if self.eps is not None else _rms_eps(s, None)  # the stream's dtype's
-            return rms_norm(input, self.normalized_shape, self.weight, eps, self._bias(), out_dtype=self._out_dtype()), s
-        return add_rms_norm(input, residual, self.normalized_shape, self.weight, self.eps, self._bias(),
+            return self._norm(input, self.eps if self.eps is not None else _rms_eps(s, None)), s  # the stream's eps
+        if self._round_before_weight():
+            normed, s = add_rms_norm(input, residual, self.normalized_shape, None, self.eps, None,
+                                     residual_in_float32=self._residual_in_float32())
+            return self._scaled(normed), s
+        return add_rms_norm(input, residual, self.normalized_shape, self._scale(), self.eps, self._bias(),
                             residual_in_float32=self._residual_in_float32(), out_dtype=self._out_dtype())
 
 

@@ -453,11 +453,16 @@ def test_patched_sync_batch_norm_without_a_process_group(layout):
 
 # ----------------------------------------------------------------------------- transformers' roundings
 
-def patched_pair(style, weight_dtype):
+def transformers_norm(style, weight_dtype):
+    """A transformers-style norm whose weight is spread about its start (one; Gemma's offset zero)."""
     original = HF_CLASSES[style](N).to(DEV)
     with torch.no_grad():
         original.weight.copy_((0.0 if style == "gemma" else 1.0) + 0.5 * torch.randn(N, device=DEV))
-    original = original.to(weight_dtype)
+    return original.to(weight_dtype)
+
+
+def patched_pair(style, weight_dtype):
+    original = transformers_norm(style, weight_dtype)
     patched = copy.deepcopy(original)
     (record,) = reducekit.patch(patched)
     assert record.replaced, record.new
@@ -472,17 +477,20 @@ def patched_pair(style, weight_dtype):
 def test_transformers_rms_norms_keep_their_roundings(style, weight_dtype, x_dtype):
     original, patched = patched_pair(style, weight_dtype)
     x = (torch.randn(64, N, device=DEV) * 2).to(x_dtype)
-    want, got = original(x), patched(x)
-    assert got.dtype == want.dtype, f"dtype {got.dtype}, the original gives {want.dtype}"
+    assert_same_roundings(patched(x), original(x), style)
+
+
+def assert_same_roundings(got, want, what):
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, the original gives {want.dtype}"
     diff = (got.double() - want.double()).abs()
     if want.dtype == torch.float32:
-        assert_close(got, want.double(), torch.float32, want.abs().amax(), f"{style}")
+        assert_close(got, want.double(), torch.float32, want.abs().amax(), what)
     else:
         # one unit in the last place where a float32 value lies next to a rounding boundary, and
         # rarely: a missing or extra rounding would differ in a large share of the elements
-        assert bool((diff <= 2 * ulp(want.double(), want.dtype)).all()), f"{style}: off by {diff.max().item()}"
+        assert bool((diff <= 2 * ulp(want.double(), want.dtype)).all()), f"{what}: off by {diff.max().item()}"
         share = (diff > 0).double().mean().item()
-        assert share <= 0.02, f"{style}: {share:.1%} of the elements differ from the original's"
+        assert share <= 0.02, f"{what}: {share:.1%} of the elements differ from the original's"
 
 
 @pytest.mark.parametrize("style", sorted(HF_CLASSES))
@@ -516,6 +524,89 @@ def test_patched_model_under_torch_compile():
     compiled = torch.compile(model, fullgraph=True)(x, target)
     for name in eager:
         assert_close(compiled[name], eager[name].double(), torch.float32, eager[name].abs().amax(), name)
+
+
+# ----------------------------------------------------------------------------- RMSNorm's model-style options
+
+STYLE_OPTIONS = {"llama": {"round_before_weight": True}, "gemma": {"weight_offset": 1.0}}
+
+
+def styled_like(original, style, cls=reducekit.nn.RMSNorm):
+    """reducekit's module with the options that reproduce a transformers-style norm, loaded from
+    its state dict."""
+    ours = cls(N, eps=1e-6, **STYLE_OPTIONS[style]).to(DEV)
+    ours.load_state_dict(original.state_dict())
+    return ours.to(original.weight.dtype)
+
+
+@pytest.mark.parametrize("style", sorted(STYLE_OPTIONS))
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["w32", "wbf16", "wf16"])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["x32", "xbf16", "xf16"])
+def test_rms_norm_options_give_transformers_roundings(style, weight_dtype, x_dtype):
+    """RMSNorm(round_before_weight=True) rounds as LlamaRMSNorm, RMSNorm(weight_offset=1.0) as
+    GemmaRMSNorm, and AddRMSNorm's y with the same options as the original applied to the sum."""
+    x = (torch.randn(64, N, device=DEV) * 2).to(x_dtype)
+    original = transformers_norm(style, weight_dtype)
+    assert_same_roundings(styled_like(original, style)(x), original(x), f"{style} RMSNorm")
+    add = styled_like(original, style, reducekit.nn.AddRMSNorm)
+    r = torch.randn_like(x)
+    y, s = add(x, r)
+    assert torch.equal(s, x + r)
+    assert_same_roundings(y, original(x + r), f"{style} AddRMSNorm")
+    y0, s0 = add(x)
+    assert s0 is x
+    assert_same_roundings(y0, original(x), f"{style} AddRMSNorm without a residual")
+
+
+@pytest.mark.parametrize("style", sorted(STYLE_OPTIONS))
+def test_rms_norm_options_gradients(style):
+    original = transformers_norm(style, torch.float32)
+    ours, reference = styled_like(original, style), copy.deepcopy(original).double()
+    x = torch.randn(64, N, device=DEV) * 2
+    dy = torch.randn_like(x)
+    results = []
+    for module, inp in ((reference, x.double()), (ours, x)):
+        leaf = inp.clone().requires_grad_(True)
+        module(leaf).backward(dy.to(inp.dtype))
+        results.append((leaf.grad, module.weight.grad))
+    (want_dx, want_dw), (dx, dw) = results
+    assert_close(dx, want_dx, torch.float32, want_dx.abs().amax(), f"{style} dx")
+    assert_close(dw, want_dw, torch.float32, want_dw.abs().amax(), f"{style} dweight")
+
+
+def test_rms_norm_options_init_state_dict_and_compile():
+    """The offset weight starts at zero (the scale at one: torch's RMSNorm's output, bit for bit)
+    and comes back there on reset_parameters; the state dict stays torch's; the options show in
+    the repr; a bias and out_dtype combine with them; torch.compile(fullgraph=True) gives eager's
+    results; weight_offset without a weight is refused, naming the argument."""
+    x = torch.randn(32, N, device=DEV, dtype=torch.bfloat16)
+    gemma = reducekit.nn.RMSNorm(N, eps=1e-6, weight_offset=1.0).to(DEV)
+    assert torch.equal(gemma.weight, torch.zeros_like(gemma.weight))
+    assert torch.equal(gemma(x), reducekit.nn.RMSNorm(N, eps=1e-6).to(DEV)(x))
+    with torch.no_grad():
+        gemma.weight.normal_()
+    gemma.reset_parameters()
+    assert torch.equal(gemma.weight, torch.zeros_like(gemma.weight))
+    assert set(gemma.state_dict()) == set(torch.nn.RMSNorm(N).state_dict())
+    assert "weight_offset=1.0" in repr(gemma)
+    llama = reducekit.nn.RMSNorm(N, eps=1e-6, bias=True, round_before_weight=True, out_dtype=torch.float32).to(DEV)
+    assert "round_before_weight=True" in repr(llama) and "bias=True" in repr(llama)
+    with torch.no_grad():
+        llama.weight.normal_()
+        llama.bias.normal_()
+    normed = reducekit.rms_norm(x, [N], None, 1e-6)  # rounded to bfloat16 first
+    want = (llama.weight * normed + llama.bias).float()
+    assert llama(x).dtype == torch.float32 and torch.equal(llama(x), want)
+
+    def f(x):
+        return gemma(x), llama(x)
+
+    for got, want in zip(torch.compile(f, fullgraph=True)(x), f(x)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="weight_offset"):
+        reducekit.nn.RMSNorm(N, weight_offset=1.0, elementwise_affine=False)
 
 
 # ----------------------------------------------------------------------------- fused residual modules
