@@ -445,14 +445,16 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 }
 
 // 16-bit wide rows (rms_norm with and without a bias at 24576, layer_norm at 10240 on the lean
-// kernel and 14336 on the full one): aligned rows of whole vectors cross the reduction as packs
+// kernel and 14336 on the full one, as its whole rows of 1024 and 4096 values): aligned rows of
+// whole vectors cross the reduction as packs
 // (row_wide_packed_kernel_ext and its two-phase form), shifted rows take the unpacked wide
 // kernel; both give the same bits, row by row (batch invariance across layouts). The other plans
 // of those lengths (layer_norm's re-read rows at 24576, rms_norm's at 10240), likewise. rms_norm's
 // packed rows of up to 512 threads run the 64-register kernel: 12800 (416 threads), 14336 (448,
 // a whole row).
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
-  for (const int64_t cols : {int64_t(24576), int64_t(10240), int64_t(12800), int64_t(14336)}) {
+  for (const int64_t cols :
+       {int64_t(24576), int64_t(10240), int64_t(12800), int64_t(14336), int64_t(1024), int64_t(4096)}) {
     SCOPED_TRACE(testing::Message() << "cols=" << cols);
     const int64_t rows = 6;
     const std::vector<double> values = make_values(rows * cols, "randn", 301);

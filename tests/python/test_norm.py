@@ -17,8 +17,9 @@ from tolerance import assert_close
 DEV = "cuda"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 HALF = (torch.float16, torch.bfloat16)
-# 24576 / 24577: the wide rows (one 1024-thread CTA a row), of whole vectors and ragged.
-LENGTHS = [1, 2, 3, 31, 33, 127, 781, 1000, 2045, 4096, 4099, 12800, 24576, 24577, 40009, 65537, 2**18]
+# 24576 / 24577: the wide rows (one 1024-thread CTA a row), of whole vectors and ragged; 1024 / 4096:
+# 16-bit layer_norm's whole wide rows of one and four warps.
+LENGTHS = [1, 2, 3, 31, 33, 127, 781, 1000, 1024, 2045, 4096, 4099, 12800, 24576, 24577, 40009, 65537, 2**18]
 
 
 def dtype_id(dtype):
