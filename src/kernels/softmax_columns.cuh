@@ -69,22 +69,18 @@ template <typename T> struct ColumnArgs {
   int buffers;      // staged tile buffers in shared memory (1 or 2)
 };
 
-template <typename T, int V, typename Acc> __device__ __forceinline__ void unpack16(const Bytes16& b, Acc (&out)[V]) {
-  T t[V];
-  memcpy(t, &b, 16);
-#pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = to_acc<Acc>(t[j]);
-}
-
-// The V columns of one row starting at p: one 16-byte access (kVector), or the first `cols`
-// elements one by one (a misaligned tensor or the inner extent's tail; the rest read as `pad`).
-template <typename T, int V, bool kVector, typename Acc>
-__device__ __forceinline__ void load_columns(const T* p, int cols, Acc pad, Acc (&out)[V]) {
+// The V columns of one row starting at p, kept as T (a 16-bit row holds half the registers of
+// its widened values until a pass widens it): one 16-byte access (kVector), or the first `cols`
+// elements one by one (a misaligned tensor or the inner extent's tail; the rest read as `pad`,
+// exact in T: -inf or 0).
+template <typename T, int V, bool kVector>
+__device__ __forceinline__ void load_columns(const T* p, int cols, T pad, T (&out)[V]) {
   if constexpr (kVector) {
-    unpack16<T, V>(load_aligned16(p), out);
+    const Bytes16 b = load_aligned16(p);
+    memcpy(out, &b, 16);
   } else {
 #pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = j < cols ? to_acc<Acc>(p[j]) : pad;
+    for (int j = 0; j < V; ++j) out[j] = j < cols ? p[j] : pad;
   }
 }
 
@@ -211,22 +207,31 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
     Stat run[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) run[j] = Op::identity();
+    const T pad = from_acc<T>(Op::pad());
     if (cols > 0) {
       for (int64_t k0 = r; k0 < K; k0 += int64_t(R) * U) {
-        Acc v[V][NIN][U];
+        T raw[U][NIN][V];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int64_t k = k0 + int64_t(u) * R;
 #pragma unroll
           for (int i = 0; i < NIN; ++i) {
-            Acc row[V];
-            if (k < K) load_columns<T, V, kLoadVector>(row_of(i, k), cols, Op::pad(), row);
+            if (k < K) load_columns<T, V, kLoadVector>(row_of(i, k), cols, pad, raw[u][i]);
+            else {
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j][i][u] = k < K ? row[j] : Op::pad();
+              for (int j = 0; j < V; ++j) raw[u][i][j] = pad;
+            }
           }
         }
 #pragma unroll
-        for (int j = 0; j < V; ++j) run[j] = Op::merge(run[j], Op::template fold<U>(v[j]));
+        for (int j = 0; j < V; ++j) {
+          Acc v[NIN][U];
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int i = 0; i < NIN; ++i) v[i][u] = to_acc<Acc>(raw[u][i][j]);
+          run[j] = Op::merge(run[j], Op::template fold<U>(v));
+        }
       }
     }
 
@@ -257,13 +262,13 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
     if (cols > 0) {
       T* out = a.out + slab + my_col;
       for (int64_t k0 = r; k0 < K; k0 += int64_t(R) * U) {
-        Acc v[U][NIN][V];
+        T raw[U][NIN][V];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int64_t k = k0 + int64_t(u) * R;
 #pragma unroll
           for (int i = 0; i < NIN; ++i)
-            if (k < K) load_columns<T, V, kLoadVector>(row_of(i, k), cols, Acc(0), v[u][i]);
+            if (k < K) load_columns<T, V, kLoadVector>(row_of(i, k), cols, from_acc<T>(Acc(0)), raw[u][i]);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -274,7 +279,7 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
           for (int j = 0; j < V; ++j) {
             Acc in[NIN];
 #pragma unroll
-            for (int i = 0; i < NIN; ++i) in[i] = v[u][i][j];
+            for (int i = 0; i < NIN; ++i) in[i] = to_acc<Acc>(raw[u][i][j]);
             y[j] = Op::output(in, p[j]);
           }
           store_columns<T, V, kVector>(out + k * a.inner, cols, y);
