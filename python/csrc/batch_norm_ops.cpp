@@ -25,6 +25,7 @@ namespace {
 using at::Tensor;
 using OptionalTensor = std::optional<Tensor>;
 using reducekit_torch::check_cuda;
+using reducekit_torch::device_empty;
 using reducekit_torch::find_op;
 using reducekit_torch::throw_if_failed;
 using reducekit_torch::to_view;
@@ -115,8 +116,8 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_cuda(const Tensor& input, const Op
   const ChannelViews params(w, b);
   const int64_t channels = x.dim() >= 2 ? x.size(1) : 0;
   const auto stat_options = x.options().dtype(channel_type(x));
-  Tensor y = at::empty_like(x), save_mean = at::empty({channels}, stat_options),
-         save_invstd = at::empty({channels}, stat_options);
+  Tensor y = at::empty_like(x), save_mean = device_empty({channels}, stat_options),
+         save_invstd = device_empty({channels}, stat_options);
   const reducekit::TensorView xv = to_view(x, "input"), yv = to_view(y, "y");
   const reducekit::TensorView mv = to_view(save_mean, "save_mean"), iv = to_view(save_invstd, "save_invstd");
   if (training) {
@@ -153,9 +154,9 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_cuda(const Tensor& grad_o
   const int64_t channels = x.dim() >= 2 ? x.size(1) : 0;
   const auto param_options = x.options().dtype(channel_type(x));
   // An output the mask leaves out is an empty tensor (the schema's results are all Tensors).
-  Tensor dx = output_mask[0] ? at::empty_like(x) : at::empty({0}, x.options());
-  Tensor dweight = at::empty({output_mask[1] ? channels : 0}, param_options);
-  Tensor dbias = at::empty({output_mask[2] ? channels : 0}, param_options);
+  Tensor dx = output_mask[0] ? at::empty_like(x) : device_empty({0}, x.options());
+  Tensor dweight = device_empty({output_mask[1] ? channels : 0}, param_options);
+  Tensor dbias = device_empty({output_mask[2] ? channels : 0}, param_options);
   std::optional<reducekit::TensorView> dxv, dwv, dbv, wv;
   if (output_mask[0]) dxv = to_view(dx, "dx");
   if (output_mask[1]) dwv = to_view(dweight, "dweight");
@@ -253,7 +254,7 @@ bool batch_norm_reads_once_cuda(const Tensor& input, bool backward) {
 // Packets: float64 [C, 3] a rank, gathered [R, C, 3] in rank order (<reducekit/batch_norm.hpp>).
 
 Tensor new_packet(const Tensor& x) {
-  return at::empty({x.dim() >= 2 ? x.size(1) : 0, reducekit::kBatchNormPacketWidth}, x.options().dtype(at::kDouble));
+  return device_empty({x.dim() >= 2 ? x.size(1) : 0, reducekit::kBatchNormPacketWidth}, x.options().dtype(at::kDouble));
 }
 
 // A statistic or gathered packets as the core reads them: contiguous, in `dtype`.
@@ -290,7 +291,7 @@ std::tuple<Tensor, Tensor> batch_norm_merge_moments_cuda(const Tensor& input, co
   const OptionalTensor rv = channel_input(running_var, input, "running_var");
   const int64_t channels = p.dim() == 3 ? p.size(1) : 0;
   const auto stat_options = input.options().dtype(channel_type(input));
-  Tensor save_mean = at::empty({channels}, stat_options), save_invstd = at::empty({channels}, stat_options);
+  Tensor save_mean = device_empty({channels}, stat_options), save_invstd = device_empty({channels}, stat_options);
   const RunningViews running(rm, rv);
   throw_if_failed(reducekit::batch_norm_merge_moments(
       to_view(p, "packets"), to_view(input, "input").dtype, ptr(running.mean), ptr(running.var),

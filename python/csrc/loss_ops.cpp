@@ -19,6 +19,7 @@
 namespace {
 
 using reducekit_torch::check_cuda;
+using reducekit_torch::device_empty;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 using reducekit_torch::with_layout_fallback;
@@ -70,7 +71,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cuda(const at::Tensor& 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
   const Inputs in(logits, target, weight);
   const auto options = logits.options().dtype(row_value_type(logits));
-  at::Tensor loss = at::empty(row_shape(logits), options), lse = at::empty(row_shape(logits), options);
+  at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
   const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
   with_layout_fallback({Operand::in(logits)}, [&](const auto& t, bool) {
     return reducekit::cross_entropy_forward(to_view(t[0], "logits"), in.target_view, in.weight_ptr(), o,
@@ -88,7 +89,7 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tenso
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
   const Inputs in(logits, target, weight);
   const at::Tensor lse_c = lse.contiguous(), grad_c = grad_loss.to(row_value_type(logits)).contiguous();
-  at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
+  at::Tensor dlogits = device_empty(logits.sizes(), logits.options());
   const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
   with_layout_fallback({Operand::in(logits)}, [&](const auto& t, bool) {
     return reducekit::cross_entropy_backward(to_view(t[0], "logits"), in.target_view, in.weight_ptr(),
@@ -112,7 +113,7 @@ struct FusedCall {
       : guard((check_cuda(logits, "logits"), logits.device())),
         stream(c10::cuda::getCurrentCUDAStream(logits.get_device()).stream()),
         in(logits, target, weight),
-        loss(at::empty(row_shape(logits), logits.options().dtype(row_value_type(logits)))),
+        loss(device_empty(row_shape(logits), logits.options().dtype(row_value_type(logits)))),
         lse(at::empty_like(loss)),
         grad(grad_loss.to(row_value_type(logits)).contiguous()),
         options(options_of(ignore_index, label_smoothing, lse_square_scale, softcap)) {}
@@ -128,7 +129,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_fused_cuda(
     const at::Tensor& grad_loss, int64_t ignore_index, double label_smoothing, double lse_square_scale,
     double softcap) {
   const FusedCall call(logits, target, weight, grad_loss, ignore_index, label_smoothing, lse_square_scale, softcap);
-  at::Tensor dlogits = at::empty(logits.sizes(), logits.options());
+  at::Tensor dlogits = device_empty(logits.sizes(), logits.options());
   with_layout_fallback({Operand::in(logits)},
                        [&](const auto& t, bool) { return call.run(t[0], to_view(dlogits, "dlogits")); });
   return {call.loss, call.lse, dlogits};

@@ -20,6 +20,7 @@
 namespace {
 
 using reducekit_torch::check_cuda;
+using reducekit_torch::device_empty;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 using reducekit_torch::with_layout_fallback;
@@ -73,8 +74,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
   to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor mean = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  at::Tensor y = device_empty(x.sizes(), x.options());
+  at::Tensor mean = device_empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
@@ -94,8 +95,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x, at::IntArr
   to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  at::Tensor y = device_empty(x.sizes(), x.options());
+  at::Tensor rstd = device_empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "input");
@@ -114,9 +115,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
   to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor sum = at::empty(x.sizes(), x.options());
-  at::Tensor mean = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  at::Tensor y = device_empty(x.sizes(), x.options());
+  at::Tensor sum = device_empty(x.sizes(), x.options());
+  at::Tensor mean = device_empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   at::Tensor rstd = at::empty_like(mean);
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
@@ -138,9 +139,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tenso
   to_view(x, "input");  // rank and dtype checked on input first, not on the outputs made like it
   const c10::cuda::CUDAGuard guard(x.device());
   const OptionalParam w(weight, "weight"), b(bias, "bias");
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor sum = at::empty(x.sizes(), x.options());
-  at::Tensor rstd = at::empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
+  at::Tensor y = device_empty(x.sizes(), x.options());
+  at::Tensor sum = device_empty(x.sizes(), x.options());
+  at::Tensor rstd = device_empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "input");
@@ -167,11 +168,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
   const OptionalParam w(weight, "weight");
   const at::Tensor mean_c = layer ? mean.value().contiguous() : at::Tensor();
   const at::Tensor rstd_c = rstd.contiguous();
-  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor dx = device_empty(x.sizes(), x.options());
   const auto param_options = x.options().dtype(param_dtype);
-  at::Tensor dweight = param_grads ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  at::Tensor dweight = param_grads ? device_empty(normalized_shape, param_options) : device_empty({0}, param_options);
   const bool want_dbias = layer ? param_grads : bias_grad;
-  at::Tensor dbias = want_dbias ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  at::Tensor dbias = want_dbias ? device_empty(normalized_shape, param_options) : device_empty({0}, param_options);
   const auto dxv = to_view(dx, "dx"), dwv = to_view(dweight, "dweight"), dbv = to_view(dbias, "dbias");
   const auto rv = to_view(rstd_c, "rstd");
   const reducekit::NormShape shape = norm_shape(normalized_shape);
@@ -184,7 +185,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(bool layer, const a
       reducekit::NormRequirements req;
       const reducekit::Status s = reducekit::norm_backward_requirements(xv, shape, &req);
       if (!s.is_ok()) return s;
-      ws_tensor = at::empty({static_cast<int64_t>(req.workspace_bytes)}, x.options().dtype(at::kByte));
+      ws_tensor = device_empty({static_cast<int64_t>(req.workspace_bytes)}, x.options().dtype(at::kByte));
       ws = {ws_tensor.data_ptr(), req.workspace_bytes};
     }
     if (layer) {

@@ -27,6 +27,7 @@ namespace {
 
 using reducekit::ReduceOp;
 using reducekit_torch::check_cuda;
+using reducekit_torch::device_empty;
 using reducekit_torch::throw_if_failed;
 using reducekit_torch::to_view;
 
@@ -100,8 +101,8 @@ std::tuple<at::Tensor, at::Tensor> run_reduce(ReduceOp op, const at::Tensor& x, 
   throw_if_failed(reducekit::reduce_requirements(op, to_view(x, "input"), dims.view(), keepdim, &req));
 
   const std::vector<int64_t> out_sizes(req.out_sizes, req.out_sizes + req.out_rank);
-  at::Tensor out = at::empty(out_sizes, x.options().dtype(output_type(op, x, dtype)));
-  at::Tensor mean = reducekit::reduce_op_has_mean_output(op) ? at::empty(out_sizes, x.options()) : at::Tensor();
+  at::Tensor out = device_empty(out_sizes, x.options().dtype(output_type(op, x, dtype)));
+  at::Tensor mean = reducekit::reduce_op_has_mean_output(op) ? device_empty(out_sizes, x.options()) : at::Tensor();
 
   // The core's fallback: kept dims first, reduced dims last, contiguous; reduce the trailing dims.
   // Not with_layout_fallback's retry: the core names this layout (needs_copy, permutation) before

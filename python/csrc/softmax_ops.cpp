@@ -18,6 +18,7 @@
 namespace {
 
 using reducekit_torch::check_cuda;
+using reducekit_torch::device_empty;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 
@@ -36,7 +37,7 @@ template <std::size_t N, class Run> at::Tensor rowwise(const Input (&inputs)[N],
   const int64_t d = at::maybe_wrap_dim(dim, first.dim());
   const c10::cuda::CUDAGuard guard(first.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(first.get_device()).stream();
-  at::Tensor out = at::empty(first.sizes(), first.options());
+  at::Tensor out = device_empty(first.sizes(), first.options());
   Operand operands[N + 1];
   for (std::size_t i = 0; i < N; ++i) operands[i] = Operand::in(*inputs[i].tensor);
   operands[N] = Operand::out(out);
