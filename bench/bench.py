@@ -95,7 +95,7 @@ def parse_list(text: str, allowed, what: str):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ops", default=None, help="comma-separated ops (default: all registered)")
+    p.add_argument("--ops", default=None, help="comma-separated ops (default: every op with in_default_run)")
     p.add_argument("--dtypes", default=DEFAULT_DTYPES, help=f"comma-separated (default {DEFAULT_DTYPES}; "
                    "aliases fp32 bf16 fp16 fp64)")
     p.add_argument("--shapes", default=None, help='e.g. "4096x1024,256x262144" (default: the standard grid)')
@@ -352,7 +352,8 @@ def main(argv=None):
         importlib.import_module(family)
     import peers
 
-    ops = parse_list(args.ops, list(REGISTRY), "op") if args.ops else list(REGISTRY)
+    ops = (parse_list(args.ops, list(REGISTRY), "op") if args.ops
+           else [name for name, spec in REGISTRY.items() if spec.in_default_run])
     dtypes = [DTYPES.get(d.strip().lower()) or d for d in args.dtypes.split(",") if d.strip()]
     parse_list(",".join(dtypes), sorted(set(DTYPES.values())), "dtype")
     impl_names = parse_list(args.impls, IMPL_ORDER, "implementation")

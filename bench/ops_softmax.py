@@ -138,3 +138,57 @@ def _register_dim1(name, base, torch_fn):
 
 _register_dim1("softmax_dim1", "softmax", torch.softmax)
 _register_dim1("log_softmax_dim1", "log_softmax", torch.log_softmax)
+
+
+# The backwards, over the last dim and over dim 1: y (the forward's output, in the input's dtype)
+# and dy read once, dx written once. torch's peer is its own backward kernel, as autograd runs it.
+# Run by name only (--ops softmax_backward_dim1, ...).
+def _register_backward(name, base, dim, shapes, quick, odd, make_x):
+    log = base == "log_softmax"
+    forward = torch.log_softmax if log else torch.softmax
+    aten_backward = torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data
+
+    def make_inputs(shape, dtype):
+        x = make_x(shape, dtype)
+        return forward(x.float(), dim).to(dtype), torch.randn_like(x)
+
+    def bytes_moved(shape, dtype):
+        return 3 * math.prod(rows_of(shape) if dim == -1 else shape) * torch.empty((), dtype=dtype).element_size()
+
+    def reference(y, dy):
+        y, dy = y.double(), dy.double()
+        if log:
+            return dy - y.exp() * dy.sum(dim, keepdim=True)
+        return y * (dy - (dy * y).sum(dim, keepdim=True))
+
+    def eager(y, dy):
+        return aten_backward(dy, y, dim, y.dtype)
+
+    def build_reducekit(ctx: BuildContext, inputs):
+        if ctx.reducekit is None:
+            raise NotApplicable("reducekit is not built")
+        op = getattr(torch.ops.reducekit, base + "_backward")  # no functional form: autograd calls it
+        return Impl(lambda y, dy: op(y, dy, dim))
+
+    def build_compile(ctx, inputs):
+        compiled, seconds = compile_fresh(eager, inputs)
+        return Impl(compiled, {"compile_s": round(seconds, 2)})
+
+    def tolerance(dtype):
+        # a sanity check that no wrong kernel gets timed (dx is a difference of O(1) terms)
+        return {torch.float64: (1e-10, 1e-10), torch.float32: (1e-5, 1e-4)}.get(dtype, (2e-2, 2e-2))
+
+    register(OpSpec(
+        name=name, make_inputs=make_inputs, bytes_moved=bytes_moved, reference=reference,
+        impls={"reducekit": build_reducekit, "torch": lambda ctx, inputs: Impl(eager), "torch.compile": build_compile},
+        shapes=list(shapes), quick_shapes=list(quick), odd_shapes=list(odd),
+        sweep_x=rowwise_sweep_x if dim == -1 else (lambda shape: None),
+        sweep_label="N (M = 4096)" if dim == -1 else "shape (softmax over dim 1)", tolerance=tolerance,
+        in_default_run=False,
+    ))
+
+
+for _base in ("softmax", "log_softmax"):
+    _register_backward(_base + "_backward", _base, -1, ROWWISE_GRID, ROWWISE_QUICK, ROWWISE_ODD, rows_tensor)
+    _register_backward(_base + "_backward_dim1", _base, 1, DIM1_SHAPES, DIM1_QUICK, DIM1_ODD,
+                       lambda shape, dtype: _dim1_inputs(shape, dtype)[0])

@@ -110,6 +110,8 @@ class OpSpec:
     # Record each implementation's peak device memory of one call beyond what it is given
     # (peak_extra_bytes; bench.py, peak_extra): for ops whose saved tensors and gradients are the point.
     measure_peak: bool = False
+    # False: run only when --ops names it (the default run's budget stays with the forward ops)
+    in_default_run: bool = True
 
 
 REGISTRY: Dict[str, OpSpec] = {}
