@@ -114,7 +114,7 @@ struct FusedCall {
         stream(c10::cuda::getCurrentCUDAStream(logits.get_device()).stream()),
         in(logits, target, weight),
         loss(device_empty(row_shape(logits), logits.options().dtype(row_value_type(logits)))),
-        lse(at::empty_like(loss)),
+        lse(device_empty(loss.sizes(), loss.options())),
         grad(grad_loss.to(row_value_type(logits)).contiguous()),
         options(options_of(ignore_index, label_smoothing, lse_square_scale, softcap)) {}
   reducekit::Status run(const at::Tensor& x, const reducekit::TensorView& dlogits) const {

@@ -76,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda(const at::Tensor&
   const OptionalParam w(weight, "weight"), b(bias, "bias");
   at::Tensor y = device_empty(x.sizes(), x.options());
   at::Tensor mean = device_empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
-  at::Tensor rstd = at::empty_like(mean);
+  at::Tensor rstd = device_empty(mean.sizes(), mean.options());
   const auto yv = to_view(y, "y"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "input");
@@ -118,7 +118,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_cuda(
   at::Tensor y = device_empty(x.sizes(), x.options());
   at::Tensor sum = device_empty(x.sizes(), x.options());
   at::Tensor mean = device_empty(stat_shape(x, normalized_shape), x.options().dtype(stat_type(x)));
-  at::Tensor rstd = at::empty_like(mean);
+  at::Tensor rstd = device_empty(mean.sizes(), mean.options());
   const auto yv = to_view(y, "y"), sv = to_view(sum, "sum"), mv = to_view(mean, "mean"), rv = to_view(rstd, "rstd");
   with_layout_fallback({Operand::in(x), Operand::in(residual)}, [&](const auto& t, bool) {
     const auto xv = to_view(t[0], "input");

@@ -25,8 +25,9 @@ template <class Signature> c10::TypedOperatorHandle<Signature> find_op(const cha
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
-// A fresh tensor from the CUDA caching allocator without a trip through the dispatcher (at::empty
-// is about a microsecond of host time a call, and an op makes up to four); elsewhere at::empty.
+// A fresh contiguous tensor from the CUDA caching allocator without a trip through the dispatcher
+// (at::empty is about a microsecond of host time a call, and an op makes up to four); elsewhere
+// at::empty. at::empty_like stays where an output keeps its input's layout (channels-last).
 inline at::Tensor device_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
   return options.device().is_cuda() ? at::Tensor(at::detail::empty_cuda(sizes, options)) : at::empty(sizes, options);
 }
