@@ -214,11 +214,14 @@ __device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc f
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dst[e] = fill;
   } else if ((kAligned || misalignment16(p) == 0) && e0 + VEC <= cols) {
-    constexpr int kPer = 16 / sizeof(P);
-    static_assert(VEC % kPer == 0, "column vectors are whole 16-byte packs");
+    constexpr int kPer = 16 / sizeof(P) < VEC ? 16 / sizeof(P) : VEC;
+    static_assert(VEC % kPer == 0 && (kPer * sizeof(P) == 16 || kPer * sizeof(P) == 8),
+                  "column vectors are whole 16-byte packs, or one 8-byte pack");
 #pragma unroll
     for (int q = 0; q < VEC / kPer; ++q) {
-      const auto pack = load_pack<Pack<P, kPer>>(p + e0 + q * kPer);
+      Pack<P, kPer> pack;
+      if constexpr (kPer * sizeof(P) == 16) pack = load_pack<Pack<P, kPer>>(p + e0 + q * kPer);
+      else pack = *reinterpret_cast<const Pack<P, kPer>*>(p + e0 + q * kPer);
 #pragma unroll
       for (int e = 0; e < kPer; ++e) dst[q * kPer + e] = to_acc<Acc>(pack.v[e]);
     }
@@ -226,6 +229,16 @@ __device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc f
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dst[e] = e0 + e < cols ? to_acc<Acc>(p[e0 + e]) : fill;
   }
+}
+
+// A vector's offset in the output pass, hidden from the compiler (an empty volatile asm) where
+// the op has per-column parameters: a later vector's parameter loads then stay below this
+// vector's stores instead of all rising to the top of the unrolled loop, where every vector's
+// weights and biases were live at once and spilled (ptxas). The packed wide rows only: in
+// RowTile::store it cost the residual forms 7-11% at 16-bit rows of 30K values and more (LOG.md).
+template <class Op> __device__ __forceinline__ int output_offset(int e0) {
+  if constexpr (!std::is_empty<typename Op::Column>::value) asm volatile("" : "+r"(e0));
+  return e0;
 }
 
 struct NoRowExtra {};
@@ -833,6 +846,7 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
   static_assert(VEC * VPT <= kWideTileValues, "wide tiles take one row a CTA, no loop");
   using Tile = RowTile<T, 1, VEC, VPT, true>;
   using PackT = typename Tile::PackT;
+  constexpr int kColumnGroup = 4;  // parameters a step of the output pass (one 8- or 16-byte load)
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
   const int me = threadIdx.x, step = blockDim.x;
@@ -902,19 +916,26 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
   } else {
     // Each vector's parameters before its widening: widened first, its floats waited in
     // registers beside the parameters' loads (float16 spilled them, ptxas). Through a RowTile
-    // (RowTile::outputs) the widening moves ahead again (PTX), hence the loop of its own.
+    // (RowTile::outputs) the widening moves ahead again (PTX), hence the loop of its own. The
+    // parameters come four columns at a time, each vector's behind output_offset (ptxas, 32
+    // registers with a bias: 84 bytes of spill, 8 with both measures; layer_norm's 64-register
+    // form 12-20 -> 0).
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int e0 = (me + k * step) * VEC;
+      const int e0 = output_offset<Op>((me + k * step) * VEC);
       if (e0 >= args.cols) continue;
-      typename Op::Column c[VEC];
-      Op::template columns<VEC, true>(extra, e0, args.cols, c);
-      typename Op::Acc v[VEC], r[VEC];
-      unpack_to_acc(widened(k), v);
+      typename Op::Acc r[VEC];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const typename Op::Acc x[1] = {v[e]};
-        r[e] = Op::output(x, local, c[e]);
+      for (int g = 0; g < VEC; g += kColumnGroup) {
+        typename Op::Column c[kColumnGroup];
+        Op::template columns<kColumnGroup, true>(extra, e0 + g, args.cols, c);
+        typename Op::Acc v[VEC];
+        unpack_to_acc(widened(k), v);
+#pragma unroll
+        for (int e = 0; e < kColumnGroup; ++e) {
+          const typename Op::Acc x[1] = {v[g + e]};
+          r[g + e] = Op::output(x, local, c[e]);
+        }
       }
       Tile::write(out, e0, args.cols, pack_from_acc<T>(r));
     }
