@@ -70,9 +70,20 @@ def resources(tree, unit, scratch):
     return {k: tuple(v) for k, v in found.items() if k.startswith("_Z")}
 
 
+def without_parameters(name):
+    """A demangled signature less its trailing parameter list: template arguments may hold
+    parentheses of their own ("(reducekit::BatchNormLayout)0")."""
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i] if name[i] == "(" else name
+    return name
+
+
 def demangle(names):
     out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
-    return [re.sub(r"\(.*", "", n.replace("reducekit::kernels::", "")) for n in out]
+    return [without_parameters(n.replace("reducekit::kernels::", "").replace("reducekit::", "")) for n in out]
 
 
 def main():
