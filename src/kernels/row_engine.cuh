@@ -148,8 +148,11 @@ template <typename T, int VEC, typename Acc> __device__ __forceinline__ void unp
     for (int e = 0; e < VEC; ++e) v[e] = to_acc<Acc>(p.v[e]);
   }
 }
+// A whole pack from memory aligned to its size: 16 bytes (one vector), or 8 (four 16-bit columns).
 template <typename P> __device__ __forceinline__ P load_pack(const void* src) {
-  return pack_of<P>(load_aligned16(src));
+  static_assert(sizeof(P) == 16 || sizeof(P) == 8, "packs of 16 or 8 bytes");
+  if constexpr (sizeof(P) == 16) return pack_of<P>(load_aligned16(src));
+  else return *static_cast<const P*>(src);
 }
 template <typename P> __device__ __forceinline__ void store_pack_global(void* dst, const P& p) {
   store_aligned16(dst, bytes_of(p));
@@ -215,13 +218,10 @@ __device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc f
     for (int e = 0; e < VEC; ++e) dst[e] = fill;
   } else if ((kAligned || misalignment16(p) == 0) && e0 + VEC <= cols) {
     constexpr int kPer = 16 / sizeof(P) < VEC ? 16 / sizeof(P) : VEC;
-    static_assert(VEC % kPer == 0 && (kPer * sizeof(P) == 16 || kPer * sizeof(P) == 8),
-                  "column vectors are whole 16-byte packs, or one 8-byte pack");
+    static_assert(VEC % kPer == 0, "column vectors are whole packs");
 #pragma unroll
     for (int q = 0; q < VEC / kPer; ++q) {
-      Pack<P, kPer> pack;
-      if constexpr (kPer * sizeof(P) == 16) pack = load_pack<Pack<P, kPer>>(p + e0 + q * kPer);
-      else pack = *reinterpret_cast<const Pack<P, kPer>*>(p + e0 + q * kPer);
+      const auto pack = load_pack<Pack<P, kPer>>(p + e0 + q * kPer);
 #pragma unroll
       for (int e = 0; e < kPer; ++e) dst[q * kPer + e] = to_acc<Acc>(pack.v[e]);
     }
