@@ -39,6 +39,12 @@
 // output writes also pass through; a re-read would have to hit in L2 every time to keep DRAM
 // traffic at one read, and the far L2 partition costs bandwidth of its own. Shared memory holds
 // them for certain, and its bandwidth (a read and a re-read a chunk) is far above DRAM's.
+//
+// Rows whose chunks the resident CTAs' shared memory cannot hold (RowSplitConfig::reread: ring
+// 0, no buffers) run the same protocol with each chunk read from global memory twice: folded
+// under an evict_last policy, then, once the row's statistic is known, read again (evict_first)
+// to be written. Their chunks are sized so a row has at most one chunk an SM (the launch bounds
+// promise one resident CTA an SM), so the deadlock argument above holds unchanged.
 #pragma once
 
 #include <cuda_pipeline.h>
@@ -55,7 +61,7 @@ struct RowSplitArgs {
   void* partials;      // [rows][chunks] Op::Stat
   int chunks;          // C, <= gridDim.x
   int chunk_tiles;     // tiles a chunk
-  int ring;            // chunk buffers a CTA, 2 .. 4
+  int ring;            // chunk buffers a CTA, 2 .. 4 (0 in re-read splits)
 };
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
@@ -74,17 +80,25 @@ __device__ __forceinline__ void wait_pending_groups(int pending) {
   }
 }
 
-// Publishes a chunk's statistic (thread 0's `mine`), waits for the row's other chunks, and
-// returns the row's statistic to every thread of the CTA. `merged` is a shared slot.
+// Publishes a chunk's statistic (thread 0's `mine`): stores it among the row's partials and
+// arrives on the row's counter (the release).
 template <class Op>
-__device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::Stat& mine, typename Op::Stat* parts,
-                                                           int chunk, int chunks, unsigned* counter,
-                                                           typename Op::Stat* merged) {
-  using Stat = typename Op::Stat;
+__device__ __forceinline__ void publish_chunk(const typename Op::Stat& mine, typename Op::Stat* parts, int chunk,
+                                              unsigned* counter) {
   if (threadIdx.x == 0) {
     store_partial(parts + chunk, mine);
     __threadfence();  // the statistic is visible device-wide before the arrival says so
     atomicAdd(counter, 1u);
+  }
+}
+
+// Waits for all of a row's chunks to be published and returns the row's statistic to every
+// thread of the CTA. `merged` is a shared slot.
+template <class Op>
+__device__ __forceinline__ typename Op::Stat meet_row(const typename Op::Stat* parts, int chunks, unsigned* counter,
+                                                      typename Op::Stat* merged) {
+  using Stat = typename Op::Stat;
+  if (threadIdx.x == 0) {
     unsigned pause = 32;
     while (load_acquire(counter) < static_cast<unsigned>(chunks)) {
       __nanosleep(pause);
@@ -107,6 +121,45 @@ __device__ __forceinline__ typename Op::Stat row_statistic(const typename Op::St
   return *merged;
 }
 
+// A split item, chunk `chunk` of row `row`, in two halves: fold_chunk folds the chunk's tiles,
+// reduces them over the CTA and publishes the result; write_chunk, given the row's statistic
+// (meet_row), writes the chunk, folding each tile again (same bits) for the op's per-tile
+// factors. each_tile(second_pass, visit) calls visit(tile, t) for the chunk's tiles t in order,
+// from wherever the caller keeps them (shared memory, or global memory read twice).
+template <typename T, class Op, bool kAligned, class Tile, class EachTile>
+__device__ __forceinline__ void fold_chunk(const typename Op::Extra& extra, const RowSplitArgs& split, int64_t row,
+                                           int chunk, int first, int tile_vectors, typename Op::Stat* slots,
+                                           int cols, EachTile each_tile) {
+  using Stat = typename Op::Stat;
+  const int threads = blockDim.x;
+  Stat mine = Op::identity();
+  each_tile(false, [&](Tile& tile, int t) {
+    mine = Op::merge(mine, fold_tile<Op, kAligned>(extra, row, first + t * tile_vectors, threads, cols, tile.values));
+  });
+  mine = block_butterfly_reduce<Op>(mine, slots);
+  publish_chunk<Op>(mine, static_cast<Stat*>(split.partials) + row * split.chunks, chunk, split.counters + row);
+}
+
+template <typename T, class Op, bool kAligned, class Tile, class EachTile>
+__device__ __forceinline__ void write_chunk(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra,
+                                            const RowSplitArgs& split, int64_t row, int chunk, int first,
+                                            int tile_vectors, typename Op::Stat* merged_slot, EachTile each_tile) {
+  using Stat = typename Op::Stat;
+  const int threads = blockDim.x, cols = args.cols;
+  const Stat stat = meet_row<Op>(static_cast<const Stat*>(split.partials) + row * split.chunks, split.chunks,
+                                 split.counters + row, merged_slot);
+  const typename Op::Params p =
+      finalize_row<Op, kAligned>(extra, row, first, threads, cols, stat, chunk == 0 && threadIdx.x == 0);
+  T* out = args.out + row * args.out_stride;
+  T* out2 = nullptr;
+  if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
+  each_tile(true, [&](Tile& tile, int t) {
+    const int tile_first = first + t * tile_vectors;
+    const Stat again = fold_tile<Op, kAligned>(extra, row, tile_first, threads, cols, tile.values);
+    tile.template store<Op>(out, out2, cols, tile_first, threads, Op::local(p, again), extra);
+  });
+}
+
 // The split kernels' work: Op is an extended row op (PlainRowOp<...> for the plain ones), `extra`
 // its per-call arguments (weights, per-row statistics' outputs, a second output). The row's
 // statistics are recorded once, by chunk 0's CTA.
@@ -114,7 +167,6 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_split_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
                                                RowSplitArgs split, typename Op::Stat* slots,
                                                typename Op::Stat* merged_slot) {
-  using Stat = typename Op::Stat;
   constexpr int NIN = Op::kInputs;
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
   extern __shared__ __align__(16) unsigned char split_bytes[];
@@ -128,7 +180,6 @@ __device__ __forceinline__ void row_split_body(RowArgs<T, Op::kInputs> args, con
   const int buffer_packs = tile_packs * split.chunk_tiles;
   const int64_t items = args.rows * chunks;
   const int64_t stride = gridDim.x;
-  Stat* partials = static_cast<Stat*>(split.partials);
 
   // One cp.async group per item, empty past the last, so wait_pending_groups counts right.
   auto fetch = [&](int64_t item, int buffer) {
@@ -157,43 +208,114 @@ __device__ __forceinline__ void row_split_body(RowArgs<T, Op::kInputs> args, con
     const int first = chunk * chunk_vectors + me;
     const typename Tile::PackT* chunk_buffer = buffers + buffer * buffer_packs;
     Tile tile;
-    Stat mine = Op::identity();
-    for (int t = 0; t < split.chunk_tiles; ++t) {
-      tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, first + t * tile_vectors, threads, me, threads);
-      mine = Op::merge(mine, fold_tile<Op, kAligned>(extra, row, first + t * tile_vectors, threads, cols, tile.values));
-    }
-    mine = block_butterfly_reduce<Op>(mine, slots);
-    const Stat stat = row_statistic<Op>(mine, partials + row * chunks, chunk, chunks, split.counters + row, merged_slot);
-    const typename Op::Params p =
-        finalize_row<Op, kAligned>(extra, row, first, threads, cols, stat, chunk == 0 && me == 0);
-
-    T* out = args.out + row * args.out_stride;
-    T* out2 = nullptr;
-    if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
-    for (int t = 0; t < split.chunk_tiles; ++t) {
-      const int tile_first = first + t * tile_vectors;
-      tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, tile_first, threads, me, threads);
-      const Stat again = fold_tile<Op, kAligned>(extra, row, tile_first, threads, cols, tile.values);
-      tile.template store<Op>(out, out2, cols, tile_first, threads, Op::local(p, again), extra);
-    }
+    const auto each_tile = [&](bool, auto visit) {
+      for (int t = 0; t < split.chunk_tiles; ++t) {
+        tile.template unstash<Op>(chunk_buffer + t * tile_packs, cols, first + t * tile_vectors, threads, me, threads);
+        visit(tile, t);
+      }
+    };
+    fold_chunk<T, Op, kAligned, Tile>(extra, split, row, chunk, first, tile_vectors, slots, cols, each_tile);
+    write_chunk<T, Op, kAligned, Tile>(args, extra, split, row, chunk, first, tile_vectors, merged_slot, each_tile);
   }
 }
 
-template <typename T, class PlainOp, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kRowSplitThreads, 1)
-row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
-  using Op = PlainRowOp<PlainOp>;
-  __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat merged;
-  row_split_body<T, Op, VEC, VPT, kAligned>(args, NoRowExtra{}, split, slots, &merged);
+// Split rows re-read (RowSplitConfig::reread, ring 0): the same items, statistics and combine order as
+// row_split_body, each chunk's tiles loaded from global memory in both passes.
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__device__ __forceinline__ void row_split_reread_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
+                                                      RowSplitArgs split, typename Op::Stat* slots,
+                                                      typename Op::Stat* merged_slot) {
+  constexpr int NIN = Op::kInputs;
+  using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
+  const int threads = blockDim.x, me = threadIdx.x;
+  const int cols = args.cols, chunks = split.chunks;
+  const int tile_vectors = VPT * threads;
+  const int chunk_vectors = tile_vectors * split.chunk_tiles;
+  const int row_vectors = (cols + VEC - 1) / VEC;
+  const int64_t items = args.rows * chunks;
+  const PolicyLoad16 keep{l2_policy(L2Keep::kLast)}, drop{l2_policy(L2Keep::kFirst)};
+  // Two tiles in flight where a tile's values take at most 16 words (float32, float64: one input);
+  // two 32-word tiles spilled (ptxas).
+  constexpr bool kTwoInFlight = NIN * Tile::kElems * sizeof(typename Tile::Acc) <= 16 * 4;
+
+  // Item `item`'s chunk, its tiles t = 0 .. tiles - 1 in order (with kTwoInFlight, `visit` sees
+  // tile t while tile t + 1 is on its way); the fold keeps the chunk in L2, the write lets it go.
+  const auto each_tile_of = [&](int64_t item) {
+    return [&, item](bool second_pass, auto visit) {
+      const int64_t row = item / chunks;
+      const int chunk = static_cast<int>(item - row * chunks);
+      const int first = chunk * chunk_vectors + me;
+      // The last chunk's tiles past the row's end hold nothing: skipped (the same for every thread).
+      const int left = row_vectors - chunk * chunk_vectors;
+      const int tiles = min(split.chunk_tiles, (left + tile_vectors - 1) / tile_vectors);
+      const T* in[NIN];
+#pragma unroll
+      for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
+      const PolicyLoad16 load16 = second_pass ? drop : keep;
+      auto load = [&](Tile& tile, int t) { tile.template load<Op>(in, cols, first + t * tile_vectors, threads, load16); };
+      Tile a;
+      if constexpr (kTwoInFlight) {
+        Tile b;
+        load(a, 0);
+        for (int t = 0; t < tiles; t += 2) {
+          if (t + 1 < tiles) load(b, t + 1);
+          visit(a, t);
+          if (t + 2 < tiles) load(a, t + 2);
+          if (t + 1 < tiles) visit(b, t + 1);
+        }
+      } else {
+        for (int t = 0; t < tiles; ++t) {
+          load(a, t);
+          visit(a, t);
+        }
+      }
+    };
+  };
+
+  // One item ahead: item i + G is folded and published before item i waits for its row and is
+  // written, so a CTA's wait overlaps its next read instead of idling the SM. Item i is then
+  // published once its CTA has written item i - 2G, whose row's chunks all lie below
+  // (i - 2G) + C <= i: the deadlock argument above holds with room to spare.
+  int64_t pending = -1;  // folded and published, not yet written
+  for (int64_t item = blockIdx.x;; item += gridDim.x) {
+    if (item < items) {
+      const int64_t row = item / chunks;
+      const int chunk = static_cast<int>(item - row * chunks);
+      fold_chunk<T, Op, kAligned, Tile>(extra, split, row, chunk, chunk * chunk_vectors + me, tile_vectors, slots,
+                                        cols, each_tile_of(item));
+    }
+    if (pending >= 0) {
+      const int64_t row = pending / chunks;
+      const int chunk = static_cast<int>(pending - row * chunks);
+      write_chunk<T, Op, kAligned, Tile>(args, extra, split, row, chunk, chunk * chunk_vectors + me, tile_vectors,
+                                         merged_slot, each_tile_of(pending));
+    }
+    if (item >= items) break;
+    pending = item;
+  }
 }
 
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
-__global__ void __launch_bounds__(kRowSplitThreads, 1)
-row_split_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, RowSplitArgs split) {
+// The split kernels: chunks held in shared memory (row_split_body) or, kReread, read twice
+// (row_split_reread_body); apart, so neither form's registers grow by the other's.
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kReread>
+__device__ __forceinline__ void row_split_items(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
+                                                RowSplitArgs split) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat merged;
-  row_split_body<T, Op, VEC, VPT, kAligned>(args, extra, split, slots, &merged);
+  if constexpr (kReread) row_split_reread_body<T, Op, VEC, VPT, kAligned>(args, extra, split, slots, &merged);
+  else row_split_body<T, Op, VEC, VPT, kAligned>(args, extra, split, slots, &merged);
+}
+
+template <typename T, class PlainOp, int VEC, int VPT, bool kAligned, bool kReread>
+__global__ void __launch_bounds__(kRowSplitThreads, 1)
+row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
+  row_split_items<T, PlainRowOp<PlainOp>, VEC, VPT, kAligned, kReread>(args, NoRowExtra{}, split);
+}
+
+template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kReread>
+__global__ void __launch_bounds__(kRowSplitThreads, 1)
+row_split_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, RowSplitArgs split) {
+  row_split_items<T, Op, VEC, VPT, kAligned, kReread>(args, extra, split);
 }
 
 }  // namespace reducekit::kernels

@@ -74,6 +74,8 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   limits->split_ring = std::clamp(limits->split_ring, 2, 4);
   set("split_min_cluster", &limits->split_min_cluster);
   set("split_max_elem_bytes", &limits->split_max_elem_bytes);
+  set("split_reread_from_bytes", &limits->split_reread_from_bytes);
+  set("split_reread_min_chunk_tiles", &limits->split_reread_min_chunk_tiles);
   set("reread_above_words", &limits->reread_above_words);
   set("reread_ragged_lengths_only", &limits->reread_ragged_lengths_only);
   set("reread_small_tiles_from_bytes", &limits->reread_small_tiles_from_bytes);

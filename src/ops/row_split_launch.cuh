@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/row_split.cuh"
 #include "ops/checks.hpp"
@@ -52,25 +53,27 @@ inline Status cooperative_launch_supported(bool* supported) {
 }
 
 // The split kernel of plain ops (no Extra) or of extended ones (one Extra argument).
-template <typename T, class Op, int VEC, bool kAligned, class... Extra> auto split_kernel() {
-  if constexpr (sizeof...(Extra) == 0) return kernels::row_split_kernel<T, Op, VEC, kRowSplitVpt, kAligned>;
-  else return kernels::row_split_kernel_ext<T, Op, VEC, kRowSplitVpt, kAligned>;
+template <typename T, class Op, int VEC, bool kAligned, bool kReread, class... Extra> auto split_kernel() {
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_split_kernel<T, Op, VEC, kRowSplitVpt, kAligned, kReread>;
+  else return kernels::row_split_kernel_ext<T, Op, VEC, kRowSplitVpt, kAligned, kReread>;
 }
 
 // Launches the split kernel when the device keeps at least one CTA a chunk of a row resident;
 // `launched` says whether it did. Whether it does depends on the device and the plan (row
 // length, dtype), never on the row count, so a row's path, and its bits, are batch-invariant.
-template <typename T, class Op, bool kAligned, class... Extra>
+template <typename T, class Op, bool kAligned, bool kReread, class... Extra>
 Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c, const RowSplitBuffers& buffers,
                         cudaStream_t stream, bool* launched, const Extra&... extra) {
   *launched = false;
   const RowSplitConfig& s = c.split;
-  if (s.vpt != kRowSplitVpt || s.threads != kRowSplitThreads || s.ring < 2 || s.ring > 4 || s.chunk_tiles < 1)
-    return Status::unsupported("row plan: split rows need the instantiated tile and a ring of 2 .. 4 chunks");
+  if (s.vpt != kRowSplitVpt || s.threads != kRowSplitThreads || s.chunk_tiles < 1 ||
+      (s.reread ? s.ring != 0 || s.smem_bytes != 0 : s.ring < 2 || s.ring > 4))
+    return Status::unsupported("row plan: split rows need the instantiated tile and a ring of 2 .. 4 chunks "
+                               "(re-read ones none)");
   bool cooperative = false;
   REDUCEKIT_RETURN_IF_ERROR(cooperative_launch_supported(&cooperative));
   if (!cooperative) return Status::ok();
-  auto kernel = split_kernel<T, Op, kVec<T>, kAligned, Extra...>();
+  auto kernel = split_kernel<T, Op, kVec<T>, kAligned, kReread, Extra...>();
   REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, s.smem_bytes, "row_split_kernel"));
   int resident = 0;
   REDUCEKIT_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), s.threads, s.smem_bytes, &resident));
@@ -98,10 +101,14 @@ Status launch_row_op_split(const RowArgsFor<T, Op>& args, const RowKernelConfig&
   if (args.rows == 0 || args.cols == 0) return Status::ok();
   if (c.split.chunks > 0 && buffers.counters != nullptr && buffers.partials != nullptr) {
     bool launched = false;
-    if (aligned)
-      REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, true>(args, c, buffers, stream, &launched, extra...)));
-    else
-      REDUCEKIT_RETURN_IF_ERROR((detail::launch_row_split<T, Op, false>(args, c, buffers, stream, &launched, extra...)));
+    const auto launch = [&](auto aligned_tag, auto reread_tag) {
+      return detail::launch_row_split<T, Op, decltype(aligned_tag)::value, decltype(reread_tag)::value>(
+          args, c, buffers, stream, &launched, extra...);
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (c.split.reread) REDUCEKIT_RETURN_IF_ERROR(aligned ? launch(Yes{}, Yes{}) : launch(No{}, Yes{}));
+    else REDUCEKIT_RETURN_IF_ERROR(aligned ? launch(Yes{}, No{}) : launch(No{}, No{}));
     if (launched) return Status::ok();
   }
   return launch_row_op<F, T, Op>(args, extra..., c, aligned, stream);

@@ -135,6 +135,15 @@ struct RowKernelLimits {
   // rows lose against the stream kernel, whose 16 CTAs a row then hold the whole row on chip
   // (LOG.md).
   int split_max_elem_bytes = 2;
+  // Rows of at least this many bytes (all inputs) that the split CTAs' shared memory cannot take
+  // (their dtype, or more chunks than resident CTAs) split re-read (RowSplitConfig::reread)
+  // instead of streaming on one 16-CTA cluster, which leaves most SMs idle. 0: never. 4 MiB:
+  // the norms' float32 rows of 2^20 gain at 1-16 rows and hold level at 64; the residual forms'
+  // 2 MiB rows (256x262144) lost 12% with layer_norm (LOG.md).
+  int64_t split_reread_from_bytes = int64_t(4) << 20;
+  // Re-read chunks are at least this many tiles, and larger where a row would otherwise have
+  // more chunks than the device has SMs.
+  int split_reread_min_chunk_tiles = 2;
   // Re-read rows: rows longer than one CTA's register tile (up to kRereadMaxRowBytes), and
   // one-CTA rows of more than this many words a thread (0: none), take small tiles
   // (kRereadTileWords words a thread) on the stream kernel, no stash, no cluster (a row one such
@@ -307,7 +316,9 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
 // dtype only, so results stay batch-invariant). Chunk j of row r is work item r * chunks + j;
 // a cooperative grid of `grid` CTAs (at most the resident CTAs) takes items blockIdx.x,
 // + gridDim.x, ...; chunks <= grid keeps it deadlock-free (row_split.cuh). Each CTA keeps
-// `ring` chunk buffers of shared memory, loading the next items while it finishes one.
+// `ring` chunk buffers of shared memory, loading the next items while it finishes one; a
+// re-read split (`reread`: no buffers, ring 0) folds each chunk from global memory and reads it
+// again to write it, with at most one chunk a row an SM (`grid` = the SM count).
 struct RowSplitConfig {
   int chunks = 0;       // per row; 0: the row does not split
   int chunk_tiles = 0;  // tiles of threads x vpt vectors per chunk
@@ -316,6 +327,7 @@ struct RowSplitConfig {
   int ring = 0;         // chunk buffers per CTA
   int grid = 0;         // resident CTAs the plan assumes (the launch checks the real count)
   std::size_t smem_bytes = 0;  // dynamic shared memory per CTA: ring x chunk buffers
+  bool reread = false;         // chunks read twice from global memory (ring 0, smem_bytes 0)
   int64_t chunk_vectors() const { return int64_t(threads) * vpt * chunk_tiles; }
 };
 

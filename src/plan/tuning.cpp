@@ -15,7 +15,8 @@ namespace {
 constexpr const char* kNames[] = {
     // row engine (RowKernelLimits)
     "max_cluster", "max_block_threads", "block_elems", "min_block_threads", "ring", "two_phase", "max_tile_values",
-    "split_chunk_tiles", "split_ring", "split_min_cluster", "split_max_elem_bytes", "reread_above_words",
+    "split_chunk_tiles", "split_ring", "split_min_cluster", "split_max_elem_bytes", "split_reread_from_bytes",
+    "split_reread_min_chunk_tiles", "reread_above_words",
     "reread_ragged_lengths_only", "reread_small_tiles_from_bytes", "reread_stash_bytes", "l2_hints_from_bytes",
     "wide_rows", "wide_above_threads", "wide_whole_above_threads", "wide_lean_max_threads",
     "wide_roomy_max_threads", "wide_whole_roomy_max_threads",

@@ -679,7 +679,8 @@ TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
   }
 }
 
-// Split rows (16-bit rows of 2^20 elements; float32 and float64 with the planner's knob widened):
+// Split rows (16-bit rows of 2^20 elements on chip; float32 and float64 re-read by default and on
+// chip with the planner's knob widened):
 // every forward op, with and without weight and bias, odd lengths (1000003 cuts the last chunk
 // mid-vector), unaligned rows, and more chunks than the grid's CTAs take at once (12 rows x 32).
 TEST_F(NormGpu, SplitRows) {
@@ -690,6 +691,18 @@ TEST_F(NormGpu, SplitRows) {
                                               83);
   check_forward<__half, float>({Kind::kRms, true, true, false, "randn", true}, {3, mega, mega + 8, 0}, 84);
   check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, false, "randn", true}, {12, mega, mega, 0}, 85);
+  // Re-read splits (RowSplitConfig::reread): float32 and float64 rows of 4-8 MiB by default (the
+  // residual form reads two inputs), 16-bit ones with the on-chip split off and the threshold at
+  // 2 MiB; more chunks than the grid's CTAs (12 rows x 32).
+  check_forward<float, float>({Kind::kLayer, false, true, true, "large_mean", true}, {3, mega, mega, 0}, 88);
+  check_forward<float, float>({Kind::kRms, true, true, true, "randn", true}, {2, prime, prime + 5, 1}, 89);
+  check_forward<double, double>({Kind::kLayer, false, true, false, "step", true}, {2, mega, mega, 0}, 90);
+  {
+    const ScopedTuning no_on_chip("split_max_elem_bytes", 1);
+    const ScopedTuning reread("split_reread_from_bytes", int64_t(2) << 20);
+    check_forward<__nv_bfloat16, float>({Kind::kRms, false, true, true, "randn", true}, {12, mega, mega, 0}, 91);
+    check_forward<__half, __half>({Kind::kLayer, true, true, true, "constant", true}, {3, mega + 3, mega + 3, 0}, 92);
+  }
   const ScopedTuning every_dtype("split_max_elem_bytes", 8);
   check_forward<float, float>({Kind::kLayer, false, true, true, "randn", true}, {3, mega, mega, 0}, 86);
   // float64 with a residual: 192 KB chunks (one 32 KB tile each), one CTA an SM; 300007 columns

@@ -200,10 +200,58 @@ TEST(RowKernelPlan, SplitByDefaultOnlySixteenBitRows) {
   RowKernelLimits limits = h200_limits();
   limits.split_max_elem_bytes = RowKernelLimits{}.split_max_elem_bytes;
   EXPECT_EQ(plan_row_kernel(1 << 20, 2, 1, limits).split.chunks, 32);
-  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0) << "float32 rows stream";
-  EXPECT_EQ(plan_row_kernel(1 << 20, 8, 1, limits).split.chunks, 0) << "float64 rows stream";
+  EXPECT_FALSE(plan_row_kernel(1 << 20, 2, 1, limits).split.reread);
+  EXPECT_TRUE(plan_row_kernel(1 << 20, 4, 1, limits).split.reread) << "4 MB float32 rows split re-read";
+  EXPECT_TRUE(plan_row_kernel(1 << 20, 8, 1, limits).split.reread) << "8 MB float64 rows split re-read";
   EXPECT_EQ(plan_row_kernel(262144, 2, 1, limits).split.chunks, 8) << "16-bit 8-CTA cluster rows split";
   EXPECT_EQ(plan_row_kernel(262144, 4, 1, limits).split.chunks, 0) << "float32 cluster rows do not";
+  limits.split_reread_from_bytes = 0;
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0) << "float32 rows stream";
+  EXPECT_EQ(plan_row_kernel(1 << 20, 8, 1, limits).split.chunks, 0) << "float64 rows stream";
+}
+
+// Re-read splits: rows of at least split_reread_from_bytes the shared memory cannot split, at
+// most one chunk a row an SM, no buffers.
+TEST(RowKernelPlan, RereadSplitRowsHaveAtMostOneChunkAnSm) {
+  RowKernelLimits limits = h200_limits();
+  limits.split_max_elem_bytes = RowKernelLimits{}.split_max_elem_bytes;
+  for (int elem : {2, 4, 8}) {
+    for (int inputs : {1, 2}) {
+      for (int64_t n : {int64_t(500000), int64_t(524288), int64_t(1000003), int64_t(1) << 20, int64_t(3) << 20,
+                        int64_t(4194304), int64_t(10000000), int64_t(1) << 30}) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs);
+        const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
+        const RowSplitConfig& s = c.split;
+        const int64_t vectors = (n * elem + 15) / 16;
+        if (!s.reread) {
+          EXPECT_TRUE(s.chunks > 0 || vectors * 16 * inputs < limits.split_reread_from_bytes)
+              << "a row past the threshold that does not split on chip splits re-read";
+          continue;
+        }
+        EXPECT_GE(vectors * 16 * inputs, limits.split_reread_from_bytes);
+        EXPECT_EQ(s.threads, kRowSplitThreads);
+        EXPECT_EQ(s.vpt, kRowSplitVpt);
+        EXPECT_EQ(s.ring, 0);
+        EXPECT_EQ(s.smem_bytes, 0u);
+        EXPECT_GE(s.chunk_tiles, limits.split_reread_min_chunk_tiles);
+        EXPECT_GE(s.chunks, 2);
+        EXPECT_LE(s.chunks, limits.sm_count) << "one resident CTA an SM takes every chunk of a row";
+        EXPECT_EQ(s.grid, limits.sm_count);
+        EXPECT_GE(s.chunks * s.chunk_vectors(), vectors) << "chunks cover the row";
+        EXPECT_LT((s.chunks - 1) * s.chunk_vectors(), vectors) << "no chunk lies wholly past the row";
+      }
+    }
+  }
+  EXPECT_FALSE(plan_row_kernel(524288, 4, 1, limits).split.reread) << "2 MiB: under 4 MiB";
+  EXPECT_TRUE(plan_row_kernel(524288, 4, 2, limits).split.reread) << "4 MiB over both inputs";
+  const RowSplitConfig one_row = plan_row_kernel(4194304, 4, 1, limits).split;
+  EXPECT_EQ(one_row.chunks, 128) << "16 MB: 512 tiles of 32 KB, 4 a chunk";
+  EXPECT_EQ(one_row.chunk_tiles, 4);
+  const RowSplitConfig mega = plan_row_kernel(1 << 20, 4, 1, limits).split;
+  EXPECT_EQ(mega.chunks, 64) << "4 MB: 128 tiles, 2 a chunk";
+  limits.split_reread_min_chunk_tiles = 4;
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 32);
+  EXPECT_TRUE(plan_row_kernel(5 << 20, 2, 1, limits).split.reread) << "10 MB 16-bit rows: 160 chunks on chip, past 132";
 }
 
 TEST(RowKernelPlan, SplitRowsAreStreamedRowsWhoseChunksTheGridHolds) {
@@ -219,8 +267,8 @@ TEST(RowKernelPlan, SplitRowsAreStreamedRowsWhoseChunksTheGridHolds) {
           continue;
         }
         const int64_t vectors = (n + c.vec - 1) / c.vec;
-        if (s.chunks == 0) {
-          // Only rows with more chunks than resident CTAs stay on the stream kernel.
+        if (s.chunks == 0 || s.reread) {
+          // Only rows with more chunks than resident CTAs stay on the stream kernel (or re-read).
           const RowKernelConfig probe = plan_row_kernel(n, elem, inputs, [] {
             RowKernelLimits l = h200_limits();
             l.sm_count = 1 << 20;
@@ -260,7 +308,9 @@ TEST(RowKernelPlan, SplitChunksOfTheBenchmarkRows) {
   EXPECT_EQ(bf16.split.chunk_vectors() * bf16.vec, 32768);
   const RowKernelConfig fp64 = plan_row_kernel(1 << 20, 8, 1, limits);
   EXPECT_EQ(fp64.split.chunks, 128);
-  EXPECT_EQ(plan_row_kernel(3 << 20, 4, 1, limits).split.chunks, 0) << "192 chunks > 132 resident CTAs";
+  const RowSplitConfig past = plan_row_kernel(3 << 20, 4, 1, limits).split;
+  EXPECT_TRUE(past.reread) << "192 chunks > 132 resident CTAs: re-read";
+  EXPECT_EQ(past.chunks, 128) << "384 tiles, 3 a chunk";
   EXPECT_EQ(plan_row_kernel(3 << 20, 2, 1, limits).split.chunks, 96);
   EXPECT_EQ(plan_row_kernel(131072, 4, 1, limits).split.chunks, 0) << "4-CTA cluster rows keep their path";
   // The stream plan stays what it was: it runs the row when no workspace is given.
@@ -294,10 +344,14 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
   const RowKernelConfig shrunk = plan_row_kernel(1 << 20, 4, 1, limits);
   EXPECT_EQ(shrunk.split.chunk_tiles, 2);
   limits = h200_limits();
-  limits.max_smem_per_sm = 100 * 1024;  // not one CTA of 192 KB an SM
-  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0);
+  limits.max_smem_per_sm = 100 * 1024;  // not one CTA of 192 KB an SM: re-read instead
+  EXPECT_TRUE(plan_row_kernel(1 << 20, 4, 1, limits).split.reread);
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 64);
   limits = h200_limits();
-  limits.sm_count = 40;  // 64 chunks, 40 resident CTAs
+  limits.sm_count = 40;  // 64 chunks, 40 resident CTAs: re-read in 32 chunks of 4 tiles
+  EXPECT_TRUE(plan_row_kernel(1 << 20, 4, 1, limits).split.reread);
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 32);
+  limits.split_reread_from_bytes = 0;
   EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0);
   limits = h200_limits();
   // Rows held by clusters of 5 or more CTAs split; smaller clusters do not (run 23).
@@ -466,6 +520,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.two_phase, defaults.two_phase);
     EXPECT_EQ(l.split_min_cluster, defaults.split_min_cluster);
     EXPECT_EQ(l.split_max_elem_bytes, defaults.split_max_elem_bytes);
+    EXPECT_EQ(l.split_reread_from_bytes,
+              w.family == RowFamily::kRowwise ? int64_t(16) << 20 : defaults.split_reread_from_bytes);
     const bool layer_norm = w.family == RowFamily::kLayerNormForward;
     EXPECT_EQ(l.reread_small_tiles_from_bytes,
               layer_norm && w.elem == 2 ? 0 : defaults.reread_small_tiles_from_bytes);

@@ -263,6 +263,23 @@ template <typename T> void split_sweep(Op op) {
 REDUCEKIT_DTYPE_TESTS(SoftmaxSplit, split_sweep, Op::kSoftmax)
 REDUCEKIT_DTYPE_TESTS(LogSoftmaxSplit, split_sweep, Op::kLogSoftmax)
 
+// Split rows re-read (RowSplitConfig::reread): rows of 2^20 with the threshold lowered to 4 MiB
+// (float32 and float64: their elements do not split on chip), 16-bit ones with the on-chip split
+// turned off and the threshold at 2 MiB.
+// 1048583 cuts the last chunk mid-vector and leaves its last tile out; sliced and unaligned rows.
+template <typename T> void reread_sweep(Op op) {
+  std::optional<ScopedTuning> no_on_chip;
+  if (sizeof(T) == 2) no_on_chip.emplace("split_max_elem_bytes", 1);
+  const ScopedTuning reread("split_reread_from_bytes", int64_t(2) << 20);
+  const int64_t mega = 1 << 20, odd = 1048583;
+  check_against_oracle<T>(op, {3, mega, mega, 0}, "randn", 61, true);
+  check_against_oracle<T>(op, {4, odd, odd + 61, 0}, "special", 62, true);
+  check_against_oracle<T>(op, {2, mega, mega + 1, 1}, "large", 63, true);
+}
+
+REDUCEKIT_DTYPE_TESTS(SoftmaxRereadSplit, reread_sweep, Op::kSoftmax)
+REDUCEKIT_DTYPE_TESTS(LogSoftmaxRereadSplit, reread_sweep, Op::kLogSoftmax)
+
 // Items outnumber the grid several times over, so CTAs loop and rows straddle the grid's rounds
 // (float64: 128 chunks a row on 132 CTAs; float32 9 x 64 chunks; bfloat16 20 x 32 chunks;
 // float16 6 x 96 chunks).
@@ -294,8 +311,7 @@ std::vector<float> split_bits(const DeviceBuffer& x, int64_t rows, int64_t cols,
   return out;
 }
 
-TEST_F(SoftmaxGpu, SplitRowsDeterministicAndBatchInvariant) {
-  const SplitEveryDtype widen;
+void split_rows_deterministic_and_batch_invariant() {
   const int64_t cols = 1 << 20, rows = 12;  // 768 chunks: about six rounds of the grid
   const std::vector<double> values = make_values(rows * cols, "randn", 51);
   std::vector<float> host(values.begin(), values.end());
@@ -316,6 +332,19 @@ TEST_F(SoftmaxGpu, SplitRowsDeterministicAndBatchInvariant) {
     }
     const std::vector<float> three = split_bits(x, 3, cols, 4, log, workspace);
     EXPECT_TRUE(std::equal(three.begin(), three.end(), batch.begin() + 4 * cols)) << "rows 4..6 differ";
+  }
+}
+
+// On chip (the split widened to float32) and re-read (float32's rows of 4 MiB with the threshold
+// lowered to them).
+TEST_F(SoftmaxGpu, SplitRowsDeterministicAndBatchInvariant) {
+  for (bool on_chip : {true, false}) {
+    SCOPED_TRACE(on_chip ? "on chip" : "re-read");
+    std::optional<SplitEveryDtype> widen;
+    std::optional<ScopedTuning> reread;
+    if (on_chip) widen.emplace();
+    else reread.emplace("split_reread_from_bytes", int64_t(4) << 20);
+    split_rows_deterministic_and_batch_invariant();
   }
 }
 
