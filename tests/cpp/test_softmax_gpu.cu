@@ -320,10 +320,12 @@ void split_rows_deterministic_and_batch_invariant() {
   SoftmaxRequirements req;
   ASSERT_TRUE(softmax_requirements(row_view(x.get(), DType::kFloat32, {rows, cols, cols, 0}), 1, &req).is_ok());
   DeviceBuffer workspace(req.workspace_bytes);
-  REDUCEKIT_CUDA_OK(cudaMemset(workspace.get(), 0, req.workspace_bytes));  // once: every call leaves it zero
+  // Once: every call leaves the counters zero; the statistics' 0xff bytes show whether the split ran.
+  prepare_split_workspace(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
   for (bool log : {false, true}) {
     SCOPED_TRACE(log ? "log_softmax" : "softmax");
     const std::vector<float> batch = split_bits(x, rows, cols, 0, log, workspace);
+    expect_split_ran(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
     EXPECT_EQ(batch, split_bits(x, rows, cols, 0, log, workspace)) << "two runs differ";
     for (int64_t r : {int64_t(0), int64_t(5), rows - 1}) {
       const std::vector<float> alone = split_bits(x, 1, cols, r, log, workspace);
