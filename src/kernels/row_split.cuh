@@ -43,8 +43,8 @@
 // Rows whose chunks the resident CTAs' shared memory cannot hold (RowSplitConfig::reread: ring
 // 0, no buffers) run the same protocol with each chunk read from global memory twice: folded
 // under an evict_last policy, then, once the row's statistic is known, read again (evict_first)
-// to be written. Their chunks are sized so a row has at most one chunk an SM (the launch bounds
-// promise one resident CTA an SM), so the deadlock argument above holds unchanged.
+// to be written. Their chunks are sized so a row has at most one chunk a resident CTA (the launch
+// bounds promise reread_split_ctas_per_sm CTAs an SM), so the deadlock argument above holds.
 #pragma once
 
 #include <cuda_pipeline.h>
@@ -234,12 +234,9 @@ __device__ __forceinline__ void row_split_reread_body(RowArgs<T, Op::kInputs> ar
   const int row_vectors = (cols + VEC - 1) / VEC;
   const int64_t items = args.rows * chunks;
   const PolicyLoad16 keep{l2_policy(L2Keep::kLast)}, drop{l2_policy(L2Keep::kFirst)};
-  // Two tiles in flight where a tile's values take at most 16 words (float32, float64: one input);
-  // two 32-word tiles spilled (ptxas).
-  constexpr bool kTwoInFlight = NIN * Tile::kElems * sizeof(typename Tile::Acc) <= 16 * 4;
-
-  // Item `item`'s chunk, its tiles t = 0 .. tiles - 1 in order (with kTwoInFlight, `visit` sees
-  // tile t while tile t + 1 is on its way); the fold keeps the chunk in L2, the write lets it go.
+  // Item `item`'s chunk, its tiles t = 0 .. tiles - 1 in order, one in flight a thread (two CTAs
+  // an SM where a tile is 16 words: reread_split_ctas_per_sm); the fold keeps the chunk in L2,
+  // the write lets it go.
   const auto each_tile_of = [&](int64_t item) {
     return [&, item](bool second_pass, auto visit) {
       const int64_t row = item / chunks;
@@ -252,22 +249,10 @@ __device__ __forceinline__ void row_split_reread_body(RowArgs<T, Op::kInputs> ar
 #pragma unroll
       for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
       const PolicyLoad16 load16 = second_pass ? drop : keep;
-      auto load = [&](Tile& tile, int t) { tile.template load<Op>(in, cols, first + t * tile_vectors, threads, load16); };
-      Tile a;
-      if constexpr (kTwoInFlight) {
-        Tile b;
-        load(a, 0);
-        for (int t = 0; t < tiles; t += 2) {
-          if (t + 1 < tiles) load(b, t + 1);
-          visit(a, t);
-          if (t + 2 < tiles) load(a, t + 2);
-          if (t + 1 < tiles) visit(b, t + 1);
-        }
-      } else {
-        for (int t = 0; t < tiles; ++t) {
-          load(a, t);
-          visit(a, t);
-        }
+      Tile tile;
+      for (int t = 0; t < tiles; ++t) {
+        tile.template load<Op>(in, cols, first + t * tile_vectors, threads, load16);
+        visit(tile, t);
       }
     };
   };
@@ -307,13 +292,13 @@ __device__ __forceinline__ void row_split_items(RowArgs<T, Op::kInputs> args, co
 }
 
 template <typename T, class PlainOp, int VEC, int VPT, bool kAligned, bool kReread>
-__global__ void __launch_bounds__(kRowSplitThreads, 1)
+__global__ void __launch_bounds__(kRowSplitThreads, kReread ? reread_split_ctas_per_sm(sizeof(T), PlainOp::kInputs) : 1)
 row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
   row_split_items<T, PlainRowOp<PlainOp>, VEC, VPT, kAligned, kReread>(args, NoRowExtra{}, split);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kReread>
-__global__ void __launch_bounds__(kRowSplitThreads, 1)
+__global__ void __launch_bounds__(kRowSplitThreads, kReread ? reread_split_ctas_per_sm(sizeof(T), Op::kInputs) : 1)
 row_split_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, RowSplitArgs split) {
   row_split_items<T, Op, VEC, VPT, kAligned, kReread>(args, extra, split);
 }

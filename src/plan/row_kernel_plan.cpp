@@ -74,24 +74,24 @@ RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const
 }
 
 // Split rows re-read (RowSplitConfig::reread): rows of at least split_reread_from_bytes in
-// chunks of at least split_reread_min_chunk_tiles tiles, at most one chunk a row an SM (one
-// resident CTA an SM is what the kernel's launch bounds promise). A function of the row length,
+// chunks of at least split_reread_min_chunk_tiles tiles, at most one chunk a row a resident CTA
+// (reread_split_ctas_per_sm an SM, the kernel's launch bounds). A function of the row length,
 // dtype and device only, as the on-chip split.
-RowSplitConfig plan_row_split_reread(int64_t vectors, int inputs, const RowKernelLimits& limits) {
+RowSplitConfig plan_row_split_reread(int64_t vectors, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowSplitConfig s;
   if (limits.split_reread_from_bytes <= 0 || limits.sm_count <= 0 ||
       vectors * 16 * inputs < limits.split_reread_from_bytes)
     return s;
+  const int64_t resident = int64_t(limits.sm_count) * reread_split_ctas_per_sm(elem_bytes, inputs);
   const int64_t tiles = ceil_div(vectors, int64_t(kRowSplitThreads) * kRowSplitVpt);
-  const int64_t chunk_tiles =
-      std::max<int64_t>({1, limits.split_reread_min_chunk_tiles, ceil_div(tiles, limits.sm_count)});
+  const int64_t chunk_tiles = std::max<int64_t>({1, limits.split_reread_min_chunk_tiles, ceil_div(tiles, resident)});
   const int64_t chunks = ceil_div(tiles, chunk_tiles);
   if (chunks < 2) return s;
   s.threads = kRowSplitThreads;
   s.vpt = kRowSplitVpt;
   s.chunk_tiles = static_cast<int>(chunk_tiles);
   s.chunks = static_cast<int>(chunks);
-  s.grid = limits.sm_count;
+  s.grid = static_cast<int>(resident);
   s.reread = true;
   return s;
 }
@@ -166,7 +166,7 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   c.stash_tiles = static_cast<int>(std::min<int64_t>(c.tiles - 1, stash_bytes / tile_bytes));
   c.smem_bytes = c.stash_tiles * tile_bytes;
   c.split = plan_row_split(vectors, elem_bytes, inputs, limits);
-  if (c.split.chunks == 0) c.split = plan_row_split_reread(vectors, inputs, limits);
+  if (c.split.chunks == 0) c.split = plan_row_split_reread(vectors, elem_bytes, inputs, limits);
   return c;
 }
 
@@ -267,9 +267,6 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.reread_stash_bytes = kRereadStashBytes;  // the second pass reads shared memory, not L2
       l.reread_over_split = true;                // re-read rows beat split ones up to 1 MiB
       l.ring_min_tile_bytes = 32 * 1024;         // below 32 KB tiles direct loads keep enough in flight
-      // softmax's own stream reads 4 MiB rows well once 16 rows fill the grid (split re-read: -6%
-      // at 16 rows, -18% at 64, +9% at 8); 16 MiB rows gain 3x alone, +4% at 4 rows (LOG.md)
-      l.split_reread_from_bytes = int64_t(16) << 20;
       break;
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster

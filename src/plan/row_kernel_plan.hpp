@@ -138,12 +138,13 @@ struct RowKernelLimits {
   // Rows of at least this many bytes (all inputs) that the split CTAs' shared memory cannot take
   // (their dtype, or more chunks than resident CTAs) split re-read (RowSplitConfig::reread)
   // instead of streaming on one 16-CTA cluster, which leaves most SMs idle. 0: never. 4 MiB:
-  // the norms' float32 rows of 2^20 gain at 1-16 rows and hold level at 64; the residual forms'
-  // 2 MiB rows (256x262144) lost 12% with layer_norm (LOG.md).
+  // float32 rows of 2^20 (softmax and the norms) gain at 1-64 rows; add_layer_norm's 2 MiB rows
+  // (256x262144 with a residual) lost 2.5% (LOG.md).
   int64_t split_reread_from_bytes = int64_t(4) << 20;
   // Re-read chunks are at least this many tiles, and larger where a row would otherwise have
-  // more chunks than the device has SMs.
-  int split_reread_min_chunk_tiles = 2;
+  // more chunks than the device keeps CTAs resident. 4 beat 2 by 3-4% at 8-64 float32 rows of
+  // 2^20 and held level on one row of 2^22 (LOG.md).
+  int split_reread_min_chunk_tiles = 4;
   // Re-read rows: rows longer than one CTA's register tile (up to kRereadMaxRowBytes), and
   // one-CTA rows of more than this many words a thread (0: none), take small tiles
   // (kRereadTileWords words a thread) on the stream kernel, no stash, no cluster (a row one such
@@ -318,7 +319,8 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
 // + gridDim.x, ...; chunks <= grid keeps it deadlock-free (row_split.cuh). Each CTA keeps
 // `ring` chunk buffers of shared memory, loading the next items while it finishes one; a
 // re-read split (`reread`: no buffers, ring 0) folds each chunk from global memory and reads it
-// again to write it, with at most one chunk a row an SM (`grid` = the SM count).
+// again to write it, with at most one chunk a row a resident CTA (`grid` = the SM count times
+// reread_split_ctas_per_sm).
 struct RowSplitConfig {
   int chunks = 0;       // per row; 0: the row does not split
   int chunk_tiles = 0;  // tiles of threads x vpt vectors per chunk
@@ -377,6 +379,11 @@ constexpr int kRowSplitVpt = 4;
 // Shared memory a split CTA needs besides its chunk buffers (reduction slots, the runtime's
 // per-CTA reservation), for the planner's resident-CTA estimate.
 constexpr std::size_t kRowSplitSmemReserve = 2048;
+// Re-read split CTAs an SM (their __launch_bounds__ minimum): two where a thread's tile takes 16
+// words (float32 and float64 rows of one input), so one CTA's waits and merges overlap the
+// other's loads; one for 32-word tiles (16-bit elements held as float32, two inputs), which
+// spilled 172-316 bytes at the 64 registers two CTAs allow (ptxas).
+constexpr int reread_split_ctas_per_sm(int elem_bytes, int inputs) { return elem_bytes >= 4 && inputs == 1 ? 2 : 1; }
 
 constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indices in int
 

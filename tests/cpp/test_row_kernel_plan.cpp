@@ -211,8 +211,8 @@ TEST(RowKernelPlan, SplitByDefaultOnlySixteenBitRows) {
 }
 
 // Re-read splits: rows of at least split_reread_from_bytes the shared memory cannot split, at
-// most one chunk a row an SM, no buffers.
-TEST(RowKernelPlan, RereadSplitRowsHaveAtMostOneChunkAnSm) {
+// most one chunk a row a resident CTA (two an SM for 16-word tiles), no buffers.
+TEST(RowKernelPlan, RereadSplitRowsFitTheResidentCtas) {
   RowKernelLimits limits = h200_limits();
   limits.split_max_elem_bytes = RowKernelLimits{}.split_max_elem_bytes;
   for (int elem : {2, 4, 8}) {
@@ -235,8 +235,10 @@ TEST(RowKernelPlan, RereadSplitRowsHaveAtMostOneChunkAnSm) {
         EXPECT_EQ(s.smem_bytes, 0u);
         EXPECT_GE(s.chunk_tiles, limits.split_reread_min_chunk_tiles);
         EXPECT_GE(s.chunks, 2);
-        EXPECT_LE(s.chunks, limits.sm_count) << "one resident CTA an SM takes every chunk of a row";
-        EXPECT_EQ(s.grid, limits.sm_count);
+        const int per_sm = reread_split_ctas_per_sm(elem, inputs);
+        EXPECT_EQ(per_sm, elem >= 4 && inputs == 1 ? 2 : 1);
+        EXPECT_EQ(s.grid, limits.sm_count * per_sm);
+        EXPECT_LE(s.chunks, s.grid) << "the resident CTAs take every chunk of a row at once";
         EXPECT_GE(s.chunks * s.chunk_vectors(), vectors) << "chunks cover the row";
         EXPECT_LT((s.chunks - 1) * s.chunk_vectors(), vectors) << "no chunk lies wholly past the row";
       }
@@ -245,12 +247,13 @@ TEST(RowKernelPlan, RereadSplitRowsHaveAtMostOneChunkAnSm) {
   EXPECT_FALSE(plan_row_kernel(524288, 4, 1, limits).split.reread) << "2 MiB: under 4 MiB";
   EXPECT_TRUE(plan_row_kernel(524288, 4, 2, limits).split.reread) << "4 MiB over both inputs";
   const RowSplitConfig one_row = plan_row_kernel(4194304, 4, 1, limits).split;
-  EXPECT_EQ(one_row.chunks, 128) << "16 MB: 512 tiles of 32 KB, 4 a chunk";
+  EXPECT_EQ(one_row.chunks, 128) << "16 MB: 512 tiles of 32 KB, 4 a chunk on 264 CTAs";
   EXPECT_EQ(one_row.chunk_tiles, 4);
+  EXPECT_EQ(plan_row_kernel(4194304, 4, 2, limits).split.chunks, 128) << "two inputs: one CTA an SM, 4 tiles a chunk";
   const RowSplitConfig mega = plan_row_kernel(1 << 20, 4, 1, limits).split;
-  EXPECT_EQ(mega.chunks, 64) << "4 MB: 128 tiles, 2 a chunk";
-  limits.split_reread_min_chunk_tiles = 4;
-  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 32);
+  EXPECT_EQ(mega.chunks, 32) << "4 MB: 128 tiles, 4 a chunk";
+  limits.split_reread_min_chunk_tiles = 8;
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 16);
   EXPECT_TRUE(plan_row_kernel(5 << 20, 2, 1, limits).split.reread) << "10 MB 16-bit rows: 160 chunks on chip, past 132";
 }
 
@@ -310,7 +313,7 @@ TEST(RowKernelPlan, SplitChunksOfTheBenchmarkRows) {
   EXPECT_EQ(fp64.split.chunks, 128);
   const RowSplitConfig past = plan_row_kernel(3 << 20, 4, 1, limits).split;
   EXPECT_TRUE(past.reread) << "192 chunks > 132 resident CTAs: re-read";
-  EXPECT_EQ(past.chunks, 128) << "384 tiles, 3 a chunk";
+  EXPECT_EQ(past.chunks, 96) << "384 tiles, 4 a chunk on 264 CTAs";
   EXPECT_EQ(plan_row_kernel(3 << 20, 2, 1, limits).split.chunks, 96);
   EXPECT_EQ(plan_row_kernel(131072, 4, 1, limits).split.chunks, 0) << "4-CTA cluster rows keep their path";
   // The stream plan stays what it was: it runs the row when no workspace is given.
@@ -346,11 +349,11 @@ TEST(RowKernelPlan, SplitGridFollowsSharedMemoryPerSm) {
   limits = h200_limits();
   limits.max_smem_per_sm = 100 * 1024;  // not one CTA of 192 KB an SM: re-read instead
   EXPECT_TRUE(plan_row_kernel(1 << 20, 4, 1, limits).split.reread);
-  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 64);
-  limits = h200_limits();
-  limits.sm_count = 40;  // 64 chunks, 40 resident CTAs: re-read in 32 chunks of 4 tiles
-  EXPECT_TRUE(plan_row_kernel(1 << 20, 4, 1, limits).split.reread);
   EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 32);
+  limits = h200_limits();
+  limits.sm_count = 12;  // 128 tiles, 24 resident re-read CTAs: 22 chunks of 6 tiles
+  EXPECT_TRUE(plan_row_kernel(1 << 20, 4, 1, limits).split.reread);
+  EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 22);
   limits.split_reread_from_bytes = 0;
   EXPECT_EQ(plan_row_kernel(1 << 20, 4, 1, limits).split.chunks, 0);
   limits = h200_limits();
@@ -520,8 +523,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.two_phase, defaults.two_phase);
     EXPECT_EQ(l.split_min_cluster, defaults.split_min_cluster);
     EXPECT_EQ(l.split_max_elem_bytes, defaults.split_max_elem_bytes);
-    EXPECT_EQ(l.split_reread_from_bytes,
-              w.family == RowFamily::kRowwise ? int64_t(16) << 20 : defaults.split_reread_from_bytes);
+    EXPECT_EQ(l.split_reread_from_bytes, defaults.split_reread_from_bytes);
     const bool layer_norm = w.family == RowFamily::kLayerNormForward;
     EXPECT_EQ(l.reread_small_tiles_from_bytes,
               layer_norm && w.elem == 2 ? 0 : defaults.reread_small_tiles_from_bytes);

@@ -263,7 +263,7 @@ template <typename T> void split_sweep(Op op) {
 REDUCEKIT_DTYPE_TESTS(SoftmaxSplit, split_sweep, Op::kSoftmax)
 REDUCEKIT_DTYPE_TESTS(LogSoftmaxSplit, split_sweep, Op::kLogSoftmax)
 
-// Split rows re-read (RowSplitConfig::reread): rows of 2^20 with the threshold lowered to 4 MiB
+// Split rows re-read (RowSplitConfig::reread): rows of 2^20 with the threshold lowered to 2 MiB
 // (float32 and float64: their elements do not split on chip), 16-bit ones with the on-chip split
 // turned off and the threshold at 2 MiB.
 // 1048583 cuts the last chunk mid-vector and leaves its last tile out; sliced and unaligned rows.
@@ -337,8 +337,8 @@ void split_rows_deterministic_and_batch_invariant() {
   }
 }
 
-// On chip (the split widened to float32) and re-read (float32's rows of 4 MiB with the threshold
-// lowered to them).
+// On chip (the split widened to float32) and re-read (float32's rows of 4 MiB, the threshold
+// set to them).
 TEST_F(SoftmaxGpu, SplitRowsDeterministicAndBatchInvariant) {
   for (bool on_chip : {true, false}) {
     SCOPED_TRACE(on_chip ? "on chip" : "re-read");
