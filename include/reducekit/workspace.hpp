@@ -2,8 +2,10 @@
 // Caller-owned device scratch memory for the ops that need it (reductions, split softmax rows).
 // Convention (CUB's): a requirements query says how many bytes a call needs and how many of
 // them, a prefix, must be zero when the call starts; every call leaves that prefix zero again,
-// so a workspace zeroed once may be reused by later calls on the same stream (calls that may
-// run concurrently need workspaces of their own).
+// so a workspace zeroed once may be reused by later calls on the same stream whose prefix is as
+// long (a call writes the rest from the end of its own prefix on: one with a shorter prefix
+// would overwrite a longer one; `tickets` below serves calls of every size), and calls that may
+// run concurrently need workspaces of their own.
 #pragma once
 
 #include <cstddef>

@@ -149,14 +149,18 @@ inline void prepare_split_workspace(void* workspace, std::size_t zeroed_bytes, s
   REDUCEKIT_CUDA_OK(cudaMemset(workspace, 0, zeroed_bytes));
   REDUCEKIT_CUDA_OK(cudaMemset(static_cast<char*>(workspace) + zeroed_bytes, 0xff, bytes - zeroed_bytes));
 }
-inline void expect_split_ran(const void* workspace, std::size_t zeroed_bytes, std::size_t bytes) {
-  std::vector<unsigned char> image(bytes);
-  REDUCEKIT_CUDA_OK(cudaMemcpy(image.data(), workspace, bytes, cudaMemcpyDeviceToHost));
-  const auto stats = image.begin() + static_cast<std::ptrdiff_t>(zeroed_bytes);
-  EXPECT_TRUE(std::all_of(image.begin(), stats, [](unsigned char b) { return b == 0; }))
+// The same with the counters apart (Workspace::tickets).
+inline void expect_split_ran(const void* tickets, std::size_t ticket_bytes, const void* stats, std::size_t stat_bytes) {
+  std::vector<unsigned char> counters(ticket_bytes), image(stat_bytes);
+  REDUCEKIT_CUDA_OK(cudaMemcpy(counters.data(), tickets, ticket_bytes, cudaMemcpyDeviceToHost));
+  REDUCEKIT_CUDA_OK(cudaMemcpy(image.data(), stats, stat_bytes, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(std::all_of(counters.begin(), counters.end(), [](unsigned char b) { return b == 0; }))
       << "the call left an arrival counter nonzero";
-  EXPECT_TRUE(std::any_of(stats, image.end(), [](unsigned char b) { return b != 0xff; }))
+  EXPECT_TRUE(std::any_of(image.begin(), image.end(), [](unsigned char b) { return b != 0xff; }))
       << "no chunk statistic was written: the split kernel did not run";
+}
+inline void expect_split_ran(const void* workspace, std::size_t zeroed_bytes, std::size_t bytes) {
+  expect_split_ran(workspace, zeroed_bytes, static_cast<const char*>(workspace) + zeroed_bytes, bytes - zeroed_bytes);
 }
 
 // A planner override (reducekit/tuning.hpp, read on every launch) set while a test runs, so the test

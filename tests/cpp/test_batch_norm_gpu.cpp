@@ -292,6 +292,7 @@ const std::vector<Case> kCases = {
     {{8, 64, 4, 4}, kChannelsLast | kOffset},
     {{8, 100, 3, 3}, kChannelsLast | kNoRunning},  // tiles of channels, the last one partly empty
     {{2, 5, 3, 4, 5}},
+    {{3, 7, 5, 3}, kNoRunning},  // planes of 15: inference's flat vectors cross planes; a tail of 3-7
     {{2, 5, 3, 4, 5}, kChannelsLast | kFrozenStats | kNoWeight},
     {{5, 1, 6, 6}},  // one channel
     {{5, 1, 6, 6}, kChannelsLast | kNoWeight},

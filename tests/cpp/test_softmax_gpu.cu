@@ -294,15 +294,16 @@ TEST_F(SoftmaxGpu, SplitRowsOutnumberTheGrid) {
 // Output bits of (log_)softmax over `rows` rows from `first_row` of x (float32, cols a row),
 // through the split path with a workspace zeroed once and reused by every call.
 std::vector<float> split_bits(const DeviceBuffer& x, int64_t rows, int64_t cols, int64_t first_row, bool log,
-                              const DeviceBuffer& workspace) {
+                              const DeviceBuffer& tickets, const DeviceBuffer& stats) {
   DeviceBuffer y(rows * cols * sizeof(float));
   const RowLayout l{rows, cols, cols, 0};
   const TensorView xv = row_view(static_cast<float*>(x.get()) + first_row * cols, DType::kFloat32, l);
   SoftmaxRequirements req;
   EXPECT_TRUE(softmax_requirements(xv, 1, &req).is_ok());
-  EXPECT_GT(req.workspace_bytes, 0u);
-  EXPECT_LE(req.workspace_bytes, workspace.bytes());
-  const Workspace ws{workspace.get(), workspace.bytes()};
+  EXPECT_GT(req.workspace_zeroed_bytes, 0u);
+  EXPECT_LE(req.workspace_zeroed_bytes, tickets.bytes());
+  EXPECT_LE(req.workspace_bytes - req.workspace_zeroed_bytes, stats.bytes());
+  const Workspace ws{stats.get(), stats.bytes(), tickets.get(), tickets.bytes()};
   const TensorView yv = row_view(y.get(), DType::kFloat32, l);
   const Status s = log ? log_softmax(xv, yv, 1, ws, nullptr) : softmax(xv, yv, 1, ws, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
@@ -312,27 +313,30 @@ std::vector<float> split_bits(const DeviceBuffer& x, int64_t rows, int64_t cols,
 }
 
 void split_rows_deterministic_and_batch_invariant() {
-  const int64_t cols = 1 << 20, rows = 12;  // 768 chunks: about six rounds of the grid
+  const int64_t cols = 1 << 20, rows = 12;  // 768 chunks on chip (132 CTAs), 384 re-read (264 CTAs)
   const std::vector<double> values = make_values(rows * cols, "randn", 51);
   std::vector<float> host(values.begin(), values.end());
   DeviceBuffer x(host.size() * sizeof(float));
   REDUCEKIT_CUDA_OK(cudaMemcpy(x.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   SoftmaxRequirements req;
   ASSERT_TRUE(softmax_requirements(row_view(x.get(), DType::kFloat32, {rows, cols, cols, 0}), 1, &req).is_ok());
-  DeviceBuffer workspace(req.workspace_bytes);
-  // Once: every call leaves the counters zero; the statistics' 0xff bytes show whether the split ran.
-  prepare_split_workspace(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
+  // The counters apart (Workspace::tickets): in one contiguous workspace a call of fewer rows
+  // would lay its statistics over the batch's counters. Zeroed once: every call leaves them zero;
+  // the statistics' 0xff bytes show whether the split ran.
+  DeviceBuffer tickets(req.workspace_zeroed_bytes), stats(req.workspace_bytes - req.workspace_zeroed_bytes);
+  REDUCEKIT_CUDA_OK(cudaMemset(tickets.get(), 0, tickets.bytes()));
   for (bool log : {false, true}) {
     SCOPED_TRACE(log ? "log_softmax" : "softmax");
-    const std::vector<float> batch = split_bits(x, rows, cols, 0, log, workspace);
-    expect_split_ran(workspace.get(), req.workspace_zeroed_bytes, req.workspace_bytes);
-    EXPECT_EQ(batch, split_bits(x, rows, cols, 0, log, workspace)) << "two runs differ";
+    REDUCEKIT_CUDA_OK(cudaMemset(stats.get(), 0xff, stats.bytes()));
+    const std::vector<float> batch = split_bits(x, rows, cols, 0, log, tickets, stats);
+    expect_split_ran(tickets.get(), tickets.bytes(), stats.get(), stats.bytes());
+    EXPECT_EQ(batch, split_bits(x, rows, cols, 0, log, tickets, stats)) << "two runs differ";
     for (int64_t r : {int64_t(0), int64_t(5), rows - 1}) {
-      const std::vector<float> alone = split_bits(x, 1, cols, r, log, workspace);
+      const std::vector<float> alone = split_bits(x, 1, cols, r, log, tickets, stats);
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + r * cols))
           << "row " << r << " alone differs from the same row in the batch";
     }
-    const std::vector<float> three = split_bits(x, 3, cols, 4, log, workspace);
+    const std::vector<float> three = split_bits(x, 3, cols, 4, log, tickets, stats);
     EXPECT_TRUE(std::equal(three.begin(), three.end(), batch.begin() + 4 * cols)) << "rows 4..6 differ";
   }
 }
