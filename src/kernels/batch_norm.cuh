@@ -573,11 +573,11 @@ __device__ __forceinline__ int64_t quotient(int64_t n, int64_t d, double inv_d) 
   return q;
 }
 
-// Inference over x as one flat array of 16-byte vectors, whatever s: each vector finds its first
-// element's channel (two divisions by reciprocal) and, where it crosses into the next plane (at
-// most once: s >= VEC), that channel's parameters too. The chunked apply kernel reads planes
-// whose bytes are not a multiple of 16 one element at a time (run 159: bf16 256x1024x7x7 at
-// 33% of copy). The same arithmetic per element as that kernel, so the same bits.
+// Inference over x as one flat array of 16-byte vectors, whatever s >= VEC: each vector finds its
+// first element's channel (two divisions by reciprocal) and, where it crosses into the next plane
+// (at most once), that channel's parameters too; the chunked apply kernel reads planes whose
+// bytes are not a multiple of 16 one element at a time. The same arithmetic per element as that
+// kernel, so the same bits.
 constexpr int kFlatUnroll = 4;  // vectors a thread: 64 bytes in flight
 
 template <typename T, int VEC>
