@@ -401,10 +401,10 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     a.eps = static_cast<Acc>(eps);
     a.save_mean = mutable_data_of<Acc>(save_mean);
     a.save_invstd = mutable_data_of<Acc>(save_invstd);
-    // Channels-first x and y on 16-byte boundaries whose planes are not whole vectors (more than
-    // one, though): one flat array, read 16 bytes at a time where the planes would be read an
-    // element at a time (+40..62% at 7x7 planes); planes of whole vectors keep the chunked kernel,
-    // level to 8% ahead there (LOG.md). kernels::quotient is exact below 2^50 elements.
+    // Channels-first x and y on 16-byte boundaries, planes longer than a vector but not whole
+    // vectors: one flat array, read 16 bytes at a time where the chunked kernel reads such planes
+    // an element at a time (+40..62% at 7x7 planes); planes of whole vectors keep the chunked
+    // kernel, level to 8% ahead there (LOG.md). kernels::quotient is exact below 2^50 elements.
     constexpr int kFlatVec = 16 / sizeof(T);
     const int64_t total = plan.n * plan.c * plan.s;
     const bool on_granules =
