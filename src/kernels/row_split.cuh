@@ -44,7 +44,7 @@
 // 0, no buffers) run the same protocol with each chunk read from global memory twice: folded
 // under an evict_last policy, then, once the row's statistic is known, read again (evict_first)
 // to be written. Their chunks are sized so a row has at most one chunk a resident CTA (the launch
-// bounds promise reread_split_ctas_per_sm CTAs an SM), so the deadlock argument above holds.
+// bounds promise kRereadSplitCtasPerSm CTAs an SM), so the deadlock argument above holds.
 #pragma once
 
 #include <cuda_pipeline.h>
@@ -234,9 +234,9 @@ __device__ __forceinline__ void row_split_reread_body(RowArgs<T, Op::kInputs> ar
   const int row_vectors = (cols + VEC - 1) / VEC;
   const int64_t items = args.rows * chunks;
   const PolicyLoad16 keep{l2_policy(L2Keep::kLast)}, drop{l2_policy(L2Keep::kFirst)};
-  // Item `item`'s chunk, its tiles t = 0 .. tiles - 1 in order, one in flight a thread (two CTAs
-  // an SM where a tile is 16 words: reread_split_ctas_per_sm); the fold keeps the chunk in L2,
-  // the write lets it go.
+  // Item `item`'s chunk, its tiles t = 0 .. tiles - 1 in order, one in flight a thread (tiles of
+  // 16 words, two CTAs an SM: reread_split_vpt); the fold keeps the chunk in L2, the write lets it
+  // go.
   const auto each_tile_of = [&](int64_t item) {
     return [&, item](bool second_pass, auto visit) {
       const int64_t row = item / chunks;
@@ -292,13 +292,13 @@ __device__ __forceinline__ void row_split_items(RowArgs<T, Op::kInputs> args, co
 }
 
 template <typename T, class PlainOp, int VEC, int VPT, bool kAligned, bool kReread>
-__global__ void __launch_bounds__(kRowSplitThreads, kReread ? reread_split_ctas_per_sm(sizeof(T), PlainOp::kInputs) : 1)
+__global__ void __launch_bounds__(kRowSplitThreads, kReread ? kRereadSplitCtasPerSm : 1)
 row_split_kernel(RowArgs<T, PlainOp::kInputs> args, RowSplitArgs split) {
   row_split_items<T, PlainRowOp<PlainOp>, VEC, VPT, kAligned, kReread>(args, NoRowExtra{}, split);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kReread>
-__global__ void __launch_bounds__(kRowSplitThreads, kReread ? reread_split_ctas_per_sm(sizeof(T), Op::kInputs) : 1)
+__global__ void __launch_bounds__(kRowSplitThreads, kReread ? kRereadSplitCtasPerSm : 1)
 row_split_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, RowSplitArgs split) {
   row_split_items<T, Op, VEC, VPT, kAligned, kReread>(args, extra, split);
 }

@@ -53,9 +53,13 @@ inline Status cooperative_launch_supported(bool* supported) {
 }
 
 // The split kernel of plain ops (no Extra) or of extended ones (one Extra argument).
+// Its tiles: kRowSplitVpt vectors a thread on chip, reread_split_vpt re-read.
+template <typename T, class Op, bool kReread>
+constexpr int kSplitVpt = kReread ? reread_split_vpt(sizeof(T), Op::kInputs) : kRowSplitVpt;
 template <typename T, class Op, int VEC, bool kAligned, bool kReread, class... Extra> auto split_kernel() {
-  if constexpr (sizeof...(Extra) == 0) return kernels::row_split_kernel<T, Op, VEC, kRowSplitVpt, kAligned, kReread>;
-  else return kernels::row_split_kernel_ext<T, Op, VEC, kRowSplitVpt, kAligned, kReread>;
+  constexpr int vpt = kSplitVpt<T, Op, kReread>;
+  if constexpr (sizeof...(Extra) == 0) return kernels::row_split_kernel<T, Op, VEC, vpt, kAligned, kReread>;
+  else return kernels::row_split_kernel_ext<T, Op, VEC, vpt, kAligned, kReread>;
 }
 
 // Launches the split kernel when the device keeps at least one CTA a chunk of a row resident;
@@ -66,7 +70,7 @@ Status launch_row_split(const RowArgsFor<T, Op>& args, const RowKernelConfig& c,
                         cudaStream_t stream, bool* launched, const Extra&... extra) {
   *launched = false;
   const RowSplitConfig& s = c.split;
-  if (s.vpt != kRowSplitVpt || s.threads != kRowSplitThreads || s.chunk_tiles < 1 ||
+  if (s.vpt != kSplitVpt<T, Op, kReread> || s.threads != kRowSplitThreads || s.chunk_tiles < 1 ||
       (s.reread ? s.ring != 0 || s.smem_bytes != 0 : s.ring < 2 || s.ring > 4))
     return Status::unsupported("row plan: split rows need the instantiated tile and a ring of 2 .. 4 chunks "
                                "(re-read ones none)");

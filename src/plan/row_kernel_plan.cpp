@@ -74,21 +74,24 @@ RowSplitConfig plan_row_split(int64_t vectors, int elem_bytes, int inputs, const
 }
 
 // Split rows re-read (RowSplitConfig::reread): rows of at least split_reread_from_bytes in
-// chunks of at least split_reread_min_chunk_tiles tiles, at most one chunk a row a resident CTA
-// (reread_split_ctas_per_sm an SM, the kernel's launch bounds). A function of the row length,
-// dtype and device only, as the on-chip split.
+// chunks of at least split_reread_min_chunk_tiles tiles of kRowSplitVpt vectors a thread (more
+// of the narrower tiles reread_split_vpt gives), at most one chunk a row a resident CTA
+// (kRereadSplitCtasPerSm an SM, the kernel's launch bounds). A function of the row length, dtype
+// and device only, as the on-chip split.
 RowSplitConfig plan_row_split_reread(int64_t vectors, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   RowSplitConfig s;
   if (limits.split_reread_from_bytes <= 0 || limits.sm_count <= 0 ||
       vectors * 16 * inputs < limits.split_reread_from_bytes)
     return s;
-  const int64_t resident = int64_t(limits.sm_count) * reread_split_ctas_per_sm(elem_bytes, inputs);
-  const int64_t tiles = ceil_div(vectors, int64_t(kRowSplitThreads) * kRowSplitVpt);
-  const int64_t chunk_tiles = std::max<int64_t>({1, limits.split_reread_min_chunk_tiles, ceil_div(tiles, resident)});
+  const int vpt = reread_split_vpt(elem_bytes, inputs);
+  const int64_t resident = int64_t(limits.sm_count) * kRereadSplitCtasPerSm;
+  const int64_t tiles = ceil_div(vectors, int64_t(kRowSplitThreads) * vpt);
+  const int64_t min_tiles = int64_t(limits.split_reread_min_chunk_tiles) * kRowSplitVpt / vpt;
+  const int64_t chunk_tiles = std::max<int64_t>({1, min_tiles, ceil_div(tiles, resident)});
   const int64_t chunks = ceil_div(tiles, chunk_tiles);
   if (chunks < 2) return s;
   s.threads = kRowSplitThreads;
-  s.vpt = kRowSplitVpt;
+  s.vpt = vpt;
   s.chunk_tiles = static_cast<int>(chunk_tiles);
   s.chunks = static_cast<int>(chunks);
   s.grid = static_cast<int>(resident);

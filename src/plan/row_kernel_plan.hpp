@@ -320,7 +320,7 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
 // `ring` chunk buffers of shared memory, loading the next items while it finishes one; a
 // re-read split (`reread`: no buffers, ring 0) folds each chunk from global memory and reads it
 // again to write it, with at most one chunk a row a resident CTA (`grid` = the SM count times
-// reread_split_ctas_per_sm).
+// kRereadSplitCtasPerSm) and tiles of reread_split_vpt vectors a thread.
 struct RowSplitConfig {
   int chunks = 0;       // per row; 0: the row does not split
   int chunk_tiles = 0;  // tiles of threads x vpt vectors per chunk
@@ -379,11 +379,15 @@ constexpr int kRowSplitVpt = 4;
 // Shared memory a split CTA needs besides its chunk buffers (reduction slots, the runtime's
 // per-CTA reservation), for the planner's resident-CTA estimate.
 constexpr std::size_t kRowSplitSmemReserve = 2048;
-// Re-read split CTAs an SM (their __launch_bounds__ minimum): two where a thread's tile takes 16
-// words (float32 and float64 rows of one input), so one CTA's waits and merges overlap the
-// other's loads; one for 32-word tiles (16-bit elements held as float32, two inputs), which
-// spilled 172-316 bytes at the 64 registers two CTAs allow (ptxas).
-constexpr int reread_split_ctas_per_sm(int elem_bytes, int inputs) { return elem_bytes >= 4 && inputs == 1 ? 2 : 1; }
+// Re-read split CTAs an SM (their __launch_bounds__ minimum): two, so one CTA's waits and merges
+// overlap the other's loads. Their tiles take 16 words a thread (the 64 registers two CTAs allow;
+// 32-word tiles spilled 172-316 bytes there): kRowSplitVpt vectors of float32 / float64 rows of
+// one input, fewer where the vectors widen to more words (16-bit elements held as float32) or
+// there are two inputs.
+constexpr int kRereadSplitCtasPerSm = 2;
+constexpr int reread_split_vpt(int elem_bytes, int inputs) {
+  return 16 / ((elem_bytes >= 4 ? 4 : 8) * inputs);
+}
 
 constexpr int64_t kMaxRowLength = int64_t(1) << 30;  // keeps in-row vector indices in int
 

@@ -230,14 +230,13 @@ TEST(RowKernelPlan, RereadSplitRowsFitTheResidentCtas) {
         }
         EXPECT_GE(vectors * 16 * inputs, limits.split_reread_from_bytes);
         EXPECT_EQ(s.threads, kRowSplitThreads);
-        EXPECT_EQ(s.vpt, kRowSplitVpt);
+        const int words = (elem >= 4 ? 4 : 8) * inputs;  // a vector of every input, in float32 words
+        EXPECT_EQ(s.vpt * words, 16) << "16-word tiles";
         EXPECT_EQ(s.ring, 0);
         EXPECT_EQ(s.smem_bytes, 0u);
-        EXPECT_GE(s.chunk_tiles, limits.split_reread_min_chunk_tiles);
+        EXPECT_GE(s.chunk_tiles * s.vpt, limits.split_reread_min_chunk_tiles * kRowSplitVpt);
         EXPECT_GE(s.chunks, 2);
-        const int per_sm = reread_split_ctas_per_sm(elem, inputs);
-        EXPECT_EQ(per_sm, elem >= 4 && inputs == 1 ? 2 : 1);
-        EXPECT_EQ(s.grid, limits.sm_count * per_sm);
+        EXPECT_EQ(s.grid, limits.sm_count * 2);
         EXPECT_LE(s.chunks, s.grid) << "the resident CTAs take every chunk of a row at once";
         EXPECT_GE(s.chunks * s.chunk_vectors(), vectors) << "chunks cover the row";
         EXPECT_LT((s.chunks - 1) * s.chunk_vectors(), vectors) << "no chunk lies wholly past the row";
@@ -249,7 +248,15 @@ TEST(RowKernelPlan, RereadSplitRowsFitTheResidentCtas) {
   const RowSplitConfig one_row = plan_row_kernel(4194304, 4, 1, limits).split;
   EXPECT_EQ(one_row.chunks, 128) << "16 MB: 512 tiles of 32 KB, 4 a chunk on 264 CTAs";
   EXPECT_EQ(one_row.chunk_tiles, 4);
-  EXPECT_EQ(plan_row_kernel(4194304, 4, 2, limits).split.chunks, 128) << "two inputs: one CTA an SM, 4 tiles a chunk";
+  const RowSplitConfig two_inputs = plan_row_kernel(4194304, 4, 2, limits).split;
+  EXPECT_EQ(two_inputs.vpt, 2);
+  EXPECT_EQ(two_inputs.chunk_tiles, 8) << "two inputs: tiles of 2 vectors, 8 a chunk";
+  EXPECT_EQ(two_inputs.chunks, 128);
+  const RowSplitConfig bf16_two = plan_row_kernel(int64_t(8) << 20, 2, 2, limits).split;
+  EXPECT_TRUE(bf16_two.reread);
+  EXPECT_EQ(bf16_two.vpt, 1);
+  EXPECT_EQ(bf16_two.chunk_tiles, 16) << "16-bit with a residual: tiles of one vector, 16 a chunk";
+  EXPECT_EQ(bf16_two.chunks, 128) << "2^20 vectors, 8192 a chunk";
   const RowSplitConfig mega = plan_row_kernel(1 << 20, 4, 1, limits).split;
   EXPECT_EQ(mega.chunks, 32) << "4 MB: 128 tiles, 4 a chunk";
   limits.split_reread_min_chunk_tiles = 8;
