@@ -103,7 +103,7 @@ __device__ __forceinline__ void store_columns(T* p, int cols, const Acc (&v)[V])
 // Copies the tile (every input: K rows of width columns from col0) into shared memory, dense
 // rows of W * V elements; columns past the inner extent are zero. kVector: one cp.async a
 // vector, issued only (the caller commits and waits); otherwise elements, 8 loads in flight a
-// thread before their stores. The input is picked by a select: a.in[i] at a runtime i put a
+// thread before their stores, each picking its input by a select: a.in[i] at a runtime i put a
 // 64-byte copy of the arguments on the stack.
 template <typename T, int NIN, bool kVector>
 __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
@@ -111,14 +111,18 @@ __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab,
   const int W = a.col_vectors;
   const int K = static_cast<int>(a.reduced);  // staged tiles have K * W * 16 bytes <= 100 KB
   if constexpr (kVector) {
-    const int total = NIN * K * W;
-    for (int idx = threadIdx.x; idx < total; idx += kColumnSoftmaxThreads) {
-      const int row = idx / W, wv = idx - row * W;  // row = i * K + k
-      const int i = row / K, k = row - i * K;
-      const int64_t col = col0 + int64_t(wv) * V;
-      T* dst = tile + int64_t(idx) * V;
-      if (col < a.inner) __pipeline_memcpy_async(dst, (i == 0 ? a.in[0] : a.in[NIN - 1]) + slab + int64_t(k) * a.inner + col, 16);
-      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    // W (a power of two) divides the CTA's threads, so a thread keeps one vector column and steps
+    // down whole rows: no integer division a vector (two cost ~50 instructions a 16-byte copy).
+    const int wv = threadIdx.x % W, step = kColumnSoftmaxThreads / W;
+    const int64_t col = col0 + int64_t(wv) * V;
+#pragma unroll
+    for (int i = 0; i < NIN; ++i) {
+      const T* src = a.in[i] + slab + col + int64_t(threadIdx.x / W) * a.inner;
+      T* dst = tile + (int64_t(i) * K * W + threadIdx.x) * V;
+      for (int k = threadIdx.x / W; k < K; k += step, src += step * a.inner, dst += kColumnSoftmaxThreads * V) {
+        if (col < a.inner) __pipeline_memcpy_async(dst, src, 16);
+        else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
     }
   } else {
     constexpr int B = 8;
