@@ -573,55 +573,69 @@ __device__ __forceinline__ int64_t quotient(int64_t n, int64_t d, double inv_d) 
   return q;
 }
 
-// Inference over x as one flat array of 16-byte vectors, whatever s >= VEC: each vector finds its
-// first element's channel (two divisions by reciprocal) and, where it crosses into the next plane
-// (at most once), that channel's parameters too; the chunked apply kernel reads planes whose
-// bytes are not a multiple of 16 one element at a time. The same arithmetic per element as that
+// Inference over x as one flat array of 16-byte vectors, whatever s >= VEC: each CTA takes a run
+// of vectors, first sets out its planes' parameters in shared memory (one channel each, a
+// division and a square root a plane, not a vector), and each vector finds its first element's
+// plane by one division by reciprocal and, where it crosses into the next plane (at most once:
+// s >= VEC), that plane's parameters too. The same arithmetic per element as the chunked apply
 // kernel, so the same bits.
 constexpr int kFlatUnroll = 4;  // vectors a thread: 64 bytes in flight
+// Planes a CTA's run (and the last CTA's tail of fewer than VEC elements) can touch when s >= VEC.
+constexpr int kFlatMaxPlanes = kBatchNormThreads * kFlatUnroll + 3;
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBatchNormThreads)
     batch_norm_inference_flat_kernel(const BatchNormArgs<acc_t<T>> a, const BatchNormFlatShape f) {
   using Acc = acc_t<T>;
   constexpr int U = kFlatUnroll;
+  __shared__ Acc table[3][kFlatMaxPlanes];  // mean, p, r of the CTA's planes
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.out);
   const int64_t vectors = f.total / VEC;
-  const int64_t first = int64_t(blockIdx.x) * kBatchNormThreads * U + threadIdx.x;
+  const int64_t run = int64_t(blockIdx.x) * kBatchNormThreads * U;
+  const int64_t first = run + threadIdx.x;
   RawVector<T, VEC> xr[U];
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t v = first + u * kBatchNormThreads;
     if (v < vectors) xr[u] = load_raw<T, VEC, true>(x + v * VEC);
   }
+  // While the loads fly: the parameters of planes first_plane .. last_plane.
+  const bool last_cta = blockIdx.x == gridDim.x - 1;
+  const int64_t run_end = last_cta ? f.total : (run + int64_t(kBatchNormThreads) * U) * VEC;
+  const int64_t first_plane = quotient(run * VEC, f.s, f.inv_s);
+  const int planes = static_cast<int>(quotient(run_end - 1, f.s, f.inv_s) - first_plane) + 1;
+  for (int k = threadIdx.x; k < planes; k += kBatchNormThreads) {
+    const int64_t plane = first_plane + k;
+    const RunningParams<Acc> prm = running_params(a, plane - quotient(plane, f.c, f.inv_c) * f.c);
+    table[0][k] = prm.mean;
+    table[1][k] = prm.p;
+    table[2][k] = prm.r;
+  }
+  __syncthreads();
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t v = first + u * kBatchNormThreads;
     if (v >= vectors) break;
     const int64_t i = v * VEC;
     const int64_t plane = quotient(i, f.s, f.inv_s);
-    const int64_t ch = plane - quotient(plane, f.c, f.inv_c) * f.c;
+    const int k = static_cast<int>(plane - first_plane);
     const int64_t left = f.s - (i - plane * f.s);  // this plane's elements from i on
     const int in_plane = left < VEC ? static_cast<int>(left) : VEC;
-    const RunningParams<Acc> here = running_params(a, ch);
-    RunningParams<Acc> next = here;
-    if (in_plane < VEC) next = running_params(a, ch + 1 == f.c ? 0 : ch + 1);
+    const int k_next = in_plane < VEC ? k + 1 : k;
     Acc o[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      const bool ours = e < in_plane;
-      const Acc mean = ours ? here.mean : next.mean, p = ours ? here.p : next.p, r = ours ? here.r : next.r;
-      o[e] = p * (element<T, VEC, Acc>(xr[u], e) - mean) + r;
+      const int at = e < in_plane ? k : k_next;
+      o[e] = table[1][at] * (element<T, VEC, Acc>(xr[u], e) - table[0][at]) + table[2][at];
     }
     store_values<T, VEC>(y + i, o);
   }
   // The last CTA: the elements past the last whole vector (fewer than VEC), one a thread.
   const int64_t tail = vectors * VEC + threadIdx.x;
-  if (blockIdx.x == gridDim.x - 1 && tail < f.total) {
-    const int64_t plane = quotient(tail, f.s, f.inv_s);
-    const RunningParams<Acc> prm = running_params(a, plane - quotient(plane, f.c, f.inv_c) * f.c);
-    const Acc o[1] = {prm.p * (to_acc<Acc>(x[tail]) - prm.mean) + prm.r};
+  if (last_cta && tail < f.total) {
+    const int k = static_cast<int>(quotient(tail, f.s, f.inv_s) - first_plane);
+    const Acc o[1] = {table[1][k] * (to_acc<Acc>(x[tail]) - table[0][k]) + table[2][k]};
     store_values<T, 1>(y + tail, o);
   }
   for (int64_t ch = int64_t(blockIdx.x) * kBatchNormThreads + threadIdx.x; ch < f.c;

@@ -401,15 +401,19 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     a.eps = static_cast<Acc>(eps);
     a.save_mean = mutable_data_of<Acc>(save_mean);
     a.save_invstd = mutable_data_of<Acc>(save_invstd);
-    // Channels-first x and y on 16-byte boundaries, planes longer than a vector but not whole
-    // vectors: one flat array, read 16 bytes at a time where the chunked kernel reads such planes
-    // an element at a time (+40..62% at 7x7 planes); planes of whole vectors keep the chunked
-    // kernel, level to 8% ahead there (LOG.md). kernels::quotient is exact below 2^50 elements.
+    // Channels-first x and y on 16-byte boundaries: one flat array of vectors, each CTA's planes'
+    // parameters set out once in shared memory, for planes not whole vectors (the chunked kernel
+    // reads those an element at a time) and for small planes (28x28: +1..+7%); planes of whole
+    // vectors past kFlatMaxPlaneBytes keep the chunked kernel (16-bit 112x112 and 256x256 lost
+    // 1-3% flat, LOG.md run 165). kernels::quotient is exact below 2^50 elements.
     constexpr int kFlatVec = 16 / sizeof(T);
+    constexpr int64_t kFlatMaxPlaneBytes = 8192;
+    const bool flat_planes = plan.s >= kFlatVec &&
+                             (plan.s % kFlatVec != 0 || plan.s * int64_t(sizeof(T)) <= kFlatMaxPlaneBytes);
     const int64_t total = plan.n * plan.c * plan.s;
     const bool on_granules =
         reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
-    if (plan.layout == BatchNormLayout::kChannelsFirst && plan.s > kFlatVec && plan.s % kFlatVec != 0 && total > 0 &&
+    if (plan.layout == BatchNormLayout::kChannelsFirst && flat_planes && total > 0 &&
         total < (int64_t(1) << 50) && on_granules) {
       const kernels::BatchNormFlatShape f{total, plan.s, plan.c, 1.0 / double(plan.s), 1.0 / double(plan.c)};
       const int64_t per_cta = int64_t(kBatchNormThreads) * kernels::kFlatUnroll * kFlatVec;

@@ -293,6 +293,8 @@ const std::vector<Case> kCases = {
     {{8, 100, 3, 3}, kChannelsLast | kNoRunning},  // tiles of channels, the last one partly empty
     {{2, 5, 3, 4, 5}},
     {{3, 7, 5, 3}, kNoRunning},  // planes of 15: inference's flat vectors cross planes; a tail of 3-7
+    {{4, 3, 2, 4}},              // planes of 8: one 16-bit vector, two float32 ones
+    {{64, 33, 3, 3}, kNoBias},   // planes of 9: hundreds a flat inference CTA, most vectors crossing
     {{2, 5, 3, 4, 5}, kChannelsLast | kFrozenStats | kNoWeight},
     {{5, 1, 6, 6}},  // one channel
     {{5, 1, 6, 6}, kChannelsLast | kNoWeight},
