@@ -5,6 +5,7 @@
 // Per column: lane r of R folds rows r, r + R, r + 2R, ... U at a time with the row ops' fold
 // and merge (softmax_ops.cuh: the same NaN / inf semantics as rows), the R lanes meet in a
 // fixed tree in shared memory, lane 0 finalizes, then every lane writes its rows' outputs.
+// Staged forward tiles fold and meet twice instead, as one-tile rows do: the max, then the sum.
 // Staged tiles are first copied whole into shared memory (cp.async where 16-byte aligned), so
 // both passes read x from there; otherwise both passes read x from memory. A CTA loops over the
 // tiles the grid leaves it; with two tile buffers (SoftmaxColumnPlan::buffers, resident CTAs) an
@@ -36,6 +37,22 @@ template <typename T, bool kLog> struct SoftmaxColumnForwardOp {
   __device__ static Stat merge(const Stat& a, const Stat& b) { return Row::merge(a, b); }
   template <int N> __device__ static Stat fold(Acc (&v)[1][N]) { return Row::template fold<N>(v); }
   __device__ static Params finalize(const Stat& s) { return Row::finalize(s); }
+  // Staged tiles take the row op's two phases: the exact max, then the sum of exp(x - max), so
+  // a group of rows needs no rescaling merge and the lanes meet by fmax and adds.
+  // (Not float64: its two-phase tiles spill at 128 registers.)
+  static constexpr bool kTwoPhase = sizeof(T) <= 4;
+  using First = typename Row::First;
+  using Second = typename Row::Second;
+  template <int N> __device__ static typename First::Stat fold_first(Acc (&v)[1][N]) {
+    return Row::template fold_first<N>(v);
+  }
+  template <int N>
+  __device__ static typename Second::Stat fold_second(Acc (&v)[1][N], const typename First::Stat& m) {
+    return Row::template fold_second<N>(v, m);
+  }
+  __device__ static Params finalize_two(const typename First::Stat& m, const typename Second::Stat& s) {
+    return Row::finalize_two(m, s);
+  }
   // An all -inf column has max -inf: x - max is NaN, as torch gives.
   __device__ static Acc output(const Acc (&v)[1], const Params& p) {
     if constexpr (kLog) return (v[0] - p.max) - p.scale;
@@ -49,6 +66,7 @@ template <typename T, class RowOp> struct SoftmaxColumnBackwardOp {
   using Stat = typename RowOp::Stat;
   using Params = typename RowOp::Params;
   static constexpr int kInputs = 2;
+  static constexpr bool kTwoPhase = false;
   __device__ static Acc pad() { return Acc(0); }
   __device__ static Stat identity() { return RowOp::identity(); }
   __device__ static Stat merge(const Stat& a, const Stat& b) { return RowOp::merge(a, b); }
@@ -146,11 +164,38 @@ __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab,
   }
 }
 
+// The R lanes of a column vector meet in a fixed tree: step h merges lane r + h into r. Then
+// shared[j * kColumnSoftmaxThreads + w] holds the total of element j of column vector w.
+template <int V, typename S, class Merge>
+__device__ __forceinline__ void meet_lanes(S (&run)[V], S* shared, int W, int R, Merge merge) {
+  const int t = threadIdx.x, r = t / W;
+#pragma unroll
+  for (int j = 0; j < V; ++j) shared[j * kColumnSoftmaxThreads + t] = run[j];
+  __syncthreads();
+  for (int h = R / 2; h >= 1; h /= 2) {
+    if (r < h) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        run[j] = merge(run[j], shared[j * kColumnSoftmaxThreads + t + h * W]);
+        shared[j * kColumnSoftmaxThreads + t] = run[j];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Resident CTAs an SM a kernel is held to: left free, the two-phase tiles take 94 (16-bit) and 67
+// (float32) registers and lose a CTA an SM; held, they fit without spills.
+template <class Op, typename T, bool kStaged> constexpr int column_min_ctas() {
+  if constexpr (kStaged && Op::kTwoPhase) return sizeof(T) == 2 ? 3 : 4;
+  else return 2;
+}
+
 // kStaged: the tile is read once into shared memory. kVector: every row start of every tensor
 // is 16-byte aligned and inner a multiple of V (launcher's check); the arithmetic is the same
 // either way, only how bytes move differs.
 template <class Op, typename T, bool kStaged, bool kVector>
-__global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kernel(const ColumnArgs<T> a) {
+__global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, kStaged>()) softmax_column_kernel(const ColumnArgs<T> a) {
   constexpr int NIN = Op::kInputs, V = 16 / sizeof(T);
   // Rows a lane loads before folding them: 32 values in flight a lane (16-bit backward at 4 rows spilled).
   constexpr int U = 32 / (NIN * V) < 4 ? 32 / (NIN * V) : 4;
@@ -207,12 +252,10 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
     };
     constexpr bool kLoadVector = kStaged || kVector;
 
-    // Pass 1: this lane's statistic of each of its V columns.
-    Stat run[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) run[j] = Op::identity();
+    // This lane's rows, U at a time: f(j, v) folds column j's widened values v[NIN][U].
     const T pad = from_acc<T>(Op::pad());
-    if (cols > 0) {
+    const auto fold_rows = [&](auto f) {
+      if (cols == 0) return;
       for (int64_t k0 = r; k0 < K; k0 += int64_t(R) * U) {
         T raw[U][NIN][V];
 #pragma unroll
@@ -234,28 +277,46 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, 2) softmax_column_kerne
           for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int i = 0; i < NIN; ++i) v[i][u] = to_acc<Acc>(raw[u][i][j]);
-          run[j] = Op::merge(run[j], Op::template fold<U>(v));
+          f(j, v);
         }
       }
-    }
+    };
 
-    // The R lanes of a column vector meet in a fixed tree: step h merges lane r + h into r.
+    // Pass 1: the statistics of this lane's columns, merged across the R lanes; lane 0 finalizes.
+    if constexpr (kStaged && Op::kTwoPhase) {
+      // The tile is on chip, so it is read once for the max and once for the sum.
+      using First = typename Op::First;
+      using Second = typename Op::Second;
+      static_assert(2 * sizeof(typename First::Stat) <= sizeof(Stat), "max and sum fit the statistics area");
+      auto* const shared_max = reinterpret_cast<typename First::Stat*>(stats);
+      auto* const shared_sum = reinterpret_cast<typename Second::Stat*>(shared_max + kColumnSoftmaxThreads * V);
+      typename First::Stat m[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) stats[j * kColumnSoftmaxThreads + t] = run[j];
-    __syncthreads();
-    for (int h = R / 2; h >= 1; h /= 2) {
-      if (r < h) {
+      for (int j = 0; j < V; ++j) m[j] = First::identity();
+      fold_rows([&](int j, auto& v) { m[j] = First::merge(m[j], Op::template fold_first<U>(v)); });
+      meet_lanes<V>(m, shared_max, W, R, [](const auto& a, const auto& b) { return First::merge(a, b); });
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          run[j] = Op::merge(run[j], stats[j * kColumnSoftmaxThreads + t + h * W]);
-          stats[j * kColumnSoftmaxThreads + t] = run[j];
-        }
+      for (int j = 0; j < V; ++j) m[j] = shared_max[j * kColumnSoftmaxThreads + w];
+      typename Second::Stat sum[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum[j] = Second::identity();
+      fold_rows([&](int j, auto& v) { sum[j] = Second::merge(sum[j], Op::template fold_second<U>(v, m[j])); });
+      // The sums' own half of the area: no barrier between reading the max and writing them.
+      meet_lanes<V>(sum, shared_sum, W, R, [](const auto& a, const auto& b) { return Second::merge(a, b); });
+      if (r == 0) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) params[w * V + j] = Op::finalize_two(m[j], sum[j]);
       }
-      __syncthreads();
-    }
-    if (r == 0) {
+    } else {
+      Stat run[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) params[w * V + j] = Op::finalize(run[j]);
+      for (int j = 0; j < V; ++j) run[j] = Op::identity();
+      fold_rows([&](int j, auto& v) { run[j] = Op::merge(run[j], Op::template fold<U>(v)); });
+      meet_lanes<V>(run, stats, W, R, [](const Stat& a, const Stat& b) { return Op::merge(a, b); });
+      if (r == 0) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) params[w * V + j] = Op::finalize(run[j]);
+      }
     }
     __syncthreads();
     Params p[V];
