@@ -8,6 +8,7 @@
 #
 #   bash scripts/check_torch_ops.sh [VENV (default /tmp/reducekit-torch-venv)] [BUILD (default /tmp/reducekit-torch-build)]
 #
+# Exit status 3: torch could not be installed (no network), so nothing was compiled.
 # About 1.6 GB of venv (25 s to install) and 850 MB of build; the first build 4 minutes on 2 cores.
 source "$(dirname "$0")/common.sh"
 venv="${1:-/tmp/reducekit-torch-venv}"
@@ -15,12 +16,17 @@ build="${2:-/tmp/reducekit-torch-build}"
 BUILD="$build"  # the folder generator_args looks at
 torch_version="${REDUCEKIT_CHECK_TORCH_VERSION:-2.11.0}"
 ensure_tools
-if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --no-deps "torch==$torch_version"
-  "$venv/bin/pip" install -q typing_extensions sympy networkx jinja2 filelock fsspec
-  # libtorch's CUDA libraries that a CUDA toolkit lacks, at the versions torch 2.11's metadata names
-  "$venv/bin/pip" install -q "cuda-toolkit[cufile]==13.0.2" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5
+install_torch() {
+  python3 -m venv "$venv" &&
+    "$venv/bin/pip" install -q --no-deps "torch==$torch_version" &&
+    "$venv/bin/pip" install -q typing_extensions sympy networkx jinja2 filelock fsspec &&
+    # libtorch's CUDA libraries that a CUDA toolkit lacks, at the versions torch 2.11's metadata names
+    "$venv/bin/pip" install -q "cuda-toolkit[cufile]==13.0.2" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 &&
+    "$venv/bin/python" -c "import torch" >/dev/null 2>&1
+}
+if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1 && ! install_torch; then
+  echo "check_torch_ops: could not install torch $torch_version into $venv (no network?): not compiled" >&2
+  exit 3
 fi
 # SKBUILD keeps the libraries in the build folder (not python/reducekit) and makes a torch that
 # does not import a configure error instead of a skip.
