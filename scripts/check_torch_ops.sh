@@ -19,9 +19,9 @@ ensure_tools
 install_torch() {
   python3 -m venv "$venv" &&
     "$venv/bin/pip" install -q --no-deps "torch==$torch_version" &&
-    "$venv/bin/pip" install -q typing_extensions sympy networkx jinja2 filelock fsspec &&
+    "$venv/bin/pip" install -q --no-warn-conflicts typing_extensions sympy networkx jinja2 filelock fsspec &&
     # libtorch's CUDA libraries that a CUDA toolkit lacks, at the versions torch 2.11's metadata names
-    "$venv/bin/pip" install -q "cuda-toolkit[cufile]==13.0.2" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 &&
+    "$venv/bin/pip" install -q --no-warn-conflicts "cuda-toolkit[cufile]==13.0.2" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 &&
     "$venv/bin/python" -c "import torch" >/dev/null 2>&1
 }
 if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1 && ! install_torch; then
