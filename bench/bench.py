@@ -101,7 +101,8 @@ def parse_args(argv=None):
     p.add_argument("--shapes", default=None, help='e.g. "4096x1024,256x262144" (default: the standard grid)')
     p.add_argument("--quick", action="store_true", help="a few shapes per op instead of the grid")
     p.add_argument("--budget-s", type=float, default=None, metavar="S",
-                   help="stop starting new points after S seconds (the rest are recorded as skipped)")
+                   help="stop starting new points after S seconds (the rest are recorded as skipped); the "
+                        "points then go shape by shape across the ops, so every op and dtype gets its first shapes")
     p.add_argument("--odd", action="store_true",
                    help="rows of odd length or stride beside padded twins, for the ops that have them")
     p.add_argument("--impls", default=",".join(IMPL_ORDER), help=f"comma-separated (default {','.join(IMPL_ORDER)})")
@@ -318,6 +319,17 @@ def _recover(torch):
         say(f"WARNING: CUDA error after a failure, later numbers may be unreliable: {report_error(exc)}")
 
 
+def bench_points(ops, dtypes, shapes_of, breadth_first):
+    """The (op, dtype, shape) points in the order measured: op by op, or, where a time budget may
+    end the run early, every op and dtype's first shape, then every second shape, and so on, so
+    that what the budget leaves out is the last shapes of each, not the last ops."""
+    groups = [[(op, dtype, shape) for shape in shapes_of(op)] for op in ops for dtype in dtypes]
+    if not breadth_first:
+        return [point for group in groups for point in group]
+    longest = max((len(group) for group in groups), default=0)
+    return [group[i] for i in range(longest) for group in groups if i < len(group)]
+
+
 def main(argv=None):
     args = parse_args(argv)
 
@@ -402,9 +414,9 @@ def main(argv=None):
     }
     json_path = str(out_dir / "results.json")
     records = []
-    points = [(op, dtype_name, shape) for op in ops for dtype_name in dtypes
-              for shape in (user_shapes or (REGISTRY[op].odd_shapes if args.odd else
-                                            REGISTRY[op].quick_shapes if args.quick else REGISTRY[op].shapes))]
+    points = bench_points(ops, dtypes, lambda op: user_shapes or (
+        REGISTRY[op].odd_shapes if args.odd else REGISTRY[op].quick_shapes if args.quick else REGISTRY[op].shapes),
+        breadth_first=args.budget_s is not None)
     bench_started = time.perf_counter()
     skipped = 0
     for i, (op, dtype_name, shape) in enumerate(points, 1):
