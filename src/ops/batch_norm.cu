@@ -403,9 +403,9 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     a.save_invstd = mutable_data_of<Acc>(save_invstd);
     // Channels-first x and y on 16-byte boundaries: one flat array of vectors, each CTA's planes'
     // parameters set out once in shared memory, for planes not whole vectors (the chunked kernel
-    // reads those an element at a time) and for small planes (28x28: +1..+7%); planes of whole
-    // vectors past kFlatMaxPlaneBytes keep the chunked kernel (16-bit 112x112 and 256x256 lost
-    // 1-3% flat, LOG.md run 165). kernels::quotient is exact below 2^50 elements.
+    // reads those an element at a time) and for small planes; planes of whole vectors past
+    // kFlatMaxPlaneBytes keep the chunked kernel, faster there in 16-bit (LOG.md). kernels::quotient
+    // is exact below 2^50 elements.
     constexpr int kFlatVec = 16 / sizeof(T);
     constexpr int64_t kFlatMaxPlaneBytes = 8192;
     const bool flat_planes = plan.s >= kFlatVec &&
