@@ -4,7 +4,8 @@
 # the README's build skips them: installs torch (the GPU machine's version, CUDA build from PyPI,
 # no dependencies beyond what `import torch` and linking need) into a venv outside the tree,
 # configures a build folder outside it (device code in the fast-compile mode) and builds the
-# operator library; then loads it and lists the registered operators.
+# operator library; then loads it and lists the registered operators, and runs the Python package
+# over it on meta tensors (tests/meta/check_meta.py: shapes and dtypes against torch's own ops).
 #
 #   bash scripts/check_torch_ops.sh [VENV (default /tmp/reducekit-torch-venv)] [BUILD (default /tmp/reducekit-torch-build)]
 #
@@ -42,3 +43,5 @@ torch.ops.load_library(f"{sys.argv[1]}/libreducekit_torch.so")
 ops = sorted({s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("reducekit::")})
 print(f"loaded: {len(ops)} reducekit operators")
 PY
+# The Python package over that library, every op on meta tensors against torch's (no GPU needed).
+REDUCEKIT_TORCH_LIBRARY="$build/python/csrc/libreducekit_torch.so" "$venv/bin/python" -W ignore "$REPO/tests/meta/check_meta.py"
