@@ -43,5 +43,7 @@ torch.ops.load_library(f"{sys.argv[1]}/libreducekit_torch.so")
 ops = sorted({s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("reducekit::")})
 print(f"loaded: {len(ops)} reducekit operators")
 PY
-# The Python package over that library, every op on meta tensors against torch's (no GPU needed).
-REDUCEKIT_TORCH_LIBRARY="$build/python/csrc/libreducekit_torch.so" "$venv/bin/python" -W ignore "$REPO/tests/meta/check_meta.py"
+# The Python package over the libraries just built, every op on meta tensors against torch's.
+rm -rf "$build/package" && mkdir -p "$build/package/reducekit"
+cp "$REPO"/python/reducekit/*.py "$build"/python/csrc/*.so "$build/package/reducekit/"
+REDUCEKIT_PYTHON_PATH="$build/package" "$venv/bin/python" -W ignore "$REPO/tests/meta/check_meta.py"

@@ -2,16 +2,17 @@
 """The Python package without a GPU: every functional op on meta tensors against torch's own op
 on meta tensors (shape and dtype), which runs the Python wrappers, their argument handling and the
 fake kernels (meta tensors dispatch to them) over the compiled operators; and a few bad calls,
-which must raise torch's exception types. scripts/check_torch_ops.sh runs it with the library it
-built (REDUCEKIT_TORCH_LIBRARY) and the source tree's package first on the path; the GPU suites
+which must raise torch's exception types. scripts/check_torch_ops.sh runs it over the package it
+assembles from the source tree's Python files and the libraries it built; the GPU suites
 (tests/python) check the values.
 
-    REDUCEKIT_TORCH_LIBRARY=.../libreducekit_torch.so python tests/meta/check_meta.py
+    REDUCEKIT_PYTHON_PATH=FOLDER_HOLDING_reducekit python tests/meta/check_meta.py
 """
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+sys.path.insert(0, os.environ.get("REDUCEKIT_PYTHON_PATH") or str(Path(__file__).resolve().parents[2] / "python"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
