@@ -401,20 +401,13 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     a.eps = static_cast<Acc>(eps);
     a.save_mean = mutable_data_of<Acc>(save_mean);
     a.save_invstd = mutable_data_of<Acc>(save_invstd);
-    // Channels-first x and y on 16-byte boundaries: one flat array of vectors, each CTA's planes'
-    // parameters set out once in shared memory, for planes not whole vectors (the chunked kernel
-    // reads those an element at a time) and for small planes; planes of whole vectors past
-    // kFlatMaxPlaneBytes keep the chunked kernel, faster there in 16-bit (LOG.md). kernels::quotient
-    // is exact below 2^50 elements.
+    // The planner's flat planes (batch_norm_inference_flat), x and y on 16-byte boundaries: one
+    // flat array of vectors, each CTA's planes' parameters set out once in shared memory.
     constexpr int kFlatVec = 16 / sizeof(T);
-    constexpr int64_t kFlatMaxPlaneBytes = 8192;
-    const bool flat_planes = plan.s >= kFlatVec &&
-                             (plan.s % kFlatVec != 0 || plan.s * int64_t(sizeof(T)) <= kFlatMaxPlaneBytes);
     const int64_t total = plan.n * plan.c * plan.s;
     const bool on_granules =
         reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
-    if (plan.layout == BatchNormLayout::kChannelsFirst && flat_planes && total > 0 &&
-        total < (int64_t(1) << 50) && on_granules) {
+    if (batch_norm_inference_flat(plan, sizeof(T)) && on_granules) {
       const kernels::BatchNormFlatShape f{total, plan.s, plan.c, 1.0 / double(plan.s), 1.0 / double(plan.c)};
       const int64_t per_cta = int64_t(kBatchNormThreads) * kernels::kFlatUnroll * kFlatVec;
       const auto flat_grid = static_cast<unsigned>((total + per_cta - 1) / per_cta);

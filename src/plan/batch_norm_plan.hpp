@@ -102,6 +102,19 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
 Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, int elem_size, int acc_size,
                        bool base_aligned16, int sm_count, BatchNormPlan* plan);
 
+// Inference over channels-first x as one flat array of 16-byte vectors (batch_norm.cuh's flat
+// kernel) rather than plane by plane: planes of at least a vector that are not whole vectors (the
+// chunked kernel reads those an element at a time) or take at most kBatchNormFlatMaxPlaneBytes;
+// larger planes of whole vectors keep the chunked kernel, faster there in 16-bit (LOG.md). Below
+// 2^50 elements (the flat kernel's divisions by reciprocal are exact there). The caller checks
+// that x and y sit on 16-byte boundaries.
+constexpr int64_t kBatchNormFlatMaxPlaneBytes = 8192;
+inline bool batch_norm_inference_flat(const BatchNormPlan& plan, int elem_size) {
+  const int64_t vec = 16 / elem_size, total = plan.n * plan.c * plan.s;
+  return plan.layout == BatchNormLayout::kChannelsFirst && total > 0 && total < (int64_t(1) << 50) &&
+         plan.s >= vec && (plan.s % vec != 0 || plan.s * elem_size <= kBatchNormFlatMaxPlaneBytes);
+}
+
 // The workspace of a SyncBatchNorm call (reducekit_nccl): the single-GPU workspace
 // (`local_bytes`, batch_norm_requirements) rounded up to 16 bytes, then every rank's packet,
 // [ranks][channels][kSyncBatchNormPacketWidth] float64, which one in-place allgather fills.

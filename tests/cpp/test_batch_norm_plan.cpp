@@ -391,6 +391,37 @@ TEST(BatchNormPlan, NoResidentLayoutWhereItCannotApply) {
 
 // SyncBatchNorm's workspace: the single-GPU part rounded to 16 bytes, then R packets of C rows of
 // three float64 (what one in-place allgather fills); no rank or a size past size_t is refused.
+TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
+  struct Case {
+    Sizes sizes;
+    int elem;
+    bool flat;
+  };
+  const Case cases[] = {
+      {{256, 1024, 7, 7}, 2, true},     // 49 values: not whole vectors
+      {{256, 1024, 7, 7}, 4, true},
+      {{64, 256, 28, 28}, 2, true},     // whole vectors, 1568 bytes
+      {{64, 256, 28, 28}, 4, true},     // 3136 bytes
+      {{2, 3, 64, 64}, 2, true},        // 8192 bytes: the last flat size
+      {{2, 3, 64, 64}, 4, false},       // 16 KiB of whole vectors: chunked
+      {{32, 64, 112, 112}, 2, false},
+      {{32, 64, 112, 112}, 4, false},
+      {{8, 32, 256, 256}, 2, false},
+      {{4, 3, 2, 4}, 2, true},          // one 16-bit vector a plane
+      {{4, 3, 2, 4}, 4, true},          // two float32 ones
+      {{4, 3, 3}, 4, false},            // less than a vector a plane
+      {{3, 7, 5, 3}, 8, true},          // 15 float64 values: not whole vectors
+      {{1, 3, 999, 1001}, 4, true},     // ragged planes of any size (999999 values)
+  };
+  for (const Case& k : cases) {
+    const BatchNormPlan p = must_plan(k.sizes, false, k.elem);
+    EXPECT_EQ(batch_norm_inference_flat(p, k.elem), k.flat)
+        << "planes of " << p.s << " values, " << k.elem << "-byte elements";
+  }
+  EXPECT_FALSE(batch_norm_inference_flat(must_plan({4, 16, 7, 7}, true, 2), 2)) << "channels-last";
+  EXPECT_FALSE(batch_norm_inference_flat(must_plan({0, 16, 7, 7}, false, 2), 2)) << "an empty batch";
+}
+
 TEST(BatchNormPlan, SyncWorkspaceIsLocalPartThenPackets) {
   SyncBatchNormWorkspace w;
   ASSERT_TRUE(plan_sync_batch_norm_workspace(1000, 2, 64, &w).is_ok());
