@@ -4,8 +4,9 @@
 # the README's build skips them: installs torch (the GPU machine's version, CUDA build from PyPI,
 # no dependencies beyond what `import torch` and linking need) into a venv outside the tree,
 # configures a build folder outside it (device code in the fast-compile mode) and builds the
-# operator library; then loads it and lists the registered operators, and runs the Python package
-# over it on meta tensors (tests/meta/check_meta.py: shapes and dtypes against torch's own ops).
+# operator library and the eager entries; then loads both and lists what they hold, and runs the
+# Python package over them on meta tensors (tests/meta/check_meta.py: shapes and dtypes against
+# torch's own ops).
 #
 #   bash scripts/check_torch_ops.sh [VENV (default /tmp/reducekit-torch-venv)] [BUILD (default /tmp/reducekit-torch-build)]
 #
@@ -35,13 +36,17 @@ cmake -S "$REPO" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$v
   -DREDUCEKIT_CHECK_ONLY_DEVICE_CODE=ON -DSKBUILD=ON -DREDUCEKIT_BUILD_TESTS=OFF -DREDUCEKIT_INSTALL=OFF \
   -DTORCH_CUDA_ARCH_LIST=9.0 $(generator_args "$venv/bin/python") >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
-cmake --build "$build" --target reducekit_torch -j "$JOBS"
+cmake --build "$build" --target reducekit_torch reducekit_eager -j "$JOBS"
 "$venv/bin/python" -W ignore - "$build/python/csrc" <<'PY'
-import sys
+import glob, importlib.util, sys
 import torch
-torch.ops.load_library(f"{sys.argv[1]}/libreducekit_torch.so")
+folder = sys.argv[1]
+torch.ops.load_library(f"{folder}/libreducekit_torch.so")
 ops = sorted({s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("reducekit::")})
-print(f"loaded: {len(ops)} reducekit operators")
+spec = importlib.util.spec_from_file_location("_eager", glob.glob(f"{folder}/_eager*.so")[0])
+eager = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(eager)
+print(f"loaded: {len(ops)} reducekit operators; eager entries: {', '.join(n for n in dir(eager) if not n.startswith('_'))}")
 PY
 # The Python package over the libraries just built, every op on meta tensors against torch's.
 rm -rf "$build/package" && mkdir -p "$build/package/reducekit"

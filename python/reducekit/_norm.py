@@ -31,6 +31,7 @@ statistics (mean, rstd) that the backward ops take, and their autograd lives in 
 import torch
 
 from ._checks import check_dtype
+from ._entry import compiling, eager
 
 _ops = torch.ops.reducekit
 _HALF = (torch.float16, torch.bfloat16)
@@ -163,7 +164,12 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out
     y's dtype (None: input's)."""
     math = _converted(input, out_dtype)
     if math is None:
-        return _ops.layer_norm(input, _shape(normalized_shape), weight, bias, float(eps))[0]
+        shape, eps = _shape(normalized_shape), float(eps)
+        if eager is not None and not compiling():
+            y = eager.layer_norm(input, shape, weight, bias, eps)
+            if y is not NotImplemented:
+                return y
+        return _ops.layer_norm(input, shape, weight, bias, eps)[0]
     return _rounded(_computed_in(math, "layer_norm", input, input, normalized_shape, weight, bias, eps), input,
                     out_dtype)
 
@@ -174,7 +180,12 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, bias=None, *, out_d
     dtype (None: input's)."""
     math = _converted(input, out_dtype)
     if math is None:
-        return _ops.rms_norm(input, _shape(normalized_shape), weight, _rms_eps(input, eps), bias)[0]
+        shape, eps = _shape(normalized_shape), _rms_eps(input, eps)
+        if eager is not None and not compiling():
+            y = eager.rms_norm(input, shape, weight, eps, bias)
+            if y is not NotImplemented:
+                return y
+        return _ops.rms_norm(input, shape, weight, eps, bias)[0]
     return _rounded(_computed_in(math, "rms_norm", input, input, normalized_shape, weight, bias,
                                  _rms_eps(input, eps)), input, out_dtype)
 

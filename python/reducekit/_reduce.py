@@ -16,6 +16,7 @@ autograd is C++ (python/csrc/reduce_autograd.cpp), as softmax's and the norms' a
 import torch
 
 from ._checks import check_dtype, wrap_dim
+from ._entry import compiling, eager
 
 _ops = torch.ops.reducekit
 
@@ -111,17 +112,27 @@ for _name in ("var_mean", "std_mean"):
 
 # ----------------------------------------------------------------------------- functional API
 
+def _call(name, input, *args):
+    """torch.ops.reducekit.<name>(input, *args), through its eager entry where that takes the call
+    (python/reducekit/_entry.py)."""
+    if eager is not None and not compiling():
+        y = getattr(eager, name)(input, *args)
+        if y is not NotImplemented:
+            return y
+    return getattr(_ops, name)(input, *args)
+
+
 def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 (mirrors torch.sum)
     """torch.sum: float32 accumulation (float64 when input or dtype is float64), deterministic."""
     if dtype is None:  # no keyword to pass: a little less host time
-        return _ops.sum(input, _dim_list(dim), keepdim)
+        return _call("sum", input, _dim_list(dim), keepdim)
     return _ops.sum(input, _dim_list(dim), keepdim, dtype=dtype)
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
     """torch.mean; the mean of an empty set is NaN."""
     if dtype is None:
-        return _ops.mean(input, _dim_list(dim), keepdim)
+        return _call("mean", input, _dim_list(dim), keepdim)
     return _ops.mean(input, _dim_list(dim), keepdim, dtype=dtype)
 
 
@@ -130,32 +141,32 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
     check_dtype(dtype, "prod computes in")  # before the cast, which would make input the culprit
     if dtype is not None:
         input = input.to(dtype)
-    return _ops.prod(input, _dim_list(dim), keepdim)
+    return _call("prod", input, _dim_list(dim), keepdim)
 
 
 def amax(input, dim=(), keepdim=False):
     """torch.amax: NaN propagates; an empty set raises torch's error (IndexError naming the dim)."""
-    return _ops.amax(input, _dim_list(dim), keepdim)
+    return _call("amax", input, _dim_list(dim), keepdim)
 
 
 def amin(input, dim=(), keepdim=False):
     """torch.amin."""
-    return _ops.amin(input, _dim_list(dim), keepdim)
+    return _call("amin", input, _dim_list(dim), keepdim)
 
 
 def argmax(input, dim=None, keepdim=False):
     """torch.argmax: the first NaN, else the first maximum; dim=None indexes input flattened."""
-    return _ops.argmax(input, dim, keepdim)
+    return _call("argmax", input, dim, keepdim)
 
 
 def argmin(input, dim=None, keepdim=False):
     """torch.argmin."""
-    return _ops.argmin(input, dim, keepdim)
+    return _call("argmin", input, dim, keepdim)
 
 
 def logsumexp(input, dim, keepdim=False):
     """torch.logsumexp: all -inf gives -inf, any +inf gives +inf."""
-    return _ops.logsumexp(input, _dim_list(dim), keepdim)
+    return _call("logsumexp", input, _dim_list(dim), keepdim)
 
 
 def _correction(dim, unbiased, correction):
@@ -175,25 +186,25 @@ def _correction(dim, unbiased, correction):
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.var: M2 / (n - correction); n - correction <= 0 gives inf or NaN."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.var(input, dims, c, keepdim)
+    return _call("var", input, dims, c, keepdim)
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.std."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.std(input, dims, c, keepdim)
+    return _call("std", input, dims, c, keepdim)
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.var_mean: (var, mean) from one pass."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.var_mean(input, dims, c, keepdim)
+    return _call("var_mean", input, dims, c, keepdim)
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """torch.std_mean: (std, mean) from one pass."""
     dims, c = _correction(dim, unbiased, correction)
-    return _ops.std_mean(input, dims, c, keepdim)
+    return _call("std_mean", input, dims, c, keepdim)
 
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "logsumexp", "var", "std", "var_mean",

@@ -3,6 +3,7 @@
 import torch
 
 from ._checks import check_dtype, wrap_dim
+from ._entry import compiling, eager
 
 # The ops are called as they are: their autograd is C++ (python/csrc/softmax_ops.cpp), so no Python
 # kernel stands in front of a call.
@@ -22,9 +23,17 @@ def _rowwise(op, name: str, input: torch.Tensor, dim: int, dtype: torch.dtype) -
 
 def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype) on reducekit's kernels (fp32 accumulation, deterministic)."""
+    if dtype is None and eager is not None and not compiling():
+        y = eager.softmax(input, dim)
+        if y is not NotImplemented:
+            return y
     return _rowwise(_ops.softmax, "softmax", input, dim, dtype)
 
 
 def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype) on reducekit's kernels."""
+    if dtype is None and eager is not None and not compiling():
+        y = eager.log_softmax(input, dim)
+        if y is not NotImplemented:
+            return y
     return _rowwise(_ops.log_softmax, "log_softmax", input, dim, dtype)

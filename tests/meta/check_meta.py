@@ -103,8 +103,9 @@ def main():
             failures.append(f"{name}: {type(exc).__name__} ({str(exc).splitlines()[0]}), torch raises {expected.__name__}")
     for failure in failures:
         print("FAIL", failure)
+    from reducekit import _entry
     print(f"meta checks: {checked - len(failures)} of {checked} passed (reducekit {reducekit.__version__}, "
-          f"torch {torch.__version__})")
+          f"torch {torch.__version__}; eager entries {'in use' if _entry.eager is not None else 'not built'})")
     return 1 if failures else 0
 
 

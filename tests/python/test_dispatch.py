@@ -5,9 +5,11 @@ so the functional API calls the ops as they are, with no Python kernel in front 
 around the dispatcher; a call that needs no gradient gives the same bits as one that does."""
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import reducekit
+from reducekit import _entry
 
 ops = torch.ops.reducekit
 
@@ -100,7 +102,12 @@ def test_modes_and_the_profiler_see_every_call():
     with Record():
         reducekit.sum(x, -1)
         reducekit.sum(x.clone().requires_grad_(), -1)
-    assert seen.count("reducekit.sum.default") == 2, seen
+        reducekit.softmax(x, -1)  # the eager entries' calls too
+        reducekit.layer_norm(x.clone().requires_grad_(), [8])
+        reducekit.var_mean(x, 1)
+    ours = [s for s in seen if s.startswith("reducekit.")]  # x.clone() is seen too
+    assert ours == ["reducekit.sum.default"] * 2 + ["reducekit.softmax.default", "reducekit.layer_norm.default",
+                                                    "reducekit.var_mean.default"], seen
     with torch.profiler.profile() as prof:
         reducekit.mean(x, -1)
     assert any(e.name == "reducekit::mean" for e in prof.events())
@@ -110,3 +117,100 @@ def test_modes_and_the_profiler_see_every_call():
 def test_cpu_input_still_gets_the_clear_error(requires_grad):
     with pytest.raises(RuntimeError, match="input: expected a CUDA tensor"):
         reducekit.sum(torch.randn(4, 8, requires_grad=requires_grad), -1)
+
+
+# ----------------------------------------------------------------------------- eager entries
+
+def test_eager_entries_are_built():
+    # Without them every eager call pays torch.ops' generic entry (python/csrc/eager_entry.cpp).
+    assert _entry.eager is not None, "reducekit was built without reducekit._eager (no Python headers?)"
+
+
+def _entry_calls(x, w, b):
+    """(eager entry call, the op's call as torch.ops) pairs that must give the same tensors."""
+    n = [x.shape[-1]]
+    e = _entry.eager
+    calls = [
+        (lambda: e.softmax(x, -1), lambda: ops.softmax(x, -1)),
+        (lambda: e.log_softmax(x, 0), lambda: ops.log_softmax(x, 0)),
+        (lambda: e.layer_norm(x, n, w, b, 1e-5), lambda: ops.layer_norm(x, n, w, b, 1e-5)[0]),
+        (lambda: e.layer_norm(x, tuple(n), None, None, 1e-3), lambda: ops.layer_norm(x, n, None, None, 1e-3)[0]),
+        (lambda: e.rms_norm(x, n, w, 1e-6, None), lambda: ops.rms_norm(x, n, w, 1e-6, None)[0]),
+        (lambda: e.rms_norm(x, n, None, 1e-6, b), lambda: ops.rms_norm(x, n, None, 1e-6, b)[0]),
+        (lambda: e.argmax(x, 1, False), lambda: ops.argmax(x, 1, False)),
+        (lambda: e.argmin(x, None, True), lambda: ops.argmin(x, None, True)),
+    ]
+    for name in ("sum", "mean", "prod", "amax", "amin", "logsumexp"):
+        calls.append((lambda name=name: getattr(e, name)(x, [1], False), lambda name=name: getattr(ops, name)(x, [1], False)))
+    calls.append((lambda: e.sum(x, None, True), lambda: ops.sum(x, None, True)))
+    for name in ("var", "std", "var_mean", "std_mean"):
+        calls.append((lambda name=name: getattr(e, name)(x, [0], 0.0, True),
+                      lambda name=name: getattr(ops, name)(x, [0], 0.0, True)))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_eager_entries_give_the_ops_results_and_gradients(dtype):
+    x = _x(64, 1000, dtype=dtype)
+    w, b = torch.nn.Parameter(_x(1000, dtype=dtype)), _x(1000, dtype=dtype)
+    for entry, op in _entry_calls(x, w.detach(), b):
+        _same(entry(), op())
+    xg = x[:, :8].clone().requires_grad_()  # prod's gradient stays finite over 8 values
+    wg = w[:8].detach().clone().requires_grad_()
+    for entry, op in _entry_calls(xg, wg, b[:8]):
+        y, want = entry(), op()
+        y, want = (y[0], want[0]) if isinstance(y, tuple) else (y, want)
+        if y.dtype == torch.int64:  # argmax / argmin: no gradient
+            assert y.grad_fn is None and torch.equal(y, want)
+            continue
+        assert y.grad_fn is not None
+        g = torch.randn_like(y)
+        _same(torch.autograd.grad(y, (xg, wg), g, allow_unused=True, materialize_grads=True),
+              torch.autograd.grad(want, (xg, wg), g, allow_unused=True, materialize_grads=True))
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass (torch's default __torch_function__ keeps it on outputs)."""
+
+
+def test_eager_entries_leave_other_calls_to_torch_ops():
+    e = _entry.eager
+    x = _x(4, 8)
+    assert e.softmax(x, 1.0) is NotImplemented  # not an int dim
+    assert e.softmax([1.0], 0) is NotImplemented  # not a tensor
+    assert e.softmax(x) is NotImplemented  # too few arguments
+    assert e.layer_norm(x, [8.0], None, None, 1e-5) is NotImplemented
+    assert e.layer_norm(x, [8], None, None, 1) is NotImplemented  # eps not a float
+    assert e.rms_norm(x, [8], [1.0] * 8, 1e-6, None) is NotImplemented
+    assert e.sum(x, [1], 1) is NotImplemented  # keepdim not a bool
+    assert e.var(x, [1], 1, False) is NotImplemented  # correction not a float
+    assert e.argmax(x, [1], False) is NotImplemented
+    tagged = x.as_subclass(_Tagged)
+    assert e.softmax(tagged, -1) is NotImplemented
+    assert type(reducekit.softmax(tagged, -1)) is _Tagged  # through torch.ops and __torch_function__
+    assert type(reducekit.layer_norm(tagged, [8])) is _Tagged
+
+    seen = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        assert e.softmax(x, -1) is NotImplemented
+        reducekit.softmax(x, -1)
+        reducekit.rms_norm(x, [8])
+    assert any("softmax" in s for s in seen) and any("rms_norm" in s for s in seen), seen
+
+
+def test_eager_entries_keep_errors_and_compile():
+    x = _x(4, 8)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        reducekit.log_softmax(x, 2)
+    with pytest.raises(RuntimeError, match="input: expected a CUDA tensor"):
+        reducekit.softmax(x.cpu(), -1)
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        reducekit.rms_norm(x, [7])
+    compiled = torch.compile(lambda t: reducekit.softmax(reducekit.layer_norm(t, [8]), -1), fullgraph=True)
+    _same(compiled(x), reducekit.softmax(reducekit.layer_norm(x, [8]), -1))
