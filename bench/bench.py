@@ -433,6 +433,8 @@ def main(argv=None):
                           f"{r['gbps'] if r['gbps'] is not None else r['status']}" for r in recs)
         spent = time.perf_counter() - bench_started
         left = spent / i * (len(points) - i)
+        if args.budget_s is not None:  # the budget ends the run sooner than the grid would
+            left = min(left, max(0.0, args.budget_s - spent))
         say(f"{op} {dtype_name} {report.shape_str(shape)}: {cells} GB/s  [{time.perf_counter() - t0:.1f} s; "
             f"{i}/{len(points)}, about {left:.0f} s left]")
         meta["elapsed_s"] = round(time.perf_counter() - started, 1)

@@ -41,16 +41,36 @@ generator_args() {
 
 # Without a GPU nothing runs the kernels, so their code is compiled as a check only
 # (REDUCEKIT_CHECK_ONLY_DEVICE_CODE, CMakeLists.txt: nvcc's fast-compile mode); with one, optimized.
+# Arguments: more CMake definitions (-D...).
 configure_and_build() {
   ensure_tools
   local python check_only
   python="$(command -v python3 || true)"
   check_only=$(have_gpu && echo OFF || echo ON)
   cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${python:+-DPython3_EXECUTABLE="$python"} \
-    -DREDUCEKIT_CHECK_ONLY_DEVICE_CODE=$check_only $(generator_args "$python") \
+    -DREDUCEKIT_CHECK_ONLY_DEVICE_CODE=$check_only $(generator_args "$python") "$@" \
     ${REDUCEKIT_CMAKE_ARGS:-} >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
   grep -E "reducekit:" "$BUILD.configure.log" || true
   cmake --build "$BUILD" -j "$JOBS"
+}
+
+# The Python package as a user installs it (`pip install --no-build-isolation .`, README), into
+# $SITE rather than the running environment, so that the tests and the benchmark import the
+# installed copy (PYTHONPATH=$SITE) and the environment is left as it was. scikit-build-core
+# keeps its build in $BUILD/wheel, so a second run rebuilds only what changed. Ninja where
+# generator_args finds it (scikit-build-core looks for it on PATH only).
+SITE="$BUILD/site"
+install_python_package() {
+  local python ninja_dir start=$SECONDS
+  python="$(command -v python3)"
+  ninja_dir="$(generator_args "$python" | sed -n 's/.*-DCMAKE_MAKE_PROGRAM=\(.*\)\/ninja$/\1/p')"
+  rm -rf "$SITE"
+  PATH="$PATH${ninja_dir:+:$ninja_dir}" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
+    CMAKE_ARGS="-DREDUCEKIT_CHECK_ONLY_DEVICE_CODE=$(have_gpu && echo OFF || echo ON)" \
+    "$python" -m pip install --no-build-isolation --no-deps --no-index --target "$SITE" \
+    --config-settings=build-dir="$BUILD/wheel" "$REPO" >"$BUILD.pip.log" 2>&1 ||
+    { tail -40 "$BUILD.pip.log"; echo "pip install of the Python package failed (log: $BUILD.pip.log)" >&2; return 1; }
+  echo "installed $(PYTHONPATH="$SITE" "$python" -c 'import reducekit; print("reducekit", reducekit.__version__, "in", reducekit.__file__.rsplit("/", 2)[0])' 2>&1 | tail -1) ($((SECONDS - start)) s)"
 }
 
 # True when python3 can import torch (the Python tests and the benchmark need it).

@@ -2,21 +2,24 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every test: configures and builds (installing missing build tools where it can), runs the
 # C++ tests (host planning, the CPU oracle, and GPU tests, which skip with a message where no
-# GPU is present) and, beside them, the Python tests where torch is importable; then installs the
-# C++ package and builds the example against it. On a GPU machine torch and pytest are required
+# GPU is present) and, beside them, installs the Python package (pip, into the build folder) and
+# runs the Python tests against it where torch is importable; then installs the C++ package and
+# builds the example against it. On a GPU machine torch and pytest are required
 # (it stops at once, saying which is missing).
 source "$(dirname "$0")/common.sh"
-require_python_modules_on_gpu torch pytest hypothesis
-configure_and_build
-
-# The C++ tests (ctest, $JOBS at once) run beside the Python test files, one pytest process a
-# file, all at once (REDUCEKIT_TESTS_SERIAL=1: one after the other): the GPU and the cores have
-# room for both, and the slowest process sets the Python side's time.
+require_python_modules_on_gpu torch pytest hypothesis scikit_build_core
 python_side=0
-if have_torch && python3 -c "import pytest" >/dev/null 2>&1; then python_side=1; fi
+if have_torch && python3 -c "import pytest, scikit_build_core" >/dev/null 2>&1; then python_side=1; fi
+# The CMake build is the C++ library and its tests; the PyTorch operators are built by the
+# Python package's install below, which the Python tests then import.
+configure_and_build $([ $python_side = 1 ] && echo -DREDUCEKIT_BUILD_TORCH=OFF)
+
+# The C++ tests (ctest, $JOBS at once) run beside the package's install and then the Python test
+# files, one pytest process a file, all at once (REDUCEKIT_TESTS_SERIAL=1: one after the other):
+# the GPU and the cores have room for both, and the slowest process sets the Python side's time.
 parallel=$([ "${REDUCEKIT_TESTS_SERIAL:-0}" = 1 ] && echo 0 || echo 1)
 start=$SECONDS
-echo "== C++ tests (ctest, $JOBS at once)$([ $python_side = 1 ] && [ $parallel = 1 ] && echo ", beside the Python tests")"
+echo "== C++ tests (ctest, $JOBS at once)$([ $python_side = 1 ] && [ $parallel = 1 ] && echo ", beside the Python package's install and tests")"
 ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure >"$BUILD.ctest.log" 2>&1 &
 ctest_pid=$!
 ctest_rc=0
@@ -24,6 +27,9 @@ if [ $parallel = 0 ]; then wait $ctest_pid || ctest_rc=$?; fi
 
 py_rc=0
 if [ $python_side = 1 ]; then
+  echo "== Python package: pip install --no-build-isolation into $SITE"
+  install_python_package
+  export REDUCEKIT_TEST_INSTALLED=1 PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   # One pytest process a file, but the property suite (its Hypothesis budget makes it the
   # longest file by far) as REDUCEKIT_PROPERTY_PROCESSES (default 3) processes of whole test
   # functions dealt round-robin: targets[i] is one process's space-separated pytest targets.
@@ -78,6 +84,10 @@ if [ $python_side = 1 ]; then
       py_rc=1
     fi
   done
+  if have_gpu; then
+    echo "== examples/python/quickstart.py against the installed package"
+    python3 "$REPO/examples/python/quickstart.py" || py_rc=1
+  fi
 else
   echo "== Python tests skipped: no GPU here, and python3 cannot import torch and pytest (they need a CUDA machine with torch)"
 fi

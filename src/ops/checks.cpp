@@ -76,10 +76,7 @@ namespace {
 
 // The kernels are built for sm_90 (later GPUs run them from their PTX); on an older GPU the first
 // launch would fail with "no kernel image", so the first check says why instead.
-Status check_compute_capability(const char* name) {
-  DeviceAttributes device;
-  if (!current_device_attributes(&device).is_ok())
-    return Status::cuda_error(std::string(name) + ": cannot query the current CUDA device");
+Status check_compute_capability(const DeviceAttributes& device, const char* name) {
   if (device.cc_major < 9)
     return Status::unsupported(std::string(name) + ": CUDA device " + std::to_string(device.device) +
                                " has compute capability " + std::to_string(device.cc_major) + "." +
@@ -127,15 +124,14 @@ Status check_float_device_tensor(const TensorView& t, const char* name) {
                                     dtype_name(t.dtype));
   if (t.device == kHostDevice)
     return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
+  // One device query (cached attributes after the first call) for the device and its capability.
+  DeviceAttributes current;
+  if (!current_device_attributes(&current).is_ok())
     return Status::cuda_error(std::string(name) + ": no usable CUDA device");
-  }
-  if (t.device != current)
+  if (t.device != current.device)
     return Status::invalid_argument(std::string(name) + ": on CUDA device " + std::to_string(t.device) +
-                                    " but the current device is " + std::to_string(current));
-  if (Status s = check_compute_capability(name); !s.is_ok()) return s;
+                                    " but the current device is " + std::to_string(current.device));
+  if (Status s = check_compute_capability(current, name); !s.is_ok()) return s;
   for (int d = 0; d < t.rank; ++d)
     if (t.sizes[d] < 0)
       return Status::invalid_argument(std::string(name) + ": negative size in " + shape_string(t));
