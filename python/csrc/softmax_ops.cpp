@@ -7,10 +7,17 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
 #include <array>
 #include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
 
 #include "reducekit/reducekit.hpp"
 #include "torch_util.hpp"
@@ -98,37 +105,67 @@ at::Tensor reject_cpu_binary(const at::Tensor& y, const at::Tensor& dy, int64_t)
   return y;
 }
 
-// Autograd of softmax and log_softmax, in C++: torch.library.register_autograd's Python kernel
-// cost about 25 us of host time a call with grad (run 22: 35 us against torch.softmax's 9).
-// Forward runs the op below autograd and keeps y; backward is the matching backward op.
-template <bool kLog> class SoftmaxAutograd : public torch::autograd::Function<SoftmaxAutograd<kLog>> {
- public:
-  static at::Tensor run(const at::Tensor& x, int64_t dim) {
-    static const auto op = reducekit_torch::find_op<at::Tensor(const at::Tensor&, int64_t)>(
-        kLog ? "reducekit::log_softmax" : "reducekit::softmax");
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(x, dim);
+// Autograd of softmax and log_softmax, in C++, as torch's own generated autograd does it: a
+// backward node made by hand (the node, the input's edge, y saved as an output) rather than a
+// torch::autograd::Function, whose general bookkeeping cost about 0.8 us more host time a call
+// with grad than torch.softmax's (bench/host_overhead.py). The node also serves compiled autograd
+// (compiled_args, apply_with_saved) as the generated nodes do.
+template <bool kLog> struct SoftmaxBackwardNode final : torch::autograd::Node {
+  int64_t dim = 0;
+  torch::autograd::SavedVariable y;
+
+  std::string name() const override { return kLog ? "reducekit::LogSoftmaxBackward" : "reducekit::SoftmaxBackward"; }
+
+  void release_variables() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    y.reset_data();
   }
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
-    at::Tensor y = run(x, dim);
-    ctx->save_for_backward({y});
-    ctx->saved_data["dim"] = dim;
-    return y;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     static const auto op = reducekit_torch::find_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>(
         kLog ? "reducekit::log_softmax_backward" : "reducekit::softmax_backward");
-    const at::Tensor y = ctx->get_saved_variables()[0];
-    return {op.call(y, grads[0], ctx->saved_data["dim"].toInt()), at::Tensor()};
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!task_should_compute_output(0) || !grads[0].defined()) return {at::Tensor()};
+    return {op.call(y.unpack(shared_from_this()), grads[0], dim)};
+  }
+
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(dim);
+    args.collect(y, true);
+  }
+
+  torch::autograd::variable_list apply_with_saved(const torch::autograd::variable_list& grads,
+                                                  torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(y);
+    torch::autograd::variable_list out = apply(torch::autograd::variable_list(grads));
+    saved.after(y);
+    return out;
   }
 };
 
-// A call with nothing to record (grad mode off, or x needing no gradient) runs the op below
-// autograd at once: no node is made.
+// The op below autograd; with grad mode on and x requiring grad, y gets the backward node.
 template <bool kLog> at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
-  if (!(at::GradMode::is_enabled() && x.requires_grad())) return SoftmaxAutograd<kLog>::run(x, dim);
-  return SoftmaxAutograd<kLog>::apply(x, dim);
+  static const auto op = reducekit_torch::find_op<at::Tensor(const at::Tensor&, int64_t)>(
+      kLog ? "reducekit::log_softmax" : "reducekit::softmax");
+  const bool record = at::GradMode::is_enabled() && x.requires_grad();
+  TORCH_CHECK(!torch::autograd::isFwGradDefined(x), kLog ? "log_softmax" : "softmax",
+              ": forward-mode AD is not supported by reducekit's kernels");
+  std::shared_ptr<SoftmaxBackwardNode<kLog>> node;
+  if (record) {
+    node = std::shared_ptr<SoftmaxBackwardNode<kLog>>(new SoftmaxBackwardNode<kLog>(), torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    node->dim = dim;
+  }
+  at::Tensor y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = op.call(x, dim);
+  }
+  if (record) {
+    torch::autograd::set_history(y, node);
+    node->y = torch::autograd::SavedVariable(y, /*is_output=*/true);
+  }
+  return y;
 }
 
 }  // namespace

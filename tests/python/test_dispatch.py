@@ -89,6 +89,44 @@ def test_gradients_flow_where_they_should():
     assert reducekit.sum(x.detach(), -1).grad_fn is None
 
 
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_backward_node(log):
+    # softmax's autograd is a hand-made node (softmax_ops.cpp): what a Function gave for free must
+    # still hold: the gradient, the saved output's checks, retain_graph, hooks, compiled autograd.
+    f, ref = (reducekit.log_softmax, torch.log_softmax) if log else (reducekit.softmax, torch.softmax)
+    x = _x(32, 1000).requires_grad_()
+    dy = _x(32, 1000)
+    y = f(x, -1)
+    assert y.grad_fn.name() == ("reducekit::LogSoftmaxBackward" if log else "reducekit::SoftmaxBackward")
+    assert y.grad_fn.next_functions[0][0].variable is x
+    seen = []
+    y.grad_fn.register_hook(lambda grad_inputs, grad_outputs: seen.append(grad_inputs[0].shape))
+    (gx,) = torch.autograd.grad(y, x, dy, retain_graph=True)
+    assert seen == [x.shape]
+    xr = x.detach().clone().requires_grad_()
+    (want,) = torch.autograd.grad(ref(xr, -1), xr, dy)
+    torch.testing.assert_close(gx, want)
+    _same(torch.autograd.grad(y, x, dy)[0], gx)  # retained: the same again, then freed
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        torch.autograd.grad(y, x, dy)
+    y = f(x, -1)
+    y.mul_(2)  # y is saved for backward: modifying it in place is caught, as with torch's ops
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x.detach(), dy)
+        with pytest.raises(RuntimeError, match="forward-mode AD is not supported"):
+            f(dual, -1)
+    # compiled autograd traces the node (compiled_args, apply_with_saved)
+    import torch._dynamo.compiled_autograd as compiled_autograd
+    torch._dynamo.reset()
+    xc = x.detach().clone().requires_grad_()
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        f(xc, -1).backward(dy)
+    torch._dynamo.reset()
+    _same(xc.grad, gx)
+
+
 def test_modes_and_the_profiler_see_every_call():
     # No call skips the dispatcher: a dispatch mode and the profiler see the op, grad or no grad.
     seen = []

@@ -710,6 +710,43 @@ def test_out_dtype(kind, dtype, out_dtype, n):
             "out_dtype = input's dtype: the plain call"
 
 
+def torch_dtype_or_error(fn, *args):
+    """The dtype of torch's own fn(*args), or, where torch refuses the call, its error."""
+    try:
+        return fn(*args).dtype
+    except RuntimeError as exc:
+        return f"none, it raised {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", HALF, ids=dtype_id)
+def test_mixed_precision_output_dtype_against_torch(kind, dtype):
+    """16-bit x with float32 weight (and bias, layer_norm's): y's dtype against the dtype torch's
+    own op gives for the same call on the GPU. reducekit's rule (docs/python.md, "Dtypes"): y has
+    x's dtype.
+    rms_norm: torch's F.rms_norm (2.11), given a weight of another dtype than x's, warns and takes
+    its composite path on every device (ATen's rms_norm_symint), which normalizes in float32,
+    multiplies by the weight and casts y back with .type_as(input): the same rule, so y's dtype
+    must equal torch's.
+    layer_norm: torch's CUDA kernel (2.11) reads weight and bias in x's dtype only and raises
+    "expected scalar type BFloat16 but found Float", where its CPU kernel and its fake function
+    (torch._refs.native_layer_norm) give x's dtype. With no CUDA dtype of torch's to equal, y must
+    have reducekit's documented dtype; torch's outcome on the GPU and on the CPU is in the message."""
+    n = 1000
+    x = torch.randn(rows_for(n), n, device=DEV).to(dtype)
+    w, b = make_params([n], torch.float32, bias=kind == "layer_norm")
+    if kind == "rms_norm":
+        y = reducekit.rms_norm(x, [n], w)
+        theirs = torch_dtype_or_error(torch.nn.functional.rms_norm, x, [n], w)
+        assert y.dtype == theirs, f"rms_norm({dtype_id(dtype)} x, float32 weight): reducekit {y.dtype}, torch {theirs}"
+    else:
+        y = reducekit.layer_norm(x, [n], w, b)
+        theirs = torch_dtype_or_error(torch.nn.functional.layer_norm, x, [n], w, b)
+        on_cpu = torch_dtype_or_error(torch.nn.functional.layer_norm, x.cpu(), [n], w.cpu(), b.cpu())
+        assert y.dtype == dtype, (f"layer_norm({dtype_id(dtype)} x, float32 weight and bias): reducekit {y.dtype}, "
+                                  f"documented: x's ({dtype}); torch on the GPU: {theirs}; torch on the CPU: {on_cpu}")
+
+
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("dtype", HALF, ids=dtype_id)
 @pytest.mark.parametrize("residual_dtype", [torch.float32, "input's"], ids=["float32_residual", "input_dtype_residual"])

@@ -8,9 +8,10 @@ torch.nn.RMSNorm in one variant and torch.nn.LayerNorm in the other.
 Checked: patch() swaps every norm, every Softmax and the loss, and leaves nothing alone; the
 loss, the logits, every parameter's gradient and the input's gradient of the patched model match
 the unpatched model's, eagerly in float32 and bfloat16; the patched model compiled with
-torch.compile(fullgraph=True), in train and eval mode, matches it eagerly (float32). A variant
-keeps the residual stream in float32 through reducekit.nn.AddRMSNorm / AddLayerNorm
-(residual_in_float32=True) and matches the same model written in torch, in bfloat16.
+torch.compile(fullgraph=True), in train and eval mode, matches the patched model run eagerly and
+the unpatched model, in float32 and bfloat16. A variant keeps the residual stream in float32
+through reducekit.nn.AddRMSNorm / AddLayerNorm (residual_in_float32=True) and matches the same
+model written in torch, in bfloat16.
 
 The oracle is the unpatched model run in float64 (a deep copy converted with .double(), with
 the input converted likewise). In float32, the patched and the unpatched model must both match
@@ -20,7 +21,9 @@ error. In bfloat16 (weights and input; the oracle is a float64 copy of the bfloa
 input, so that it measures the arithmetic, not the rounding of the weights), every tensor's
 largest error must be at most BF16_REL of its largest magnitude: the patched model against the
 oracle, the unpatched model against the oracle (which shows the bound fits torch's own bfloat16
-error), and the patched model against the unpatched one.
+error), and the patched model against the unpatched one. The compiled patched model is held to the
+same checks as the eager one in its dtype (in float32 against the unpatched model through the
+oracle: two float32 results each within the bound of float64 may be twice that apart).
 """
 import copy
 import functools
@@ -188,16 +191,35 @@ def test_patched_block_matches_the_unpatched_one(norm_kind, dtype):
 
 
 @pytest.mark.parametrize("norm_kind", sorted(NORMS))
-def test_patched_block_under_torch_compile(norm_kind):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_patched_block_under_torch_compile(norm_kind, dtype):
+    """The compiled patched model against the patched model run eagerly, and against the unpatched
+    model as test_patched_block_matches_the_unpatched_one holds the eager one: in float32 both
+    within tolerance of the float64 oracle, in bfloat16 within BF16_REL of the oracle and of the
+    unpatched model's result."""
     torch._dynamo.reset()
-    model = make_model(norm_kind)
+    model = make_model(norm_kind, dtype)
+    oracle = copy.deepcopy(model).double()
+    unpatched = copy.deepcopy(model)
     patch_and_check(model)
     compiled = torch.compile(model, fullgraph=True)
-    x, target = inputs()
+    x, target = inputs(dtype)
     for mode in ("train", "eval"):
-        getattr(model, mode)()
+        for m in (model, unpatched, oracle):
+            getattr(m, mode)()
         eager = run(model, x, target)
-        assert_float32_close(run(model, x, target, compiled), eager, f"compiled ({mode})")
+        got = run(model, x, target, compiled)
+        want = run(oracle, x.double(), target)
+        torch_result = run(unpatched, x, target)
+        if dtype == torch.float32:
+            assert_float32_close(got, eager, f"compiled ({mode})")
+            assert_float32_close(torch_result, want, f"torch float32 ({mode})")  # the tolerance fits torch's own error
+            assert_float32_close(got, want, f"compiled float32 ({mode})")
+        else:
+            assert_bf16_close(got, eager, f"compiled bfloat16 against eager ({mode})")
+            assert_bf16_close(torch_result, want, f"torch bfloat16 ({mode})")  # the bound fits torch's own error
+            assert_bf16_close(got, want, f"compiled bfloat16 ({mode})")
+            assert_bf16_close(got, torch_result, f"compiled bfloat16 against torch bfloat16 ({mode})")
 
 
 # ----------------------------------------------------------------------------- a float32 residual stream
