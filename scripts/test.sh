@@ -99,4 +99,8 @@ cmake -S "$REPO/examples/cpp" -B "$BUILD/example" -DCMAKE_PREFIX_PATH="$BUILD/in
   >"$BUILD.example.log" 2>&1 || { cat "$BUILD.example.log"; exit 1; }
 cmake --build "$BUILD/example" -j "$JOBS" >>"$BUILD.example.log" 2>&1 || { cat "$BUILD.example.log"; exit 1; }
 "$BUILD/example/reducekit_example"
+echo "== C++ package from source: a FetchContent consumer's configure (tests/cmake/fetch_content)"
+cmake -S "$REPO/tests/cmake/fetch_content" -B "$BUILD/fetch_content" -DREDUCEKIT_SOURCE_DIR="$REPO" \
+  >"$BUILD.fetch_content.log" 2>&1 || { cat "$BUILD.fetch_content.log"; exit 1; }
+grep -E "as a subproject" "$BUILD.fetch_content.log"
 exit $py_rc
