@@ -30,6 +30,10 @@ if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1 && ! install_torch; th
   echo "check_torch_ops: could not install torch $torch_version into $venv (no network?): not compiled" >&2
   exit 3
 fi
+# A build folder left by another checkout (the default lies outside the tree) starts afresh.
+if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$REPO" "$build/CMakeCache.txt"; then
+  rm -rf "$build"
+fi
 # SKBUILD keeps the libraries in the build folder (not python/reducekit) and makes a torch that
 # does not import a configure error instead of a skip.
 cmake -S "$REPO" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$venv/bin/python" \
