@@ -26,7 +26,7 @@ ensure_tools() {
 
 # Ninja where it exists (on PATH or beside python3, as in a venv holding torch) and the build
 # folder is new or already Ninja's: Makefiles start the torch operators' compiles only once the
-# library is linked, Ninja overlaps them (the GPU machine's build 165 -> 137 s, LOG.md run 166).
+# library is linked, Ninja overlaps them (the GPU machine's build about 17% sooner, LOG.md).
 generator_args() {
   local ninja
   ninja="$(command -v ninja || true)"

@@ -2,7 +2,7 @@
 // reducekit._eager: the functional API's eager calls (softmax, log_softmax, layer_norm, rms_norm,
 // the reductions), straight into the dispatcher through each op's typed handle. torch.ops'
 // generic entry matches the arguments against the schema and calls the op boxed, about 2 us of
-// host time a call (aten's own ops pay it too through torch.ops: bench/results/LOG.md run 164).
+// host time a call (aten's own ops pay it too through torch.ops; bench/host_overhead.py).
 // These functions take exactly the argument types the Python wrappers pass; the dispatcher still
 // runs every key (autograd, dispatch modes, fake tensors), so results are torch.ops'. A call they
 // do not take (another argument type, a tensor subclass, an active __torch_function__ mode)
