@@ -8,7 +8,6 @@
 // do not take (another argument type, a tensor subclass, an active __torch_function__ mode)
 // returns NotImplemented and the wrapper calls torch.ops; so do calls while torch.compile traces.
 #include <ATen/PythonTorchFunctionTLS.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/python_headers.h>
@@ -19,13 +18,13 @@
 #include <optional>
 #include <tuple>
 
+#include "find_op.hpp"
+
 namespace {
 
-using OptionalTensor = std::optional<at::Tensor>;
+using reducekit_torch::find_op;
 
-template <class Signature> c10::TypedOperatorHandle<Signature> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
+using OptionalTensor = std::optional<at::Tensor>;
 
 // torch.Tensor itself (or a Parameter) while no __torch_function__ mode is active: what the
 // dispatcher call below handles exactly as torch.ops would (torch.Tensor's own __torch_function__

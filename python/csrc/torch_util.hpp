@@ -5,7 +5,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/EmptyTensor.h>
 #include <cuda_runtime_api.h>
 
@@ -15,15 +14,10 @@
 #include <mutex>
 #include <utility>
 
+#include "find_op.hpp"
 #include "reducekit/reducekit.hpp"
 
 namespace reducekit_torch {
-
-// A registered op by name ("reducekit::softmax"), for the C++ autograd Functions that call the
-// op below autograd: look it up once (a static at the call site), call it typed.
-template <class Signature> c10::TypedOperatorHandle<Signature> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
 
 // A fresh contiguous tensor from the CUDA caching allocator without a trip through the dispatcher
 // (at::empty is about a microsecond of host time a call, and an op makes up to four); elsewhere
