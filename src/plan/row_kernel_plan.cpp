@@ -273,7 +273,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       break;
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
-      l.reread_over_split = true;  // re-read beats split at 1 MiB rows; parked, these rows lost
+      l.reread_over_split = true;  // re-read beats split at 1 MiB rows
+      // float32: the row's first three 8 KiB tiles parked, re-read from shared memory, not L2:
+      // +1..+7% at 16K-128K values, level at 8K-12K and 256K; 7 or 11 tiles lost (LOG.md)
+      if (elem_bytes == 4) l.reread_stash_bytes = 32 * 1024;
       // 16-bit rows of whole vectors past 7168 values, read once by one CTA of up to 512
       // threads, beat the re-read rows; past 16K values and at ragged lengths they lost (LOG.md).
       if (elem_bytes == 2) {

@@ -480,7 +480,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 0, 0, false, true, false},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 32 * K, 0, false, true, false},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
@@ -832,6 +832,15 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   }
   EXPECT_FALSE(row_policy(RowFamily::kLayerNormForward, 2).reread_small_tiles_for_short_last);
   EXPECT_FALSE(row_policy(RowFamily::kRowwise, 4).reread_small_tiles_for_short_last);
+
+  // float32 layer_norm parks three 4-word tiles of its re-read rows (32 KiB budget); the
+  // 16-word tiles (32 KiB and more each) none.
+  for (int64_t n : {16384, 24576, 32768, 50264, 262144}) {
+    const RowKernelConfig c = plan_row_kernel(n, 4, 1, ln);
+    EXPECT_EQ(c.stash_tiles, 3) << "n=" << n;
+    EXPECT_EQ(c.smem_bytes, 3u * 513 * 16) << "n=" << n;
+  }
+  EXPECT_EQ(plan_row_kernel(12288, 4, 1, ln).stash_tiles, 0);
 
   // loads_ahead (layer_norm's) reaches re-read plans only.
   EXPECT_EQ(ln.loads_ahead, 2);
