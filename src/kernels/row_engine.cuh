@@ -829,10 +829,11 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
 }
 
-// Wide rows of 16-bit elements, aligned rows of whole vectors only (the launcher checks; a vector
-// cut by the row end, read element by element, spilled at these bounds): the tile crosses the
-// row's reductions as its 16-bit packs, half the registers of its float32 values, and is widened
-// again for each pass over it (two-phase ops: the mean's fold, the deviations' fold, the output).
+// Wide rows of 16-bit elements (and of float32 for two-phase ops), aligned rows of whole vectors
+// only (the launcher checks; a vector cut by the row end, read element by element, spilled at
+// these bounds): the tile crosses the row's reductions as its 16-bit packs, half the registers of
+// its float32 values, and is widened again for each pass over it (two-phase ops: the mean's fold,
+// the deviations' fold, the output); float32 packs are the values themselves.
 // The same values and arithmetic as row_wide_kernel_ext: the same bits. The kernels below set
 // the registers a thread, which bound the rows in flight an SM.
 // kWhole: every vector of every thread lies inside the row (cols = threads x VPT x VEC), so
@@ -841,8 +842,8 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 template <typename T, class Op, int VEC, int VPT, bool kWhole = false>
 __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInputs>& args,
                                                      const typename Op::Extra& extra) {
-  static_assert(sizeof(T) == 2 && Op::kInputs == 1 && Op::kOutputs == 1,
-                "packed wide rows: one 16-bit input, one output");
+  static_assert((sizeof(T) == 2 || sizeof(T) == 4) && Op::kInputs == 1 && Op::kOutputs == 1,
+                "packed wide rows: one 16- or 32-bit input, one output");
   static_assert(VEC * VPT <= kWideTileValues, "wide tiles take one row a CTA, no loop");
   using Tile = RowTile<T, 1, VEC, VPT, true>;
   using PackT = typename Tile::PackT;

@@ -63,6 +63,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("wide_above_threads", &limits->wide_above_threads);
   set("wide_lean_max_threads", &limits->wide_lean_max_threads);
   set("wide_whole_above_threads", &limits->wide_whole_above_threads);
+  set("wide_partial_max_threads", &limits->wide_partial_max_threads);
   set("wide_roomy_max_threads", &limits->wide_roomy_max_threads);
   set("wide_whole_roomy_max_threads", &limits->wide_whole_roomy_max_threads);
   set("wide_mid_max_threads", &limits->wide_mid_max_threads);
@@ -156,12 +157,15 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
   }
 };
 // Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext; two-phase ops,
-// row_wide_packed_two_phase_kernel_ext): 16-bit one-input one-output ops, aligned rows of whole
-// vectors.
+// row_wide_packed_two_phase_kernel_ext): 16-bit one-input one-output ops, and float32 two-phase
+// ones (layer_norm: its unpacked kernel spilled 36 bytes, the packed one none, ptxas); aligned
+// rows of whole vectors.
 // Plain ops (no Extra) are never packed, and name no kOutputs.
 template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
-  if constexpr (sizeof(T) != 2 || sizeof...(Extra) != 1) return false;
-  else return Op::kInputs == 1 && Op::kOutputs == 1;
+  if constexpr (sizeof...(Extra) != 1) return false;
+  else if constexpr (sizeof(T) == 4) return kernels::IsTwoPhase<Op>::value && Op::kInputs == 1 && Op::kOutputs == 1;
+  else if constexpr (sizeof(T) == 2) return Op::kInputs == 1 && Op::kOutputs == 1;
+  else return false;
 }
 // kForm (RowKernelConfig::wide_form): the two-phase kernel has kBase and kLean, the one-statistic
 // one kBase, kMid and kRoomy.
@@ -318,7 +322,8 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
         RowKernel<T, Op, Extra...> packed = nullptr;
         if constexpr (kernels::IsTwoPhase<Op>::value) {
           using Lean = std::integral_constant<WideForm, WideForm::kLean>;
-          packed = c.wide_form == WideForm::kLean ? pick(Lean{}) : pick(Base{});
+          if constexpr (sizeof(T) == 2) packed = c.wide_form == WideForm::kLean ? pick(Lean{}) : pick(Base{});
+          else if (c.wide_form != WideForm::kLean) packed = pick(Base{});  // float32: no lean form planned
         } else {
           using Mid = std::integral_constant<WideForm, WideForm::kMid>;
           using Roomy = std::integral_constant<WideForm, WideForm::kRoomy>;

@@ -246,7 +246,9 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
   const bool whole = cols == int64_t(c.threads) * kWideTileValues;
   const int above_ragged = limits.wide_above_threads > 0 ? limits.wide_above_threads : limits.max_block_threads;
   const int above = whole && limits.wide_whole_above_threads > 0 ? limits.wide_whole_above_threads : above_ragged;
-  const int most = std::min(limits.wide_max_threads, kWideRowThreads);
+  const int most = std::min(whole || limits.wide_partial_max_threads == 0 ? limits.wide_max_threads
+                                                                           : limits.wide_partial_max_threads,
+                            kWideRowThreads);
   if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
   const bool whole_roomy = whole && c.threads <= limits.wide_whole_roomy_max_threads;
   const bool roomy = c.threads <= limits.wide_roomy_max_threads || whole_roomy;
@@ -289,6 +291,17 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.wide_ragged = false;
         l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
         l.wide_whole_roomy_max_threads = 384;  // whole 9216-12288: +1..+8% on the full kernel (LOG.md)
+      }
+      // float32 rows of 8K-32K values, read once by one CTA of up to 1024 threads (packed wide
+      // rows: 64 registers, no spill) beat the re-read and block rows: whole 10240-16384 +10..+19%,
+      // 24576 +3%, 32768 +10%, 8192 +1%, and 12800 (416 threads) +14%; a partial 640-thread row
+      // (20000) lost 5%, 6144 (192 threads) 3%, ragged 30001 13% (LOG.md).
+      if (elem_bytes == 4) {
+        l.wide_rows = true;
+        l.wide_above_threads = 256;
+        l.wide_whole_above_threads = 224;
+        l.wide_partial_max_threads = 512;
+        l.wide_ragged = false;
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB

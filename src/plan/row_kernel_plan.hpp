@@ -196,6 +196,8 @@ struct RowKernelLimits {
   int wide_above_threads = 0;
   int wide_whole_above_threads = 0;
   int wide_max_threads = kWideRowThreads;
+  // Rows that are not whole take them only up to this many threads (0: wide_max_threads).
+  int wide_partial_max_threads = 0;
   bool wide_ragged = true;
   // Packed wide rows (16-bit whole vectors) in CTAs of at most this many threads run on fewer
   // registers a thread (WideForm::kLean, two-phase ops): a few bytes more spill, one more row an
@@ -280,7 +282,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
     case RowFamily::kLayerNormForward:
       if (narrow) t.ring = v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
-      else t.block = v4, t.cluster = v16;
+      else t.block = v4, t.cluster = v16, t.wide = v8;
       break;
     case RowFamily::kRmsNormForward:
     case RowFamily::kRmsNormBiasForward:

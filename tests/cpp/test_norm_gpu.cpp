@@ -441,6 +441,12 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
     check_forward<__half, __half>({Kind::kLayer, false, true, true, "large_mean"}, {4, 8192, 8192, 0}, 141);
     check_forward<__half, __half>({Kind::kRms, false, true, false, "randn"}, {3, 12800, 12808, 1}, 142);
     check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, false, true, true, "randn"}, {3, 14336, 14336, 0}, 143);
+    // float32 layer_norm: whole rows of 768 threads, partial ones of 512, shifted ones (the
+    // unpacked kernel), and 20000, a partial row past 512 threads (re-read).
+    check_forward<float, float>({Kind::kLayer, false, true, true, "randn"}, {4, 24576, 24576, 0}, 144);
+    check_forward<float, float>({Kind::kLayer, false, true, false, "large_mean"}, {3, 16000, 16000, 0}, 145);
+    check_forward<float, float>({Kind::kLayer, false, true, true, "randn"}, {3, 12800, 12808, 1}, 146);
+    check_forward<float, float>({Kind::kLayer, false, false, false, "randn"}, {2, 20000, 20000, 0}, 147);
   }
 }
 
@@ -452,25 +458,27 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 // of those lengths (layer_norm's re-read rows at 24576, rms_norm's at 10240), likewise. rms_norm's
 // packed rows of up to 512 threads run the 64-register kernel: 12800 (416 threads), 14336 (448,
 // a whole row).
-TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
-  for (const int64_t cols :
-       {int64_t(24576), int64_t(10240), int64_t(12800), int64_t(14336), int64_t(1024), int64_t(4096)}) {
-    SCOPED_TRACE(testing::Message() << "cols=" << cols);
+// float32 layer_norm's packed wide rows likewise: whole 32768 and 12288, partial 12800 and 16000.
+template <typename T>
+void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bool layer_norm_only) {
+  const DType dt = dtype_of<T>();
+  for (const int64_t cols : lengths) {
+    SCOPED_TRACE(testing::Message() << dtype_name(dt) << " cols=" << cols);
     const int64_t rows = 6;
     const std::vector<double> values = make_values(rows * cols, "randn", 301);
     std::vector<double> w = make_values(cols, "randn", 302);
     for (double& v : w) v = 1.0 + 0.5 * v;
-    DeviceBuffer dw(cols * 2), db(cols * 2);
-    upload(dw, cast_to<__nv_bfloat16>(w));
-    upload(db, cast_to<__nv_bfloat16>(make_values(cols, "randn", 303)));
-    const TensorView wv = dense_view(dw.get(), DType::kBFloat16, {cols}), bv = dense_view(db.get(), DType::kBFloat16, {cols});
+    DeviceBuffer dw(cols * sizeof(T)), db(cols * sizeof(T));
+    upload(dw, cast_to<T>(w));
+    upload(db, cast_to<T>(make_values(cols, "randn", 303)));
+    const TensorView wv = dense_view(dw.get(), dt, {cols}), bv = dense_view(db.get(), dt, {cols});
     const RowLayout aligned{rows, cols, cols, 0}, shifted{rows, cols, cols + 3, 1};
     const std::vector<double> poison(rows * cols, kNaN);
     enum Form { kRms, kRmsBias, kLayer };
     for (const Form form : {kRms, kRmsBias, kLayer}) {
+      if (layer_norm_only && form != kLayer) continue;
       SCOPED_TRACE(form == kRms ? "rms_norm" : form == kRmsBias ? "rms_norm with a bias" : "layer_norm");
-      Strided<__nv_bfloat16> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN),
-          ys(poison, shifted, kNaN);
+      Strided<T> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN), ys(poison, shifted, kNaN);
       for (const auto& [x, y] : {std::pair{&xa, &ya}, std::pair{&xs, &ys}}) {
         const NormShape shape = NormShape::of({cols});
         const Status status =
@@ -479,12 +487,18 @@ TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
                                : layer_norm(x->view(), shape, &wv, &bv, 1e-5, y->view(), nullptr, nullptr, Workspace{}, nullptr);
         ASSERT_TRUE(status.is_ok()) << status.message();
       }
-      const std::vector<__nv_bfloat16> a = ya.image(), b = ys.image();
+      const std::vector<T> a = ya.image(), b = ys.image();
       for (int64_t r = 0; r < rows; ++r)
-        EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride], cols * 2))
+        EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride],
+                                 cols * sizeof(T)))
             << "row " << r;
     }
   }
+}
+
+TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
+  packed_wide_rows_match_shifted_ones<__nv_bfloat16>({24576, 10240, 12800, 14336, 1024, 4096}, false);
+  packed_wide_rows_match_shifted_ones<float>({32768, 12288, 12800, 16000}, true);
 }
 
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it

@@ -480,7 +480,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
       {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 32 * K, 0, false, true, false},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 32 * K, 0, false, true, true},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
@@ -510,12 +510,15 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.reread_over_split, w.over_split);
     EXPECT_EQ(l.wide_rows, w.wide);
     const bool layer_norm16 = w.family == RowFamily::kLayerNormForward && w.elem == 2;  // its own band
+    const bool layer_norm32 = w.family == RowFamily::kLayerNormForward && w.elem == 4;  // and this one
     const bool bias16 = w.family == RowFamily::kRmsNormBiasForward && w.elem == 2;
     const bool rms_norm16 = (w.family == RowFamily::kRmsNormForward && w.elem == 2) || bias16;  // a lower one
-    EXPECT_EQ(l.wide_above_threads, layer_norm16 ? 224 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
-    EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 16 : 0);
+    EXPECT_EQ(l.wide_above_threads,
+              layer_norm16 ? 224 : layer_norm32 ? 256 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
+    EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 16 : layer_norm32 ? 224 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
-    EXPECT_EQ(l.wide_ragged, !layer_norm16);
+    EXPECT_EQ(l.wide_partial_max_threads, layer_norm32 ? 512 : 0);
+    EXPECT_EQ(l.wide_ragged, !layer_norm16 && !layer_norm32);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.wide_whole_roomy_max_threads, layer_norm16 ? 384 : bias16 ? kWideRowThreads : 0);
     EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 && !bias16 ? 512 : 0);
@@ -630,7 +633,7 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
 TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   struct Want { int64_t n; int elem; };
   for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40000, 4}, Want{50264, 4},
-                       Want{12800, 4}, Want{12801, 2}, Want{10240, 4}, Want{9000, 4}, Want{32768, 4}}) {
+                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{32772, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
     EXPECT_GT(c.tiles, 1) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
@@ -721,11 +724,9 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     EXPECT_NE(plan_row_kernel(20000, 2, 1, mid).wide_form, WideForm::kMid) << "the knob off";
   }
   for (const int64_t n : {int64_t(16392), int64_t(20001), int64_t(32767), int64_t(32768)}) {
-    for (const int elem : {2, 4}) {
-      const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, elem, 1);
-      EXPECT_NE(c.kind, RowKernelKind::kWide) << "layer_norm, n=" << n << " elem=" << elem;
-      EXPECT_GT(c.tiles, 1) << "layer_norm re-reads them, n=" << n << " elem=" << elem;
-    }
+    const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, 2, 1);
+    EXPECT_NE(c.kind, RowKernelKind::kWide) << "16-bit layer_norm, n=" << n;
+    EXPECT_GT(c.tiles, 1) << "16-bit layer_norm re-reads them, n=" << n;
   }
   EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 32768, 8, 1).kind, RowKernelKind::kWide) << "float64";
   EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kWide) << "two inputs";
@@ -736,7 +737,7 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
 // threads (read once), and so do whole rows (every thread's 32 values inside the row) of 1024-7168
 // values; those of up to 416 threads (12800 values) the lean kernel but whole rows of up to 384
 // threads (1024-12288); ragged lengths below 7169 and rows past 16384 do not, float32 never
-// goes wide.
+// goes wide here (LayerNormFloat32WideRowsOf8KTo32K).
 TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf1KTo16K) {
   for (const int64_t n : {int64_t(8192), int64_t(8200), int64_t(10240), int64_t(12288), int64_t(12800), int64_t(14336),
                           int64_t(16000), int64_t(16384)}) {
@@ -750,7 +751,6 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf1KTo16K) {
     EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
     const bool whole = n % kWideTileValues == 0 && n / kWideTileValues <= 384;
     EXPECT_EQ(c.wide_form == WideForm::kLean, n <= 12800 && !whole) << "whole rows of up to 384 threads: the full kernel";
-    EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "float32";
   }
   for (const int64_t n : {int64_t(512), int64_t(1000), int64_t(1032), int64_t(3200), int64_t(4104), int64_t(6400),
                           int64_t(7160), int64_t(10241), int64_t(12801), int64_t(16392)})
@@ -776,6 +776,41 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf1KTo16K) {
   RowKernelLimits lean_whole = policy_on_h200(RowFamily::kLayerNormForward, 2);
   lean_whole.wide_whole_roomy_max_threads = 0;
   EXPECT_EQ(plan_row_kernel(10240, 2, 1, lean_whole).wide_form, WideForm::kLean) << "the whole-row knob off";
+}
+
+// float32 layer_norm: rows of whole vectors take wide rows of 32 values a thread, whole rows
+// (threads x 32 values) of 225-1024 threads, the others of 257-512 threads; always the
+// 64-register packed kernel (no lean form). Ragged lengths, partial rows past 512 threads, rows
+// one 512-thread CTA holds (up to 8192 values but the whole 8192) and rows past 32768 keep
+// their plans.
+TEST(RowKernelPlan, LayerNormFloat32WideRowsOf8KTo32K) {
+  for (const int threads : {256, 320, 384, 512, 768, 1024}) {
+    const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, threads * kWideTileValues, 4, 1);
+    ASSERT_EQ(c.kind, RowKernelKind::kWide) << threads << " threads, whole";
+    EXPECT_EQ(c.threads, threads);
+    EXPECT_EQ(c.vpt * c.vec, kWideTileValues);
+    EXPECT_EQ(c.wide_form, WideForm::kBase);
+  }
+  for (const int64_t n : {int64_t(8196), int64_t(9000), int64_t(12800), int64_t(16000), int64_t(16384)}) {
+    const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1);
+    ASSERT_EQ(c.kind, RowKernelKind::kWide) << "n=" << n;
+    EXPECT_GT(c.threads, 256) << "n=" << n;
+    EXPECT_LE(c.threads, 512) << "n=" << n;
+    EXPECT_GE(c.capacity(), n);
+    EXPECT_LT(c.capacity() - n, 32 * kWideTileValues) << "no warp of padding only";
+    EXPECT_EQ(c.wide_form, WideForm::kBase);
+  }
+  for (const int64_t n : {int64_t(4096), int64_t(6144), int64_t(7168), int64_t(8000), int64_t(16400), int64_t(20000),
+                          int64_t(30001), int64_t(12801), int64_t(32772), int64_t(65536)})
+    EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).kind, RowKernelKind::kWide) << "n=" << n;
+  RowKernelLimits partial = policy_on_h200(RowFamily::kLayerNormForward, 4);
+  partial.wide_partial_max_threads = 0;
+  EXPECT_EQ(plan_row_kernel(20000, 4, 1, partial).kind, RowKernelKind::kWide) << "640 threads, the partial cap off";
+  RowKernelLimits off = policy_on_h200(RowFamily::kLayerNormForward, 4);
+  off.wide_rows = false;
+  EXPECT_NE(plan_row_kernel(32768, 4, 1, off).kind, RowKernelKind::kWide) << "the knob off";
+  for (const int64_t n : {int64_t(32768), int64_t(20000)})
+    EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, n, 4, 2).kind, RowKernelKind::kWide) << "add_layer_norm";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
@@ -821,8 +856,10 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_EQ(tile_words(32767, 2), 16) << "one element short of 64 KiB";
   EXPECT_EQ(tile_words(32768, 2), 8) << "16-bit: one 8-element vector";
 
-  // float32 layer_norm: small tiles also where the last 16-word tile would be under half full.
-  const RowKernelLimits ln = policy_on_h200(RowFamily::kLayerNormForward, 4);
+  // float32 layer_norm: small tiles also where the last 16-word tile would be under half full
+  // (the plans of its re-read rows; these lengths of whole vectors take the wide rows by default).
+  RowKernelLimits ln = policy_on_h200(RowFamily::kLayerNormForward, 4);
+  ln.wide_rows = false;
   struct Short { int64_t n; int vpt, tiles; };
   for (const Short& w : {Short{10240, 1, 5}, Short{12800, 4, 2}, Short{16000, 4, 2}, Short{9000, 1, 5},
                          Short{14336, 4, 2}, Short{40960, 1, 20}}) {
@@ -841,6 +878,8 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
     EXPECT_EQ(c.smem_bytes, 3u * 513 * 16) << "n=" << n;
   }
   EXPECT_EQ(plan_row_kernel(12288, 4, 1, ln).stash_tiles, 0);
+  for (int64_t n : {16400, 20000, 50264})
+    EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).stash_tiles, 3) << "shipped, n=" << n;
 
   // loads_ahead (layer_norm's) reaches re-read plans only.
   EXPECT_EQ(ln.loads_ahead, 2);
