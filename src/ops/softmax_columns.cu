@@ -86,9 +86,10 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   const int smem_optin = device.smem_optin;
   int stat_bytes = 0, param_bytes = 0;
   op_sizes(op, tensors[0].dtype, &stat_bytes, &param_bytes);
+  const int min_vectors = static_cast<int>(tuning("column_min_vectors").value_or(kColumnMinVectors));
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
-                                                 plan));
+                                                 plan, min_vectors));
   *column = true;
   return Status::ok();
 }

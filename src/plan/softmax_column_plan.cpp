@@ -24,7 +24,7 @@ bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents) 
 }
 
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
-                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan) {
+                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan, int min_vectors) {
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
@@ -34,6 +34,9 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
     return Status::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " is not 2, 4 or 8");
   if (inputs != 1 && inputs != 2) return Status::invalid_argument("inputs: " + std::to_string(inputs) + " is not 1 or 2");
   if (stat_bytes <= 0 || param_bytes <= 0) return Status::invalid_argument("stat_bytes: must be positive");
+  if (min_vectors < 1 || min_vectors > kColumnSoftmaxThreads || (min_vectors & (min_vectors - 1)) != 0)
+    return Status::invalid_argument("min_vectors: " + std::to_string(min_vectors) + " is not a power of two from 1 to " +
+                                    std::to_string(kColumnSoftmaxThreads));
 
   SoftmaxColumnPlan p;
   p.ext = ext;
@@ -43,12 +46,12 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   const auto tile_of = [&](int vectors) { return static_cast<std::size_t>(k * vectors * 16 * inputs); };
 
   p.col_vectors = 0;
-  for (int w = kColumnSoftmaxThreads; w >= kColumnMinVectors; w /= 2)
+  for (int w = kColumnSoftmaxThreads; w >= min_vectors; w /= 2)
     if (tile_of(w) <= kColumnStageTargetBytes) {
       p.col_vectors = w;
       break;
     }
-  if (p.col_vectors == 0 && tile_of(kColumnMinVectors) <= kColumnStageMaxBytes) p.col_vectors = kColumnMinVectors;
+  if (p.col_vectors == 0 && tile_of(min_vectors) <= kColumnStageMaxBytes) p.col_vectors = min_vectors;
   p.staged = p.col_vectors != 0;
   if (!p.staged) p.col_vectors = kColumnStreamVectors;
 

@@ -28,8 +28,8 @@ constexpr const char* kNames[] = {
     "staged2_min_bytes", "staged2_max_bytes", "staged2_threads", "staged2_share_bytes",
     // fused norm backward
     "norm_bwd_max_vpt", "norm_bwd_ctas_per_sm",
-    // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers)
-    "column_stage_buffers",
+    // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile)
+    "column_stage_buffers", "column_min_vectors",
     // reduce engine's column path (ColumnKnobs)
     "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas"};
 

@@ -144,6 +144,35 @@ TEST(SoftmaxColumnPlan, SharedMemoryAccountsForTileStatisticsAndParameters) {
   EXPECT_LE(small.smem_bytes, 64u * 1024);
 }
 
+// The narrowest staged tile is an override (column_min_vectors): at 1, a K of 4096 (64x4096x256)
+// stages a one-vector tile of 64 KiB instead of reading x twice; the default keeps 2 vectors (a
+// whole sector a row) and reads such columns twice. The override must be a power of two.
+TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
+  for (int elem : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << "elem " << elem);
+    const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, elem, 1);
+    EXPECT_FALSE(d.staged);
+    EXPECT_EQ(d.col_vectors, kColumnStreamVectors);
+    SoftmaxColumnPlan one;
+    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, kSmem, &one, 1).is_ok());
+    EXPECT_TRUE(one.staged);
+    EXPECT_EQ(one.col_vectors, 1);
+    EXPECT_EQ(one.k_lanes, kColumnSoftmaxThreads);
+    EXPECT_EQ(one.tile_bytes, 4096u * 16);
+    EXPECT_EQ(one.ctas, 64 * 256 / (16 / elem));
+    SoftmaxColumnPlan long_k;
+    ASSERT_TRUE(plan_softmax_columns({8, 8192, 256}, elem, 1, 8, 8, kSmem, &long_k, 1).is_ok());
+    EXPECT_FALSE(long_k.staged) << "128 KiB even one vector wide";
+    EXPECT_EQ(long_k.col_vectors, kColumnStreamVectors);
+  }
+  SoftmaxColumnPlan p;
+  for (int bad : {0, 3, 2 * kColumnSoftmaxThreads}) {
+    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(s.message().rfind("min_vectors:", 0), 0u) << s.message();
+  }
+}
+
 TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
   for (int64_t inner : {2, 3, 8, 64, 1001, 16384}) {
     const SoftmaxColumnPlan p = plan_of({3, 150, inner}, 4, 1);
