@@ -63,7 +63,7 @@ def build_seed_sum_all(ctx, inputs) -> Impl:
     return Impl(seed_function(ctx, "sum_all"))
 
 
-def _installed_copy_hint(path: str) -> str:
+def _installed_copy_hint() -> str:
     """Where the in-tree package is not built but scripts/test.sh installed one (build/site)."""
     site = REPO / "build" / "site"
     if "REDUCEKIT_PYTHON_PATH" in os.environ or not (site / "reducekit").is_dir():
@@ -84,9 +84,9 @@ def load_reducekit() -> Tuple[object, str]:
         import reducekit  # noqa: F401
         import torch
     except ImportError as exc:
-        return None, f"reducekit: not built (import reducekit failed: {exc}){_installed_copy_hint(path)}"
+        return None, f"reducekit: not built (import reducekit failed: {exc}){_installed_copy_hint()}"
     if getattr(reducekit, "__file__", None) is None:
-        return None, f"reducekit: not built ({path}/reducekit has no __init__.py){_installed_copy_hint(path)}"
+        return None, f"reducekit: not built ({path}/reducekit has no __init__.py){_installed_copy_hint()}"
     if not hasattr(torch.ops, "reducekit"):
         return None, "reducekit: imported, but no torch.ops.reducekit namespace"
     return reducekit, f"reducekit: {Path(reducekit.__file__).parent}"
