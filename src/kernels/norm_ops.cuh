@@ -126,6 +126,7 @@ template <typename T> struct NormRowParams {
 
 template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBase<T, kResidual> {
   using Base = NormForwardBase<T, kResidual>;
+  using OneInput = LayerNormForwardOp<T, false>;  // the op on s alone (row_engine.cuh, HoldsInputSum)
   using typename Base::Acc;
   using typename Base::Extra;
   using typename Base::Column;
@@ -242,6 +243,7 @@ template <typename T, bool kResidual> struct LayerNormForwardOp : NormForwardBas
 
 template <typename T, bool kResidual> struct RmsNormForwardOp : NormForwardBase<T, kResidual> {
   using Base = NormForwardBase<T, kResidual>;
+  using OneInput = RmsNormForwardOp<T, false>;
   using typename Base::Acc;
   using typename Base::Extra;
   using typename Base::Column;
@@ -276,6 +278,7 @@ template <typename T, bool kResidual> struct RmsNormForwardOp : NormForwardBase<
 // at their 64-register budget, ptxas -v) for a parameter torch's rms_norm never has.
 template <typename T, bool kResidual> struct RmsNormBiasForwardOp : RmsNormForwardOp<T, kResidual> {
   using Base = RmsNormForwardOp<T, kResidual>;
+  using OneInput = RmsNormBiasForwardOp<T, false>;
   using typename Base::Acc;
   using typename Base::Column;
   using typename Base::Local;

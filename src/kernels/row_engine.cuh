@@ -288,6 +288,15 @@ __device__ __forceinline__ typename Op::Params finalize_row(const typename Op::E
 template <class Op, class = void> struct IsTwoPhase : std::false_type {};
 template <class Op> struct IsTwoPhase<Op, std::void_t<decltype(Op::kTwoPhase)>> : std::bool_constant<Op::kTwoPhase> {};
 
+// Two-input ops whose statistics and outputs read one value an element, the inputs' sum rounded
+// to T, written as their second output (the fused residual norms: s = x + residual): wide rows
+// hold s alone and run Op::OneInput, the same op on one input, over it.
+template <class Op, class = void> struct HoldsInputSum : std::false_type {};
+template <class Op>
+struct HoldsInputSum<Op, std::void_t<typename Op::OneInput>> : std::bool_constant<Op::kInputs == 2 && Op::kOutputs == 2> {};
+template <class Op, bool = HoldsInputSum<Op>::value> struct TileOpOf { using type = Op; };
+template <class Op> struct TileOpOf<Op, true> { using type = typename Op::OneInput; };
+
 // The factors a one-tile row's thread needs for output(), from its tile `v` and `group`, which
 // reduces a policy's statistic over the row's threads (group.template reduce<P>(stat): every
 // thread gets the row's value). `writer`: the one thread that records per-row statistics.
@@ -820,13 +829,46 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // the row is loaded once with every register of the SM (64 a thread) and no row loop. Two-phase
 // ops keep only their two-phase path: the merged one beside it cost registers (ptxas: spills) for
 // a path no plan runs.
+// Ops that hold their inputs' sum (HoldsInputSum): each vector of x and the residual read (at
+// the row's own alignment), summed and rounded as the op's prepare() does, s written as the
+// second output and kept as a one-input tile; then the one-input op's passes, as the body above.
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, const typename Op::Extra& extra,
+                                                  typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
+  using One = typename Op::OneInput;
+  using Acc = acc_t<T>;
+  const int me = threadIdx.x, step = blockDim.x;
+  const int64_t row = blockIdx.x;  // the grid holds every row
+  const T* const inputs[2] = {args.in[0] + row * args.in_stride[0], args.in[1] + row * args.in_stride[1]};
+  T* const sum = Op::second_row(extra, row);
+  RowTile<T, 1, VEC, VPT, kAligned> tile;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    RowTile<T, 2, VEC, 1, kAligned> pair;  // pads (0) past the row
+    pair.template load<Op>(inputs, args.cols, me + k * step, step);
+    Acc v[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = pair.values[0][e] + pair.values[1][e];
+    const Pack<T, VEC> s = pack_from_acc<T>(v);
+    tile.unpack(0, k, s);
+    const int e0 = (me + k * step) * VEC;
+    if (e0 < args.cols) RowTile<T, 1, VEC, 1, kAligned>::write(sum, e0, args.cols, s);
+  }
+  const auto local = one_tile_factors<One, kAligned>(extra, row, me, step, args.cols, tile.values,
+                                                     BlockGroup<One, false, true>{slots, cluster_slot, args.two_phase},
+                                                     me == 0);
+  tile.template store_row<One>(args.out + row * args.out_stride, nullptr, args.cols, me, step, local, extra);
+}
+
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kWideRowThreads, 1)
 row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
-  static_assert(VEC * VPT * Op::kInputs <= kWideTileValues, "wide tiles take one row a CTA, no loop");
+  static_assert(VEC * VPT * (HoldsInputSum<Op>::value ? 1 : Op::kInputs) <= kWideTileValues,
+                "wide tiles take one row a CTA, no loop");
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
+  if constexpr (HoldsInputSum<Op>::value) row_wide_sum_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
+  else row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
 }
 
 // Wide rows of 16-bit elements (and of float32 for two-phase ops), aligned rows of whole vectors
@@ -839,11 +881,15 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // kWhole: every vector of every thread lies inside the row (cols = threads x VPT x VEC), so
 // loads, folds and stores skip their bounds and the parameters' cases are decided once
 // (Op::with_whole_columns): the same values and arithmetic, the same bits.
-template <typename T, class Op, int VEC, int VPT, bool kWhole = false>
-__device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInputs>& args,
-                                                     const typename Op::Extra& extra) {
+// Ops that hold their inputs' sum (HoldsInputSum) load both inputs' packs, sum and round them as
+// row_wide_sum_body does, write s and go on with Op::OneInput over it.
+template <typename T, class RowOp, int VEC, int VPT, bool kWhole = false>
+__device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kInputs>& args,
+                                                     const typename RowOp::Extra& extra) {
+  using Op = typename TileOpOf<RowOp>::type;
+  constexpr bool kSum = HoldsInputSum<RowOp>::value;
   static_assert((sizeof(T) == 2 || sizeof(T) == 4) && Op::kInputs == 1 && Op::kOutputs == 1,
-                "packed wide rows: one 16- or 32-bit input, one output");
+                "packed wide rows: one 16- or 32-bit input (or a held sum), one output");
   static_assert(VEC * VPT <= kWideTileValues, "wide tiles take one row a CTA, no loop");
   using Tile = RowTile<T, 1, VEC, VPT, true>;
   using PackT = typename Tile::PackT;
@@ -861,7 +907,27 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, Op::kInput
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int e0 = (me + k * step) * VEC;
-    packed[k] = pack_of<PackT>(kWhole || e0 < args.cols ? load_aligned16(in + e0) : pads);
+    if constexpr (kSum) {
+      const T* const residual = args.in[1] + row * args.in_stride[1];
+      Bytes16 x = pads, r = pads;
+      if (kWhole || e0 < args.cols) x = load_aligned16(in + e0), r = load_aligned16(residual + e0);
+      typename Op::Acc a[VEC], b[VEC];
+      unpack_to_acc(pack_of<PackT>(x), a);
+      unpack_to_acc(pack_of<PackT>(r), b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = a[e] + b[e];
+      packed[k] = pack_from_acc<T>(a);
+    } else {
+      packed[k] = pack_of<PackT>(kWhole || e0 < args.cols ? load_aligned16(in + e0) : pads);
+    }
+  }
+  if constexpr (kSum) {
+    T* const sum = RowOp::second_row(extra, row);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (me + k * step) * VEC;
+      if (kWhole || e0 < args.cols) store_pack_global(sum + e0, packed[k]);
+    }
   }
   // Widened for each pass. An empty volatile asm on each packed word keeps the compiler from
   // reusing an earlier widening (which would hold the float32 tile across a reduction).

@@ -145,7 +145,9 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
 // The row family (policy) of a forward op.
 template <template <typename, bool> class OpFor, bool kResidual>
 constexpr RowFamily kForwardFamily =
-    kResidual ? RowFamily::kResidualNormForward
+    kResidual ? (std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>
+                     ? RowFamily::kResidualLayerNormForward
+                     : RowFamily::kResidualRmsNormForward)
     : std::is_same_v<OpFor<float, false>, kernels::LayerNormForwardOp<float, false>>   ? RowFamily::kLayerNormForward
     : std::is_same_v<OpFor<float, false>, kernels::RmsNormBiasForwardOp<float, false>> ? RowFamily::kRmsNormBiasForward
                                                                                         : RowFamily::kRmsNormForward;

@@ -61,6 +61,8 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("l2_hints_from_bytes", &limits->l2_hints_from_bytes);
   set("wide_rows", &limits->wide_rows);
   set("wide_above_threads", &limits->wide_above_threads);
+  set("wide_max_threads", &limits->wide_max_threads);
+  limits->wide_max_threads = std::min(limits->wide_max_threads, kWideRowThreads);
   set("wide_lean_max_threads", &limits->wide_lean_max_threads);
   set("wide_whole_above_threads", &limits->wide_whole_above_threads);
   set("wide_partial_max_threads", &limits->wide_partial_max_threads);
@@ -158,14 +160,17 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
 };
 // Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext; two-phase ops,
 // row_wide_packed_two_phase_kernel_ext): 16-bit one-input one-output ops, and float32 two-phase
-// ones (layer_norm: its unpacked kernel spilled 36 bytes, the packed one none, ptxas); aligned
-// rows of whole vectors.
+// ones (layer_norm: its unpacked kernel spilled 36 bytes, the packed one none, ptxas); ops that
+// hold their inputs' sum count as one-input ones (kernels::HoldsInputSum); aligned rows of whole
+// vectors.
 // Plain ops (no Extra) are never packed, and name no kOutputs.
 template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
   if constexpr (sizeof...(Extra) != 1) return false;
-  else if constexpr (sizeof(T) == 4) return kernels::IsTwoPhase<Op>::value && Op::kInputs == 1 && Op::kOutputs == 1;
-  else if constexpr (sizeof(T) == 2) return Op::kInputs == 1 && Op::kOutputs == 1;
-  else return false;
+  else {
+    constexpr bool one_input = (Op::kInputs == 1 && Op::kOutputs == 1) || kernels::HoldsInputSum<Op>::value;
+    if constexpr (sizeof(T) == 4) return kernels::IsTwoPhase<Op>::value && one_input;
+    else return sizeof(T) == 2 && one_input;
+  }
 }
 // kForm (RowKernelConfig::wide_form): the two-phase kernel has kBase and kLean, the one-statistic
 // one kBase, kMid and kRoomy.
@@ -308,7 +313,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   constexpr int kMaxVpt = kRowTileWords / (VEC * kAccWords * Op::kInputs);
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
   if (c.kind == RowKernelKind::kWide) {  // one CTA a row: the grid holds every row
-    constexpr int kWideMaxVpt = kWideTileValues / (VEC * Op::kInputs);
+    constexpr int kWideMaxVpt = kWideTileValues / (VEC * (kernels::HoldsInputSum<Op>::value ? 1 : Op::kInputs));
     if (args.rows > kMaxGrid) return Status::unsupported("x: too many rows for one launch");
     if (c.threads > kWideRowThreads || c.cluster != 1)
       return Status::unsupported("row plan: wide rows are one CTA of at most " + std::to_string(kWideRowThreads) +

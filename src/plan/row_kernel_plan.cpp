@@ -236,7 +236,8 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
 // wide_whole_above_threads, wide_max_threads).
 std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   // Their kernels reduce two-phase ops in two phases only (row_wide_kernel_ext).
-  if (!limits.wide_rows || !limits.two_phase || inputs != 1 || elem_bytes > 4) return std::nullopt;
+  if (!limits.wide_rows || !limits.two_phase || elem_bytes > 4) return std::nullopt;
+  if (inputs != 1 && !(inputs == 2 && limits.wide_input_sums)) return std::nullopt;
   RowKernelConfig c;
   c.kind = RowKernelKind::kWide;
   c.two_phase = limits.two_phase;
@@ -335,10 +336,34 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       }
       l.reread_over_split = true;  // as layer_norm; no stash, as layer_norm
       break;
-    case RowFamily::kResidualNormForward:
+    case RowFamily::kResidualLayerNormForward:
+    case RowFamily::kResidualRmsNormForward:
       l.reread_over_split = true;  // as the plain forms; no stash
       l.read_back_second = true;   // one array read again instead of two: 16-bit rows gain, float32 ties
       l.reread_ragged_lengths_only = elem_bytes == 4;  // reread_above_words_for
+      // Wide rows holding s = x + residual. 16-bit rows of whole vectors from 1024 values, whole
+      // to 1024 threads, others to 512 (one-statistic ops on the 64-register form): over the ring,
+      // block and re-read rows both ops +11..+19% at 4096 x 2048-8192 and 32768x4096, +14..+33%
+      // at 12800; whole 20480-32768 add_layer_norm +32..+43%, add_rms_norm +14..+15% (LOG.md).
+      if (elem_bytes == 2) {
+        l.wide_rows = true;
+        l.wide_input_sums = true;
+        l.wide_ragged = false;
+        l.wide_above_threads = 224;
+        l.wide_whole_above_threads = 16;
+        l.wide_partial_max_threads = 512;
+        if (family == RowFamily::kResidualRmsNormForward) l.wide_roomy_max_threads = kWideRowThreads;
+      }
+      // float32 add_layer_norm past 256 threads (whole to 1024, others to 512): 12800 +3%, 24576
+      // +12%, 32768 +20%; 8192 (256 threads) lost 4%. float32 add_rms_norm lost 1-10% at
+      // 8192-32768 on its unpacked wide kernel: none (LOG.md).
+      if (elem_bytes == 4 && family == RowFamily::kResidualLayerNormForward) {
+        l.wide_rows = true;
+        l.wide_input_sums = true;
+        l.wide_ragged = false;
+        l.wide_above_threads = 256;
+        l.wide_partial_max_threads = 512;
+      }
       break;
     case RowFamily::kNormBackward:
       l.reread_stash_bytes = kRereadStashBytes;  // parked, 16-bit rows gain
@@ -392,7 +417,7 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
   // rows, while aligned add_rms_norm rows lost on re-reading (LOG.md).
   if (elem_bytes == 8) return 0;
   if (family == RowFamily::kLayerNormForward) return 16;
-  if (family == RowFamily::kResidualNormForward && elem_bytes == 4) return kRereadPastOneCta;
+  if (is_residual_family(family) && elem_bytes == 4) return kRereadPastOneCta;
   return elem_bytes == 2 ? kRereadPastOneCta : 0;
 }
 

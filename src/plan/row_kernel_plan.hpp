@@ -198,6 +198,9 @@ struct RowKernelLimits {
   int wide_max_threads = kWideRowThreads;
   // Rows that are not whole take them only up to this many threads (0: wide_max_threads).
   int wide_partial_max_threads = 0;
+  // Two-input rows whose ops hold only the inputs' rounded sum (the fused residual norms' s) take
+  // them as one-input rows (the tile holds s). Set per family by row_policy.
+  bool wide_input_sums = false;
   bool wide_ragged = true;
   // Packed wide rows (16-bit whole vectors) in CTAs of at most this many threads run on fewer
   // registers a thread (WideForm::kLean, two-phase ops): a few bytes more spill, one more row an
@@ -238,9 +241,14 @@ enum class RowFamily {
   kLayerNormForward,    // layer_norm without a residual
   kRmsNormForward,      // rms_norm without a residual or a bias
   kRmsNormBiasForward,  // rms_norm with a bias, without a residual
-  kResidualNormForward, // either norm of x + residual
-  kNormBackward,        // layer_norm / rms_norm backward
+  kResidualLayerNormForward,  // layer_norm of x + residual
+  kResidualRmsNormForward,    // rms_norm of x + residual, with or without a bias
+  kNormBackward,              // layer_norm / rms_norm backward
 };
+
+constexpr bool is_residual_family(RowFamily family) {
+  return family == RowFamily::kResidualLayerNormForward || family == RowFamily::kResidualRmsNormForward;
+}
 
 // Tiles of 1, 2, 4, 8 or 16 vectors a thread, as a set: bit v stands for v vectors.
 constexpr unsigned row_vpt_bit(int vpt) { return vpt >= 1 && vpt <= 16 ? 1u << vpt : 0u; }
@@ -291,9 +299,11 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;
       break;
-    case RowFamily::kResidualNormForward:
-      if (narrow) t.ring = v1 | v2 | v4, t.block = v1 | v4;
-      else t.block = v1 | v2 | v4 | v8, t.cluster = v8;
+    case RowFamily::kResidualLayerNormForward:
+    case RowFamily::kResidualRmsNormForward:  // float32 add_rms_norm takes no wide rows
+      if (narrow) t.ring = v1 | v2 | v4, t.block = v1 | v4, t.wide = v4;
+      else if (doubles) t.block = v1 | v2 | v4 | v8, t.cluster = v8;
+      else t.block = v1 | v2 | v4 | v8, t.cluster = v8, t.wide = family == RowFamily::kResidualLayerNormForward ? v8 : 0u;
       break;
     case RowFamily::kNormBackward:
       if (narrow) t.ring = v4, t.block = v4;

@@ -18,7 +18,7 @@ constexpr const char* kNames[] = {
     "split_chunk_tiles", "split_ring", "split_min_cluster", "split_max_elem_bytes", "split_reread_from_bytes",
     "split_reread_min_chunk_tiles", "reread_above_words",
     "reread_ragged_lengths_only", "reread_small_tiles_from_bytes", "reread_stash_bytes", "l2_hints_from_bytes",
-    "wide_rows", "wide_above_threads", "wide_whole_above_threads", "wide_partial_max_threads", "wide_lean_max_threads",
+    "wide_rows", "wide_above_threads", "wide_max_threads", "wide_whole_above_threads", "wide_partial_max_threads", "wide_lean_max_threads",
     "wide_roomy_max_threads", "wide_whole_roomy_max_threads",
     "wide_mid_max_threads",
     "read_back_second", "loads_ahead",

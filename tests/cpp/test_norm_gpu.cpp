@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -447,6 +448,19 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
     check_forward<float, float>({Kind::kLayer, false, true, false, "large_mean"}, {3, 16000, 16000, 0}, 145);
     check_forward<float, float>({Kind::kLayer, false, true, true, "randn"}, {3, 12800, 12808, 1}, 146);
     check_forward<float, float>({Kind::kLayer, false, false, false, "randn"}, {2, 20000, 20000, 0}, 147);
+    // The fused residual forms hold s (HoldsInputSum): packed aligned rows, shifted ones (the
+    // unpacked sum body), whole and partial, 16-bit both norms, float32 add_layer_norm (float32
+    // add_rms_norm keeps its plans of before either way).
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, true, true, true, "randn"}, {4, 4096, 4096, 0}, 148);
+    check_forward<__half, float>({Kind::kLayer, true, true, false, "large_mean"}, {3, 8200, 8208, 1}, 149);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, true, true, false, "randn"}, {4, 10240, 10240, 0}, 150);
+    check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, true, "randn"}, {3, 12800, 12808, 1}, 151);
+    check_forward<float, float>({Kind::kLayer, true, true, true, "large_mean"}, {3, 32768, 32768, 0}, 152);
+    check_forward<float, float>({Kind::kLayer, true, false, true, "randn"}, {3, 12800, 12804, 1}, 153);
+    check_forward<float, float>({Kind::kRms, true, true, false, "randn"}, {3, 24576, 24576, 0}, 154);
+    check_forward<float, float>({Kind::kRms, true, true, true, "randn"}, {2, 16000, 16003, 2}, 155);
+    check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, true, true, true, "large_mean"}, {3, 32768, 32768, 0}, 190);
+    check_forward<__half, float>({Kind::kRms, true, true, true, "randn"}, {3, 24576, 24584, 1}, 191);
   }
 }
 
@@ -458,14 +472,17 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 // of those lengths (layer_norm's re-read rows at 24576, rms_norm's at 10240), likewise. rms_norm's
 // packed rows of up to 512 threads run the 64-register kernel: 12800 (416 threads), 14336 (448,
 // a whole row).
-// float32 layer_norm's packed wide rows likewise: whole 32768 and 12288, partial 12800 and 16000.
+// float32 layer_norm's packed wide rows likewise: whole 32768 and 12288, partial 12800 and 16000;
+// and the fused residual forms (`residual`: y and s), whose wide rows hold s.
 template <typename T>
-void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bool layer_norm_only) {
+void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bool layer_norm_only,
+                                         bool residual = false) {
   const DType dt = dtype_of<T>();
   for (const int64_t cols : lengths) {
     SCOPED_TRACE(testing::Message() << dtype_name(dt) << " cols=" << cols);
     const int64_t rows = 6;
     const std::vector<double> values = make_values(rows * cols, "randn", 301);
+    const std::vector<double> residuals = make_values(rows * cols, "randn", 304);
     std::vector<double> w = make_values(cols, "randn", 302);
     for (double& v : w) v = 1.0 + 0.5 * v;
     DeviceBuffer dw(cols * sizeof(T)), db(cols * sizeof(T));
@@ -479,19 +496,29 @@ void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bo
       if (layer_norm_only && form != kLayer) continue;
       SCOPED_TRACE(form == kRms ? "rms_norm" : form == kRmsBias ? "rms_norm with a bias" : "layer_norm");
       Strided<T> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN), ys(poison, shifted, kNaN);
-      for (const auto& [x, y] : {std::pair{&xa, &ya}, std::pair{&xs, &ys}}) {
+      Strided<T> ra(residuals, aligned, 0.0), rs(residuals, shifted, 0.0), sa(poison, aligned, kNaN), ss(poison, shifted, kNaN);
+      for (const auto& [x, r, y, sum] : {std::tuple{&xa, &ra, &ya, &sa}, std::tuple{&xs, &rs, &ys, &ss}}) {
         const NormShape shape = NormShape::of({cols});
-        const Status status =
-            form == kRms       ? rms_norm(x->view(), shape, &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
-            : form == kRmsBias ? rms_norm(x->view(), shape, &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
-                               : layer_norm(x->view(), shape, &wv, &bv, 1e-5, y->view(), nullptr, nullptr, Workspace{}, nullptr);
+        Status status;
+        if (residual)
+          status = form == kRms       ? add_rms_norm(x->view(), r->view(), shape, &wv, 1e-6, y->view(), sum->view(), nullptr, nullptr)
+                   : form == kRmsBias ? add_rms_norm(x->view(), r->view(), shape, &wv, &bv, 1e-6, y->view(), sum->view(), nullptr, nullptr)
+                                      : add_layer_norm(x->view(), r->view(), shape, &wv, &bv, 1e-5, y->view(), sum->view(),
+                                                       nullptr, nullptr, nullptr);
+        else
+          status = form == kRms       ? rms_norm(x->view(), shape, &wv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+                   : form == kRmsBias ? rms_norm(x->view(), shape, &wv, &bv, 1e-6, y->view(), nullptr, Workspace{}, nullptr)
+                                      : layer_norm(x->view(), shape, &wv, &bv, 1e-5, y->view(), nullptr, nullptr, Workspace{}, nullptr);
         ASSERT_TRUE(status.is_ok()) << status.message();
       }
-      const std::vector<T> a = ya.image(), b = ys.image();
-      for (int64_t r = 0; r < rows; ++r)
-        EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride],
-                                 cols * sizeof(T)))
-            << "row " << r;
+      for (const auto& [a_out, b_out, name] : {std::tuple{&ya, &ys, "y"}, std::tuple{&sa, &ss, "s"}}) {
+        if (!residual && a_out == &sa) continue;
+        const std::vector<T> a = a_out->image(), b = b_out->image();
+        for (int64_t r = 0; r < rows; ++r)
+          EXPECT_EQ(0, std::memcmp(&a[aligned.offset + r * aligned.stride], &b[shifted.offset + r * shifted.stride],
+                                   cols * sizeof(T)))
+              << name << " row " << r;
+      }
     }
   }
 }
@@ -499,6 +526,9 @@ void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bo
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
   packed_wide_rows_match_shifted_ones<__nv_bfloat16>({24576, 10240, 12800, 14336, 1024, 4096}, false);
   packed_wide_rows_match_shifted_ones<float>({32768, 12288, 12800, 16000}, true);
+  // The fused residual forms: 16-bit add_layer_norm / add_rms_norm, float32 add_layer_norm.
+  packed_wide_rows_match_shifted_ones<__nv_bfloat16>({4096, 8200, 16384, 24576}, false, true);
+  packed_wide_rows_match_shifted_ones<float>({32768, 12800}, true, true);
 }
 
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it
@@ -655,6 +685,7 @@ TEST_F(NormGpu, MidWideRowsChangeNoBits) {
 // two-row ring fills 48 KiB of dynamic shared memory (the plans' smem_bytes) beside the kernels'
 // static reduction slots: past 48 KiB in all, they launch only with the shared-memory opt-in.
 TEST_F(NormGpu, RingRowsOf48KiBLaunch) {
+  const ScopedTuning not_wide("wide_rows", 0);  // the residual rows' default plan is wide
   check_forward<__nv_bfloat16, float>({Kind::kRms, true, true, false, "randn"}, {5, 6144, 6144, 0}, 173);
   check_forward<__half, __half>({Kind::kLayer, true, true, true, "randn"}, {5, 5700, 5700, 0}, 174);
   check_backward<__nv_bfloat16, float>(Kind::kLayer, true, {600, 6144, 6144, 0}, 175);
@@ -666,7 +697,7 @@ TEST_F(NormGpu, RingRowsOf48KiBLaunch) {
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008
 // columns) and shifted rows (40009: s written whole in the first pass).
 TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
-  for (const int64_t cols : {40008, 40009}) {
+  for (const int64_t cols : {40008, 40009, 8192, 8200}) {  // 8192 / 8200: wide rows holding s
     SCOPED_TRACE(testing::Message() << "cols " << cols);
     const int64_t rows = 4, n = rows * cols;
     const std::vector<__nv_bfloat16> xs = cast_to<__nv_bfloat16>(make_values(n, "randn", 201));

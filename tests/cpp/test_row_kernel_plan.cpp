@@ -434,7 +434,8 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   };
   const auto rereads = [](const RowKernelConfig& c) { return c.kind == RowKernelKind::kBlock && c.tiles > 1 && c.cluster == 1 && c.stash_tiles == 0; };
   for (RowFamily family : {RowFamily::kRowwise, RowFamily::kLayerNormForward, RowFamily::kRmsNormForward,
-                            RowFamily::kRmsNormBiasForward, RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
+                            RowFamily::kRmsNormBiasForward, RowFamily::kResidualLayerNormForward,
+                            RowFamily::kResidualRmsNormForward, RowFamily::kNormBackward}) {
     const int inputs = family == RowFamily::kNormBackward ? 2 : 1;
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family));
     EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
@@ -453,11 +454,11 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 2, 1))) << "one CTA of 64 words stays";
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
   // Float32 residual rows past one CTA re-read where their length is ragged only.
-  for (int64_t n : {32767, 50257, 50263, 100001})
-    EXPECT_TRUE(rereads(plan(RowFamily::kResidualNormForward, n, 4, 2))) << n;
-  for (int64_t n : {32768, 50264, 100000})
-    EXPECT_FALSE(rereads(plan(RowFamily::kResidualNormForward, n, 4, 2))) << n;
-  EXPECT_FALSE(rereads(plan(RowFamily::kResidualNormForward, 4097, 4, 2))) << "one CTA stays";
+  for (RowFamily family : {RowFamily::kResidualLayerNormForward, RowFamily::kResidualRmsNormForward}) {
+    for (int64_t n : {32767, 50257, 50263, 100001}) EXPECT_TRUE(rereads(plan(family, n, 4, 2))) << n;
+    for (int64_t n : {32768, 50264, 100000}) EXPECT_FALSE(rereads(plan(family, n, 4, 2))) << n;
+    EXPECT_FALSE(rereads(plan(family, 4097, 4, 2))) << "one CTA stays";
+  }
 }
 
 // The policy table (row_policy): every family's settings in every element size, pinned. A change
@@ -488,9 +489,12 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRmsNormBiasForward, 2, kRereadPastOneCta, 16, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormBiasForward, 4, 0, 16, 32, 0, 0, true, true, true},
       {RowFamily::kRmsNormBiasForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
-      {RowFamily::kResidualNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
-      {RowFamily::kResidualNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
-      {RowFamily::kResidualNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualLayerNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, true},
+      {RowFamily::kResidualLayerNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, true},
+      {RowFamily::kResidualLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, true},
+      {RowFamily::kResidualRmsNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
       {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
       {RowFamily::kNormBackward, 8, 0, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
@@ -511,19 +515,25 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_rows, w.wide);
     const bool layer_norm16 = w.family == RowFamily::kLayerNormForward && w.elem == 2;  // its own band
     const bool layer_norm32 = w.family == RowFamily::kLayerNormForward && w.elem == 4;  // and this one
+    const bool residual = is_residual_family(w.family);
+    const bool residual16 = residual && w.elem == 2;  // layer_norm's bands
+    const bool residual32 = w.family == RowFamily::kResidualLayerNormForward && w.elem == 4;  // add_layer_norm only
+    const bool bands16 = layer_norm16 || residual16, bands32 = layer_norm32 || residual32;
     const bool bias16 = w.family == RowFamily::kRmsNormBiasForward && w.elem == 2;
     const bool rms_norm16 = (w.family == RowFamily::kRmsNormForward && w.elem == 2) || bias16;  // a lower one
     EXPECT_EQ(l.wide_above_threads,
-              layer_norm16 ? 224 : layer_norm32 ? 256 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
-    EXPECT_EQ(l.wide_whole_above_threads, layer_norm16 ? 16 : layer_norm32 ? 224 : 0);
+              bands16 ? 224 : bands32 ? 256 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
+    EXPECT_EQ(l.wide_whole_above_threads, bands16 ? 16 : layer_norm32 ? 224 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
-    EXPECT_EQ(l.wide_partial_max_threads, layer_norm32 ? 512 : 0);
-    EXPECT_EQ(l.wide_ragged, !layer_norm16 && !layer_norm32);
+    EXPECT_EQ(l.wide_partial_max_threads, bands32 || residual16 ? 512 : 0);
+    EXPECT_EQ(l.wide_ragged, !bands16 && !bands32);
+    EXPECT_EQ(l.wide_input_sums, residual16 || residual32);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.wide_whole_roomy_max_threads, layer_norm16 ? 384 : bias16 ? kWideRowThreads : 0);
-    EXPECT_EQ(l.wide_roomy_max_threads, rms_norm16 && !bias16 ? 512 : 0);
+    const bool residual_rms16 = w.family == RowFamily::kResidualRmsNormForward && w.elem == 2;
+    EXPECT_EQ(l.wide_roomy_max_threads, residual_rms16 ? kWideRowThreads : rms_norm16 && !bias16 ? 512 : 0);
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
-    EXPECT_EQ(l.reread_ragged_lengths_only, w.family == RowFamily::kResidualNormForward && w.elem == 4);
+    EXPECT_EQ(l.reread_ragged_lengths_only, residual && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
     EXPECT_EQ(l.max_cluster, defaults.max_cluster);
@@ -585,7 +595,8 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
         << n << ": between or past the bands";
   EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
   for (int elem : {4, 8}) EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
-  for (RowFamily family : {RowFamily::kResidualNormForward, RowFamily::kNormBackward}) {
+  for (RowFamily family :
+       {RowFamily::kResidualLayerNormForward, RowFamily::kResidualRmsNormForward, RowFamily::kNormBackward}) {
     for (const StagedBand& band : staged_bands_for(family, 2)) EXPECT_EQ(band.threads, 0);
     EXPECT_NE(plan_on_h200(family, 50257, 2, 2).kind, RowKernelKind::kStaged);
   }
@@ -625,7 +636,7 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
         << w.n << " x " << w.elem << " bytes";
   for (int elem : {2, 4, 8})
     for (const StagedBand& band : staged_bands_for(RowFamily::kLayerNormForward, elem)) EXPECT_EQ(band.threads, 0);
-  EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
+  EXPECT_NE(plan_on_h200(RowFamily::kResidualRmsNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
 }
 
 // L2 eviction hints (row_stream.cuh) on re-read rows of l2_hints_from_bytes and more: every
@@ -639,10 +650,11 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
   }
   EXPECT_FALSE(plan_on_h200(RowFamily::kLayerNormForward, 6000, 8, 1).l2_hints) << "float64 from 64 KiB";
-  EXPECT_TRUE(plan_on_h200(RowFamily::kResidualNormForward, 50257, 4, 2).l2_hints);
-  EXPECT_FALSE(plan_on_h200(RowFamily::kResidualNormForward, 4097, 4, 2).l2_hints);
-  RowKernelLimits limits = row_policy(RowFamily::kResidualNormForward, 2);
+  EXPECT_TRUE(plan_on_h200(RowFamily::kResidualLayerNormForward, 50257, 4, 2).l2_hints);
+  EXPECT_FALSE(plan_on_h200(RowFamily::kResidualLayerNormForward, 4097, 4, 2).l2_hints);
+  RowKernelLimits limits = row_policy(RowFamily::kResidualLayerNormForward, 2);
   limits.l2_hints_from_bytes = 0;
+  limits.wide_rows = false;  // a re-read row, not a wide one
   EXPECT_TRUE(plan_row_kernel(4096, 2, 1, limits).l2_hints) << "0: every row";
 }
 
@@ -729,7 +741,6 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
     EXPECT_GT(c.tiles, 1) << "16-bit layer_norm re-reads them, n=" << n;
   }
   EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, 32768, 8, 1).kind, RowKernelKind::kWide) << "float64";
-  EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, 32768, 2, 2).kind, RowKernelKind::kWide) << "two inputs";
   EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 32768, 4, 1).kind, RowKernelKind::kWide) << "softmax";
 }
 
@@ -809,8 +820,35 @@ TEST(RowKernelPlan, LayerNormFloat32WideRowsOf8KTo32K) {
   RowKernelLimits off = policy_on_h200(RowFamily::kLayerNormForward, 4);
   off.wide_rows = false;
   EXPECT_NE(plan_row_kernel(32768, 4, 1, off).kind, RowKernelKind::kWide) << "the knob off";
-  for (const int64_t n : {int64_t(32768), int64_t(20000)})
-    EXPECT_NE(plan_on_h200(RowFamily::kResidualNormForward, n, 4, 2).kind, RowKernelKind::kWide) << "add_layer_norm";
+}
+
+// The fused residual norms hold s = x + residual on the wide rows (HoldsInputSum): two-input rows
+// of whole vectors with one-input geometry (32 values of s a thread). 16-bit rows of both ops from
+// 1024 values (whole to 1024 threads, others to 512), add_rms_norm's on the 64-register form;
+// float32 add_layer_norm rows past 256 threads (whole to 1024, others to 512). float32
+// add_rms_norm, ragged lengths, float64 and the knobs off: no.
+TEST(RowKernelPlan, ResidualWideRowsHoldTheSum) {
+  struct Want { RowFamily family; int64_t n; int elem, threads; };
+  constexpr RowFamily kLayer = RowFamily::kResidualLayerNormForward, kRms = RowFamily::kResidualRmsNormForward;
+  for (const Want& w : {Want{kLayer, 1024, 2, 32}, Want{kRms, 4096, 2, 128}, Want{kLayer, 8200, 2, 288},
+                        Want{kRms, 16384, 2, 512}, Want{kLayer, 32768, 4, 1024}, Want{kLayer, 12800, 4, 416},
+                        Want{kLayer, 8224, 4, 288}, Want{kLayer, 32768, 2, 1024}, Want{kRms, 24576, 2, 768}}) {
+    SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " n=" << w.n << " elem=" << w.elem);
+    const RowKernelConfig c = plan_on_h200(w.family, w.n, w.elem, 2);
+    ASSERT_EQ(c.kind, RowKernelKind::kWide);
+    EXPECT_EQ(c.threads, w.threads);
+    EXPECT_EQ(c.vpt * c.vec, kWideTileValues) << "one input's tile: s";
+    EXPECT_EQ(c.wide_form, w.family == kRms ? WideForm::kRoomy : WideForm::kBase);
+  }
+  for (const Want& w : {Want{kLayer, 8192, 4, 0}, Want{kLayer, 20000, 4, 0}, Want{kLayer, 16392, 2, 0},
+                        Want{kRms, 6400, 2, 0}, Want{kLayer, 40008, 2, 0}, Want{kLayer, 12801, 4, 0},
+                        Want{kLayer, 32768, 8, 0}, Want{kRms, 32768, 4, 0}, Want{kRms, 12800, 4, 0},
+                        Want{kRms, 16448, 2, 0}, Want{kRms, 65536, 2, 0}})
+    EXPECT_NE(plan_on_h200(w.family, w.n, w.elem, 2).kind, RowKernelKind::kWide)
+        << "family " << static_cast<int>(w.family) << " n=" << w.n << " elem=" << w.elem;
+  RowKernelLimits no_sums = policy_on_h200(kLayer, 4);
+  no_sums.wide_input_sums = false;
+  EXPECT_NE(plan_row_kernel(32768, 4, 2, no_sums).kind, RowKernelKind::kWide) << "two inputs, no held sum";
 }
 
 // Small re-read tiles: one 16-byte vector a thread (4 words in float32, 8 in 16-bit or with two
@@ -886,7 +924,8 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_EQ(plan_row_kernel(10240, 4, 1, ln).loads_ahead, 2);
   EXPECT_EQ(plan_row_kernel(4096, 4, 1, ln).loads_ahead, 0) << "one-CTA rows keep their plan";
   for (const RowFamily family : {RowFamily::kRowwise, RowFamily::kRmsNormForward, RowFamily::kRmsNormBiasForward,
-                                 RowFamily::kResidualNormForward, RowFamily::kNormBackward})
+                                 RowFamily::kResidualLayerNormForward, RowFamily::kResidualRmsNormForward,
+                                 RowFamily::kNormBackward})
     EXPECT_EQ(row_policy(family, 4).loads_ahead, 0);
   EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 2).loads_ahead, 1) << "16-bit: groups of two tiles";
   EXPECT_EQ(row_policy(RowFamily::kLayerNormForward, 8).loads_ahead, 0);
@@ -1057,7 +1096,8 @@ TEST(RowKernelPlan, RowTilesAreExactlyThePlannedTiles) {
                              {RowFamily::kLayerNormForward, 1, "layer_norm"},
                              {RowFamily::kRmsNormForward, 1, "rms_norm"},
                              {RowFamily::kRmsNormBiasForward, 1, "rms_norm with a bias"},
-                             {RowFamily::kResidualNormForward, 2, "add_*_norm"},
+                             {RowFamily::kResidualLayerNormForward, 2, "add_layer_norm"},
+                             {RowFamily::kResidualRmsNormForward, 2, "add_rms_norm"},
                              {RowFamily::kNormBackward, 2, "norm backward"}};
   const std::vector<int64_t> lengths = every_row_length();
   for (const Family& f : families) {
@@ -1118,12 +1158,14 @@ TEST(RowKernelPlan, NormBackwardRowsOfTheRowEngineAreLong) {
 // 48 KiB, which with the kernels' static slots needs the shared-memory opt-in.
 TEST(RowKernelPlan, RingRowsOf48KiB) {
   const struct { RowFamily family; int64_t n; int inputs; } rows[] = {
-      {RowFamily::kResidualNormForward, 6144, 2},
-      {RowFamily::kResidualNormForward, 5700, 2},
+      {RowFamily::kResidualLayerNormForward, 6144, 2},
+      {RowFamily::kResidualRmsNormForward, 5700, 2},
       {RowFamily::kNormBackward, 6144, 2},
   };
   for (const auto& r : rows) {
-    const RowKernelConfig c = plan_on_h200(r.family, r.n, 2, r.inputs);
+    RowKernelLimits limits = policy_on_h200(r.family, 2);
+    limits.wide_rows = false;  // the residual rows' default plan is wide (ResidualWideRowsHoldTheSum)
+    const RowKernelConfig c = plan_row_kernel(r.n, 2, r.inputs, limits);
     EXPECT_EQ(c.kind, RowKernelKind::kBlock) << r.n;
     EXPECT_EQ(c.ring, 2) << r.n;
     EXPECT_EQ(c.smem_bytes, std::size_t(48 * 1024)) << r.n;
