@@ -9,7 +9,7 @@ does; its warm-up launches run outside the NVTX range, so `--nvtx --nvtx-include
 layer_norm float32 4096x32768/"` profiles the timed launch only).
 
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
-add_layer_norm (layer_norm of x + residual, a random residual; y and s),
+add_layer_norm (layer_norm of x + residual, a random residual; y and s), add_rms_norm (likewise, weight),
 sum_col (sum over dim 0), cross_entropy_step (the fused loss and gradient, random targets).
 Each launch is inside an NVTX range "impl op dtype shape". --tune NAME=VALUE profiles reducekit
 under a planner override, as bench.py's.
@@ -34,7 +34,8 @@ def main():
     p.add_argument("--tune", action="append", default=[], metavar="NAME=VALUE",
                    help="a reducekit planner override (bench.py --tune), for profiling another plan")
     p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm",
-                                                        "add_layer_norm", "sum_col", "cross_entropy_step"])
+                                                        "add_layer_norm", "add_rms_norm", "sum_col",
+                                                        "cross_entropy_step"])
     args = p.parse_args()
     peers.load_reducekit()  # registers torch.ops.reducekit
     seed, _ = peers.load_seed_triton(peers.default_seed_triton_path())
@@ -69,6 +70,10 @@ def main():
         s = x + residual(x)
         return torch.nn.functional.layer_norm(s, [x.shape[-1]], *wb(x), eps), s
 
+    def torch_add_rms_norm(x):
+        s = x + residual(x)
+        return torch.nn.functional.rms_norm(s, [x.shape[-1]], wb(x)[0], eps), s
+
     fns = {
         "softmax": {"reducekit": lambda x: ops.softmax(x, -1), "seed-triton": lambda x: seed.softmax(x),
                     "torch": lambda x: torch.softmax(x, -1)},
@@ -81,6 +86,8 @@ def main():
                      "torch": lambda x: torch.nn.functional.rms_norm(x, [x.shape[-1]], wb(x)[0], eps)},
         "add_layer_norm": {"reducekit": lambda x: ops.add_layer_norm(x, residual(x), [x.shape[-1]], *wb(x), eps),
                            "torch": torch_add_layer_norm},
+        "add_rms_norm": {"reducekit": lambda x: ops.add_rms_norm(x, residual(x), [x.shape[-1]], wb(x)[0], eps),
+                         "torch": torch_add_rms_norm},
         "sum_col": {"reducekit": lambda x: ops.sum(x, [0], False), "torch": lambda x: torch.sum(x, 0)},
         "cross_entropy_step": {"reducekit": lambda x: ops.cross_entropy_fused(x, targets(x)[0], None, targets(x)[1],
                                                                               -100, 0.0, 0.0, 0.0)},
@@ -92,7 +99,7 @@ def main():
             for impl in args.impls.split(","):
                 if impl == "torch.compile":
                     wb(x)  # the parameters exist before tracing, so the graph reads them
-                    if args.op == "add_layer_norm":
+                    if args.op.startswith("add_"):
                         residual(x)
                     fn = compile_fresh(fns["torch"], (x,))[0]
                 elif impl in fns:
