@@ -24,7 +24,8 @@ bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents) 
 }
 
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
-                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan, int min_vectors) {
+                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan, int min_vectors,
+                            std::size_t stage_max_bytes) {
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
@@ -51,7 +52,7 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
       p.col_vectors = w;
       break;
     }
-  if (p.col_vectors == 0 && tile_of(min_vectors) <= kColumnStageMaxBytes) p.col_vectors = min_vectors;
+  if (p.col_vectors == 0 && tile_of(min_vectors) <= stage_max_bytes) p.col_vectors = min_vectors;
   p.staged = p.col_vectors != 0;
   if (!p.staged) p.col_vectors = kColumnStreamVectors;
 

@@ -75,11 +75,14 @@ struct SoftmaxColumnPlan {
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the
 // device statistic and parameter sizes of the op; max_smem_per_cta: the device's; min_vectors: the
 // narrowest staged tile (a power of two from 1 to kColumnSoftmaxThreads; the column_min_vectors
-// override for sweeps: 1 stages tiles of half a sector a row of K). The plan does not depend on
-// the SM count, so a column's bits are the same on every GPU of the same shared memory.
+// override for sweeps: 1 stages tiles of half a sector a row of K); stage_max_bytes: the largest
+// staged tile of min_vectors (the column_stage_max_bytes override: a tile past it reads x twice;
+// a staged two-phase op's statistics are the exact ones, the two-read plan's the online merge, so
+// the override changes bits). The plan does not depend on the SM count, so a column's bits are the
+// same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
-                            int min_vectors = kColumnMinVectors);
+                            int min_vectors = kColumnMinVectors, std::size_t stage_max_bytes = kColumnStageMaxBytes);
 
 }  // namespace reducekit

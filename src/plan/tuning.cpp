@@ -29,7 +29,7 @@ constexpr const char* kNames[] = {
     // fused norm backward
     "norm_bwd_max_vpt", "norm_bwd_ctas_per_sm",
     // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile)
-    "column_stage_buffers", "column_min_vectors",
+    "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes",
     // reduce engine's column path (ColumnKnobs)
     "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas"};
 

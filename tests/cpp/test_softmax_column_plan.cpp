@@ -173,6 +173,34 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
   }
 }
 
+// The largest staged tile is an override too (column_stage_max_bytes): past 128 KiB a K of 4096
+// stages its two-vector tile (one CTA an SM) instead of reading x twice, at the two-read plan's
+// width. Backwards (256 KiB) and a device that cannot hold the tile stream.
+TEST(SoftmaxColumnPlan, LargestStagedTileIsAnOverride) {
+  constexpr std::size_t kBig = 200 * 1024;
+  for (int elem : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << "elem " << elem);
+    const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, elem, 1);
+    ASSERT_FALSE(d.staged);
+    SoftmaxColumnPlan big;
+    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, kSmem, &big, kColumnMinVectors, kBig).is_ok());
+    EXPECT_TRUE(big.staged);
+    EXPECT_EQ(big.col_vectors, d.col_vectors);
+    EXPECT_EQ(big.k_lanes, d.k_lanes);
+    EXPECT_EQ(big.ctas, d.ctas);
+    EXPECT_EQ(big.tile_bytes, 4096u * 32);
+    EXPECT_EQ(big.buffers, 1);
+    EXPECT_LE(big.smem_bytes, kSmem);
+    SoftmaxColumnPlan backward;
+    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 2, 8, 8, kSmem, &backward, kColumnMinVectors, kBig).is_ok());
+    EXPECT_FALSE(backward.staged) << "two inputs: 256 KiB";
+    SoftmaxColumnPlan small;
+    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, 100 * 1024, &small, kColumnMinVectors, kBig).is_ok());
+    EXPECT_FALSE(small.staged) << "100 KiB of shared memory";
+    EXPECT_EQ(small.col_vectors, d.col_vectors);
+  }
+}
+
 TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
   for (int64_t inner : {2, 3, 8, 64, 1001, 16384}) {
     const SoftmaxColumnPlan p = plan_of({3, 150, inner}, 4, 1);
