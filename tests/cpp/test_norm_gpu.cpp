@@ -695,31 +695,43 @@ TEST_F(NormGpu, RingRowsOf48KiBLaunch) {
 // The fused residual forms in place (s into the residual's own tensor, y into x's, as a pre-norm
 // block calls them), with the sum read back and without: bitwise the out-of-place results, on
 // streamed rows whose first pass overwrites the residual it reads; an aligned batch (40008
-// columns) and shifted rows (40009: s written whole in the first pass).
+// columns) and shifted rows (40009: s written whole in the first pass); wide rows holding s
+// (8192, 24576), whose shifted body (every tensor one element off 16 bytes) loads vectors that
+// straddle their neighbours' s.
 TEST_F(NormGpu, ResidualInPlaceMatchesOutOfPlace) {
-  for (const int64_t cols : {40008, 40009, 8192, 8200}) {  // 8192 / 8200: wide rows holding s
-    SCOPED_TRACE(testing::Message() << "cols " << cols);
-    const int64_t rows = 4, n = rows * cols;
-    const std::vector<__nv_bfloat16> xs = cast_to<__nv_bfloat16>(make_values(n, "randn", 201));
-    const std::vector<__nv_bfloat16> rs = cast_to<__nv_bfloat16>(make_values(n, "randn", 202));
-    DeviceBuffer x(xs), r(rs), w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 203))), y(n * 2), s(n * 2);
-    const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols});
-    const TensorView rv = dense_view(r.get(), DType::kBFloat16, {rows, cols});
-    const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols});
-    const TensorView yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
-    const TensorView sv = dense_view(s.get(), DType::kBFloat16, {rows, cols});
-    for (const int read_back : {1, 0}) {
-      SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
-      const ScopedTuning knob("read_back_second", read_back);
-      upload(x, xs);
-      upload(r, rs);
-      Status status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, yv, sv, nullptr, nullptr);
-      ASSERT_TRUE(status.is_ok()) << status.message();
-      const std::vector<uint16_t> want_y = download<uint16_t>(y, n), want_s = download<uint16_t>(s, n);
-      status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, xv, rv, nullptr, nullptr);
-      ASSERT_TRUE(status.is_ok()) << status.message();
-      EXPECT_EQ(download<uint16_t>(x, n), want_y) << "y in place of x";
-      EXPECT_EQ(download<uint16_t>(r, n), want_s) << "s in place of the residual";
+  for (const int64_t cols : {40008, 40009, 8192, 8200, 24576}) {
+    for (const int64_t offset : {0, 1}) {
+      SCOPED_TRACE(testing::Message() << "cols " << cols << " offset " << offset);
+      const int64_t rows = 4, n = rows * cols;
+      std::vector<__nv_bfloat16> xs = cast_to<__nv_bfloat16>(make_values(n, "randn", 201));
+      std::vector<__nv_bfloat16> rs = cast_to<__nv_bfloat16>(make_values(n, "randn", 202));
+      xs.insert(xs.begin(), offset, from_double<__nv_bfloat16>(0.0));
+      rs.insert(rs.begin(), offset, from_double<__nv_bfloat16>(0.0));
+      DeviceBuffer x(xs), r(rs), w(cast_to<__nv_bfloat16>(make_values(cols, "randn", 203))), y((n + offset) * 2),
+          s((n + offset) * 2);
+      const auto at = [&](const DeviceBuffer& b) { return static_cast<__nv_bfloat16*>(b.get()) + offset; };
+      const TensorView xv = dense_view(at(x), DType::kBFloat16, {rows, cols});
+      const TensorView rv = dense_view(at(r), DType::kBFloat16, {rows, cols});
+      const TensorView wv = dense_view(w.get(), DType::kBFloat16, {cols});
+      const TensorView yv = dense_view(at(y), DType::kBFloat16, {rows, cols});
+      const TensorView sv = dense_view(at(s), DType::kBFloat16, {rows, cols});
+      const auto span = [&](const DeviceBuffer& b) {
+        std::vector<uint16_t> all = download<uint16_t>(b, n + offset);
+        return std::vector<uint16_t>(all.begin() + offset, all.end());
+      };
+      for (const int read_back : {1, 0}) {
+        SCOPED_TRACE(testing::Message() << "read_back_second " << read_back);
+        const ScopedTuning knob("read_back_second", read_back);
+        upload(x, xs);
+        upload(r, rs);
+        Status status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, yv, sv, nullptr, nullptr);
+        ASSERT_TRUE(status.is_ok()) << status.message();
+        const std::vector<uint16_t> want_y = span(y), want_s = span(s);
+        status = add_rms_norm(xv, rv, NormShape::of({cols}), &wv, 1e-6, xv, rv, nullptr, nullptr);
+        ASSERT_TRUE(status.is_ok()) << status.message();
+        EXPECT_EQ(span(x), want_y) << "y in place of x";
+        EXPECT_EQ(span(r), want_s) << "s in place of the residual";
+      }
     }
   }
 }
