@@ -824,14 +824,9 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot);
 }
 
-// Wide rows (RowKernelKind::kWide, planned for the norm forwards only): the block kernel's body on
-// one CTA of up to kWideRowThreads threads a row, at most kWideTileValues values a thread, so that
-// the row is loaded once with every register of the SM (64 a thread) and no row loop. Two-phase
-// ops keep only their two-phase path: the merged one beside it cost registers (ptxas: spills) for
-// a path no plan runs.
 // Ops that hold their inputs' sum (HoldsInputSum): each vector of x and the residual read (at
 // the row's own alignment), summed and rounded as the op's prepare() does, s written as the
-// second output and kept as a one-input tile; then the one-input op's passes, as the body above.
+// second output and kept as a one-input tile; then the one-input op's passes, as row_block_body's.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, const typename Op::Extra& extra,
                                                   typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
@@ -860,6 +855,11 @@ __device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, con
   tile.template store_row<One>(args.out + row * args.out_stride, nullptr, args.cols, me, step, local, extra);
 }
 
+// Wide rows (RowKernelKind::kWide, planned for the norm forwards only): the block kernel's body on
+// one CTA of up to kWideRowThreads threads a row, at most kWideTileValues values a thread, so that
+// the row is loaded once with every register of the SM (64 a thread) and no row loop. Two-phase
+// ops keep only their two-phase path: the merged one beside it cost registers (ptxas: spills) for
+// a path no plan runs. Ops that hold their inputs' sum take row_wide_sum_body.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kWideRowThreads, 1)
 row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
