@@ -836,18 +836,32 @@ __device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, con
   const int64_t row = blockIdx.x;  // the grid holds every row
   const T* const inputs[2] = {args.in[0] + row * args.in_stride[0], args.in[1] + row * args.in_stride[1]};
   T* const sum = Op::second_row(extra, row);
-  RowTile<T, 1, VEC, VPT, kAligned> tile;
+  // Every vector's loads before the first store of s: a store between them would order the
+  // next vector's loads behind it (the pointers may alias), one memory round trip a vector.
+  // A shifted row's vectors share granules between lanes (load_shifted, write_shifted): one
+  // 16-byte load a vector of each input and one 16-byte store of s, not two and three pieces.
+  Pack<T, VEC> s[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     RowTile<T, 2, VEC, 1, kAligned> pair;  // pads (0) past the row
-    pair.template load<Op>(inputs, args.cols, me + k * step, step);
+    if constexpr (kAligned) pair.template load<Op>(inputs, args.cols, me + k * step, step);
+    else pair.template load_shifted<Op>(inputs, args.cols, me + k * step, step, PlainLoad16{});
     Acc v[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) v[e] = pair.values[0][e] + pair.values[1][e];
-    const Pack<T, VEC> s = pack_from_acc<T>(v);
-    tile.unpack(0, k, s);
+    s[k] = pack_from_acc<T>(v);
+  }
+  RowTile<T, 1, VEC, VPT, kAligned> tile;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    tile.unpack(0, k, s[k]);
     const int e0 = (me + k * step) * VEC;
-    if (e0 < args.cols) RowTile<T, 1, VEC, 1, kAligned>::write(sum, e0, args.cols, s);
+    if constexpr (kAligned) {
+      if (e0 < args.cols) RowTile<T, 1, VEC, 1, kAligned>::write(sum, e0, args.cols, s[k]);
+    } else {
+      const int width = step < 32 ? step : 32;  // the whole warp calls it
+      RowTile<T, 1, VEC, 1, kAligned>::write_shifted(sum, e0, args.cols, s[k], (me + k * step) % width, width);
+    }
   }
   const auto local = one_tile_factors<One, kAligned>(extra, row, me, step, args.cols, tile.values,
                                                      BlockGroup<One, false, true>{slots, cluster_slot, args.two_phase},

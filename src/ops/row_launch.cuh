@@ -168,7 +168,7 @@ template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows(
   if constexpr (sizeof...(Extra) != 1) return false;
   else {
     constexpr bool one_input = (Op::kInputs == 1 && Op::kOutputs == 1) || kernels::HoldsInputSum<Op>::value;
-    if constexpr (sizeof(T) == 4) return kernels::IsTwoPhase<Op>::value && one_input;
+    if constexpr (sizeof(T) == 4) return (kernels::IsTwoPhase<Op>::value && one_input) || kernels::HoldsInputSum<Op>::value;
     else return sizeof(T) == 2 && one_input;
   }
 }
@@ -335,9 +335,13 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
           if (c.wide_form == WideForm::kMid && c.threads > kWideMidRowThreads)
             return Status::unsupported("row plan: middle-form wide rows are CTAs of at most " +
                                        std::to_string(kWideMidRowThreads) + " threads");
-          packed = c.wide_form == WideForm::kMid     ? pick(Mid{})
-                   : c.wide_form == WideForm::kRoomy ? pick(Roomy{})
-                                                     : pick(Base{});
+          if constexpr (sizeof(T) == 4) {  // float32 (sums held): 32 floats a thread fit the roomy form only
+            if (c.wide_form == WideForm::kRoomy) packed = pick(Roomy{});
+          } else {
+            packed = c.wide_form == WideForm::kMid     ? pick(Mid{})
+                     : c.wide_form == WideForm::kRoomy ? pick(Roomy{})
+                                                       : pick(Base{});
+          }
         }
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);
         return launch_blocks(packed, args.rows, c, stream, "row_wide_packed_kernel", args, extra...);

@@ -346,16 +346,19 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       // block and re-read rows both ops +11..+19% at 4096 x 2048-8192 and 32768x4096, +14..+33%
       // at 12800; whole 20480-32768 add_layer_norm +32..+43%, add_rms_norm +14..+15% (LOG.md).
       // float32 add_layer_norm past 256 threads (whole to 1024, others to 512): 12800 +3%, 24576
-      // +12%, 32768 +20%; 8192 (256 threads) lost 4%. float32 add_rms_norm lost 1-10% at
-      // 8192-32768 on its unpacked wide kernel: none (LOG.md).
-      if (elem_bytes == 2 || (elem_bytes == 4 && family == RowFamily::kResidualLayerNormForward)) {
+      // +12%, 32768 +20%; 8192 (256 threads) lost 4% (LOG.md). float32 add_rms_norm past 416
+      // threads on the 64-register form: 20480 +17%, 24576 +2%, 32768 +9%, 16384 ties; 12800 (416
+      // threads) lost 1.5%, 11008 1% (LOG.md).
+      if (elem_bytes == 2 || elem_bytes == 4) {
         l.wide_rows = true;
         l.wide_input_sums = true;
         l.wide_ragged = false;
         l.wide_partial_max_threads = 512;
-        l.wide_above_threads = elem_bytes == 2 ? 224 : 256;
+        l.wide_above_threads = elem_bytes == 2                          ? 224
+                               : family == RowFamily::kResidualRmsNormForward ? 416
+                                                                               : 256;
         if (elem_bytes == 2) l.wide_whole_above_threads = 16;
-        if (elem_bytes == 2 && family == RowFamily::kResidualRmsNormForward) l.wide_roomy_max_threads = kWideRowThreads;
+        if (family == RowFamily::kResidualRmsNormForward) l.wide_roomy_max_threads = kWideRowThreads;
       }
       break;
     case RowFamily::kNormBackward:

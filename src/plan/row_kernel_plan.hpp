@@ -300,10 +300,10 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8;
       break;
     case RowFamily::kResidualLayerNormForward:
-    case RowFamily::kResidualRmsNormForward:  // float32 add_rms_norm takes no wide rows
+    case RowFamily::kResidualRmsNormForward:
       if (narrow) t.ring = v1 | v2 | v4, t.block = v1 | v4, t.wide = v4;
       else if (doubles) t.block = v1 | v2 | v4 | v8, t.cluster = v8;
-      else t.block = v1 | v2 | v4 | v8, t.cluster = v8, t.wide = family == RowFamily::kResidualLayerNormForward ? v8 : 0u;
+      else t.block = v1 | v2 | v4 | v8, t.cluster = v8, t.wide = v8;
       break;
     case RowFamily::kNormBackward:
       if (narrow) t.ring = v4, t.block = v4;

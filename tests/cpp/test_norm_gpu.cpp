@@ -449,8 +449,7 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
     check_forward<float, float>({Kind::kLayer, false, true, true, "randn"}, {3, 12800, 12808, 1}, 146);
     check_forward<float, float>({Kind::kLayer, false, false, false, "randn"}, {2, 20000, 20000, 0}, 147);
     // The fused residual forms hold s (HoldsInputSum): packed aligned rows, shifted ones (the
-    // unpacked sum body), whole and partial, 16-bit both norms, float32 add_layer_norm (float32
-    // add_rms_norm keeps its plans of before either way).
+    // unpacked sum body), whole and partial, 16-bit and float32, both norms.
     check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, true, true, true, "randn"}, {4, 4096, 4096, 0}, 148);
     check_forward<__half, float>({Kind::kLayer, true, true, false, "large_mean"}, {3, 8200, 8208, 1}, 149);
     check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kRms, true, true, false, "randn"}, {4, 10240, 10240, 0}, 150);
@@ -526,9 +525,9 @@ void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bo
 TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
   packed_wide_rows_match_shifted_ones<__nv_bfloat16>({24576, 10240, 12800, 14336, 1024, 4096}, false);
   packed_wide_rows_match_shifted_ones<float>({32768, 12288, 12800, 16000}, true);
-  // The fused residual forms: 16-bit add_layer_norm / add_rms_norm, float32 add_layer_norm.
+  // The fused residual forms, add_layer_norm and add_rms_norm (with and without a bias).
   packed_wide_rows_match_shifted_ones<__nv_bfloat16>({4096, 8200, 16384, 24576}, false, true);
-  packed_wide_rows_match_shifted_ones<float>({32768, 12800}, true, true);
+  packed_wide_rows_match_shifted_ones<float>({32768, 12800}, false, true);
 }
 
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it

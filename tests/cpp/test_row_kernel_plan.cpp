@@ -493,7 +493,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kResidualLayerNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, true},
       {RowFamily::kResidualLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kResidualRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, true},
-      {RowFamily::kResidualRmsNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, false},
+      {RowFamily::kResidualRmsNormForward, 4, kRereadPastOneCta, d_block, d_tile, 0, 0, false, true, true},
       {RowFamily::kResidualRmsNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kNormBackward, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
       {RowFamily::kNormBackward, 4, 0, d_block, d_tile, kRereadStashBytes, 0, false, false, false},
@@ -517,12 +517,17 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     const bool layer_norm32 = w.family == RowFamily::kLayerNormForward && w.elem == 4;  // and this one
     const bool residual = is_residual_family(w.family);
     const bool residual16 = residual && w.elem == 2;  // layer_norm's bands
-    const bool residual32 = w.family == RowFamily::kResidualLayerNormForward && w.elem == 4;  // add_layer_norm only
+    const bool residual32 = residual && w.elem == 4;
     const bool bands16 = layer_norm16 || residual16, bands32 = layer_norm32 || residual32;
     const bool bias16 = w.family == RowFamily::kRmsNormBiasForward && w.elem == 2;
     const bool rms_norm16 = (w.family == RowFamily::kRmsNormForward && w.elem == 2) || bias16;  // a lower one
     EXPECT_EQ(l.wide_above_threads,
-              bands16 ? 224 : bands32 ? 256 : bias16 ? 127 : rms_norm16 ? 96 : defaults.wide_above_threads);
+              bands16                                                  ? 224
+              : bands32 && w.family == RowFamily::kResidualRmsNormForward ? 416
+              : bands32                                                  ? 256
+              : bias16                                                   ? 127
+              : rms_norm16                                               ? 96
+                                                                         : defaults.wide_above_threads);
     EXPECT_EQ(l.wide_whole_above_threads, bands16 ? 16 : layer_norm32 ? 224 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
     EXPECT_EQ(l.wide_partial_max_threads, bands32 || residual16 ? 512 : 0);
@@ -530,8 +535,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_input_sums, residual16 || residual32);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
     EXPECT_EQ(l.wide_whole_roomy_max_threads, layer_norm16 ? 384 : bias16 ? kWideRowThreads : 0);
-    const bool residual_rms16 = w.family == RowFamily::kResidualRmsNormForward && w.elem == 2;
-    EXPECT_EQ(l.wide_roomy_max_threads, residual_rms16 ? kWideRowThreads : rms_norm16 && !bias16 ? 512 : 0);
+    const bool residual_rms = w.family == RowFamily::kResidualRmsNormForward && w.elem <= 4;
+    EXPECT_EQ(l.wide_roomy_max_threads, residual_rms ? kWideRowThreads : rms_norm16 && !bias16 ? 512 : 0);
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, residual && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
@@ -825,14 +830,15 @@ TEST(RowKernelPlan, LayerNormFloat32WideRowsOf8KTo32K) {
 // The fused residual norms hold s = x + residual on the wide rows (HoldsInputSum): two-input rows
 // of whole vectors with one-input geometry (32 values of s a thread). 16-bit rows of both ops from
 // 1024 values (whole to 1024 threads, others to 512), add_rms_norm's on the 64-register form;
-// float32 add_layer_norm rows past 256 threads (whole to 1024, others to 512). float32
-// add_rms_norm, ragged lengths, float64 and the knobs off: no.
+// float32 rows of add_layer_norm past 256 threads, of add_rms_norm past 416 (its own on the
+// 64-register form), whole to 1024, others to 512. Ragged lengths, float64 and the knobs off: no.
 TEST(RowKernelPlan, ResidualWideRowsHoldTheSum) {
   struct Want { RowFamily family; int64_t n; int elem, threads; };
   constexpr RowFamily kLayer = RowFamily::kResidualLayerNormForward, kRms = RowFamily::kResidualRmsNormForward;
   for (const Want& w : {Want{kLayer, 1024, 2, 32}, Want{kRms, 4096, 2, 128}, Want{kLayer, 8200, 2, 288},
                         Want{kRms, 16384, 2, 512}, Want{kLayer, 32768, 4, 1024}, Want{kLayer, 12800, 4, 416},
-                        Want{kLayer, 8224, 4, 288}, Want{kLayer, 32768, 2, 1024}, Want{kRms, 24576, 2, 768}}) {
+                        Want{kLayer, 8224, 4, 288}, Want{kLayer, 32768, 2, 1024}, Want{kRms, 24576, 2, 768},
+                        Want{kRms, 32768, 4, 1024}, Want{kRms, 16384, 4, 512}}) {
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " n=" << w.n << " elem=" << w.elem);
     const RowKernelConfig c = plan_on_h200(w.family, w.n, w.elem, 2);
     ASSERT_EQ(c.kind, RowKernelKind::kWide);
@@ -842,7 +848,7 @@ TEST(RowKernelPlan, ResidualWideRowsHoldTheSum) {
   }
   for (const Want& w : {Want{kLayer, 8192, 4, 0}, Want{kLayer, 20000, 4, 0}, Want{kLayer, 16392, 2, 0},
                         Want{kRms, 6400, 2, 0}, Want{kLayer, 40008, 2, 0}, Want{kLayer, 12801, 4, 0},
-                        Want{kLayer, 32768, 8, 0}, Want{kRms, 32768, 4, 0}, Want{kRms, 12800, 4, 0},
+                        Want{kLayer, 32768, 8, 0}, Want{kRms, 8192, 4, 0}, Want{kRms, 12800, 4, 0}, Want{kRms, 20000, 4, 0},
                         Want{kRms, 16448, 2, 0}, Want{kRms, 65536, 2, 0}})
     EXPECT_NE(plan_on_h200(w.family, w.n, w.elem, 2).kind, RowKernelKind::kWide)
         << "family " << static_cast<int>(w.family) << " n=" << w.n << " elem=" << w.elem;
