@@ -52,7 +52,10 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
       p.col_vectors = w;
       break;
     }
-  if (p.col_vectors == 0 && tile_of(min_vectors) <= stage_max_bytes) p.col_vectors = min_vectors;
+  const std::size_t stage_max = stage_max_bytes != 0 ? stage_max_bytes
+                                : inputs == 1        ? kColumnStageMaxBytes
+                                                     : kColumnStageMaxBytesTwoInputs;
+  if (p.col_vectors == 0 && tile_of(min_vectors) <= stage_max) p.col_vectors = min_vectors;
   p.staged = p.col_vectors != 0;
   if (!p.staged) p.col_vectors = kColumnStreamVectors;
 

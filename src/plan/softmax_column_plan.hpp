@@ -37,8 +37,10 @@ constexpr int kColumnSoftmaxThreads = 256;
 // another's compute and stores.
 constexpr std::size_t kColumnStageTargetBytes = 48 * 1024;
 // ... and may grow to this where even the narrowest tile (kColumnMinVectors) is bigger: one read
-// with 1-2 CTAs an SM still beats reading x twice.
-constexpr std::size_t kColumnStageMaxBytes = 100 * 1024;
+// with 1-2 CTAs an SM still beats reading x twice (forwards of K = 4096, 128 KiB at one CTA an
+// SM: +8..+14%). Two-input tiles (the backwards) keep 100 KiB: not measured past it.
+constexpr std::size_t kColumnStageMaxBytes = 128 * 1024;
+constexpr std::size_t kColumnStageMaxBytesTwoInputs = 100 * 1024;
 // Narrowest tile: 2 vectors (32 bytes, one DRAM sector) a row of K; narrower would fetch sectors
 // half used.
 constexpr int kColumnMinVectors = 2;
@@ -76,13 +78,14 @@ struct SoftmaxColumnPlan {
 // device statistic and parameter sizes of the op; max_smem_per_cta: the device's; min_vectors: the
 // narrowest staged tile (a power of two from 1 to kColumnSoftmaxThreads; the column_min_vectors
 // override for sweeps: 1 stages tiles of half a sector a row of K); stage_max_bytes: the largest
-// staged tile of min_vectors (the column_stage_max_bytes override: a tile past it reads x twice;
+// staged tile of min_vectors, 0 for the default of `inputs` (kColumnStageMaxBytes, or
+// kColumnStageMaxBytesTwoInputs; the column_stage_max_bytes override: a tile past it reads x twice;
 // a staged two-phase op's statistics are the exact ones, the two-read plan's the online merge, so
 // the override changes bits). The plan does not depend on the SM count, so a column's bits are the
 // same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
-                            int min_vectors = kColumnMinVectors, std::size_t stage_max_bytes = kColumnStageMaxBytes);
+                            int min_vectors = kColumnMinVectors, std::size_t stage_max_bytes = 0);
 
 }  // namespace reducekit

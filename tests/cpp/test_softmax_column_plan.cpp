@@ -94,10 +94,17 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(c.buffers, 2);
 
   const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, 4, 1);
-  EXPECT_FALSE(d.staged) << "4096 x 32 B = 128 KB is over kColumnStageMaxBytes: two reads";
-  EXPECT_EQ(d.col_vectors, kColumnStreamVectors);
-  EXPECT_EQ(d.tile_bytes, 0u);
+  EXPECT_TRUE(d.staged) << "4096 x 32 B = 128 KiB, kColumnStageMaxBytes";
+  EXPECT_EQ(d.col_vectors, kColumnMinVectors);
+  EXPECT_EQ(d.tile_bytes, 4096u * 32);
+  EXPECT_EQ(d.buffers, 1);
   EXPECT_EQ(d.ctas, 64 * (256 / 8));
+
+  const SoftmaxColumnPlan e = plan_of({64, 4097, 256}, 4, 1);
+  EXPECT_FALSE(e.staged) << "past 128 KiB: two reads";
+  EXPECT_EQ(e.col_vectors, kColumnStreamVectors);
+  EXPECT_EQ(e.tile_bytes, 0u);
+  EXPECT_EQ(e.ctas, d.ctas);
 }
 
 // Batch invariance: the layout of a column's arithmetic (k_lanes) and the staging choice must not
@@ -120,9 +127,9 @@ TEST(SoftmaxColumnPlan, ColumnArithmeticDependsOnKAndDtypeOnly) {
   }
 }
 
-TEST(SoftmaxColumnPlan, StagedUpTo3200RowsForwardAnd1600Backward) {
-  EXPECT_TRUE(plan_of({8, 3200, 4096}, 2, 1).staged);
-  EXPECT_FALSE(plan_of({8, 3201, 4096}, 2, 1).staged);
+TEST(SoftmaxColumnPlan, StagedUpTo4096RowsForwardAnd1600Backward) {
+  EXPECT_TRUE(plan_of({8, 4096, 4096}, 2, 1).staged);
+  EXPECT_FALSE(plan_of({8, 4097, 4096}, 2, 1).staged);
   EXPECT_TRUE(plan_of({8, 1600, 4096}, 8, 2).staged);
   EXPECT_FALSE(plan_of({8, 1601, 4096}, 8, 2).staged);
 }
@@ -144,25 +151,25 @@ TEST(SoftmaxColumnPlan, SharedMemoryAccountsForTileStatisticsAndParameters) {
   EXPECT_LE(small.smem_bytes, 64u * 1024);
 }
 
-// The narrowest staged tile is an override (column_min_vectors): at 1, a K of 4096 (64x4096x256)
-// stages a one-vector tile of 64 KiB instead of reading x twice; the default keeps 2 vectors (a
+// The narrowest staged tile is an override (column_min_vectors): at 1, a K of 6000 (64x6000x256)
+// stages a one-vector tile of 94 KiB instead of reading x twice; the default keeps 2 vectors (a
 // whole sector a row) and reads such columns twice. The override must be a power of two.
 TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
   for (int elem : {2, 4}) {
     SCOPED_TRACE(testing::Message() << "elem " << elem);
-    const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, elem, 1);
+    const SoftmaxColumnPlan d = plan_of({64, 6000, 256}, elem, 1);
     EXPECT_FALSE(d.staged);
     EXPECT_EQ(d.col_vectors, kColumnStreamVectors);
     SoftmaxColumnPlan one;
-    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, kSmem, &one, 1).is_ok());
+    ASSERT_TRUE(plan_softmax_columns({64, 6000, 256}, elem, 1, 8, 8, kSmem, &one, 1).is_ok());
     EXPECT_TRUE(one.staged);
     EXPECT_EQ(one.col_vectors, 1);
     EXPECT_EQ(one.k_lanes, kColumnSoftmaxThreads);
-    EXPECT_EQ(one.tile_bytes, 4096u * 16);
+    EXPECT_EQ(one.tile_bytes, 6000u * 16);
     EXPECT_EQ(one.ctas, 64 * 256 / (16 / elem));
     SoftmaxColumnPlan long_k;
-    ASSERT_TRUE(plan_softmax_columns({8, 8192, 256}, elem, 1, 8, 8, kSmem, &long_k, 1).is_ok());
-    EXPECT_FALSE(long_k.staged) << "128 KiB even one vector wide";
+    ASSERT_TRUE(plan_softmax_columns({8, 9000, 256}, elem, 1, 8, 8, kSmem, &long_k, 1).is_ok());
+    EXPECT_FALSE(long_k.staged) << "past 128 KiB even one vector wide";
     EXPECT_EQ(long_k.col_vectors, kColumnStreamVectors);
   }
   SoftmaxColumnPlan p;
@@ -173,31 +180,38 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
   }
 }
 
-// The largest staged tile is an override too (column_stage_max_bytes): past 128 KiB a K of 4096
-// stages its two-vector tile (one CTA an SM) instead of reading x twice, at the two-read plan's
-// width. Backwards (256 KiB) and a device that cannot hold the tile stream.
+// The largest staged tile: by default 128 KiB for one input (a K of 4096 stages its two-vector
+// tile, one CTA an SM) and 100 KiB for two (a backward K of 2048 reads twice); the override
+// (column_stage_max_bytes) sets both, at the two-read plan's width. A device that cannot hold the
+// tile streams.
 TEST(SoftmaxColumnPlan, LargestStagedTileIsAnOverride) {
-  constexpr std::size_t kBig = 200 * 1024;
+  constexpr std::size_t kSmall = 100 * 1024, kBig = 200 * 1024;
   for (int elem : {2, 4}) {
     SCOPED_TRACE(testing::Message() << "elem " << elem);
     const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, elem, 1);
-    ASSERT_FALSE(d.staged);
-    SoftmaxColumnPlan big;
-    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, kSmem, &big, kColumnMinVectors, kBig).is_ok());
-    EXPECT_TRUE(big.staged);
-    EXPECT_EQ(big.col_vectors, d.col_vectors);
-    EXPECT_EQ(big.k_lanes, d.k_lanes);
-    EXPECT_EQ(big.ctas, d.ctas);
-    EXPECT_EQ(big.tile_bytes, 4096u * 32);
-    EXPECT_EQ(big.buffers, 1);
-    EXPECT_LE(big.smem_bytes, kSmem);
-    SoftmaxColumnPlan backward;
-    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 2, 8, 8, kSmem, &backward, kColumnMinVectors, kBig).is_ok());
-    EXPECT_FALSE(backward.staged) << "two inputs: 256 KiB";
+    ASSERT_TRUE(d.staged);
+    EXPECT_EQ(d.tile_bytes, 4096u * 32);
+    EXPECT_EQ(d.buffers, 1);
+    EXPECT_LE(d.smem_bytes, kSmem);
     SoftmaxColumnPlan small;
-    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, 100 * 1024, &small, kColumnMinVectors, kBig).is_ok());
-    EXPECT_FALSE(small.staged) << "100 KiB of shared memory";
+    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, kSmem, &small, kColumnMinVectors, kSmall).is_ok());
+    EXPECT_FALSE(small.staged) << "the override at 100 KiB";
     EXPECT_EQ(small.col_vectors, d.col_vectors);
+    EXPECT_EQ(small.k_lanes, d.k_lanes);
+    EXPECT_EQ(small.ctas, d.ctas);
+    SoftmaxColumnPlan big;
+    ASSERT_TRUE(plan_softmax_columns({64, 6000, 256}, elem, 1, 8, 8, kSmem, &big, kColumnMinVectors, kBig).is_ok());
+    EXPECT_TRUE(big.staged) << "the override at 200 KiB: 6000 x 32 B";
+    EXPECT_FALSE(plan_of({64, 6000, 256}, elem, 1).staged);
+    EXPECT_FALSE(plan_of({64, 2048, 256}, elem, 2).staged) << "two inputs: 128 KiB";
+    EXPECT_TRUE(plan_of({64, 1600, 256}, elem, 2).staged);
+    SoftmaxColumnPlan backward;
+    ASSERT_TRUE(plan_softmax_columns({64, 2048, 256}, elem, 2, 8, 8, kSmem, &backward, kColumnMinVectors, kBig).is_ok());
+    EXPECT_TRUE(backward.staged) << "the override sets two inputs' too";
+    SoftmaxColumnPlan device;
+    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, 100 * 1024, &device).is_ok());
+    EXPECT_FALSE(device.staged) << "100 KiB of shared memory";
+    EXPECT_EQ(device.col_vectors, d.col_vectors);
   }
 }
 

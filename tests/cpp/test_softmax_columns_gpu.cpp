@@ -293,18 +293,17 @@ TEST_F(SoftmaxColumnsGpu, TwoTileBuffersChangeNoBits) {
   }
 }
 
-// A K of 4096 staged whole (column_stage_max_bytes past its 128 KiB tile) instead of read twice:
-// right against the oracle, aligned and one element off (the staged tiles' statistics are the
-// exact two-phase ones, so the bits are not the two-read plan's), and deterministic.
+// A K of 4096 staged whole (its 128 KiB tile, one CTA an SM) instead of read twice: right against
+// the oracle, aligned and one element off (the staged tiles' statistics are the exact two-phase
+// ones, so the bits are not the two-read plan's), and deterministic.
 template <typename T> void long_staged_columns(Op op) {
   const Columns c{3, 4096, 256};
   SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()));
   SoftmaxColumnPlan plan;
   ASSERT_TRUE(plan_softmax_columns({c.outer, c.k, c.inner}, sizeof(T), 1, 8, 8,
-                                   static_cast<std::size_t>(device_smem_optin()), &plan, kColumnMinVectors, 200 * 1024)
+                                   static_cast<std::size_t>(device_smem_optin()), &plan)
                   .is_ok());
-  ASSERT_TRUE(plan.staged) << "the override must stage this K";
-  const ScopedTuning staged("column_stage_max_bytes", 200 * 1024);
+  ASSERT_TRUE(plan.staged) << "the default must stage this K";
   check_columns<T>(op, c, 0, "randn", 19);
   check_columns<T>(op, c, 1, "special", 20);
   std::vector<double> va = make_values(c.numel(), "randn", 18);
