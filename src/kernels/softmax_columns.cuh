@@ -127,7 +127,7 @@ template <typename T, int NIN, bool kVector>
 __device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
   constexpr int V = 16 / sizeof(T);
   const int W = a.col_vectors;
-  const int K = static_cast<int>(a.reduced);  // staged tiles have K * W * 16 bytes <= 100 KB
+  const int K = static_cast<int>(a.reduced);  // staged tiles have K * W * 16 bytes <= 128 KiB
   if constexpr (kVector) {
     // W (a power of two) divides the CTA's threads, so a thread keeps one vector column and steps
     // down whole rows: no integer division a vector (two cost ~50 instructions a 16-byte copy).
