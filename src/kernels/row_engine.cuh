@@ -827,6 +827,8 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // Ops that hold their inputs' sum (HoldsInputSum): each vector of x and the residual read (at
 // the row's own alignment), summed and rounded as the op's prepare() does, s written as the
 // second output and kept as a one-input tile; then the one-input op's passes, as row_block_body's.
+// The sum is spelled out here and in row_wide_packed_body rather than through prepare(): its
+// round trip back to Acc moved the 16-bit kernels' spills (ptxas).
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, const typename Op::Extra& extra,
                                                   typename Op::Stat* slots, typename Op::Stat* cluster_slot) {

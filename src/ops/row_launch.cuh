@@ -161,15 +161,15 @@ template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct W
 // Wide rows whose tile crosses the reduction packed (row_wide_packed_kernel_ext; two-phase ops,
 // row_wide_packed_two_phase_kernel_ext): 16-bit one-input one-output ops, and float32 two-phase
 // ones (layer_norm: its unpacked kernel spilled 36 bytes, the packed one none, ptxas); ops that
-// hold their inputs' sum count as one-input ones (kernels::HoldsInputSum); aligned rows of whole
-// vectors.
+// hold their inputs' sum (kernels::HoldsInputSum) count as one-input ones, float32 ones of
+// either kind; aligned rows of whole vectors.
 // Plain ops (no Extra) are never packed, and name no kOutputs.
 template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows() {
   if constexpr (sizeof...(Extra) != 1) return false;
   else {
-    constexpr bool one_input = (Op::kInputs == 1 && Op::kOutputs == 1) || kernels::HoldsInputSum<Op>::value;
-    if constexpr (sizeof(T) == 4) return (kernels::IsTwoPhase<Op>::value && one_input) || kernels::HoldsInputSum<Op>::value;
-    else return sizeof(T) == 2 && one_input;
+    constexpr bool sums = kernels::HoldsInputSum<Op>::value;
+    constexpr bool one_input = (Op::kInputs == 1 && Op::kOutputs == 1) || sums;
+    return one_input && (sizeof(T) == 2 || (sizeof(T) == 4 && (kernels::IsTwoPhase<Op>::value || sums)));
   }
 }
 // kForm (RowKernelConfig::wide_form): the two-phase kernel has kBase and kLean, the one-statistic
