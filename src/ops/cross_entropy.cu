@@ -89,12 +89,10 @@ kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan
 }
 
 // 16-bit and float32 logits without label smoothing or soft-capping run on the staged kernel
-// where the 16-bit softmax bands (staged_bands_for) stage a row of their bytes, and so do the
-// rows between its first two bands, which the softmax holds in registers but the cross-entropy
-// row kernels would read twice. Float32 rows take the same bands by bytes: the row kernels' two
-// passes move a step's logits three times, and shift every vector of a misaligned row (50257
-// classes: 75% of 50264's bandwidth). The choice depends on the row length, the dtype and those
-// options alone, so a row's bits do not depend on the batch.
+// where cross_entropy_staged_bands stage a row of their bytes. Float32 rows take the same bands
+// by bytes: the row kernels' two passes move a step's logits three times, and shift every vector
+// of a misaligned row (50257 classes: 75% of 50264's bandwidth). The choice depends on the row
+// length, the dtype and those options alone, so a row's bits do not depend on the batch.
 Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, RowKernelConfig* c,
                    bool* staged) {
   *staged = false;
@@ -102,8 +100,9 @@ Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropy
   if ((elem_bytes != 2 && elem_bytes != 4) || o.label_smoothing > 0.0 || o.softcap > 0.0 || classes > kMaxRowLength)
     return Status::ok();
   RowKernelLimits limits = row_policy(RowFamily::kRowwise, elem_bytes);
-  limits.staged = staged_bands_for(RowFamily::kRowwise, 2);
+  limits.staged = cross_entropy_staged_bands();
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
+  // An override of the first band's end moves the second's start with it.
   limits.staged[1].min_row_bytes = std::min(limits.staged[1].min_row_bytes, limits.staged[0].max_row_bytes);
   *c = plan_row_kernel(classes, elem_bytes, 1, limits);
   *staged = c->kind == RowKernelKind::kStaged;

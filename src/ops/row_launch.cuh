@@ -69,6 +69,7 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("wide_roomy_max_threads", &limits->wide_roomy_max_threads);
   set("wide_whole_roomy_max_threads", &limits->wide_whole_roomy_max_threads);
   set("wide_mid_max_threads", &limits->wide_mid_max_threads);
+  set("wide_fill_above_threads", &limits->wide_fill_above_threads);
   set("read_back_second", &limits->read_back_second);
   set("loads_ahead", &limits->loads_ahead);
   set("max_tile_values", &limits->max_tile_values);
@@ -197,7 +198,7 @@ template <class Kernels, unsigned kTiles, int kMaxVpt, int VPT = 16> typename Ke
     if constexpr (VPT <= kMaxVpt && has_row_vpt(kTiles, VPT)) {
       if (vpt == VPT) return Kernels::template get<VPT>();
     }
-    return pick_tile<Kernels, kTiles, kMaxVpt, VPT / 2>(vpt);
+    return pick_tile<Kernels, kTiles, kMaxVpt, VPT - 1>(vpt);
   } else {
     if constexpr (has_row_vpt(kTiles, 1)) {
       if (vpt == 1) return Kernels::template get<1>();

@@ -251,6 +251,11 @@ std::optional<RowKernelConfig> wide_plan(int64_t cols, int elem_bytes, int input
                                                                            : limits.wide_partial_max_threads,
                             kWideRowThreads);
   if (cols <= int64_t(above) * kWideTileValues || cols > int64_t(most) * kWideTileValues) return std::nullopt;
+  if (elem_bytes == 4 && limits.wide_fill_above_threads > 0 && c.threads > limits.wide_fill_above_threads) {
+    const int64_t vectors = ceil_div(cols, c.vec);
+    c.vpt = static_cast<int>(ceil_div(vectors, kWideRowThreads));
+    c.threads = static_cast<int>(32 * ceil_div(ceil_div(vectors, c.vpt), 32));
+  }
   const bool whole_roomy = whole && c.threads <= limits.wide_whole_roomy_max_threads;
   const bool roomy = c.threads <= limits.wide_roomy_max_threads || whole_roomy;
   const bool mid = c.threads <= std::min(limits.wide_mid_max_threads, kWideMidRowThreads) &&
@@ -303,6 +308,7 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.wide_whole_above_threads = 224;
         l.wide_partial_max_threads = 512;
         l.wide_ragged = false;
+        l.wide_fill_above_threads = 512;  // 1024-thread CTAs: 20480-28672 +1..+4%, shifted 24579 +17%
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
@@ -359,6 +365,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
                                                                                : 256;
         if (elem_bytes == 2) l.wide_whole_above_threads = 16;
         if (family == RowFamily::kResidualRmsNormForward) l.wide_roomy_max_threads = kWideRowThreads;
+        // float32 rows past 512 threads on 1024-thread CTAs at 5-7 vectors a thread, more warps
+        // for the SM's one row: 20480-28672 add_layer_norm +13..+23%, add_rms_norm +3..+12%,
+        // shifted 24579 +20% both (LOG.md)
+        if (elem_bytes == 4) l.wide_fill_above_threads = 512;
       }
       break;
     case RowFamily::kNormBackward:
@@ -401,6 +411,17 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
       // columns by 6-8%); two 64 KiB shares lost to them at 128 KiB (1-5%).
       {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
   }};
+}
+
+std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands() {
+  constexpr std::size_t KiB = 1024;
+  std::array<StagedBand, kMaxStagedBands> bands = staged_bands_for(RowFamily::kRowwise, 2);
+  // Rows the softmax holds in registers, which the cross-entropy row kernels would read twice;
+  bands[1].min_row_bytes = bands[0].max_row_bytes;
+  // and 110-128 KiB rows (float32 32000 classes) on one CTA of 128 KiB, one an SM: +20..+21% over
+  // the row kernels, +7..+9% over a cluster of two 110 KiB shares (LOG.md)
+  bands[1].max_row_bytes = bands[1].share_bytes = 128 * KiB;
+  return bands;
 }
 
 int reread_above_words_for(RowFamily family, int elem_bytes) {

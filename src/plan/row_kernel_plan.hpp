@@ -221,6 +221,10 @@ struct RowKernelLimits {
   // registers (the middle form: two CTAs of up to 768 threads an SM), where a bias spilled 80-84
   // bytes at 32 and nothing at 40 (ptxas). 0: none. Set per family by row_policy.
   int wide_mid_max_threads = 0;
+  // float32 wide rows whose 32-value CTA would have more than this many threads run on
+  // kWideRowThreads-thread CTAs at fewer values a thread (5-7 vectors of 4): more warps an SM for
+  // the one row it holds. 0: none. Set per family by row_policy.
+  int wide_fill_above_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
   // norms' s = x + residual) write it in the first pass and read it back, one array instead of
   // the op's two inputs, in the second (row_stream.cuh). Set per family by row_policy.
@@ -273,6 +277,7 @@ struct RowTiles {
 constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
   constexpr unsigned v1 = row_vpt_bit(1), v2 = row_vpt_bit(2), v4 = row_vpt_bit(4), v8 = row_vpt_bit(8),
                      v16 = row_vpt_bit(16);
+  constexpr unsigned filled = row_vpt_bit(5) | row_vpt_bit(6) | row_vpt_bit(7);  // wide_fill_above_threads
   const int warp_vpt = row_warp_max_vpt(elem_bytes, inputs);
   RowTiles t;
   if (family != RowFamily::kNormBackward) t.warp = v1 | (warp_vpt >= 2 ? v2 : 0u) | (warp_vpt >= 4 ? v4 : 0u);
@@ -290,7 +295,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
     case RowFamily::kLayerNormForward:
       if (narrow) t.ring = v2, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
-      else t.block = v4, t.cluster = v16, t.wide = v8;
+      else t.block = v4, t.cluster = v16, t.wide = v8 | filled;
       break;
     case RowFamily::kRmsNormForward:
     case RowFamily::kRmsNormBiasForward:
@@ -303,7 +308,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
     case RowFamily::kResidualRmsNormForward:
       if (narrow) t.ring = v1 | v2 | v4, t.block = v1 | v4, t.wide = v4;
       else if (doubles) t.block = v1 | v2 | v4 | v8, t.cluster = v8;
-      else t.block = v1 | v2 | v4 | v8, t.cluster = v8, t.wide = v8;
+      else t.block = v1 | v2 | v4 | v8, t.cluster = v8, t.wide = v8 | filled;
       break;
     case RowFamily::kNormBackward:
       if (narrow) t.ring = v4, t.block = v4;
@@ -323,6 +328,10 @@ int reread_above_words_for(RowFamily family, int elem_bytes);
 
 // The shipped staged rows (RowKernelLimits::staged) of a family's rows of `elem_bytes` elements.
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes);
+
+// The cross-entropy step's staged rows (16-bit and float32 logits alike, by bytes): the 16-bit
+// softmax's bands, the second widened to every row between the first and the third.
+std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands();
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and

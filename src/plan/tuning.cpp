@@ -20,7 +20,7 @@ constexpr const char* kNames[] = {
     "reread_ragged_lengths_only", "reread_small_tiles_from_bytes", "reread_stash_bytes", "l2_hints_from_bytes",
     "wide_rows", "wide_above_threads", "wide_max_threads", "wide_whole_above_threads", "wide_partial_max_threads", "wide_lean_max_threads",
     "wide_roomy_max_threads", "wide_whole_roomy_max_threads",
-    "wide_mid_max_threads",
+    "wide_mid_max_threads", "wide_fill_above_threads",
     "read_back_second", "loads_ahead",
     // staged rows, band b of RowKernelLimits::staged (b = 0, 1, 2)
     "staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes",

@@ -47,12 +47,12 @@ template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<
 }
 
 // Whether cross_entropy_fused stages the case's rows over a cluster of CTAs (16-bit and float32
-// rows of the 16-bit softmax's cluster band by bytes, no label smoothing or soft-capping): the
-// forward alone does not.
+// rows of cross_entropy_staged_bands' cluster band by bytes, no label smoothing or soft-capping):
+// the forward alone does not.
 template <typename T> bool staged_over_a_cluster(const Case& c) {
   if ((sizeof(T) != 2 && sizeof(T) != 4) || c.smoothing > 0 || c.softcap > 0) return false;
   const std::size_t bytes = std::size_t(c.classes) * sizeof(T);
-  for (const StagedBand& band : staged_bands_for(RowFamily::kRowwise, 2))
+  for (const StagedBand& band : cross_entropy_staged_bands())
     if (band.threads != 0 && bytes > band.min_row_bytes && bytes <= band.max_row_bytes)
       return bytes > band.share_bytes;
   return false;
@@ -209,7 +209,8 @@ template <typename T> void check_every_case() {
                         Case{4, 131073, 0, 0, 5}, Case{40, 1000, 0, 0, 0, 0.1, 0, 0, true},
                         Case{12, 4099, 5, 2, 7, 0.2, 1e-3, 30.0, true}, Case{12, 4099, 0, 0, 0, 0, 1e-4, 0},
                         Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true},
-                        Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true}, Case{6, 30001, 1, 3, 0, 0, 1e-4, 0, true}}) {
+                        Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true}, Case{6, 30001, 1, 3, 0, 0, 1e-4, 0, true},
+                        Case{3, 32768}, Case{3, 61440, 1, 3, 0}}) {
     check_case<T>(c);
     if (testing::Test::HasFailure()) return;
   }

@@ -538,6 +538,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     const bool residual_rms = w.family == RowFamily::kResidualRmsNormForward && w.elem <= 4;
     EXPECT_EQ(l.wide_roomy_max_threads, residual_rms ? kWideRowThreads : rms_norm16 && !bias16 ? 512 : 0);
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
+    EXPECT_EQ(l.wide_fill_above_threads, bands32 ? 512 : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, residual && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -613,6 +614,32 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   small.max_cluster = 2;
   EXPECT_EQ(plan_row_kernel(65537, 2, 1, small).kind, RowKernelKind::kStaged);
   EXPECT_NE(plan_row_kernel(128256, 2, 1, small).kind, RowKernelKind::kStaged) << "a cluster past the device's";
+}
+
+// The cross-entropy step's bands (cross_entropy_staged_bands), 16-bit and float32 rows by bytes:
+// the softmax's first and third, and one 512-thread CTA for every row of 40-128 KiB.
+TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
+  struct Want { int64_t n; int elem, threads, ctas; };
+  for (const Want w : {Want{10000, 4, kStagedSmallThreads, 1}, Want{12000, 4, kStagedThreads, 1},
+                       Want{28000, 4, kStagedThreads, 1}, Want{32000, 4, kStagedThreads, 1},
+                       Want{32768, 4, kStagedThreads, 1}, Want{32769, 4, kStagedThreads, 2},
+                       Want{50257, 4, kStagedThreads, 2}, Want{225280, 4, kStagedThreads, 8},
+                       Want{32000, 2, kStagedThreads, 1}, Want{61440, 2, kStagedThreads, 1},
+                       Want{65536, 2, kStagedThreads, 1}, Want{65537, 2, kStagedThreads, 2}}) {
+    SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
+    RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, w.elem);
+    l.staged = cross_entropy_staged_bands();
+    const RowKernelConfig c = plan_row_kernel(w.n, w.elem, 1, l);
+    ASSERT_EQ(c.kind, RowKernelKind::kStaged);
+    EXPECT_EQ(c.threads, w.threads);
+    EXPECT_EQ(c.cluster, w.ctas);
+    EXPECT_GE(int64_t(c.cluster) * c.smem_bytes, w.n * w.elem) << "the whole row staged";
+  }
+  for (const auto [n, elem] : {std::pair<int64_t, int>{4000, 4}, {225281, 4}, {256000, 4}, {8000, 2}, {450561, 2}}) {
+    RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, elem);
+    l.staged = cross_entropy_staged_bands();
+    EXPECT_NE(plan_row_kernel(n, elem, 1, l).kind, RowKernelKind::kStaged) << n << " x " << elem << " bytes";
+  }
 }
 
 // The plain rms_norm forward stages 16-bit rows of 56-110 KiB in one 512-thread CTA and of
@@ -795,16 +822,16 @@ TEST(RowKernelPlan, LayerNormWideRowsAreWholeVectorsOf1KTo16K) {
 }
 
 // float32 layer_norm: rows of whole vectors take wide rows of 32 values a thread, whole rows
-// (threads x 32 values) of 225-1024 threads, the others of 257-512 threads; always the
-// 64-register packed kernel (no lean form). Ragged lengths, partial rows past 512 threads, rows
-// one 512-thread CTA holds (up to 8192 values but the whole 8192) and rows past 32768 keep
-// their plans.
+// (threads x 32 values) of 225-1024 threads, the others of 257-512 threads; past 512 threads,
+// 1024-thread CTAs of fewer values a thread (wide_fill_above_threads); always the 64-register
+// packed kernel (no lean form). Ragged lengths, partial rows past 512 threads, rows one
+// 512-thread CTA holds (up to 8192 values but the whole 8192) and rows past 32768 keep their plans.
 TEST(RowKernelPlan, LayerNormFloat32WideRowsOf8KTo32K) {
   for (const int threads : {256, 320, 384, 512, 768, 1024}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, threads * kWideTileValues, 4, 1);
     ASSERT_EQ(c.kind, RowKernelKind::kWide) << threads << " threads, whole";
-    EXPECT_EQ(c.threads, threads);
-    EXPECT_EQ(c.vpt * c.vec, kWideTileValues);
+    EXPECT_EQ(c.threads, threads <= 512 ? threads : kWideRowThreads);
+    EXPECT_EQ(c.threads * c.vpt * c.vec, threads * kWideTileValues) << "whole rows fill their CTA";
     EXPECT_EQ(c.wide_form, WideForm::kBase);
   }
   for (const int64_t n : {int64_t(8196), int64_t(9000), int64_t(12800), int64_t(16000), int64_t(16384)}) {
@@ -1079,12 +1106,16 @@ std::vector<RowKernelLimits> limits_planned(RowFamily family, int elem) {
   out.back().max_cluster = 1;
   out.push_back(h200);
   out.back().wide_rows = false;  // the plans of before the wide rows, for same-build comparisons
+  if (h200.wide_fill_above_threads > 0) {  // float32 wide rows of 32 values a thread, as before
+    out.push_back(h200);
+    out.back().wide_fill_above_threads = 0;
+  }
   return out;
 }
 
 std::string tile_list(unsigned set) {
   std::string s;
-  for (int v = 1; v <= 16; v *= 2)
+  for (int v = 1; v <= 16; ++v)
     if (has_row_vpt(set, v)) s += (s.empty() ? "" : ",") + std::to_string(v);
   return "{" + s + "}";
 }
@@ -1176,6 +1207,33 @@ TEST(RowKernelPlan, RingRowsOf48KiB) {
     EXPECT_EQ(c.ring, 2) << r.n;
     EXPECT_EQ(c.smem_bytes, std::size_t(48 * 1024)) << r.n;
   }
+}
+
+// wide_fill_above_threads: float32 wide rows whose 32-value CTA would pass 512 threads run on
+// 1024-thread CTAs at fewer vectors a thread, as a function of the length alone; others, 16-bit
+// rows and the knob off keep 32 values a thread.
+TEST(RowKernelPlan, FilledWideRowsTakeEveryThread) {
+  constexpr RowFamily kLayer = RowFamily::kLayerNormForward, kAddLayer = RowFamily::kResidualLayerNormForward;
+  RowKernelLimits layer = policy_on_h200(kLayer, 4), add_layer = policy_on_h200(kAddLayer, 4);
+  struct Want { int64_t n; int threads, vpt; };
+  for (const Want& w : {Want{20480, 1024, 5}, Want{24576, 1024, 6}, Want{28672, 1024, 7}, Want{32768, 1024, 8},
+                        Want{16384, 512, 8}, Want{12800, 416, 8}}) {
+    for (int inputs : {1, 2}) {
+      const RowKernelConfig c = plan_row_kernel(w.n, 4, inputs, inputs == 1 ? layer : add_layer);
+      SCOPED_TRACE(testing::Message() << "n=" << w.n << " inputs=" << inputs);
+      ASSERT_EQ(c.kind, RowKernelKind::kWide);
+      EXPECT_EQ(c.threads, w.threads);
+      EXPECT_EQ(c.vpt, w.vpt);
+      EXPECT_GE(int64_t(c.threads) * c.vpt * c.vec, w.n);
+    }
+  }
+  RowKernelLimits narrow = policy_on_h200(kAddLayer, 2);
+  narrow.wide_fill_above_threads = 512;
+  const RowKernelConfig n16 = plan_row_kernel(24576, 2, 2, narrow);
+  ASSERT_EQ(n16.kind, RowKernelKind::kWide);
+  EXPECT_EQ(n16.threads, 768) << "16-bit rows keep 32 values a thread";
+  layer.wide_fill_above_threads = 0;
+  EXPECT_EQ(plan_row_kernel(24576, 4, 1, layer).threads, 768) << "the knob off";
 }
 
 }  // namespace
