@@ -89,18 +89,18 @@ kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan
 }
 
 // 16-bit and float32 logits without label smoothing or soft-capping run on the staged kernel
-// where cross_entropy_staged_bands stage a row of their bytes. Float32 rows take the same bands
+// where cross_entropy_staged_bands(step) stage a row of their bytes. Float32 rows take the same bands
 // by bytes: the row kernels' two passes move a step's logits three times, and shift every vector
 // of a misaligned row (50257 classes: 75% of 50264's bandwidth). The choice depends on the row
 // length, the dtype and those options alone, so a row's bits do not depend on the batch.
-Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, RowKernelConfig* c,
-                   bool* staged) {
+Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, bool step,
+                   RowKernelConfig* c, bool* staged) {
   *staged = false;
   const int elem_bytes = static_cast<int>(dtype_size(logits.dtype));
   if ((elem_bytes != 2 && elem_bytes != 4) || o.label_smoothing > 0.0 || o.softcap > 0.0 || classes > kMaxRowLength)
     return Status::ok();
   RowKernelLimits limits = row_policy(RowFamily::kRowwise, elem_bytes);
-  limits.staged = cross_entropy_staged_bands();
+  limits.staged = cross_entropy_staged_bands(step);
   REDUCEKIT_RETURN_IF_ERROR(row_kernel_limits(&limits));
   // An override of the first band's end moves the second's start with it.
   limits.staged[1].min_row_bytes = std::min(limits.staged[1].min_row_bytes, limits.staged[0].max_row_bytes);
@@ -185,7 +185,7 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
     a.lse = static_cast<Acc*>(lse.data);
     RowKernelConfig c;
     bool staged = false;
-    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, &c, &staged));
+    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, false, &c, &staged));
     // Alone, the forward stages only rows one CTA holds: a cluster's CTAs wait for their shares
     // and each other with nothing to write, and the row loop of the one-CTA kernel keeps more of
     // the row in flight.
@@ -243,7 +243,7 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
     a.dlogits_stride = out_plan.row_stride;
     RowKernelConfig c;
     bool staged = false;
-    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, &c, &staged));
+    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, true, &c, &staged));
     if (staged) return launch_staged<true>(a, c, stream, "cross_entropy_fused");
     // Other rows: the forward kernel, then the backward kernel over the lse it wrote (faster than
     // one kernel doing both, whose CTAs held twice the registers and re-read the row from L2).

@@ -413,14 +413,14 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
   }};
 }
 
-std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands() {
-  constexpr std::size_t KiB = 1024;
+std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands(bool step) {
   std::array<StagedBand, kMaxStagedBands> bands = staged_bands_for(RowFamily::kRowwise, 2);
   // Rows the softmax holds in registers, which the cross-entropy row kernels would read twice;
   bands[1].min_row_bytes = bands[0].max_row_bytes;
-  // and 110-128 KiB rows (float32 32000 classes) on one CTA of 128 KiB, one an SM: +20..+21% over
-  // the row kernels, +7..+9% over a cluster of two 110 KiB shares (LOG.md)
-  bands[1].max_row_bytes = bands[1].share_bytes = 128 * KiB;
+  // the step's 110-128 KiB rows (float32 32000 classes) on one CTA of 128 KiB, one an SM: over
+  // the row kernels float32 +21% at 32000, +48% at 30001, over a cluster of two 110 KiB shares
+  // +7..+9%; bfloat16 61440 ties; the forward alone there lost 21-42% (LOG.md)
+  if (step) bands[1].max_row_bytes = bands[1].share_bytes = bands[2].min_row_bytes;
   return bands;
 }
 

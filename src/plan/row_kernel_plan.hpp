@@ -329,9 +329,10 @@ int reread_above_words_for(RowFamily family, int elem_bytes);
 // The shipped staged rows (RowKernelLimits::staged) of a family's rows of `elem_bytes` elements.
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes);
 
-// The cross-entropy step's staged rows (16-bit and float32 logits alike, by bytes): the 16-bit
-// softmax's bands, the second widened to every row between the first and the third.
-std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands();
+// The cross-entropy's staged rows (16-bit and float32 logits alike, by bytes): the 16-bit
+// softmax's bands, the second from the first's end; the step's (loss and gradient in one
+// kernel) second band reaches the third.
+std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands(bool step);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles
 // > 1) are cut into `chunks` chunks of chunk_vectors() vectors (a function of the row length and

@@ -617,7 +617,8 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 }
 
 // The cross-entropy step's bands (cross_entropy_staged_bands), 16-bit and float32 rows by bytes:
-// the softmax's first and third, and one 512-thread CTA for every row of 40-128 KiB.
+// the softmax's first and third, and one 512-thread CTA for every row of 40-128 KiB; the
+// forward's second band ends at the softmax's, 110 KiB.
 TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
   struct Want { int64_t n; int elem, threads, ctas; };
   for (const Want w : {Want{10000, 4, kStagedSmallThreads, 1}, Want{12000, 4, kStagedThreads, 1},
@@ -628,7 +629,7 @@ TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
                        Want{65536, 2, kStagedThreads, 1}, Want{65537, 2, kStagedThreads, 2}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
     RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, w.elem);
-    l.staged = cross_entropy_staged_bands();
+    l.staged = cross_entropy_staged_bands(true);
     const RowKernelConfig c = plan_row_kernel(w.n, w.elem, 1, l);
     ASSERT_EQ(c.kind, RowKernelKind::kStaged);
     EXPECT_EQ(c.threads, w.threads);
@@ -637,8 +638,16 @@ TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
   }
   for (const auto [n, elem] : {std::pair<int64_t, int>{4000, 4}, {225281, 4}, {256000, 4}, {8000, 2}, {450561, 2}}) {
     RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, elem);
-    l.staged = cross_entropy_staged_bands();
+    l.staged = cross_entropy_staged_bands(true);
     EXPECT_NE(plan_row_kernel(n, elem, 1, l).kind, RowKernelKind::kStaged) << n << " x " << elem << " bytes";
+  }
+  const auto step = cross_entropy_staged_bands(true), forward = cross_entropy_staged_bands(false);
+  EXPECT_EQ(forward[1].max_row_bytes, staged_bands_for(RowFamily::kRowwise, 2)[1].max_row_bytes);
+  EXPECT_EQ(forward[1].min_row_bytes, step[1].min_row_bytes);
+  for (std::size_t b : {std::size_t(0), std::size_t(2)}) {
+    EXPECT_EQ(forward[b].min_row_bytes, step[b].min_row_bytes);
+    EXPECT_EQ(forward[b].max_row_bytes, step[b].max_row_bytes);
+    EXPECT_EQ(forward[b].share_bytes, step[b].share_bytes);
   }
 }
 
