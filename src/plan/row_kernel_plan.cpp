@@ -340,6 +340,9 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
       }
+      // Without a bias, float32 rows past 512 threads on 1024-thread CTAs (wide_fill_above_threads):
+      // 20480 +1.4%, ragged 20483 +33%, shifted 24579 +25%, 24576-28672 level (LOG.md)
+      if (elem_bytes == 4 && family == RowFamily::kRmsNormForward) l.wide_fill_above_threads = 512;
       l.reread_over_split = true;  // as layer_norm; no stash, as layer_norm
       break;
     case RowFamily::kResidualLayerNormForward:
@@ -367,8 +370,9 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         if (family == RowFamily::kResidualRmsNormForward) l.wide_roomy_max_threads = kWideRowThreads;
         // float32 rows past 512 threads on 1024-thread CTAs at 5-7 vectors a thread, more warps
         // for the SM's one row: 20480-28672 add_layer_norm +13..+23%, add_rms_norm +3..+12%,
-        // shifted 24579 +20% both (LOG.md)
-        if (elem_bytes == 4) l.wide_fill_above_threads = 512;
+        // shifted 24579 +20% both; so rows that are not whole too, up to 7 vectors a thread
+        // (28672 values): 18000-20000 +22..+49%; add_rms_norm 30000 (8 a thread) lost 7% (LOG.md)
+        if (elem_bytes == 4) l.wide_fill_above_threads = 512, l.wide_partial_max_threads = 896;
       }
       break;
     case RowFamily::kNormBackward:

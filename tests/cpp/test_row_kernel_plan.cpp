@@ -530,7 +530,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
                                                                          : defaults.wide_above_threads);
     EXPECT_EQ(l.wide_whole_above_threads, bands16 ? 16 : layer_norm32 ? 224 : 0);
     EXPECT_EQ(l.wide_max_threads, layer_norm16 ? 512 : defaults.wide_max_threads);
-    EXPECT_EQ(l.wide_partial_max_threads, bands32 || residual16 ? 512 : 0);
+    EXPECT_EQ(l.wide_partial_max_threads, residual32 ? 896 : layer_norm32 || residual16 ? 512 : 0);
     EXPECT_EQ(l.wide_ragged, !bands16 && !bands32);
     EXPECT_EQ(l.wide_input_sums, residual16 || residual32);
     EXPECT_EQ(l.wide_lean_max_threads, layer_norm16 ? 416 : 0);
@@ -538,7 +538,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     const bool residual_rms = w.family == RowFamily::kResidualRmsNormForward && w.elem <= 4;
     EXPECT_EQ(l.wide_roomy_max_threads, residual_rms ? kWideRowThreads : rms_norm16 && !bias16 ? 512 : 0);
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
-    EXPECT_EQ(l.wide_fill_above_threads, bands32 ? 512 : 0);
+    const bool rms_norm32 = w.family == RowFamily::kRmsNormForward && w.elem == 4;
+    EXPECT_EQ(l.wide_fill_above_threads, bands32 || rms_norm32 ? 512 : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, residual && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
@@ -700,7 +701,8 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
 }
 
 // Wide rows: rms_norm rows of 3072 < n <= 32768 values (16-bit; with a bias from 4065) and of
-// 16384 < n <= 32768 (float32; one input) take one CTA of whole warps, 32 values a thread, read once; lengths of whole vectors ahead of the staged
+// 16384 < n <= 32768 (float32; one input) take one CTA of whole warps, 32 values a thread (float32
+// without a bias: 1024-thread CTAs of 5-8 vectors a thread), read once; lengths of whole vectors ahead of the staged
 // bands, ragged ones where no band takes them. 16-bit layer_norm's band is 7168 < n <= 16384 (whole rows of 32 values a thread from 1024),
 // whole vectors only (LayerNormWideRowsAreWholeVectorsOf1KTo16K); other families, two inputs
 // and the knob off keep the plans of before.
@@ -715,7 +717,10 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem);
       const RowKernelConfig c = plan_on_h200(family, n, elem, 1);
       ASSERT_EQ(c.kind, RowKernelKind::kWide);
-      EXPECT_EQ(c.vpt * vec, kWideTileValues);
+      // float32 rms_norm without a bias fills 1024-thread CTAs (wide_fill_above_threads)
+      const bool filled = family == RowFamily::kRmsNormForward && elem == 4;
+      const int64_t vectors = (n + vec - 1) / vec;
+      EXPECT_EQ(c.vpt, filled ? (vectors + kWideRowThreads - 1) / kWideRowThreads : kWideTileValues / vec);
       EXPECT_EQ(c.threads % 32, 0);
       EXPECT_LE(c.threads, kWideRowThreads);
       EXPECT_GE(c.capacity(), n);
@@ -867,24 +872,26 @@ TEST(RowKernelPlan, LayerNormFloat32WideRowsOf8KTo32K) {
 // of whole vectors with one-input geometry (32 values of s a thread). 16-bit rows of both ops from
 // 1024 values (whole to 1024 threads, others to 512), add_rms_norm's on the 64-register form;
 // float32 rows of add_layer_norm past 256 threads, of add_rms_norm past 416 (its own on the
-// 64-register form), whole to 1024, others to 512. Ragged lengths, float64 and the knobs off: no.
+// 64-register form), whole to 1024, others to 896 (7 vectors a thread), past 512 threads on
+// 1024-thread CTAs filled at 5-8 vectors a thread. Ragged lengths, float64 and the knobs off: no.
 TEST(RowKernelPlan, ResidualWideRowsHoldTheSum) {
-  struct Want { RowFamily family; int64_t n; int elem, threads; };
+  struct Want { RowFamily family; int64_t n; int elem, threads, values = kWideTileValues; };
   constexpr RowFamily kLayer = RowFamily::kResidualLayerNormForward, kRms = RowFamily::kResidualRmsNormForward;
   for (const Want& w : {Want{kLayer, 1024, 2, 32}, Want{kRms, 4096, 2, 128}, Want{kLayer, 8200, 2, 288},
                         Want{kRms, 16384, 2, 512}, Want{kLayer, 32768, 4, 1024}, Want{kLayer, 12800, 4, 416},
                         Want{kLayer, 8224, 4, 288}, Want{kLayer, 32768, 2, 1024}, Want{kRms, 24576, 2, 768},
-                        Want{kRms, 32768, 4, 1024}, Want{kRms, 16384, 4, 512}}) {
+                        Want{kRms, 32768, 4, 1024}, Want{kRms, 16384, 4, 512}, Want{kLayer, 20000, 4, 1024, 20},
+                        Want{kRms, 18000, 4, 928, 20}, Want{kRms, 24576, 4, 1024, 24}, Want{kLayer, 28000, 4, 1024, 28}}) {
     SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(w.family) << " n=" << w.n << " elem=" << w.elem);
     const RowKernelConfig c = plan_on_h200(w.family, w.n, w.elem, 2);
     ASSERT_EQ(c.kind, RowKernelKind::kWide);
     EXPECT_EQ(c.threads, w.threads);
-    EXPECT_EQ(c.vpt * c.vec, kWideTileValues) << "one input's tile: s";
+    EXPECT_EQ(c.vpt * c.vec, w.values) << "one input's tile: s";
     EXPECT_EQ(c.wide_form, w.family == kRms ? WideForm::kRoomy : WideForm::kBase);
   }
-  for (const Want& w : {Want{kLayer, 8192, 4, 0}, Want{kLayer, 20000, 4, 0}, Want{kLayer, 16392, 2, 0},
+  for (const Want& w : {Want{kLayer, 8192, 4, 0}, Want{kLayer, 30000, 4, 0}, Want{kLayer, 16392, 2, 0},
                         Want{kRms, 6400, 2, 0}, Want{kLayer, 40008, 2, 0}, Want{kLayer, 12801, 4, 0},
-                        Want{kLayer, 32768, 8, 0}, Want{kRms, 8192, 4, 0}, Want{kRms, 12800, 4, 0}, Want{kRms, 20000, 4, 0},
+                        Want{kLayer, 32768, 8, 0}, Want{kRms, 8192, 4, 0}, Want{kRms, 12800, 4, 0}, Want{kRms, 30000, 4, 0},
                         Want{kRms, 16448, 2, 0}, Want{kRms, 65536, 2, 0}})
     EXPECT_NE(plan_on_h200(w.family, w.n, w.elem, 2).kind, RowKernelKind::kWide)
         << "family " << static_cast<int>(w.family) << " n=" << w.n << " elem=" << w.elem;
