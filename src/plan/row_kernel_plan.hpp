@@ -222,7 +222,7 @@ struct RowKernelLimits {
   // bytes at 32 and nothing at 40 (ptxas). 0: none. Set per family by row_policy.
   int wide_mid_max_threads = 0;
   // float32 wide rows whose 32-value CTA would have more than this many threads run on
-  // kWideRowThreads-thread CTAs at fewer values a thread (5-7 vectors of 4): more warps an SM for
+  // kWideRowThreads-thread CTAs at fewer values a thread (5-8 vectors of 4): more warps an SM for
   // the one row it holds. 0: none. Set per family by row_policy.
   int wide_fill_above_threads = 0;
   // Streamed rows of ops whose second output is the value they normalize (the fused residual
