@@ -340,9 +340,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
       }
-      // Without a bias, float32 rows past 512 threads on 1024-thread CTAs (wide_fill_above_threads):
-      // 20480 +1.4%, ragged 20483 +33%, shifted 24579 +25%, 24576-28672 level (LOG.md)
-      if (elem_bytes == 4 && family == RowFamily::kRmsNormForward) l.wide_fill_above_threads = 512;
+      // float32 rows past 512 threads on 1024-thread CTAs (wide_fill_above_threads): without a
+      // bias 20480 +1.4%, ragged 20483 +33%, shifted 24579 +25%, 24576-28672 level; with one
+      // 20480 +6%, 24576 +4%, 28672 +2%, ragged 20483 +20%, shifted 24579 +14% (LOG.md)
+      if (elem_bytes == 4) l.wide_fill_above_threads = 512;
       l.reread_over_split = true;  // as layer_norm; no stash, as layer_norm
       break;
     case RowFamily::kResidualLayerNormForward:

@@ -302,7 +302,7 @@ constexpr RowTiles row_tiles(RowFamily family, int elem_bytes, int inputs) {
       // 16-bit rows with a bias (2-vector tiles, RowKernelLimits::block_elems) all take the ring.
       if (narrow) t.ring = v2 | v4 | v8, t.block = family == RowFamily::kRmsNormForward ? v1 | v2 : 0u, t.wide = v4;
       else if (doubles) t.block = v1 | v4 | v8 | v16, t.cluster = v16;
-      else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8 | (family == RowFamily::kRmsNormForward ? filled : 0u);
+      else t.block = v4 | v8, t.cluster = v8 | v16, t.wide = v8 | filled;
       break;
     case RowFamily::kResidualLayerNormForward:
     case RowFamily::kResidualRmsNormForward:

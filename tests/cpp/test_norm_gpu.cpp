@@ -531,12 +531,14 @@ TEST_F(NormGpu, PackedWideRowsMatchShiftedOnes) {
 }
 
 // Filled wide rows (wide_fill_above_threads, 512 in the policy): float32 rows past 512 threads
-// on 1024-thread CTAs at 5-7 vectors a thread (layer_norm, rms_norm without a bias, add_layer_norm,
+// on 1024-thread CTAs at 5-7 vectors a thread (layer_norm, rms_norm with a bias or not, add_layer_norm,
 // add_rms_norm; the residual forms' rows that are not whole too), against the oracle, and the
 // residual forms' aligned and shifted rows with the same bits, row by row.
 TEST_F(NormGpu, FilledWideRows) {
   check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {3, 20483, 20483, 0}, 325);
   check_forward<float, float>({Kind::kRms, false, true, false, "large_mean"}, {2, 24576, 24579, 1}, 326);
+  check_forward<float, float>({Kind::kRms, false, true, true, "randn"}, {3, 20483, 20483, 0}, 329);
+  check_forward<float, float>({Kind::kRms, false, true, true, "large_mean"}, {2, 28672, 28675, 1}, 330);
   check_forward<float, float>({Kind::kLayer, true, true, true, "randn"}, {3, 20000, 20000, 0}, 327);
   check_forward<float, float>({Kind::kRms, true, true, false, "large_mean"}, {2, 18000, 18003, 1}, 328);
   check_forward<float, float>({Kind::kLayer, false, true, true, "randn"}, {3, 20480, 20480, 0}, 320);

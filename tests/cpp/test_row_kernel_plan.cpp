@@ -538,7 +538,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     const bool residual_rms = w.family == RowFamily::kResidualRmsNormForward && w.elem <= 4;
     EXPECT_EQ(l.wide_roomy_max_threads, residual_rms ? kWideRowThreads : rms_norm16 && !bias16 ? 512 : 0);
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
-    const bool rms_norm32 = w.family == RowFamily::kRmsNormForward && w.elem == 4;
+    const bool rms_norm32 = (w.family == RowFamily::kRmsNormForward || w.family == RowFamily::kRmsNormBiasForward) && w.elem == 4;
     EXPECT_EQ(l.wide_fill_above_threads, bands32 || rms_norm32 ? 512 : 0);
     EXPECT_EQ(l.reread_ragged_lengths_only, residual && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
@@ -701,8 +701,8 @@ TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
 }
 
 // Wide rows: rms_norm rows of 3072 < n <= 32768 values (16-bit; with a bias from 4065) and of
-// 16384 < n <= 32768 (float32; one input) take one CTA of whole warps, 32 values a thread (float32
-// without a bias: 1024-thread CTAs of 5-8 vectors a thread), read once; lengths of whole vectors ahead of the staged
+// 16384 < n <= 32768 (float32; one input) take one CTA of whole warps, 32 values a thread (float32:
+// 1024-thread CTAs of 5-8 vectors a thread), read once; lengths of whole vectors ahead of the staged
 // bands, ragged ones where no band takes them. 16-bit layer_norm's band is 7168 < n <= 16384 (whole rows of 32 values a thread from 1024),
 // whole vectors only (LayerNormWideRowsAreWholeVectorsOf1KTo16K); other families, two inputs
 // and the knob off keep the plans of before.
@@ -717,8 +717,8 @@ TEST(RowKernelPlan, WideRowsHoldUpTo32768ValuesInOneCta) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem);
       const RowKernelConfig c = plan_on_h200(family, n, elem, 1);
       ASSERT_EQ(c.kind, RowKernelKind::kWide);
-      // float32 rms_norm without a bias fills 1024-thread CTAs (wide_fill_above_threads)
-      const bool filled = family == RowFamily::kRmsNormForward && elem == 4;
+      // float32 rms_norm fills 1024-thread CTAs (wide_fill_above_threads), with a bias or not
+      const bool filled = elem == 4;
       const int64_t vectors = (n + vec - 1) / vec;
       EXPECT_EQ(c.vpt, filled ? (vectors + kWideRowThreads - 1) / kWideRowThreads : kWideTileValues / vec);
       EXPECT_EQ(c.threads % 32, 0);
