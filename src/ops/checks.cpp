@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -115,6 +116,17 @@ Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* cta
 }
 }  // namespace detail
 
+Status check_element_aligned(const TensorView& t, const char* name) {
+  const std::size_t bytes = dtype_size(t.dtype);
+  if (bytes > 1 && reinterpret_cast<uintptr_t>(t.data) % bytes != 0) {
+    char address[32];
+    std::snprintf(address, sizeof(address), "%p", t.data);
+    return Status::invalid_argument(std::string(name) + ": data pointer " + address + " is not aligned to its " +
+                                    dtype_name(t.dtype) + " elements (" + std::to_string(bytes) + " bytes)");
+  }
+  return Status::ok();
+}
+
 Status check_float_device_tensor(const TensorView& t, const char* name) {
   if (t.rank < 0 || t.rank > kMaxRank)
     return Status::invalid_argument(std::string(name) + ": rank " + std::to_string(t.rank) +
@@ -124,6 +136,7 @@ Status check_float_device_tensor(const TensorView& t, const char* name) {
                                     dtype_name(t.dtype));
   if (t.device == kHostDevice)
     return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
+  REDUCEKIT_RETURN_IF_ERROR(check_element_aligned(t, name));
   // One device query (cached attributes after the first call) for the device and its capability.
   DeviceAttributes current;
   if (!current_device_attributes(&current).is_ok())
@@ -148,6 +161,7 @@ Status check_dense_vector(const TensorView& t, const char* name, DType dtype, in
     return Status::invalid_argument(std::string(name) + ": expected " + dtype_name(dtype) + ", got " +
                                     dtype_name(t.dtype));
   if (t.device == kHostDevice) return Status::invalid_argument(std::string(name) + ": expected a CUDA tensor, got host memory");
+  REDUCEKIT_RETURN_IF_ERROR(check_element_aligned(t, name));
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess || t.device != current) {
     cudaGetLastError();
@@ -173,7 +187,7 @@ Status check_matches(const TensorView& t, const char* name, const TensorView& re
   if (!same)
     return Status::invalid_argument(std::string(name) + ": shape " + shape_string(t) + " differs from " +
                                     ref_name + "'s " + shape_string(ref));
-  return Status::ok();
+  return check_element_aligned(t, name);
 }
 
 Status check_no_partial_overlap(const TensorView& out, const char* out_name, const TensorView& in,

@@ -43,13 +43,17 @@ namespace detail {
 Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* ctas);
 }  // namespace detail
 
+// A data pointer at a multiple of the element size: kernels read whole elements (and vectors
+// of them), so a pointer between elements is rejected, naming the argument, before any launch.
+Status check_element_aligned(const TensorView& t, const char* name);
+
 Status check_float_device_tensor(const TensorView& t, const char* name);
 
 // A contiguous tensor of `numel` elements of `dtype` on the current CUDA device (a per-row or
 // per-channel vector); `what` says where numel comes from ("one per row").
 Status check_dense_vector(const TensorView& t, const char* name, DType dtype, int64_t numel, const char* what);
 
-// Same sizes, dtype and device as `ref`.
+// Same sizes, dtype and device as `ref`, and a data pointer at a multiple of the element size.
 Status check_matches(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name);
 
 // `out` may be `in` exactly (an in-place op) but must not otherwise share memory with it.

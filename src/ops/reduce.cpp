@@ -131,7 +131,7 @@ Status check_output(const TensorView& t, const char* name, DType dtype, const Re
   if (!t.is_contiguous()) return Status::invalid_argument(std::string(name) + ": must be contiguous");
   if (t.data == nullptr && t.numel() > 0)
     return Status::invalid_argument(std::string(name) + ": null data pointer for a non-empty tensor");
-  return Status::ok();
+  return check_element_aligned(t, name);
 }
 
 // No sharing at all: an output written while x (or the other output) is still being read.

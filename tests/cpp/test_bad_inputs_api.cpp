@@ -98,6 +98,11 @@ TensorView with_data(TensorView v, void* data) {
   v.data = data;
   return v;
 }
+// v's data `bytes` further on: a pointer between two of its elements when bytes is not a multiple.
+TensorView moved_by(TensorView v, std::size_t bytes) {
+  v.data = static_cast<unsigned char*>(v.data) + bytes;
+  return v;
+}
 TensorView with_device(TensorView v, int device) {
   v.device = device;
   return v;
@@ -348,6 +353,15 @@ std::vector<Case> host_cases() {
        [] { ReduceCall c(unread); c.op = ReduceOp::kVarMean; c.x = with_dtype(c.x, kNoSuchDType); return c.named(); }},
       {"cross_entropy_forward_logits_no_such_dtype", kInvalid, "logits: expected float32",
        [] { CrossEntropyCall c(unread); c.logits = with_dtype(c.logits, kNoSuchDType); return c.forward(); }},
+      // a data pointer between two elements (kernels read whole elements and vectors of them)
+      {"softmax_x_between_elements", kInvalid, "x: data pointer 0x100002 is not aligned to its float32 elements (4 bytes)",
+       [] { SoftmaxCall c(unread); c.x = moved_by(c.x, 2); return c.softmax(); }},
+      {"amax_x_between_elements", kInvalid, "x: data pointer",
+       [] { ReduceCall c(unread); c.op = ReduceOp::kAmax; c.x = moved_by(c.x, 1); return c.named(); }},
+      {"rms_norm_x_between_elements", kInvalid, "x: data pointer",
+       [] { NormCall c(unread); c.x = moved_by(c.x, 3); return c.rms_norm(); }},
+      {"cross_entropy_forward_logits_between_elements", kInvalid, "logits: data pointer",
+       [] { CrossEntropyCall c(unread); c.logits = moved_by(c.logits, 2); return c.forward(); }},
       // host memory passed where a CUDA tensor is required
       {"log_softmax_backward_y_host_memory", kInvalid, "y: expected a CUDA tensor",
        [] { SoftmaxCall c(unread); c.y = in_host_memory(kF32, {4, 8}); return c.log_softmax_backward(); }},
@@ -662,6 +676,8 @@ std::vector<Case> gpu_cases() {
        [] { ReduceCall c; c.out = with_dtype(c.out, kNoSuchDType); return c.named(); }},
       {"prod_out_null_data", kInvalid, "out: null data pointer",
        [] { ReduceCall c = reduce_call(ReduceOp::kProd); c.out = with_data(c.out, nullptr); return c.named(); }},
+      {"argmax_out_between_elements", kInvalid, "out: data pointer",
+       [] { ReduceCall c = reduce_call(ReduceOp::kArgmax); c.out = moved_by(c.out, 4); return c.named(); }},
       {"sum_out_not_contiguous", kInvalid, "out: must be contiguous",
        [] { ReduceCall c; c.out = with_strides(on_device(kF32, {8}), {2}); c.out.sizes[0] = 4; return c.named(); }},
       {"mean_out_overlaps_x", kInvalid, "out: overlaps x",
@@ -716,6 +732,10 @@ std::vector<Case> gpu_cases() {
        [] { NormCall c; c.weight = on_device(kF64, {8}); return c.rms_norm(); }},
       {"layer_norm_weight_null_data", kInvalid, "weight: null data pointer",
        [] { NormCall c; c.weight = with_data(c.weight, nullptr); return c.layer_norm(); }},
+      {"layer_norm_weight_between_elements", kInvalid, "weight: data pointer",
+       [] { NormCall c; c.weight = moved_by(c.weight, 2); return c.layer_norm(); }},
+      {"layer_norm_backward_dy_between_elements", kInvalid, "dy: data pointer",
+       [] { NormCall c; c.dy = moved_by(c.dy, 2); return c.layer_norm_backward(); }},
       {"layer_norm_weight_not_contiguous", kUnsupported, "weight: must be contiguous",
        [] {
          NormCall c;
@@ -894,6 +914,10 @@ std::vector<Case> gpu_cases() {
        [] { CrossEntropyCall c; c.target = on_device(kI64, {5}); return c.forward(); }},
       {"cross_entropy_forward_target_null_data", kInvalid, "target: null data pointer",
        [] { CrossEntropyCall c; c.target = with_data(c.target, nullptr); return c.forward(); }},
+      {"cross_entropy_forward_target_between_elements", kInvalid, "target: data pointer",
+       [] { CrossEntropyCall c; c.target = moved_by(c.target, 4); return c.forward(); }},
+      {"cross_entropy_backward_dlogits_between_elements", kInvalid, "dlogits: data pointer",
+       [] { CrossEntropyCall c; c.dlogits = moved_by(c.dlogits, 2); return c.backward(); }},
       {"cross_entropy_forward_target_host_memory", kInvalid, "target: expected a CUDA tensor",
        [] { CrossEntropyCall c; c.target = in_host_memory(kI64, {4}); return c.forward(); }},
       {"cross_entropy_forward_weight_numel", kInvalid, "weight: 9 elements, expected 10 (one per class)",
