@@ -118,7 +118,7 @@ Status resident_ctas(const void* kernel, int threads, std::size_t smem, int* cta
 
 Status check_element_aligned(const TensorView& t, const char* name) {
   const std::size_t bytes = dtype_size(t.dtype);
-  if (bytes > 1 && reinterpret_cast<uintptr_t>(t.data) % bytes != 0) {
+  if (bytes > 1 && reinterpret_cast<uintptr_t>(t.data) % bytes != 0 && t.numel() > 0) {
     char address[32];
     std::snprintf(address, sizeof(address), "%p", t.data);
     return Status::invalid_argument(std::string(name) + ": data pointer " + address + " is not aligned to its " +

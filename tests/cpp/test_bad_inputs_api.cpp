@@ -987,6 +987,12 @@ std::vector<Case> gpu_cases() {
          const std::vector<float> out = download<float>(c.out);
          return expect(out == std::vector<float>(3, 0.0f), "a sum over no elements should be 0");
        }},
+      {"softmax_no_rows_at_any_pointer", kOk, "",  // an empty tensor's pointer is never read
+       [] {
+         SoftmaxCall c;
+         c.x = c.y = moved_by(on_device(kF32, {0, 8}), 2);
+         return c.softmax();
+       }},
       {"argmax_of_no_rows", kOk, "",
        [] {
          ReduceCall c = reduce_call(ReduceOp::kArgmax);
