@@ -54,7 +54,7 @@ Status check_float_device_tensor(const TensorView& t, const char* name);
 // per-channel vector); `what` says where numel comes from ("one per row").
 Status check_dense_vector(const TensorView& t, const char* name, DType dtype, int64_t numel, const char* what);
 
-// Same sizes, dtype and device as `ref`, and a data pointer at a multiple of the element size.
+// Same sizes, dtype and device as `ref` (callers check t itself with check_float_device_tensor).
 Status check_matches(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name);
 
 // `out` may be `in` exactly (an in-place op) but must not otherwise share memory with it.
