@@ -51,10 +51,21 @@ template <typename Acc> __device__ __forceinline__ Acc soft_capped(Acc x, Acc so
 
 // Vector v of a row of `len` elements as raw bytes. A vector reaching past the row is read
 // element by element, inside the row only (its missing elements zero); values_of masks them.
-template <typename T, int VEC>
+// kShift: the row's misalignment16 where the launch knows it (a shift class), -1 where not.
+template <typename T, int VEC, int kShift>
 __device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int64_t len) {
   const int64_t e0 = v * VEC;
-  if (e0 + VEC <= len) return load_vector16<T, VEC>(row, e0, len);
+  if (e0 + VEC <= len) {
+    if constexpr (kShift < 0) {
+      return load_vector16<T, VEC>(row, e0, len);
+    } else if constexpr (kShift == 0) {
+      return load_aligned16(row + e0);
+    } else if (e0 >= VEC && e0 + 2 * VEC - kShift / static_cast<int>(sizeof(T)) <= len) {
+      // Both granules inside the row; the shift a constant, funnel16 is word moves for float32.
+      const char* granule = reinterpret_cast<const char*>(row + e0) - kShift;
+      return funnel16(load_aligned16(granule), load_aligned16(granule + 16), kShift);
+    }
+  }
   T part[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) part[e] = e0 + e < len ? row[e0 + e] : from_acc<T>(acc_t<T>(0));
@@ -82,11 +93,11 @@ __device__ __forceinline__ void values_of(const Bytes16& b, int64_t v, int64_t l
 template <typename T> struct VectorBatch {
   static constexpr int VEC = 16 / sizeof(T);
   Bytes16 raw[kCrossEntropyUnroll];
-  __device__ __forceinline__ void load(const T* row, int64_t v0, int64_t vectors, int64_t len) {
+  template <int kShift> __device__ __forceinline__ void load(const T* row, int64_t v0, int64_t vectors, int64_t len) {
 #pragma unroll
     for (int u = 0; u < kCrossEntropyUnroll; ++u) {
       const int64_t v = v0 + int64_t(u) * blockDim.x;
-      if (v < vectors) raw[u] = load_row_vector<T, VEC>(row, v, len);
+      if (v < vectors) raw[u] = load_row_vector<T, VEC, kShift>(row, v, len);
     }
   }
 };
@@ -125,7 +136,8 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     step = int64_t(U) * blockDim.x;
   }
 
-  __device__ __forceinline__ void forward(int64_t row) const {
+  // kShift: the row's misalignment16 where every row of the launch shares it, or -1 (read at run time).
+  template <int kShift> __device__ __forceinline__ void forward(int64_t row) const {
     const T* x = a.logits + row * a.logits_stride;
     int64_t t = 0;
     T target_logit = from_acc<T>(Acc(0));
@@ -136,9 +148,9 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     Acc m = negative_infinity<Acc>(), s = Acc(0);
     Acc wz = Acc(0);  // sum_j w[j] z[j], smoothing only
     VectorBatch<T> cur, next;
-    cur.load(x, threadIdx.x, vectors, a.classes);
+    cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
     for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
-      if (v0 + step < vectors) next.load(x, v0 + step, vectors, a.classes);
+      if (v0 + step < vectors) next.template load<kShift>(x, v0 + step, vectors, a.classes);
       Acc z[U * VEC];
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -185,7 +197,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
 
   // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
   // only its own vectors, so dlogits may be the logits themselves.
-  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
+  template <int kShift> __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
     const int64_t t = a.target[row];
@@ -197,9 +209,9 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     const Acc p_factor = target_part + smooth_part * weight_sum + Acc(2) * a.z_scale * g * lse;
     const Acc fill = bad ? Acc(NAN) : Acc(0);  // ignored rows: 0; bad targets: NaN
     VectorBatch<T> cur, next;
-    cur.load(x, threadIdx.x, vectors, a.classes);
+    cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
     for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
-      if (v0 + step < vectors) next.load(x, v0 + step, vectors, a.classes);
+      if (v0 + step < vectors) next.template load<kShift>(x, v0 + step, vectors, a.classes);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
@@ -236,21 +248,36 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   }
 };
 
+// Rows first_row + k * row_period (a shift class: rows that start at the same offset in a
+// 16-byte granule; first_row 0 and row_period 1: every row), the CTAs taking them in turn.
+template <class Body>
+__device__ __forceinline__ void for_rows(int64_t rows, int64_t first_row, int row_period, Body body) {
+  const int64_t step = int64_t(row_period) * gridDim.x;
+  for (int64_t row = first_row + int64_t(row_period) * blockIdx.x; row < rows; row += step) body(row);
+}
+
 // kExtras: label smoothing or soft-capping in use; without them the kernels are lean enough for
-// more CTAs an SM.
-template <typename T, bool kExtras>
-__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_forward_kernel(CrossEntropyArgs<T> a) {
+// more CTAs an SM. kShift: the misalignment16 of every row the launch takes, or -1 for rows at
+// any alignment. A float32 class's vectors are word moves out of their granules, not selects by
+// a shift read at run time (PTX of the lean forward: 1418 -> 1109 instructions); the vectors,
+// and so the bits, are the same at every alignment. One kernel holding the four float32 loops
+// behind a branch took 80-128 registers (one loop: 64), hence a launch a class.
+template <typename T, bool kExtras, int kShift>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_forward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ typename CrossEntropyRow<T, kExtras>::Lse::Stat lse_slots[33];
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
   const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.forward(row);
+  for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row); });
 }
 
-template <typename T, bool kExtras>
-__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_kernel(CrossEntropyArgs<T> a) {
+template <typename T, bool kExtras, int kShift>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_backward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) r.gradient(row, a.saved_lse[row], a.grad[row]);
+  for_rows(a.rows, first_row, row_period,
+           [&](int64_t row) { r.template gradient<kShift>(row, a.saved_lse[row], a.grad[row]); });
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged

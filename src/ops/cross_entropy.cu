@@ -13,6 +13,7 @@
 #include "ops/row_launch.cuh"
 #include "plan/reduction_plan.hpp"
 #include "reducekit/loss.hpp"
+#include "reducekit/tuning.hpp"
 
 namespace reducekit {
 namespace {
@@ -131,27 +132,62 @@ Status launched(const char* name) {
   return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
 }
 
-// A row-loop kernel (one CTA a row): the lean one unless label smoothing or soft-capping.
-template <typename T, class Kernel>
-Status launch_rows(Kernel lean, Kernel extras, const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o,
-                   cudaStream_t stream, const char* name) {
-  const Kernel kernel = o.label_smoothing > 0.0 || o.softcap > 0.0 ? extras : lean;
-  kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
-  return launched(name);
+template <typename T, bool kForward, bool kExtras, int kShift> constexpr auto row_kernel() {
+  if constexpr (kForward) return kernels::cross_entropy_forward_kernel<T, kExtras, kShift>;
+  else return kernels::cross_entropy_backward_kernel<T, kExtras, kShift>;
 }
 
-template <typename T>
-Status launch_forward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
-                           const char* name) {
-  return launch_rows(kernels::cross_entropy_forward_kernel<T, false>, kernels::cross_entropy_forward_kernel<T, true>,
-                     a, o, stream, name);
+// The row kernel for float32 rows that all start `shift` bytes into a granule, and for other
+// dtypes' rows at any alignment (-1): there the aligned loop's extra registers (16-bit: 64 -> 72)
+// would cost a CTA an SM.
+template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift) {
+  if constexpr (sizeof(T) == 4) {
+    switch (shift) {
+      case 0: return row_kernel<T, kForward, kExtras, 0>();
+      case 4: return row_kernel<T, kForward, kExtras, 4>();
+      case 8: return row_kernel<T, kForward, kExtras, 8>();
+      case 12: return row_kernel<T, kForward, kExtras, 12>();
+      default: return row_kernel<T, kForward, kExtras, -1>();  // a pointer off its element alignment
+    }
+  } else {
+    (void)shift;
+    return row_kernel<T, kForward, kExtras, -1>();
+  }
 }
 
-template <typename T>
-Status launch_backward_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
-                            const char* name) {
-  return launch_rows(kernels::cross_entropy_backward_kernel<T, false>, kernels::cross_entropy_backward_kernel<T, true>,
-                     a, o, stream, name);
+// Row-loop kernels (one CTA a row). Float32 rows run a launch a shift class (rows c, c + p,
+// c + 2p, ...: shift_period), each on the kernel for its shift; float32 logits under
+// kClassLaunchFromBytes whose rows start at several offsets, and other dtypes, one launch on the
+// kernel reading each row's shift (where p - 1 more launches would cost more than they save).
+// Every kernel gives a row the same bits, so the choice may depend on the batch.
+constexpr int64_t kClassLaunchFromBytes = int64_t(32) << 20;
+
+template <typename T, bool kForward, bool kExtras>
+Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t stream, const char* name) {
+  const int64_t from_bytes = tuning("cross_entropy_classes_from_bytes").value_or(kClassLaunchFromBytes);
+  int period = shift_period(a.logits_stride, static_cast<int>(sizeof(T)));
+  if (sizeof(T) != 4 || (period > 1 && a.rows * a.classes * int64_t(sizeof(T)) < from_bytes)) period = 0;
+  if (period == 0) {  // one launch, every row
+    const auto kernel = row_kernel_for<T, kForward, kExtras>(-1);
+    kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, 0, 1);
+    return launched(name);
+  }
+  for (int c = 0; c < period && c < a.rows; ++c) {
+    const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(a.logits + c * a.logits_stride)) & 15);
+    const auto kernel = row_kernel_for<T, kForward, kExtras>(shift);
+    const int64_t class_rows = (a.rows - c + period - 1) / period;
+    kernel<<<grid_for(kernel, class_rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, c, period);
+    REDUCEKIT_RETURN_IF_ERROR(launched(name));
+  }
+  return Status::ok();
+}
+
+// The lean kernels unless label smoothing or soft-capping.
+template <bool kForward, typename T>
+Status launch_rows(const kernels::CrossEntropyArgs<T>& a, const CrossEntropyOptions& o, cudaStream_t stream,
+                   const char* name) {
+  if (o.label_smoothing > 0.0 || o.softcap > 0.0) return launch_row_classes<T, kForward, true>(a, stream, name);
+  return launch_row_classes<T, kForward, false>(a, stream, name);
 }
 
 template <class Run> Status by_dtype(DType dtype, Run run) {
@@ -190,7 +226,7 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
     // and each other with nothing to write, and the row loop of the one-CTA kernel keeps more of
     // the row in flight.
     if (staged && c.cluster == 1) return launch_staged<false>(a, c, stream, "cross_entropy_forward");
-    return launch_forward_rows(a, options, stream, "cross_entropy_forward");
+    return launch_rows<true>(a, options, stream, "cross_entropy_forward");
   });
 }
 
@@ -214,7 +250,7 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
     a.grad = static_cast<const Acc*>(grad_loss.data);
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
-    return launch_backward_rows(a, options, stream, "cross_entropy_backward");
+    return launch_rows<false>(a, options, stream, "cross_entropy_backward");
   });
 }
 
@@ -248,8 +284,8 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
     // Other rows: the forward kernel, then the backward kernel over the lse it wrote (faster than
     // one kernel doing both, whose CTAs held twice the registers and re-read the row from L2).
     a.saved_lse = a.lse;
-    REDUCEKIT_RETURN_IF_ERROR(launch_forward_rows(a, options, stream, "cross_entropy_fused"));
-    return launch_backward_rows(a, options, stream, "cross_entropy_fused");
+    REDUCEKIT_RETURN_IF_ERROR(launch_rows<true>(a, options, stream, "cross_entropy_fused"));
+    return launch_rows<false>(a, options, stream, "cross_entropy_fused");
   });
 }
 

@@ -90,6 +90,12 @@ void set_dense_problem(int64_t out_numel, int64_t reduced, ReductionPlan* p) {
 
 }  // namespace
 
+int shift_period(int64_t row_stride, int elem_bytes) {
+  int p = 1;
+  while ((int64_t(p) * row_stride * elem_bytes) % 16 != 0) p *= 2;  // p = 16 always is
+  return p;
+}
+
 Status plan_rowwise(const TensorView& x, int64_t dim, RowwisePlan* plan) {
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   REDUCEKIT_RETURN_IF_ERROR(validate_view(x));

@@ -59,6 +59,10 @@ struct RowwisePlan {
 // error: it is reported through plan->row_major.
 Status plan_rowwise(const TensorView& x, int64_t dim, RowwisePlan* plan);
 
+// The fewest rows p (1, 2, 4, 8 or 16) such that rows r and r + p of a row-major layout start at the
+// same offset within a 16-byte granule: p * row_stride * elem_bytes is a multiple of 16.
+int shift_period(int64_t row_stride, int elem_bytes);
+
 // ---------------------------------------------------------------------------------------------
 // Reductions over any set of dims.
 // ---------------------------------------------------------------------------------------------

@@ -263,6 +263,59 @@ TEST(CrossEntropyGpu, DeterministicAndBatchInvariant) {
   }
 }
 
+// Float32 rows on the row kernels: from cross_entropy_classes_from_bytes (32 MiB; 0 here) a launch
+// per shift class (rows that start at the same offset in a 16-byte granule), each class on a loop
+// for its shift; below, one launch reading each row's shift. The same rows at each of the four
+// offsets, both ways, and fewer rows than classes, give the same loss, lse and dlogits bits, lean
+// and with label smoothing (the kernels with extras).
+TEST(CrossEntropyGpu, Float32RowsKeepTheirBitsInEveryShiftClass) {
+  REDUCEKIT_REQUIRE_GPU();
+  for (const int64_t classes : {int64_t(50257), int64_t(4099)}) {
+    for (const double smoothing : {0.0, 0.1}) {
+      SCOPED_TRACE(testing::Message() << "classes " << classes << " smoothing " << smoothing);
+      const int64_t rows = 7;
+      const std::vector<double> v = make_values(rows * classes, "randn", 97);
+      std::vector<float> x(rows * classes + 3);
+      for (int64_t i = 0; i < rows * classes; ++i) x[i] = static_cast<float>(3 * v[i]);
+      CrossEntropyOptions o;
+      o.label_smoothing = smoothing;
+      DeviceBuffer dt(targets_for(rows, classes)), grad(std::vector<float>(rows, 0.5f));
+      // Forward and backward over rows [first, first + n) placed `offset` elements on.
+      const auto run = [&](int64_t offset, int64_t first, int64_t n) {
+        std::vector<float> placed(x.size(), 0.0f);
+        std::copy(x.begin(), x.begin() + rows * classes, placed.begin() + offset);
+        DeviceBuffer dx(placed), loss(n * 4), lse(n * 4), dl(n * classes * 4);
+        const RowLayout at{n, classes, classes, 0};
+        const TensorView xv = row_view(static_cast<float*>(dx.get()) + offset + first * classes, DType::kFloat32, at);
+        const TensorView tv = vector_view<int64_t>(static_cast<int64_t*>(dt.get()) + first, n);
+        const TensorView lv = vector_view<float>(loss.get(), n), sv = vector_view<float>(lse.get(), n);
+        Status st = cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr);
+        EXPECT_TRUE(st.is_ok()) << st.message();
+        st = cross_entropy_backward(xv, tv, nullptr, sv, vector_view<float>(static_cast<float*>(grad.get()) + first, n),
+                                    o, row_view(dl.get(), DType::kFloat32, at), nullptr);
+        EXPECT_TRUE(st.is_ok()) << st.message();
+        std::vector<float> bits = copy_back<float>(loss, n), l = copy_back<float>(lse, n);
+        const std::vector<float> d = copy_back<float>(dl, n * classes);
+        bits.insert(bits.end(), l.begin(), l.end());
+        bits.insert(bits.end(), d.begin(), d.end());
+        return bits;
+      };
+      const std::vector<float> want = run(0, 0, rows);  // one launch: these bytes are under 32 MiB
+      for (const float b : std::vector<float>(want.begin(), want.begin() + rows)) EXPECT_TRUE(std::isfinite(b));
+      for (const int64_t offset : {1, 2, 3}) EXPECT_TRUE(same_bits(run(offset, 0, rows), want)) << "offset " << offset;
+      const ScopedTuning by_class("cross_entropy_classes_from_bytes", 0);
+      for (const int64_t offset : {0, 1, 2, 3})
+        EXPECT_TRUE(same_bits(run(offset, 0, rows), want)) << "by shift class, offset " << offset;
+      // Rows 2-4 alone (three rows: three of the four classes) against the same rows of the batch.
+      const std::vector<float> part = run(1, 2, 3);
+      std::vector<float> want_part(want.begin() + 2, want.begin() + 5);
+      want_part.insert(want_part.end(), want.begin() + rows + 2, want.begin() + rows + 5);
+      want_part.insert(want_part.end(), want.begin() + 2 * rows + 2 * classes, want.begin() + 2 * rows + 5 * classes);
+      EXPECT_TRUE(same_bits(part, want_part)) << "rows 2-4 alone, by shift class";
+    }
+  }
+}
+
 // 16-bit rows of the staged bands (256-thread CTAs, one 512-thread CTA, a cluster), more of them
 // than the device holds at once: the fused op's bits are the same in two calls, for a row alone
 // as in the batch, and at another alignment;

@@ -84,6 +84,23 @@ bool contains(const std::string& haystack, const std::string& needle) {
 // plan_rowwise
 // =============================================================================================
 
+// shift_period: rows r and r + p start at the same offset in their 16-byte granule.
+TEST(ShiftPeriod, RowsRepeatTheirMisalignment) {
+  EXPECT_EQ(shift_period(50264, 4), 1);
+  EXPECT_EQ(shift_period(50257, 4), 4);
+  EXPECT_EQ(shift_period(50258, 4), 2);
+  EXPECT_EQ(shift_period(50257, 2), 8);
+  EXPECT_EQ(shift_period(50260, 2), 2);
+  EXPECT_EQ(shift_period(50257, 8), 2);
+  EXPECT_EQ(shift_period(0, 4), 1);
+  for (const int elem : {2, 4, 8})
+    for (int64_t stride = 1; stride < 64; ++stride) {
+      const int p = shift_period(stride, elem);
+      EXPECT_EQ(p * stride * elem % 16, 0) << stride << " x " << elem;
+      if (p > 1) EXPECT_NE(p / 2 * stride * elem % 16, 0) << "not the fewest: " << stride << " x " << elem;
+    }
+}
+
 TEST(PlanRowwise, Contiguous1d) { expect_rowwise(rowwise_ok(dense({7}), 0), 1, 7, 7, true); }
 
 TEST(PlanRowwise, Contiguous2dLastDim) {
