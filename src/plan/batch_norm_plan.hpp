@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // How batch_norm's kernels (src/kernels/batch_norm.cuh) cover x: the layout, the vector width
-// and the CTAs' share of every channel. A pure function of the shape, the element size and the
-// base pointer's alignment, never of the device: the order in which a channel's statistics are
-// merged (and so every bit of the result) is the same on every GPU.
+// and the CTAs' share of every channel. A pure function of the shape, the element size, the
+// pointers' alignment and the device's SM count (the statistics pass is one wave): the order in
+// which a channel's statistics are merged, and so every bit of the result, is the same on every
+// GPU of one model, run after run.
 //
 //   channels-first [N, C, S]: a channel is N runs of S contiguous elements, cut into chunks of
 //     whole unrolled rounds; thread t reads the vectors at t, t + 256, ... of a chunk.
