@@ -91,8 +91,11 @@ void set_dense_problem(int64_t out_numel, int64_t reduced, ReductionPlan* p) {
 }  // namespace
 
 int shift_period(int64_t row_stride, int elem_bytes) {
+  // The misalignment's change from a row to the next, in bytes mod 16 (a one-row view may carry
+  // any stride: reduced first, so nothing overflows).
+  const int step = static_cast<int>(row_stride % 16) * elem_bytes % 16;
   int p = 1;
-  while ((int64_t(p) * row_stride * elem_bytes) % 16 != 0) p *= 2;  // p = 16 always is
+  while (p * step % 16 != 0) p *= 2;  // p = 16 always is
   return p;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -93,6 +94,8 @@ TEST(ShiftPeriod, RowsRepeatTheirMisalignment) {
   EXPECT_EQ(shift_period(50260, 2), 2);
   EXPECT_EQ(shift_period(50257, 8), 2);
   EXPECT_EQ(shift_period(0, 4), 1);
+  EXPECT_EQ(shift_period(std::numeric_limits<int64_t>::max(), 8), 2) << "a one-row view's stride, any value";
+  EXPECT_EQ(shift_period((int64_t(1) << 62) + 1, 4), 4);
   for (const int elem : {2, 4, 8})
     for (int64_t stride = 1; stride < 64; ++stride) {
       const int p = shift_period(stride, elem);
