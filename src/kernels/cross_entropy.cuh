@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cross-entropy kernels (include/reducekit/loss.hpp): one CTA a row, CTAs looping over rows;
-// 16-bit rows of the staged bands also on staged rows (cross_entropy_staged_kernel), which can
-// write the gradient in the same pass.
+// rows of the staged bands (16-bit and float32, by bytes) also on staged rows
+// (cross_entropy_staged_kernel), which can write the gradient in the same pass.
 //
 // Forward: each thread folds its 16-byte vectors of the row (vectors tid, tid + threads, ...,
 // kCrossEntropyUnroll loads in flight) into softmax's (max, sum of exp) statistic and, with label
 // smoothing, into sum_j w[j] z[j]; the CTA merges them in a fixed order (butterflies, then the
 // warps in order: block_butterfly_reduce), and thread 0 writes the row's loss and logsumexp. Backward: each
 // element's gradient from its row's saved logsumexp, target and upstream gradient; no reduction.
-// Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh); the thread-to-element
-// layout depends on the row length alone, so a row's results do not depend on the batch.
+// Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh; float32 rows a launch
+// per shift class, the shift a compile-time constant); the thread-to-element layout depends on
+// the row length alone, so a row's results do not depend on the batch or the alignment.
 #pragma once
 
 #include <cstdint>
@@ -309,7 +310,7 @@ template <typename Acc> struct StagedFillWriter {
   }
 };
 
-// 16-bit rows without label smoothing or soft-capping, staged whole in shared memory
+// 16-bit and float32 rows without label smoothing or soft-capping, staged whole in shared memory
 // (row_staged.cuh: one CTA a row or a cluster's shares, any alignment): the row is read from
 // HBM once, its statistic folded as it lands, and with kGradient the gradient is written from
 // shared memory. The fold is the staged softmax's, so these rows' loss and lse are this kernel's
