@@ -147,7 +147,7 @@ template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift
       case 4: return row_kernel<T, kForward, kExtras, 4>();
       case 8: return row_kernel<T, kForward, kExtras, 8>();
       case 12: return row_kernel<T, kForward, kExtras, 12>();
-      default: return row_kernel<T, kForward, kExtras, -1>();  // a pointer off its element alignment
+      default: return row_kernel<T, kForward, kExtras, -1>();  // none: check_element_aligned rejects such pointers
     }
   } else {
     (void)shift;
