@@ -8,7 +8,8 @@
 namespace reducekit {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// a >= 0, b > 0; no a + b - 1 to overflow where a nears int64's limit.
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // Dense in the order given by `order` (innermost last); size-1 dims may have any stride.
 bool dense_in_order(int rank, const int64_t* sizes, const int64_t* strides, const int* order) {
@@ -34,6 +35,17 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   if (rank < 2 || rank > 5)
     return Status::invalid_argument("x: batch_norm takes [N, C, *spatial] of rank 2 to 5, got rank " +
                                     std::to_string(rank));
+  // The non-zero sizes' product must fit int64, so that s, n * s, n * c * s and every offset the
+  // kernels compute do: a wrapped product can look small, negative or empty.
+  int64_t nonzero = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (sizes[d] < 0)
+      return Status::invalid_argument("x: negative size " + std::to_string(sizes[d]) + " in dim " + std::to_string(d));
+    if (sizes[d] == 0) continue;
+    if (nonzero > std::numeric_limits<int64_t>::max() / sizes[d])
+      return Status::invalid_argument("x: the number of elements overflows int64");
+    nonzero *= sizes[d];
+  }
   BatchNormPlan p;
   p.n = sizes[0];
   p.c = sizes[1];
@@ -48,7 +60,10 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   last[rank - 1] = 1;
   const bool is_first = dense_in_order(rank, sizes, strides, first);
   const bool is_last = dense_in_order(rank, sizes, strides, last);
-  if (!is_first && !is_last)
+  // An empty x is read nowhere, so any strides do: torch strides a size-0 dim as if it were size 1,
+  // which no dense order matches (such an x is planned channels-first).
+  const bool empty = p.n * p.c * p.s == 0;
+  if (!is_first && !is_last && !empty)
     return Status::unsupported("x: neither contiguous nor channels-last; make it one of the two first");
   // One value a position (s == 1) is a [N, C] matrix: the channels-last kernels read its rows whole.
   p.layout = (is_last && (!is_first || p.s == 1)) ? BatchNormLayout::kChannelsLast : BatchNormLayout::kChannelsFirst;
@@ -74,7 +89,9 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   p.chunks = ceil_div(per_channel, p.chunk);
   const int64_t resident = int64_t(std::max(sm_count, 1)) * kBatchNormStatsCtasPerSm;
   p.stats_ctas = std::clamp<int64_t>(resident / p.tiles, 1, std::max<int64_t>(p.chunks, 1));
-  if (p.ctas() > std::numeric_limits<int>::max() || p.stats_grid() > std::numeric_limits<int>::max())
+  // Every grid the launcher casts to unsigned: apply, statistics and finalize (a warp a channel).
+  if (p.ctas() > std::numeric_limits<int>::max() || p.stats_grid() > std::numeric_limits<int>::max() ||
+      ceil_div(p.c, kBatchNormThreads / 32) > std::numeric_limits<int>::max())
     return Status::unsupported("x: " + std::to_string(p.c) + " channels of " + std::to_string(per_channel) +
                                " values need more CTAs than one launch takes");
 

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -318,7 +321,9 @@ void check_resident(const BatchNormPlan& p, const BatchNormResidentPlan& r, int 
   EXPECT_LT((r.cluster - 1) * r.pieces_per_cta, r.pieces) << "an empty CTA";
   // The worst granule offset (16 - elem bytes) still fits the slot.
   EXPECT_GE(r.slot_granules * 16, 16 - elem + r.piece * elem);
-  if (r.parts > 1 && p.s * elem % 16 == 0) EXPECT_EQ(r.piece * elem % 16, 0) << "an aligned run cut off a granule";
+  if (r.parts > 1 && p.s * elem % 16 == 0) {
+    EXPECT_EQ(r.piece * elem % 16, 0) << "an aligned run cut off a granule";
+  }
   EXPECT_EQ(r.smem_bytes, static_cast<std::size_t>(r.pieces_per_cta * r.slot_granules * 16 * inputs));
   EXPECT_LE(r.cluster, kBatchNormResidentClusterLimit);
   EXPECT_LE(r.smem_bytes, kBatchNormResidentTiers[1]);
@@ -389,8 +394,6 @@ TEST(BatchNormPlan, NoResidentLayoutWhereItCannotApply) {
 }
 
 
-// SyncBatchNorm's workspace: the single-GPU part rounded to 16 bytes, then R packets of C rows of
-// three float64 (what one in-place allgather fills); no rank or a size past size_t is refused.
 TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
   struct Case {
     Sizes sizes;
@@ -422,6 +425,8 @@ TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
   EXPECT_FALSE(batch_norm_inference_flat(must_plan({0, 16, 7, 7}, false, 2), 2)) << "an empty batch";
 }
 
+// SyncBatchNorm's workspace: the single-GPU part rounded to 16 bytes, then R packets of C rows of
+// three float64 (what one in-place allgather fills); no rank or a size past size_t is refused.
 TEST(BatchNormPlan, SyncWorkspaceIsLocalPartThenPackets) {
   SyncBatchNormWorkspace w;
   ASSERT_TRUE(plan_sync_batch_norm_workspace(1000, 2, 64, &w).is_ok());
@@ -437,6 +442,429 @@ TEST(BatchNormPlan, SyncWorkspaceIsLocalPartThenPackets) {
   EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(none.message().find("comm"), std::string::npos) << none.message();
   EXPECT_EQ(plan_sync_batch_norm_workspace(64, 1 << 30, int64_t(1) << 60, &w).code(), StatusCode::kUnsupported);
+}
+
+// ---- randomized properties -------------------------------------------------------------------
+// Shapes, layouts, element sizes, alignments and SM counts drawn from a fixed seed; each property
+// below is one that a kernel or the launcher (src/ops/batch_norm.cu) relies on.
+
+// Exact arithmetic for products that may pass int64 (GCC and Clang).
+using Wide = __int128;
+constexpr Wide kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr Wide kIntMax = std::numeric_limits<int>::max();
+constexpr int kSmCounts[] = {1, 78, 114, 132, 144};
+
+Wide wide_product(const Sizes& sizes, std::size_t from, std::size_t to, bool skip_zeros) {
+  Wide p = 1;
+  for (std::size_t d = from; d < to; ++d)
+    if (!(skip_zeros && sizes[d] == 0)) p *= sizes[d];
+  return p;
+}
+
+// torch's strides of its contiguous and channels-last formats: a size-0 dim counts as 1 there,
+// so an empty tensor's strides are those of a non-empty one. Products past int64 wrap (unsigned):
+// the planner must refuse such a shape whatever its strides say.
+Sizes torch_strides(const Sizes& sizes, bool channels_last) {
+  const int rank = static_cast<int>(sizes.size());
+  std::vector<int> inner_first;
+  if (channels_last) inner_first.push_back(1);
+  for (int d = rank - 1; d >= 2; --d) inner_first.push_back(d);
+  if (!channels_last) inner_first.push_back(1);
+  inner_first.push_back(0);
+  Sizes strides(sizes.size());
+  uint64_t stride = 1;
+  for (int d : inner_first) {
+    strides[d] = static_cast<int64_t>(stride);
+    stride *= static_cast<uint64_t>(std::max<int64_t>(sizes[d], 1));
+  }
+  return strides;
+}
+
+// Mostly small sizes, some 0 and 1, some near powers of two up to 2^40: products cross int32's
+// and int64's limits.
+int64_t random_dim(std::mt19937_64& rng) {
+  const int kind = static_cast<int>(rng() % 20);
+  if (kind == 0) return 0;
+  if (kind <= 3) return 1;
+  if (kind <= 12) return 2 + static_cast<int64_t>(rng() % 63);
+  if (kind <= 16) return 65 + static_cast<int64_t>(rng() % 5000);
+  return (int64_t(1) << (16 + rng() % 25)) + static_cast<int64_t>(rng() % 5) - 2;
+}
+
+// batch_norm.cuh's stats_cta_count: the values statistics CTA r of a tile folds, by which the
+// finalize pass weighs its partial.
+int64_t stats_values(const BatchNormPlan& p, int64_t r) {
+  if (r >= p.chunks) return 0;
+  const int64_t taken = (p.chunks - r + p.stats_ctas - 1) / p.stats_ctas;
+  const int64_t short_by = (p.chunks - 1) % p.stats_ctas == r ? p.chunks * p.chunk - p.n * p.s : 0;
+  return taken * p.chunk - short_by;
+}
+
+std::string shape_text(const Sizes& sizes) {
+  std::string t = "[";
+  for (std::size_t d = 0; d < sizes.size(); ++d) t += (d ? ", " : "") + std::to_string(sizes[d]);
+  return t + "]";
+}
+
+// One planned (or refused) shape against what the kernels and the launcher take of a plan.
+void check_plan_properties(const Sizes& sizes, bool channels_last, int elem, bool aligned, int sms,
+                           std::mt19937_64& rng, bool* planned) {
+  SCOPED_TRACE(testing::Message() << shape_text(sizes) << (channels_last ? " channels-last" : " contiguous")
+                                  << " elem " << elem << (aligned ? "" : " misaligned") << " sms " << sms);
+  const int acc = elem == 8 ? 8 : 4;
+  const Sizes strides = torch_strides(sizes, channels_last);
+  BatchNormPlan p;
+  const Status status = plan_batch_norm(static_cast<int>(sizes.size()), sizes.data(), strides.data(), elem, acc,
+                                        aligned, sms, &p);
+  const Wide nonzero = wide_product(sizes, 0, sizes.size(), true);
+  *planned = status.is_ok();
+  if (!status.is_ok()) {
+    EXPECT_EQ(status.message().rfind("x:", 0), 0u) << status.message();
+    if (nonzero > kInt64Max) {
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.message();
+    }
+    // Never a tensor of at most 2^40 bytes and 2^20 channels, empty or not, in torch's two layouts.
+    EXPECT_FALSE(sizes[1] >= 1 && sizes[1] <= (1 << 20) && nonzero * elem <= (Wide(1) << 40)) << status.message();
+    return;
+  }
+  // Sizes whose product passes int64 wrap every offset the kernels compute: refused, never planned.
+  ASSERT_LE(nonzero, kInt64Max) << "planned a shape of more than 2^63 elements";
+  ASSERT_EQ(p.n, sizes[0]);
+  ASSERT_EQ(p.c, sizes[1]);
+  ASSERT_EQ(Wide(p.s), wide_product(sizes, 2, sizes.size(), false));
+  const int64_t units = p.n * p.s;  // channels-first: values of a channel; channels-last: rows
+
+  // The kernels address x as [n, c, s] or [n * s, c]: element (i_0, ..., i_k) sits at the offset
+  // its strides give (a few random elements of a non-empty x).
+  if (units > 0)
+    for (int trial = 0; trial < 4; ++trial) {
+      Wide by_strides = 0, si = 0;
+      int64_t ni = 0, ci = 0;
+      for (std::size_t d = 0; d < sizes.size(); ++d) {
+        const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(sizes[d]));
+        by_strides += Wide(i) * strides[d];
+        if (d == 0) ni = i;
+        else if (d == 1) ci = i;
+        else si = si * sizes[d] + i;
+      }
+      const Wide by_plan = p.layout == BatchNormLayout::kChannelsFirst ? (Wide(ni) * p.c + ci) * p.s + si
+                                                                       : (Wide(ni) * p.s + si) * p.c + ci;
+      ASSERT_TRUE(by_plan == by_strides) << "the plan's layout is not x's";
+    }
+
+  // The launcher runs VEC = 16 / elem or 1 (by_shape): 16-byte loads need an aligned base, and a
+  // vector never crosses a run (channels-first) or a row (channels-last).
+  const int full = 16 / elem;
+  ASSERT_TRUE(p.vec == 1 || p.vec == full) << p.vec;
+  if (p.vec > 1) {
+    EXPECT_TRUE(aligned);
+    EXPECT_EQ((p.layout == BatchNormLayout::kChannelsFirst ? p.s : p.c) % p.vec, 0);
+  }
+  const int unroll = batch_norm_unroll(p.vec, elem);
+  Wide round = 0;  // the walk's unrolled round: elements (channels-first) or rows (channels-last)
+  if (p.layout == BatchNormLayout::kChannelsFirst) {
+    EXPECT_EQ(p.tiles, p.c) << "a tile a channel";
+    round = Wide(kBatchNormThreads) * p.vec * unroll;
+  } else {
+    // A tile's columns are channels [tile * W * vec, (tile + 1) * W * vec): every channel in one.
+    const int w = p.tile_vectors;
+    EXPECT_TRUE(is_pow2(w) && w <= 32) << w;
+    EXPECT_GE(Wide(p.tiles) * w * p.vec, p.c) << "channels no tile covers";
+    EXPECT_LT(Wide(p.tiles - 1) * w * p.vec, p.c) << "a tile of no channel";
+    round = Wide(kBatchNormThreads / w) * unroll;
+  }
+  // A tile's chunks cover its n * s values (rows) exactly: none missed, none empty.
+  if (units > 0) {
+    EXPECT_GE(p.chunk, 1);
+    EXPECT_EQ(p.chunk % round, 0) << "chunk not whole rounds";
+    EXPECT_GE(Wide(p.chunks) * p.chunk, units) << "chunks miss values";
+    EXPECT_LT(Wide(p.chunks - 1) * p.chunk, units) << "an empty chunk";
+  } else {
+    EXPECT_EQ(p.chunks, 0);
+  }
+  // Statistics CTAs: each folds at least one value, together exactly a tile's, and all of them
+  // (beyond one a tile) fit two an SM: one wave, so the merge order is the plan's.
+  EXPECT_GE(p.stats_ctas, 1);
+  EXPECT_LE(p.stats_ctas, std::max<int64_t>(p.chunks, 1));
+  EXPECT_LE(Wide(p.stats_grid()), std::max<Wide>(p.tiles, Wide(sms) * kBatchNormStatsCtasPerSm));
+  if (units > 0 && p.stats_ctas <= p.chunks) {
+    Wide folded = 0;
+    for (int64_t r = 0; r < p.stats_ctas; ++r) {
+      const int64_t v = stats_values(p, r);
+      EXPECT_GE(v, 1) << "statistics CTA " << r << " folds nothing";
+      folded += v;
+    }
+    EXPECT_TRUE(folded == units) << "the partials' counts do not add up to n * s";
+  }
+  // Grids the launcher casts to unsigned: within CUDA's 2^31 - 1 CTAs. Apply (an empty batch's
+  // inference runs one chunk a tile), statistics, finalize (8 channels a CTA), per-channel kernels.
+  EXPECT_LE(Wide(p.tiles) * std::max<int64_t>(p.chunks, 1), kIntMax);
+  EXPECT_LE(Wide(p.tiles) * p.stats_ctas, kIntMax);
+  EXPECT_LE((Wide(p.c) + 7) / 8, kIntMax) << "finalize grid";
+  EXPECT_LE((Wide(p.c) + kBatchNormThreads - 1) / kBatchNormThreads, kIntMax);
+  // The flat inference kernel: exact divisions below 2^50 and s >= VEC; its grid (CTAs of 256 * 4
+  // vectors) must not wrap the unsigned cast. (Past 2^45 bytes of x it can pass CUDA's 2^31 - 1, e.g.
+  // [2^40, 1, 5] float64: batch_norm_inference_flat does not bound it; the launch would fail.)
+  if (batch_norm_inference_flat(p, elem)) {
+    const Wide total = Wide(p.n) * p.c * p.s;
+    EXPECT_LT(total, Wide(1) << 50);
+    EXPECT_GE(p.s, full);
+    EXPECT_LE((total + Wide(kBatchNormThreads) * 4 * full - 1) / (Wide(kBatchNormThreads) * 4 * full),
+              Wide(std::numeric_limits<unsigned>::max()));
+  }
+  // Workspace: partials [c][stats_ctas][2], then parameters [c][4] at a 16-byte offset, no wrap.
+  EXPECT_EQ(p.params_offset % 16, 0u);
+  EXPECT_GE(Wide(p.params_offset), Wide(p.c) * p.stats_ctas * 2 * acc);
+  EXPECT_GE(Wide(p.workspace_bytes), Wide(p.params_offset) + Wide(p.c) * 4 * acc);
+  EXPECT_LT(Wide(p.workspace_bytes), Wide(p.c) * p.stats_ctas * 2 * acc + Wide(p.c) * 4 * acc + 32);
+}
+
+TEST(BatchNormPlan, RandomShapesPlanWithinWhatTheKernelsTake) {
+  constexpr int64_t kI32 = std::numeric_limits<int>::max();
+  constexpr int64_t kBig = int64_t(1) << 62;
+  // The edges: n * s past 2^31, c at int32's limit, products at and past int64's, empty tensors
+  // (torch strides their zero-size dims as size 1), one channel, one value a position.
+  const std::vector<Sizes> edges = {
+      {kI32 + 2, 1}, {1, 1, kI32 + 4}, {3, 2, kI32}, {int64_t(1) << 36, 1}, {int64_t(1) << 40, 1, 5},
+      {1, kI32}, {2, kI32, 1}, {1, kI32, 2}, {1, kI32 + 1, 2}, {2, int64_t(1) << 35}, {2, (int64_t(1) << 35) + 8},
+      {1, 1, kBig - 1, 2}, {1, 1, kBig, 2}, {int64_t(1) << 32, 1, int64_t(1) << 32},
+      {2, 3, int64_t(1) << 32, int64_t(1) << 32, 2}, {0, 3, int64_t(1) << 40, int64_t(1) << 40},
+      {2, 3, 0, 5}, {2, 3, 4, 0, 5}, {0, 7}, {0, 4, 1}, {1, 1}, {5, 1, 1, 1}, {1, 9, 1, 1, 1}};
+  std::mt19937_64 rng(0x6261746368);
+  int planned = 0, cases = 0;
+  for (const Sizes& sizes : edges)
+    for (bool last : {false, true})
+      for (int elem : {2, 4, 8})
+        for (bool aligned : {true, false}) {
+          bool planned_edge = false;
+          check_plan_properties(sizes, last, elem, aligned, kSmCounts[rng() % 5], rng, &planned_edge);
+          if (testing::Test::HasFailure()) return;
+        }
+  for (; cases < 4000; ++cases) {
+    Sizes sizes(2 + rng() % 4);
+    for (int64_t& d : sizes) d = random_dim(rng);
+    if (sizes[1] > (1 << 16) && rng() % 2) sizes[1] = 1 + static_cast<int64_t>(rng() % 300);  // more plannable
+    const bool last = rng() % 2, aligned = rng() % 4 != 0;
+    const int elem = 2 << (rng() % 3);
+    bool ok = false;
+    check_plan_properties(sizes, last, elem, aligned, kSmCounts[rng() % 5], rng, &ok);
+    if (testing::Test::HasFailure()) return;
+    planned += ok;
+  }
+  EXPECT_GT(planned, cases / 4) << "too few shapes planned to test much";
+  EXPECT_LT(planned, cases) << "no shape refused: the limits go untested";
+}
+
+// batch_norm.cuh's ChunkWalk, step for step: visit(offset) for each vector thread t reads of
+// chunk k of `tile` (the apply pass's CTA; a statistics CTA walks its chunks one after another).
+template <class Visit> void walk_chunk(const BatchNormPlan& p, int64_t tile, int64_t k, int t, Visit visit) {
+  const int64_t end = std::min(p.n * p.s, (k + 1) * p.chunk);
+  if (p.layout == BatchNormLayout::kChannelsFirst) {
+    const int64_t step = int64_t(kBatchNormThreads) * p.vec;
+    int64_t pos = k * p.chunk + int64_t(t) * p.vec, run = pos / p.s, in_run = pos % p.s;
+    for (; pos < end; pos += step) {
+      visit(run * p.c * p.s + tile * p.s + in_run);
+      run += step / p.s;
+      in_run += step % p.s;
+      if (in_run >= p.s) {
+        in_run -= p.s;
+        ++run;
+      }
+    }
+  } else {
+    const int w = p.tile_vectors;
+    const int64_t channel = (tile * w + t % w) * p.vec;
+    if (channel >= p.c) return;
+    for (int64_t pos = k * p.chunk + t / w; pos < end; pos += kBatchNormThreads / w) visit(pos * p.c + channel);
+  }
+}
+
+TEST(BatchNormPlan, RandomSmallShapesAreWalkedOnceAndCountedRight) {
+  std::mt19937_64 rng(0x77616c6b);
+  for (int cases = 0; cases < 150; ++cases) {
+    // Up to 2^17 elements: several chunks a channel where c is small.
+    Sizes sizes(2 + rng() % 4);
+    int64_t numel = 1;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      const int64_t cap = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(numel, 1));
+      sizes[d] = rng() % 8 == 0 ? int64_t(rng() % 2) : 1 + static_cast<int64_t>(rng() % std::min<int64_t>(cap, 600));
+      if (d == 1) sizes[d] = std::max<int64_t>(sizes[d] % (rng() % 2 ? 4 : 70), 1);
+      numel *= std::max<int64_t>(sizes[d], 1);
+    }
+    const bool last = rng() % 2, aligned = rng() % 4 != 0;
+    const int elem = 2 << (rng() % 3), sms = kSmCounts[rng() % 5];
+    SCOPED_TRACE(testing::Message() << shape_text(sizes) << (last ? " channels-last" : " contiguous") << " elem "
+                                    << elem << (aligned ? "" : " misaligned") << " sms " << sms);
+    const Sizes strides = torch_strides(sizes, last);
+    BatchNormPlan p;
+    ASSERT_TRUE(plan_batch_norm(static_cast<int>(sizes.size()), sizes.data(), strides.data(), elem,
+                                elem == 8 ? 8 : 4, aligned, sms, &p).is_ok());
+    numel = p.n * p.c * p.s;
+    // Every element read once by the apply pass, by a CTA of its channel's tile, in whole aligned
+    // vectors of one channel (channels-first) or of the row's channels (channels-last); and the
+    // values of each chunk of each channel, for the statistics CTAs' counts.
+    std::vector<uint8_t> reads(static_cast<std::size_t>(numel));
+    std::vector<int64_t> chunk_values(static_cast<std::size_t>(p.c * p.chunks));
+    bool bad = false;
+    for (int64_t tile = 0; tile < p.tiles && !bad; ++tile)
+      for (int64_t k = 0; k < p.chunks && !bad; ++k)
+        for (int t = 0; t < kBatchNormThreads && !bad; ++t)
+          walk_chunk(p, tile, k, t, [&](int64_t offset) {
+            if (bad) return;
+            const int64_t ch = p.layout == BatchNormLayout::kChannelsFirst ? offset / p.s % p.c : offset % p.c;
+            const bool in_x = offset >= 0 && offset + p.vec <= numel && offset % p.vec == 0;
+            const bool own = p.layout == BatchNormLayout::kChannelsFirst
+                                 ? ch == tile && (offset % p.s) + p.vec <= p.s
+                                 : ch / (int64_t(p.tile_vectors) * p.vec) == tile && ch + p.vec <= p.c;
+            EXPECT_TRUE(in_x && own) << "tile " << tile << " chunk " << k << " thread " << t << " reads " << offset;
+            bad = !(in_x && own);
+            for (int e = 0; e < p.vec && !bad; ++e) {
+              ++reads[offset + e];
+              ++chunk_values[(ch + (p.layout == BatchNormLayout::kChannelsLast ? e : 0)) * p.chunks + k];
+            }
+          });
+    ASSERT_FALSE(bad);
+    ASSERT_EQ(std::count(reads.begin(), reads.end(), uint8_t(1)), numel) << "elements read twice or never";
+    // Statistics CTA r folds chunks r, r + stats_ctas, ...: its count, as the finalize pass
+    // computes it (stats_cta_count), is what it folded, for every channel.
+    for (int64_t ch = 0; ch < p.c; ++ch)
+      for (int64_t r = 0; r < p.stats_ctas; ++r) {
+        int64_t folded = 0;
+        for (int64_t k = r; k < p.chunks; k += p.stats_ctas) folded += chunk_values[ch * p.chunks + k];
+        ASSERT_EQ(stats_values(p, r), folded) << "channel " << ch << " statistics CTA " << r;
+      }
+  }
+}
+
+// batch_norm_resident.cuh's pieces, as resident_piece and resident_count lay them out: for every
+// CTA of channel ch's cluster, x's base `base` bytes past a 16-byte boundary.
+void check_resident_pieces(const BatchNormPlan& p, const BatchNormResidentPlan& r, int elem, int64_t ch, int base) {
+  SCOPED_TRACE(testing::Message() << "channel " << ch << " base +" << base);
+  int64_t pieces_seen = 0, values = 0;
+  for (int rank = 0; rank < r.cluster; ++rank) {
+    const int64_t first = rank * r.pieces_per_cta;
+    const int64_t local = std::min(r.pieces_per_cta, r.pieces - first);
+    ASSERT_GE(local, 1) << "CTA " << rank << " of the cluster holds nothing";
+    int64_t cta_values = 0;
+    for (int64_t i = first; i < first + local; ++i) {
+      const int64_t run = i / r.parts, start = (i - run * r.parts) * r.piece;
+      const int64_t len = std::min(r.piece, p.s - start);
+      ASSERT_GE(len, 1) << "piece " << i << " is empty";
+      const int64_t offset = ((run * p.c + ch) * p.s + start) * elem;
+      const int lead = static_cast<int>((base + offset) & 15);
+      // A slot holds every granule its piece touches, whatever the piece's offset.
+      EXPECT_LE((lead + len * elem + 15) / 16, r.slot_granules) << "piece " << i << " overflows its slot";
+      // Runs that start on granule boundaries are cut on them: whole-granule copies.
+      if (base == 0 && p.s * elem % 16 == 0) {
+        EXPECT_EQ(lead, 0) << "piece " << i << " cut inside a granule";
+      }
+      cta_values += len;
+    }
+    // The count the CTA's moments carry (resident_count) is what it staged.
+    const int64_t last_pieces = (first + local) / r.parts - first / r.parts;
+    EXPECT_EQ(local * r.piece - last_pieces * (r.parts * r.piece - p.s), cta_values) << "CTA " << rank;
+    pieces_seen += local;
+    values += cta_values;
+  }
+  // The cluster's CTAs hold consecutive pieces [0, pieces), and the pieces of a run its s values.
+  EXPECT_EQ(pieces_seen, r.pieces);
+  EXPECT_EQ(values, p.n * p.s) << "a channel's values staged twice or never";
+}
+
+TEST(BatchNormPlan, RandomResidentLayoutsStageEveryValueOnce) {
+  std::mt19937_64 rng(0x7265736964);
+  int resident = 0, cut_runs = 0, many_channels = 0;
+  for (int cases = 0; cases < 1000; ++cases) {
+    // Channels of 1 .. 2^19 values (the largest cluster holds 432 KiB) in runs from a value to the
+    // whole channel; now and then past 2^29 channels, where c * cluster nears a launch's CTAs.
+    const int rank = 2 + static_cast<int>(rng() % 4);
+    Sizes sizes(rank, 1);
+    const int n_kind = static_cast<int>(rng() % 3);
+    // A few long runs: one CTA cannot hold a run, which is cut into pieces.
+    const int bits = n_kind == 0 ? 12 + static_cast<int>(rng() % 8) : static_cast<int>(rng() % 20);
+    const int64_t values = 1 + static_cast<int64_t>(rng() % (uint64_t(1) << bits));
+    sizes[0] = 1 + static_cast<int64_t>(rng() % (n_kind == 0 ? 4 : n_kind == 1 ? 300 : 6000));
+    sizes[1] = rng() % 6 == 0 ? std::numeric_limits<int>::max() - static_cast<int64_t>(rng() % (3u << 29))
+                              : 1 + static_cast<int64_t>(rng() % 64);
+    if (rank > 3) sizes[rank - 1] = 1 + static_cast<int64_t>(rng() % 3);
+    if (rank > 2) sizes[2] = std::max<int64_t>(1, values / sizes[0] / sizes[rank - 1]);
+    const bool last = rng() % 5 == 0, aligned = rng() % 4 != 0, shared = rng() % 8 != 0;
+    const int elem = 2 << (rng() % 3), inputs = 1 + static_cast<int>(rng() % 2), sms = kSmCounts[rng() % 5];
+    SCOPED_TRACE(testing::Message() << shape_text(sizes) << (last ? " channels-last" : " contiguous") << " elem "
+                                    << elem << " inputs " << inputs << (shared ? "" : " outputs off x's offset"));
+    BatchNormPlan p;
+    const Sizes strides = torch_strides(sizes, last);
+    // Refusals (past a launch's CTAs, with int32-sized c) are the first test's.
+    if (!plan_batch_norm(rank, sizes.data(), strides.data(), elem, elem == 8 ? 8 : 4, aligned, sms, &p).is_ok())
+      continue;
+    const BatchNormResidentPlan r = plan_batch_norm_resident(p, elem, inputs, shared);
+    if (p.layout != BatchNormLayout::kChannelsFirst || !shared || p.channel_count() < 2) {
+      EXPECT_EQ(r.cluster, 0) << "a single-read layout where its kernel cannot apply";
+      continue;
+    }
+    if (r.cluster == 0) continue;
+    ++resident;
+    cut_runs += r.parts > 1;
+    many_channels += p.c > (int64_t(1) << 29);
+    // The launch: c * cluster CTAs within CUDA's grid, clusters the launcher opts in to.
+    ASSERT_GE(r.cluster, 1);
+    ASSERT_LE(r.cluster, kBatchNormResidentClusterLimit);
+    EXPECT_LE(Wide(p.c) * r.cluster, kIntMax);
+    // Shared memory: x's slots, then dy's, within the largest tier the kernel is opted in to.
+    EXPECT_GE(Wide(r.smem_bytes), Wide(r.pieces_per_cta) * r.slot_granules * 16 * inputs);
+    EXPECT_LE(r.smem_bytes, kBatchNormResidentTiers[std::size(kBatchNormResidentTiers) - 1]);
+    EXPECT_EQ(r.pieces, p.n * r.parts);
+    // The kernel divides a piece's index as an int where a run has several pieces.
+    if (r.parts > 1) {
+      EXPECT_LE(Wide(r.pieces), kIntMax);
+    }
+    EXPECT_TRUE(is_pow2(r.group) && r.group <= 32) << r.group;
+    for (const int64_t ch : {int64_t(0), p.c - 1})
+      for (const int base : {0, 16 - elem, elem * static_cast<int>(rng() % static_cast<uint64_t>(16 / elem))}) {
+        check_resident_pieces(p, r, elem, ch, base);
+        if (testing::Test::HasFailure()) return;
+      }
+  }
+  // The corners were reached: runs cut into pieces, and clusters of channels near int32's limit.
+  EXPECT_GT(resident, 150);
+  EXPECT_GT(cut_runs, 15);
+  EXPECT_GT(many_channels, 10);
+}
+
+TEST(BatchNormPlan, RandomSyncWorkspacesNeverWrap) {
+  constexpr uint64_t kHalf = std::numeric_limits<std::size_t>::max() / 2;
+  std::mt19937_64 rng(0x73796e63);
+  const auto pick = [&](std::initializer_list<uint64_t> edges) {
+    return rng() % 2 ? edges.begin()[rng() % edges.size()] + rng() % 3 - 1 : rng() >> (rng() % 64);
+  };
+  for (int cases = 0; cases < 3000; ++cases) {
+    const std::size_t local = pick({0, 16, kHalf, kHalf + 16, kHalf * 2});
+    const int ranks = static_cast<int>(pick({0, 1, 8, uint64_t(1) << 31, uint64_t(1) << 32}));
+    const int64_t channels = static_cast<int64_t>(pick({0, 1, kHalf / 24, kHalf / 24 / 8, uint64_t(1) << 63}));
+    SCOPED_TRACE(testing::Message() << "local " << local << " ranks " << ranks << " channels " << channels);
+    SyncBatchNormWorkspace w;
+    const Status s = plan_sync_batch_norm_workspace(local, ranks, channels, &w);
+    if (ranks < 1 || channels < 0) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find(ranks < 1 ? "comm" : "x:"), std::string::npos) << s.message();
+      continue;
+    }
+    const Wide exact = (Wide(local) + 15) / 16 * 16 + Wide(channels) * kSyncBatchNormPacketWidth * 8 * ranks;
+    if (!s.is_ok()) {
+      // Refused only past 2^62 bytes: nothing a device holds.
+      EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+      EXPECT_GT(exact, Wide(1) << 62);
+      continue;
+    }
+    // The packets sit past the local part, 16-byte aligned, and the total is exact (no wrap):
+    // every rank's [channels][3] float64 packet lies inside the workspace.
+    EXPECT_EQ(w.packets_offset % 16, 0u);
+    EXPECT_GE(w.packets_offset, local);
+    EXPECT_LT(w.packets_offset, Wide(local) + 16);
+    EXPECT_TRUE(Wide(w.packet_bytes) == Wide(channels) * kSyncBatchNormPacketWidth * 8);
+    EXPECT_TRUE(Wide(w.bytes) == exact) << "the workspace size wrapped";
+    if (testing::Test::HasFailure()) return;
+  }
 }
 
 }  // namespace
