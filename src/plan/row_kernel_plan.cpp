@@ -131,8 +131,11 @@ RowKernelConfig plan_held_rows(int64_t cols, int elem_bytes, int inputs, const R
   // address, the CTA reduction, the row's parameters), which must be spread over enough
   // elements, while small CTAs, several per SM, keep many rows in flight (LOG.md's sweeps).
   const int min_threads = std::clamp(limits.min_block_threads, 32, limits.max_block_threads);
-  c.threads = std::clamp(pow2_ceil(ceil_div(cols * inputs, std::max(1, limits.block_elems))), min_threads,
-                         std::max(min_threads, limits.max_block_threads));
+  const int max_threads = std::max(min_threads, limits.max_block_threads);
+  // Capped before the rounding up, which the cap takes back anyway: two-input rows of up to 2^30
+  // values at block_elems 1 ask for 2^31 threads, past what pow2_ceil's int holds.
+  const int64_t wanted = std::min<int64_t>(ceil_div(cols * inputs, std::max(1, limits.block_elems)), max_threads);
+  c.threads = std::clamp(pow2_ceil(wanted), min_threads, max_threads);
   const int64_t per_thread = ceil_div(vectors, c.threads);
   if (per_thread <= tile_vpt) {
     c.vpt = pow2_ceil(per_thread);

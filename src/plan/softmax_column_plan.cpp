@@ -2,6 +2,7 @@
 // Host planning of the softmax family over a non-innermost dim (see softmax_column_plan.hpp).
 #include "plan/softmax_column_plan.hpp"
 
+#include <limits>
 #include <string>
 
 namespace reducekit {
@@ -31,6 +32,12 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
                                     std::to_string(ext.reduced) + ", " + std::to_string(ext.inner) +
                                     "] need outer >= 1, K >= 1 and inner >= 2");
+  // A dense tensor's element count fits int64 (plan_rowwise checks it), so the CTA count below does.
+  if (ext.outer > std::numeric_limits<int64_t>::max() / ext.reduced ||
+      ext.outer * ext.reduced > std::numeric_limits<int64_t>::max() / ext.inner)
+    return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
+                                    std::to_string(ext.reduced) + ", " + std::to_string(ext.inner) +
+                                    "] hold more elements than int64 counts");
   if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
     return Status::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " is not 2, 4 or 8");
   if (inputs != 1 && inputs != 2) return Status::invalid_argument("inputs: " + std::to_string(inputs) + " is not 1 or 2");
@@ -71,7 +78,7 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   p.buffers = p.staged && 2 * p.tile_bytes + fixed <= max_smem_per_cta ? 2 : 1;
   p.smem_bytes = p.buffers * p.tile_bytes + fixed;
   p.width = static_cast<int64_t>(p.col_vectors) * p.vec;
-  p.tiles_per_slab = (ext.inner + p.width - 1) / p.width;
+  p.tiles_per_slab = (ext.inner - 1) / p.width + 1;  // inner + width - 1 may pass int64 (outer = K = 1)
   p.ctas = ext.outer * p.tiles_per_slab;
   *plan = p;
   return Status::ok();

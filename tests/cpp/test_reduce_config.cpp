@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <random>
 
 #include "plan/reduce_config.hpp"
 
@@ -208,6 +210,160 @@ TEST(ReduceConfig, AllPathUsesOneWaveOfCtasAndATicket) {
   const ReduceConfig big = plan_reduce_kernel(all(int64_t(1) << 28), 2);
   EXPECT_EQ(big.grid, kAllMaxCtas);
   EXPECT_EQ(big.chunk, kReduceThreads * kReduceUnroll * 8);
+}
+
+// ---- randomized properties -------------------------------------------------------------------
+
+// A random canonical problem of elem-byte elements: rows, columns or everything, with extents up
+// to what a view may name (at most 2^62 elements: expanded dims make that many without the
+// memory; rows and row lengths past 2^31), an empty one now and then.
+ReductionPlan random_problem(std::mt19937_64& rng) {
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int budget = 62;  // log2 of the elements left
+  const auto extent = [&](int most_bits) {
+    const int bits = static_cast<int>(uniform(0, std::min(budget, most_bits)));
+    budget -= bits;
+    return bits == 0 ? uniform(1, 2) : uniform(int64_t(1) << (bits - 1), (int64_t(1) << bits) - 1) + 1;
+  };
+  ReductionPlan p;
+  switch (uniform(0, 2)) {
+    case 0: p = row(extent(40), extent(44)); break;
+    case 1: {
+      const int64_t k = extent(36), outer = extent(34);
+      p = column(outer, k, std::max<int64_t>(2, extent(40)));
+      break;
+    }
+    default: p = all(extent(62)); break;
+  }
+  if (uniform(0, 19) == 0) p.reduced = 0;  // empty reduced sets
+  if (uniform(0, 19) == 0) p.outer = 0, p.out_numel = 0;  // no outputs
+  return p;
+}
+
+// Every config of a random problem launches as the kernels (reduce_engine.cuh) and the launcher
+// (reduce_launch.cuh) take it: a grid of 1..kMaxGrid CTAs (cast to unsigned), a built layout,
+// chunks and segments covering the reduced extent once, tiles covering the inner extent, 32-bit
+// tickets, and a workspace holding every ticket and partial the kernels index, without wrapping.
+TEST(ReduceConfigRandom, EveryConfigLaunchesWithinTheKernelsBounds) {
+  std::mt19937_64 rng(1618);
+  int kernels[6] = {};
+  for (int trial = 0; trial < 20000; ++trial) {
+    const ReductionPlan p = random_problem(rng);
+    const int elem = 2 << (rng() % 3);
+    const ReduceConfig c = plan_reduce_kernel(p, elem);
+    SCOPED_TRACE(testing::Message() << reduction_kind_name(p.kind) << " [" << p.outer << ", " << p.reduced << ", "
+                                    << p.inner << "] elem=" << elem << ": " << reduce_kernel_name(c.kernel) << " chunk="
+                                    << c.chunk << " chunks=" << c.chunks << " parts=" << c.parts << " tiles="
+                                    << c.tiles << " grid=" << c.grid);
+    ++kernels[static_cast<int>(c.kernel)];
+    const int vec = 16 / elem;
+    ASSERT_EQ(c.vec, vec);
+    if (c.kernel == ReduceKernel::kNothing) {
+      ASSERT_TRUE(p.out_numel == 0 || p.outer == 0) << "outputs left unwritten";
+      continue;
+    }
+    ASSERT_GE(c.grid, 1);
+    ASSERT_LE(c.grid, kMaxGrid);
+    ASSERT_LE(c.grid, int64_t(UINT_MAX));
+    switch (c.kernel) {
+      case ReduceKernel::kFill:
+        ASSERT_EQ(p.reduced, 0);
+        break;
+      case ReduceKernel::kRowWarp:  // launch_row_warp: 1..32 lanes, a power of two
+        ASSERT_EQ(p.kind, ReductionKind::kRow);
+        ASSERT_TRUE(c.lanes >= 1 && c.lanes <= 32 && (c.lanes & (c.lanes - 1)) == 0) << c.lanes;
+        break;
+      case ReduceKernel::kRowBlock:  // item = row * chunks + chunk; a ticket a row
+        ASSERT_EQ(p.kind, ReductionKind::kRow);
+        ASSERT_GE(__int128(c.chunk) * c.chunks, p.reduced);
+        ASSERT_LT(__int128(c.chunk) * (c.chunks - 1), p.reduced);
+        ASSERT_LE(c.chunks, int64_t(UINT_MAX)) << "a 32-bit ticket counts the chunks";
+        if (c.chunks > 1) {
+          ASSERT_GE(c.tickets, p.outer);
+          ASSERT_GE(__int128(c.partials), __int128(p.outer) * c.chunks);
+        }
+        break;
+      case ReduceKernel::kColumn: {
+        ASSERT_EQ(p.kind, ReductionKind::kColumn);
+        ASSERT_TRUE(c.column_row_lanes == 1 || c.column_row_lanes == kColumnRowLanes) << "no such kernel built";
+        ASSERT_EQ(c.chunk % (int64_t(c.column_row_lanes) * kColumnUnroll), 0) << "segments of whole steps";
+        ASSERT_GE(__int128(c.chunk) * c.chunks, p.reduced);
+        ASSERT_LT(__int128(c.chunk) * (c.chunks - 1), p.reduced);
+        const int64_t columns_per_cta = int64_t(kReduceThreads / c.column_row_lanes) * vec;
+        ASSERT_GE(__int128(c.tiles) * columns_per_cta, p.inner);
+        ASSERT_LT(__int128(c.tiles - 1) * columns_per_cta, p.inner);
+        // Parts: one CTA a tile, a (tile, group) or a (tile, segment); CTA p publishes as group p % G.
+        ASSERT_TRUE(c.parts == 1 || c.parts == c.chunks || c.parts == std::min<int64_t>(c.column_row_lanes, c.chunks));
+        ASSERT_LE(c.parts, int64_t(UINT_MAX)) << "a 32-bit ticket counts the parts";
+        // The kernel's item count, outer * tiles * parts, is an int64.
+        ASSERT_LE(__int128(p.outer) * c.tiles * c.parts, __int128(INT64_MAX));
+        if (c.split()) {
+          ASSERT_GE(__int128(c.tickets), __int128(p.outer) * c.tiles) << "a ticket a (outer, tile) slice";
+          ASSERT_GE(__int128(c.partials), __int128(c.parts) * p.outer * p.inner) << "partials[part][outer][inner]";
+        }
+        break;
+      }
+      case ReduceKernel::kAll:
+        ASSERT_EQ(c.grid, c.chunks) << "reduce_all_kernel steps by gridDim.x chunks";
+        ASSERT_LE(c.chunks, kAllMaxCtas);
+        ASSERT_EQ(c.chunk, int64_t(kReduceThreads) * kReduceUnroll * vec);
+        if (c.chunks > 1) {
+          ASSERT_GE(c.tickets, 1);
+          ASSERT_GE(c.partials, c.chunks);
+        }
+        break;
+      default:
+        FAIL() << "unknown kernel";
+    }
+    // The workspace: the zeroed tickets first (whole kWorkspaceAlign blocks), then the partial slots.
+    ASSERT_EQ(c.zeroed_bytes % kWorkspaceAlign, 0u);
+    ASSERT_GE(__int128(c.zeroed_bytes), __int128(c.tickets) * 4);
+    ASSERT_GE(__int128(c.workspace_bytes), __int128(c.zeroed_bytes) + __int128(c.partials) * kPartialSlotBytes)
+        << "the workspace size wrapped";
+  }
+  // The generator must reach every kernel, or this test proves little.
+  for (int k = 1; k < 6; ++k) EXPECT_GT(kernels[k], 200) << reduce_kernel_name(static_cast<ReduceKernel>(k));
+}
+
+// Batch invariance at random: an output's arithmetic (the kernel a row takes, its lanes and
+// chunks; a column's lanes down K and its segments; the all path's chunks) depends on the reduced
+// extent and the element size only, under any column knobs, whatever the outer and inner extents.
+TEST(ReduceConfigRandom, ArithmeticDependsOnTheReducedExtentOnly) {
+  std::mt19937_64 rng(2718);
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 20000; ++trial) {
+    ReductionPlan p = random_problem(rng);
+    if (p.outer == 0 || p.reduced == 0 || p.kind == ReductionKind::kAll) continue;
+    const int elem = 2 << (rng() % 3);
+    ColumnKnobs knobs;
+    if (uniform(0, 1) == 0) {  // a sweep's col_* overrides
+      knobs.min_segment_rows = uniform(0, 4096);
+      knobs.max_segments = uniform(0, 1024);
+      knobs.split_below_vectors = uniform(0, int64_t(1) << 24);
+      knobs.groups_below_ctas = uniform(0, 4096);
+    }
+    // The same reduced extent with one output, and with a random count of them.
+    ReductionPlan one = p, other = p;
+    const int64_t outer = uniform(1, int64_t(1) << 20), inner = uniform(2, int64_t(1) << 20);
+    if (p.kind == ReductionKind::kRow) {
+      one = row(1, p.reduced);
+      other = row(outer, p.reduced);
+    } else {
+      one = column(1, p.reduced, 2);
+      other = column(outer, p.reduced, inner);
+    }
+    const ReduceConfig a = plan_reduce_kernel(p, elem, knobs), b = plan_reduce_kernel(one, elem, knobs),
+                       c = plan_reduce_kernel(other, elem, knobs);
+    SCOPED_TRACE(testing::Message() << reduction_kind_name(p.kind) << " [" << p.outer << ", " << p.reduced << ", "
+                                    << p.inner << "] vs outer " << outer << " inner " << inner << " elem=" << elem);
+    for (const ReduceConfig* x : {&b, &c}) {
+      ASSERT_EQ(x->kernel, a.kernel);
+      ASSERT_EQ(x->lanes, a.lanes);
+      ASSERT_EQ(x->chunk, a.chunk);
+      ASSERT_EQ(x->chunks, a.chunks);
+      ASSERT_EQ(x->column_row_lanes, a.column_row_lanes);
+    }
+  }
 }
 
 TEST(ReduceConfig, EmptyProblems) {

@@ -896,6 +896,118 @@ TEST(PlanReductionBruteForce, DenseLayoutsNeverCopyForSuffixOrPrefixDims) {
   }
 }
 
+// ---- randomized properties at the extremes of the API ---------------------------------------
+
+// shift_period at any stride: every residue mod 16 bytes, any magnitude, negative ones (a size-1
+// dim's stride may be anything, so a one-row view's may be) and int64's extremes. cross_entropy's
+// launch_row_classes runs rows c, c + p, c + 2p, ... on the kernel of row c's shift, so every row
+// of a class must start at row c's offset in its 16-byte granule; and p must be the fewest rows
+// that do (each class is a launch).
+TEST(ShiftPeriodRandom, EveryRowOfAClassStartsAtItsFirstRowsShift) {
+  std::mt19937_64 rng(0x5eed5);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int64_t residue = static_cast<int64_t>(rng() % 16);
+    int64_t stride = 0;
+    switch (rng() % 4) {
+      case 0: stride = static_cast<int64_t>((rng() & ~uint64_t(15)) | uint64_t(residue)); break;  // any size or sign
+      case 1: stride = kMax - residue; break;
+      case 2: stride = kMin + residue; break;
+      default: stride = static_cast<int64_t>(rng() % 4096) - 2048; break;
+    }
+    const int elem = 2 << (rng() % 3);
+    const int p = shift_period(stride, elem);
+    SCOPED_TRACE(testing::Message() << "stride " << stride << " x " << elem << " bytes: period " << p);
+    ASSERT_TRUE(p == 1 || p == 2 || p == 4 || p == 8 || p == 16);
+    // Row r's start within its granule, as the device computes a pointer (64-bit, wrapping: 16
+    // divides 2^64, so the low four bits are exact).
+    const uint64_t base = rng();
+    const auto shift_of = [&](uint64_t row) { return (base + row * uint64_t(stride) * uint64_t(elem)) & 15u; };
+    const uint64_t first = rng() % (uint64_t(1) << 31);
+    for (uint64_t k = 1; k <= 3; ++k) ASSERT_EQ(shift_of(first + k * p), shift_of(first)) << "row " << first + k * p;
+    for (int q = 1; q < p; ++q) ASSERT_NE(shift_of(first + q), shift_of(first)) << "a shorter period: " << q;
+  }
+}
+
+// A random view at the API's extremes: up to 2^62 elements over 1-5 dims (rows and row lengths
+// past 2^31), dims laid out in a random memory order, sometimes stepped, padded, expanded or a
+// slice of a huge buffer (a stride of 2^31..2^62); a stride past int64 replaced by its wrapped
+// value (the product a faked merge would see) or a random one; size-1 dims of any stride.
+TensorView random_extreme_view(std::mt19937_64* rng) {
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(*rng); };
+  TensorView x;
+  x.rank = static_cast<int>(uniform(1, 5));
+  int budget = 62;  // log2 of the largest element count left
+  for (int d = 0; d < x.rank; ++d) {
+    const int bits = static_cast<int>(uniform(0, std::min(budget, 36)));
+    x.sizes[d] = uniform(0, 4) == 0 || bits == 0 ? 1 : uniform(int64_t(1) << (bits - 1), (int64_t(1) << bits) - 1) + 1;
+    budget -= bits;
+  }
+  std::vector<int> order(x.rank);
+  for (int d = 0; d < x.rank; ++d) order[d] = d;
+  std::shuffle(order.begin(), order.end(), *rng);  // order[0] outermost in memory
+  __int128 next = 1;
+  for (int i = x.rank - 1; i >= 0; --i) {
+    const int d = order[i];
+    const int64_t pick = uniform(0, 9);
+    // Stepped, expanded, sliced or dense.
+    __int128 stride = pick == 0 ? next * 2 : pick == 1 ? 0 : pick == 2 ? __int128(1) << uniform(31, 62) : next;
+    if (stride > std::numeric_limits<int64_t>::max()) {
+      const int64_t wrapped = static_cast<int64_t>(static_cast<uint64_t>(stride));
+      stride = wrapped >= 0 && uniform(0, 1) == 0 ? wrapped : uniform(0, std::numeric_limits<int64_t>::max());
+    }
+    x.strides[d] = static_cast<int64_t>(stride);
+    if (pick != 1) next = stride * x.sizes[d] + (uniform(0, 5) == 0 ? uniform(1, 1000) : 0);
+  }
+  const int64_t any[] = {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), -1,
+                         static_cast<int64_t>((*rng)())};
+  for (int d = 0; d < x.rank; ++d)
+    if (x.sizes[d] == 1 && uniform(0, 1) == 0) x.strides[d] = any[uniform(0, 3)];
+  return x;
+}
+
+// plan_rowwise on views at the extremes: rows x cols is every element, and a row-major plan (the
+// one the row kernels address as row * row_stride + col, int64) finds every sampled element
+// where the view has it, however large the strides (no merge faked by an overflowing product).
+TEST(PlanRowwiseRandom, ExtremeLayoutsAddressEverySampledElement) {
+  std::mt19937_64 rng(4242);
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int major = 0, long_rows = 0, many_rows = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const TensorView x = random_extreme_view(&rng);
+    const int64_t dim = uniform(-x.rank, x.rank - 1);
+    const int d = static_cast<int>(dim < 0 ? dim + x.rank : dim);
+    SCOPED_TRACE(describe(x, ReduceDims::of({dim})));
+    const RowwisePlan p = rowwise_ok(x, dim);
+    __int128 rows = 1;
+    for (int i = 0; i < x.rank; ++i)
+      if (i != d) rows *= x.sizes[i];
+    ASSERT_EQ(p.rows, static_cast<int64_t>(rows));
+    ASSERT_EQ(p.cols, x.sizes[d]);
+    if (!p.row_major || p.rows == 0 || p.cols == 0) continue;
+    ++major;
+    long_rows += p.cols > (int64_t(1) << 31);
+    many_rows += p.rows > (int64_t(1) << 31);
+    for (int sample = 0; sample < 8; ++sample) {
+      const int64_t r = sample == 0 ? 0 : sample == 1 ? p.rows - 1 : uniform(0, p.rows - 1);
+      const int64_t c = sample < 2 ? p.cols - 1 : uniform(0, p.cols - 1);
+      // Element (r, c): r in the row-major order of the other dims, c along dim.
+      __int128 offset = __int128(c) * (p.cols > 1 ? x.strides[d] : 0);
+      int64_t rest = r;
+      for (int i = x.rank - 1; i >= 0; --i) {
+        if (i == d) continue;
+        offset += __int128(rest % x.sizes[i]) * (x.sizes[i] > 1 ? x.strides[i] : 0);
+        rest /= x.sizes[i];
+      }
+      ASSERT_TRUE(offset == __int128(r) * p.row_stride + c) << "element (" << r << ", " << c << ") is elsewhere";
+    }
+  }
+  // The generator must reach long rows, many rows and row-major plans, or this test proves little.
+  EXPECT_GT(major, 2000);
+  EXPECT_GT(long_rows, 50);
+  EXPECT_GT(many_rows, 50);
+}
+
 // The brute-force truth for row_major: some row_stride s puts element (r, c) at r * s + c.
 TEST(PlanRowwiseBruteForce, RowMajorExactlyWhenAffine) {
   std::mt19937 rng(99);

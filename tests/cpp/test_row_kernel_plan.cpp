@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -1250,6 +1252,302 @@ TEST(RowKernelPlan, FilledWideRowsTakeEveryThread) {
   EXPECT_EQ(n16.threads, 768) << "16-bit rows keep 32 values a thread";
   layer.wide_fill_above_threads = 0;
   EXPECT_EQ(plan_row_kernel(24576, 4, 1, layer).threads, 768) << "the knob off";
+}
+
+// ---- randomized properties: what the launchers and kernels take from any plan ---------------
+
+// The kernels' own bounds, restated: row_engine.cuh (kMaxBlockThreads), row_staged.cuh (the
+// staged share's mbarriers), and sm_90's largest (non-portable) cluster.
+constexpr int kBlockKernelMaxThreads = 512;
+constexpr int kStagedChunkGranules = 512;
+constexpr int kStagedMaxChunks = 32;
+constexpr int kHardwareMaxCluster = 16;
+
+struct RandomFamily {
+  RowFamily family;
+  int inputs;
+  bool cross_entropy;  // the kRowwise policy with cross_entropy_staged_bands (cross_entropy.cu)
+  bool step;
+  const char* name;
+};
+
+// Every op family the planner takes, as its callers plan them (rowwise_op.cuh, norm_launch.cuh,
+// norm_backward_launch.cuh, cross_entropy.cu's plan_staged).
+const RandomFamily kRandomFamilies[] = {
+    {RowFamily::kRowwise, 1, false, false, "softmax"},
+    {RowFamily::kRowwise, 2, false, false, "softmax backward"},
+    {RowFamily::kLayerNormForward, 1, false, false, "layer_norm"},
+    {RowFamily::kRmsNormForward, 1, false, false, "rms_norm"},
+    {RowFamily::kRmsNormBiasForward, 1, false, false, "rms_norm with a bias"},
+    {RowFamily::kResidualLayerNormForward, 2, false, false, "add_layer_norm"},
+    {RowFamily::kResidualRmsNormForward, 2, false, false, "add_rms_norm"},
+    {RowFamily::kNormBackward, 2, false, false, "norm backward"},
+    {RowFamily::kRowwise, 1, true, false, "cross_entropy"},
+    {RowFamily::kRowwise, 1, true, true, "cross_entropy step"},
+};
+
+// A row length in 1 .. kMaxRowLength (the callers reject longer rows before planning):
+// log-uniform, short, about a power of two, or at the top of the range.
+int64_t random_row_length(std::mt19937_64& rng) {
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  switch (uniform(0, 3)) {
+    case 0: {
+      const int e = static_cast<int>(uniform(0, 29));
+      return uniform(int64_t(1) << e, (int64_t(2) << e) - 1);
+    }
+    case 1: return uniform(1, 1 << 16);
+    case 2: return std::clamp((int64_t(1) << uniform(4, 30)) * uniform(1, 3) / 2 + uniform(-17, 17), int64_t(1),
+                              kMaxRowLength);
+    default: return kMaxRowLength - uniform(0, 1 << 12);
+  }
+}
+
+// The limits row_kernel_limits gives on a device: an H200, an A100's shared memory, an sm_89's,
+// or anything between, on 1..160 SMs; the max_cluster override now and then (16 is the default).
+RowKernelLimits random_device_limits(RowKernelLimits limits, std::mt19937_64& rng) {
+  const auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int optin_kb[] = {227, 227, 163, 99, uniform(99, 227)};
+  const int kb = optin_kb[uniform(0, 4)];
+  limits.max_smem_per_block = std::size_t(kb) * 1024 - 2048;  // row_kernel_limits keeps 2 KB
+  limits.max_smem_per_sm = std::size_t(kb + 1) * 1024;
+  const int sms[] = {132, 132, 108, 84, uniform(1, 160)};
+  limits.sm_count = sms[uniform(0, 4)];
+  const int clusters[] = {16, 16, 16, 8, 1};
+  limits.max_cluster = clusters[uniform(0, 4)];
+  return limits;
+}
+
+std::string describe(const RowKernelConfig& c) {
+  return testing::PrintToString(std::vector<int64_t>{static_cast<int>(c.kind), c.vec, c.vpt, c.lanes, c.threads,
+                                                     c.cluster, c.tiles, c.stash_tiles, c.ring,
+                                                     static_cast<int64_t>(c.smem_bytes), c.split.chunks,
+                                                     c.split.chunk_tiles, c.split.vpt, c.split.grid, c.split.reread}) +
+         " (kind vec vpt lanes threads cluster tiles stash ring smem | chunks chunk_tiles vpt grid reread)";
+}
+
+// Every plan of a random row, family, dtype and device is one the launchers run as planned:
+// each value of the row in some thread's slot, in-row indices within int, a kernel built for its
+// tile, CTAs, clusters and shared memory within what the launch and the device take.
+TEST(RowKernelPlanRandom, EveryPlanFitsTheKernelItNames) {
+  std::mt19937_64 rng(20240611);
+  int kinds[4] = {};
+  int splits = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const RandomFamily& f = kRandomFamilies[rng() % (sizeof(kRandomFamilies) / sizeof(kRandomFamilies[0]))];
+    const int elem = f.cross_entropy ? 2 + 2 * static_cast<int>(rng() % 2) : 2 << (rng() % 3);
+    const int64_t n = random_row_length(rng);
+    // Norm backward rows the fused kernel takes never reach the row engine.
+    if (f.family == RowFamily::kNormBackward && plan_fused_norm_backward(n, elem, fused_max_vpt(elem)).fused) continue;
+    RowKernelLimits policy = row_policy(f.family, elem);
+    if (f.cross_entropy) policy.staged = cross_entropy_staged_bands(f.step);
+    const RowKernelLimits limits = random_device_limits(policy, rng);
+    const RowKernelConfig c = plan_row_kernel(n, elem, f.inputs, limits);
+    // The cross-entropy launches only staged plans; its other rows run its own row kernels.
+    if (f.cross_entropy && c.kind != RowKernelKind::kStaged) continue;
+    SCOPED_TRACE(testing::Message() << f.name << " n=" << n << " elem=" << elem << " smem/CTA="
+                                    << limits.max_smem_per_block << " sms=" << limits.sm_count
+                                    << " max_cluster=" << limits.max_cluster << " plan " << describe(c));
+    ++kinds[static_cast<int>(c.kind)];
+    const RowTiles built = row_tiles(f.family, elem, f.inputs);
+    const int vec = 16 / elem;
+    const int acc_words = elem == 8 ? 2 : 1;
+    const int max_vpt = kRowTileWords / (vec * acc_words * f.inputs);  // the launcher's kMaxVpt
+    const int64_t vectors = (n + vec - 1) / vec;
+    ASSERT_EQ(c.vec, vec) << "kernels take 16-byte vectors";
+    // No value dropped: the row's threads' slots reach past its last element.
+    ASSERT_GE(c.capacity(), n);
+    // The kernels index a row's elements as int ((first + k * step) * VEC).
+    ASSERT_LE(c.capacity(), int64_t(INT32_MAX));
+    ASSERT_LE(c.smem_bytes, limits.max_smem_per_block) << "dynamic shared memory past the device's";
+    switch (c.kind) {
+      case RowKernelKind::kWarp:
+        // pick_warp_kernel: 4..32 lanes (a power of two) of one vector, or 32 lanes of 2 or 4.
+        ASSERT_TRUE(c.lanes == 4 || c.lanes == 8 || c.lanes == 16 || c.lanes == 32);
+        ASSERT_TRUE(c.vpt == 1 || c.vpt == 2 || c.vpt == 4);
+        ASSERT_TRUE(c.vpt == 1 || c.lanes == 32) << "multi-vector warp kernels are built for 32 lanes";
+        ASSERT_TRUE(has_row_vpt(built.warp, c.vpt)) << "no warp kernel built";
+        break;
+      case RowKernelKind::kStaged: {
+        // row_staged_kernel (softmax forwards: 256 or 512 threads), norm_staged_kernel (rms_norm:
+        // 512), cross_entropy_staged_kernel (256 or 512).
+        const bool rms = f.family == RowFamily::kRmsNormForward || f.family == RowFamily::kRmsNormBiasForward;
+        ASSERT_EQ(f.inputs, 1);
+        ASSERT_TRUE((f.family == RowFamily::kRowwise && (elem == 2 || f.cross_entropy)) || (rms && elem <= 4))
+            << "no staged kernel for this family";
+        ASSERT_TRUE(c.threads == kStagedThreads || (!rms && c.threads == kStagedSmallThreads));
+        ASSERT_GE(c.cluster, 1);
+        ASSERT_LE(c.cluster, std::min(kPortableClusterSize, limits.max_cluster));
+        // stage_share: CTA r holds vectors [r P, r P + P) and mirror slots up to P + 3 past its first.
+        const int64_t share = (vectors + c.cluster - 1) / c.cluster;
+        ASSERT_GE(c.smem_bytes, staged_share_smem_bytes(share));
+        ASSERT_LE((share + 3 + kStagedChunkGranules - 1) / kStagedChunkGranules, kStagedMaxChunks)
+            << "more bulk copies than the kernel has mbarriers";
+        break;
+      }
+      case RowKernelKind::kWide: {
+        const bool sums = is_residual_family(f.family);  // kernels::HoldsInputSum: the tile holds x + residual
+        ASSERT_TRUE(has_row_vpt(built.wide, c.vpt)) << "no wide kernel built";
+        ASSERT_LE(c.vpt * vec * (sums ? 1 : f.inputs), kWideTileValues) << "past the launcher's kWideMaxVpt";
+        ASSERT_EQ(c.cluster, 1);
+        ASSERT_LE(c.threads, kWideRowThreads);
+        ASSERT_EQ(c.threads % 32, 0);
+        ASSERT_EQ(c.tiles, 1);
+        // The packed kernels (aligned rows of whole vectors) have only some forms: the float32
+        // two-phase one no lean form, the float32 one-statistic one only the roomy form, and the
+        // middle form is built for CTAs of up to kWideMidRowThreads.
+        const bool two_phase =
+            f.family == RowFamily::kLayerNormForward || f.family == RowFamily::kResidualLayerNormForward;
+        const bool packed = n % vec == 0 && (elem == 2 || (elem == 4 && (two_phase || sums)));
+        if (packed && elem == 4) {
+          if (two_phase) {
+            ASSERT_NE(c.wide_form, WideForm::kLean);
+          } else {
+            ASSERT_EQ(c.wide_form, WideForm::kRoomy);
+          }
+        }
+        if (packed && !two_phase && c.wide_form == WideForm::kMid) {
+          ASSERT_LE(c.threads, kWideMidRowThreads);
+        }
+        break;
+      }
+      case RowKernelKind::kBlock:
+        ASSERT_GE(c.threads, 32);
+        ASSERT_LE(c.threads, kBlockKernelMaxThreads) << "past the kernels' launch bounds";
+        ASSERT_EQ(c.threads % 32, 0);
+        ASSERT_GE(c.cluster, 1);
+        ASSERT_LE(c.cluster, std::min(limits.max_cluster, kHardwareMaxCluster));
+        ASSERT_GE(c.tiles, 1);
+        ASSERT_LE(c.vpt, max_vpt);
+        if (c.ring > 0 && elem < 4) {  // the launcher rings 16-bit rows only
+          ASSERT_EQ(c.cluster, 1) << "ring rows are one-CTA rows";
+          ASSERT_EQ(c.tiles, 1);
+          ASSERT_TRUE(has_row_vpt(built.ring, c.vpt)) << "no ring kernel built";
+          ASSERT_GE(c.smem_bytes, std::size_t(c.ring) * c.threads * c.vpt * 16 * f.inputs) << "ring buffers";
+        } else if (c.tiles > 1) {
+          const int reread = reread_vpt(kRereadTileWords, vec, acc_words, f.inputs);
+          const int reread_small = reread_vpt(kRereadSmallTileWords, vec, acc_words, f.inputs);
+          ASSERT_LE(c.stash_tiles, c.tiles - 1) << "the last tile stays in registers";
+          if (c.cluster == 1 && (c.vpt == reread || c.vpt == reread_small)) {
+            // Re-read rows: bulk-copied stash, a barrier a tile, slots of threads + 1 granules.
+            ASSERT_LE(c.stash_tiles, kMaxBulkStashTiles);
+            ASSERT_GE(c.smem_bytes, c.stash_tiles * bulk_stash_tile_bytes(c.threads, c.vpt, f.inputs));
+          } else {
+            ASSERT_EQ(c.vpt, max_vpt) << "held streamed rows are built for the largest tile only";
+            ASSERT_GE(c.smem_bytes, std::size_t(c.stash_tiles) * f.inputs * c.vpt * c.threads * 16);
+          }
+        } else {
+          ASSERT_TRUE(has_row_vpt(c.cluster > 1 ? built.cluster : built.block, c.vpt)) << "no block kernel built";
+        }
+        break;
+    }
+    // Split rows, where the launcher runs them (the one-input forwards and the norm forwards:
+    // launch_row_op_split), as row_split.cuh needs them.
+    const RowSplitConfig& s = c.split;
+    const bool split_launched =
+        f.family != RowFamily::kNormBackward && !(f.family == RowFamily::kRowwise && f.inputs == 2);
+    if (s.chunks == 0 || !split_launched || f.cross_entropy) continue;
+    ++splits;
+    ASSERT_EQ(s.threads, kRowSplitThreads);
+    ASSERT_GE(s.chunk_tiles, 1);
+    if (s.reread) {
+      ASSERT_EQ(s.vpt, reread_split_vpt(elem, f.inputs));
+      ASSERT_EQ(s.ring, 0);
+      ASSERT_EQ(s.smem_bytes, 0u);
+      ASSERT_LE(s.grid, limits.sm_count * kRereadSplitCtasPerSm) << "more CTAs than the launch bounds keep resident";
+    } else {
+      ASSERT_EQ(s.vpt, kRowSplitVpt);
+      ASSERT_GE(s.ring, 2);
+      ASSERT_LE(s.ring, 4);
+      ASSERT_GE(s.smem_bytes, std::size_t(s.ring) * s.chunk_tiles * kRowSplitThreads * kRowSplitVpt * 16 * f.inputs);
+      ASSERT_LE(s.smem_bytes, limits.max_smem_per_block);
+      ASSERT_LE(int64_t(s.grid) * (s.smem_bytes + kRowSplitSmemReserve),
+                int64_t(limits.sm_count) * limits.max_smem_per_sm)
+          << "the planned grid is not resident at once";
+    }
+    // A CTA waits only for chunks of resident CTAs (deadlock freedom).
+    ASSERT_GE(s.chunks, 2);
+    ASSERT_LE(s.chunks, s.grid);
+    // Chunks cover the row, none wholly past it, and their element offsets stay in int.
+    ASSERT_GE(s.chunks * s.chunk_vectors(), vectors);
+    ASSERT_LT((s.chunks - 1) * s.chunk_vectors(), vectors);
+    ASSERT_LE(s.chunks * s.chunk_vectors() * vec, int64_t(INT32_MAX));
+    // The workspace holds a counter a row (16-byte aligned) and every chunk's statistic, for up
+    // to 2^31 rows: partials[row * chunks + chunk] (row_split.cuh).
+    const int64_t rows = std::uniform_int_distribution<int64_t>(1, int64_t(1) << 31)(rng);
+    const std::size_t stat_bytes = 4 * (1 + rng() % 8);
+    const RowSplitWorkspace w = row_split_workspace(c, rows, stat_bytes);
+    ASSERT_EQ(w.zeroed_bytes % 16, 0u);
+    ASSERT_GE(w.zeroed_bytes, std::size_t(rows) * sizeof(unsigned));
+    ASSERT_GE(w.bytes - w.zeroed_bytes, std::size_t(rows) * s.chunks * stat_bytes);
+  }
+  // The generator must reach every kind and the split rows, or this test proves little.
+  for (int k = 0; k < 4; ++k) EXPECT_GT(kinds[k], 200) << "kind " << k;
+  EXPECT_GT(splits, 200);
+}
+
+// A sweep's overrides (reducekit/tuning.hpp, row_kernel_limits; the REDUCEKIT_ALL_ROW_TILES build,
+// every tile built) on random rows and devices: the plan may change, but it still covers the row
+// with a tile the kernels take, within int indices, the launch bounds and the device's shared
+// memory. (Two-input rows of 2^29..2^30 values at block_elems 1 overflowed the thread count's
+// rounding, an endless loop, before plan_held_rows capped it first.)
+TEST(RowKernelPlanRandom, SweepOverridesKeepPlansRunnable) {
+  std::mt19937_64 rng(77031);
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int elem = 2 << uniform(0, 2);
+    const int inputs = static_cast<int>(uniform(1, 2));
+    RowKernelLimits limits = random_device_limits(row_policy(static_cast<RowFamily>(uniform(0, 6)), elem), rng);
+    limits.max_cluster = static_cast<int>(uniform(1, kHardwareMaxCluster));
+    limits.max_block_threads = static_cast<int>(32 * uniform(1, kBlockKernelMaxThreads / 32));
+    limits.min_block_threads = static_cast<int>(32 * uniform(0, 16));
+    limits.block_elems = static_cast<int>(uniform(0, 3) == 0 ? 1 : uniform(1, 64));
+    limits.max_tile_values = static_cast<int>(uniform(1, kRowTileWords));
+    limits.split_chunk_tiles = static_cast<int>(uniform(1, 8));
+    limits.split_ring = static_cast<int>(uniform(2, 4));  // row_kernel_limits clamps it so
+    limits.split_min_cluster = static_cast<int>(uniform(1, 16));
+    limits.split_max_elem_bytes = static_cast<int>(2 << uniform(0, 2));
+    limits.split_reread_from_bytes = uniform(0, 1) == 0 ? 0 : uniform(1, int64_t(1) << 26);
+    limits.split_reread_min_chunk_tiles = static_cast<int>(uniform(1, 16));
+    limits.reread_above_words = static_cast<int>(uniform(0, kRowTileWords));
+    limits.reread_small_tiles_from_bytes = uniform(0, int64_t(1) << 22);
+    limits.reread_stash_bytes = static_cast<std::size_t>(uniform(0, 230 * 1024));
+    const int64_t n = uniform(0, 2) == 0 ? kMaxRowLength - uniform(0, 64) : random_row_length(rng);
+    const RowKernelConfig c = plan_row_kernel(n, elem, inputs, limits);
+    SCOPED_TRACE(testing::Message() << "n=" << n << " elem=" << elem << " inputs=" << inputs << " max_block_threads="
+                                    << limits.max_block_threads << " block_elems=" << limits.block_elems
+                                    << " max_tile_values=" << limits.max_tile_values << " max_cluster="
+                                    << limits.max_cluster << " plan " << describe(c));
+    const int vec = 16 / elem;
+    const int acc_words = elem == 8 ? 2 : 1;
+    const int max_vpt = kRowTileWords / (vec * acc_words * inputs);
+    ASSERT_GE(c.capacity(), n);
+    ASSERT_LE(c.capacity(), int64_t(INT32_MAX));
+    ASSERT_LE(c.smem_bytes, limits.max_smem_per_block);
+    ASSERT_LE(c.cluster, limits.max_cluster);
+    if (c.kind == RowKernelKind::kBlock) {
+      ASSERT_GE(c.threads, 32);
+      ASSERT_LE(c.threads, limits.max_block_threads);
+      ASSERT_EQ(c.threads % 32, 0);
+      ASSERT_TRUE(row_vpt_bit(c.vpt) != 0 && (c.vpt & (c.vpt - 1)) == 0 && c.vpt <= max_vpt) << "pick_tile builds none";
+      ASSERT_LE(c.stash_tiles, c.tiles - 1);
+      const bool reread = c.vpt == reread_vpt(kRereadTileWords, vec, acc_words, inputs) ||
+                          c.vpt == reread_vpt(kRereadSmallTileWords, vec, acc_words, inputs);
+      if (c.tiles > 1 && c.cluster == 1 && reread) {
+        ASSERT_LE(c.stash_tiles, kMaxBulkStashTiles);
+      } else if (c.tiles > 1) {
+        ASSERT_EQ(c.vpt, max_vpt);
+      }
+    }
+    const RowSplitConfig& s = c.split;
+    if (s.chunks > 0) {
+      ASSERT_GE(s.chunks, 2);
+      ASSERT_LE(s.chunks, s.grid);
+      ASSERT_LE(s.smem_bytes, limits.max_smem_per_block);
+      const int64_t vectors = (n + vec - 1) / vec;
+      ASSERT_GE(s.chunks * s.chunk_vectors(), vectors);
+      ASSERT_LE(s.chunks * s.chunk_vectors() * vec, int64_t(INT32_MAX));
+    }
+  }
 }
 
 }  // namespace

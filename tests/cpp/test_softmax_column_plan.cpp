@@ -4,7 +4,10 @@
 // it), shared-memory accounting, CTA counts and the copy fallback.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "plan/softmax_column_plan.hpp"
@@ -222,6 +225,122 @@ TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
     EXPECT_LT((p.tiles_per_slab - 1) * p.width, inner);
     EXPECT_EQ(p.ctas, 3 * p.tiles_per_slab);
   }
+}
+
+// ---- randomized properties -------------------------------------------------------------------
+
+// Random extents as dense tensors give them (dense_column_extents): up to 2^62 elements, outer
+// and inner past 2^31; or, one case in eight, extents only the plan's own API takes, up to
+// int64's maxima each.
+ColumnExtents random_extents(std::mt19937_64& rng) {
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const auto log_uniform = [&](int max_bits) {
+    const int bits = static_cast<int>(uniform(0, max_bits));
+    return bits == 0 ? int64_t(1) : uniform(int64_t(1) << (bits - 1), (int64_t(1) << bits) - 1) + 1;
+  };
+  if (uniform(0, 7) == 0) {
+    const int64_t top[] = {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 1,
+                           int64_t(1) << 62, int64_t(3) << 61, log_uniform(62)};
+    return {uniform(0, 1) ? top[uniform(0, 4)] : 1, uniform(0, 1) ? top[uniform(0, 4)] : 1,
+            std::max<int64_t>(2, top[uniform(0, 4)])};
+  }
+  std::vector<int64_t> sizes;
+  int budget = 62;
+  for (int d = static_cast<int>(uniform(2, 5)); d > 0; --d) {
+    const int bits = static_cast<int>(uniform(0, std::min(budget, 34)));
+    sizes.push_back(bits == 0 ? 1 : uniform(int64_t(1) << (bits - 1), (int64_t(1) << bits) - 1) + 1);
+    budget -= bits;
+  }
+  sizes.back() = std::max<int64_t>(sizes.back(), 2);  // a dim after the reduced one: inner >= 2
+  ColumnExtents e;
+  const TensorView v = dense(sizes);
+  EXPECT_TRUE(dense_column_extents(v, static_cast<int>(uniform(0, v.rank - 2)), &e));
+  return e;
+}
+
+// Every plan of random extents, dtype, op and device is one softmax_column_kernel runs as laid
+// out: the tiles cover the inner extent once, the CTA count is exact, the lane tree is whole, the
+// shared memory holds the tile, statistics and parameters within the device's, staged tiles fit
+// the kernel's int K; and the column arithmetic (W, R, staged) is the same for any outer and inner.
+TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
+  std::mt19937_64 rng(86);
+  const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int staged = 0, streamed = 0, rejected = 0, doubled = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const ColumnExtents e = random_extents(rng);
+    const int elem = static_cast<int>(2 << uniform(0, 2));
+    const int inputs = static_cast<int>(uniform(1, 2));
+    const int acc = elem == 8 ? 8 : 4;  // the ops' statistics and parameters: one or two accumulators
+    const int stat_bytes = static_cast<int>(acc * uniform(1, 2)), param_bytes = static_cast<int>(acc * uniform(1, 2));
+    // smem_optin of an H200, an A100, an sm_89, the 48 KiB every device has, or between.
+    const std::size_t smem_kb[] = {227, 163, 99, 48, static_cast<std::size_t>(uniform(48, 227))};
+    const std::size_t smem = smem_kb[uniform(0, 4)] * 1024;
+    // The overrides now and then: column_min_vectors, column_stage_max_bytes.
+    const int min_vectors = uniform(0, 3) == 0 ? 1 << uniform(0, 8) : kColumnMinVectors;
+    const std::size_t stage_max = uniform(0, 3) == 0 ? static_cast<std::size_t>(uniform(1, 256 * 1024)) : 0;
+    SCOPED_TRACE(testing::Message() << "extents [" << e.outer << ", " << e.reduced << ", " << e.inner << "] elem="
+                                    << elem << " inputs=" << inputs << " smem=" << smem << " min_vectors="
+                                    << min_vectors << " stage_max=" << stage_max);
+    SoftmaxColumnPlan p;
+    const Status s = plan_softmax_columns(e, elem, inputs, stat_bytes, param_bytes, smem, &p, min_vectors, stage_max);
+    const __int128 slabs = __int128(e.outer) * e.reduced;  // < 2^126: each factor below 2^63
+    if (slabs > std::numeric_limits<int64_t>::max() || slabs * e.inner > std::numeric_limits<int64_t>::max()) {
+      // No dense tensor has these extents.
+      ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+      ASSERT_EQ(s.message().rfind("x:", 0), 0u) << s.message();
+      ++rejected;
+      continue;
+    }
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    const int vec = 16 / elem;
+    ASSERT_EQ(p.vec, vec);
+    // meet_lanes: W lanes across, R = 256 / W down, halved to 1 in a tree.
+    ASSERT_TRUE(p.col_vectors >= 1 && (p.col_vectors & (p.col_vectors - 1)) == 0);
+    ASSERT_EQ(p.col_vectors * p.k_lanes, kColumnSoftmaxThreads);
+    ASSERT_EQ(p.width, int64_t(p.col_vectors) * vec);
+    // Tiles cover the inner extent, none wholly past it, and the kernel's items are exact.
+    ASSERT_GE(__int128(p.tiles_per_slab) * p.width, e.inner);
+    ASSERT_LT(__int128(p.tiles_per_slab - 1) * p.width, e.inner);
+    ASSERT_TRUE(__int128(p.ctas) == __int128(e.outer) * p.tiles_per_slab);
+    ASSERT_TRUE(p.buffers == 1 || (p.buffers == 2 && p.staged));
+    // Dynamic shared memory: [buffers][tile], the statistics [V][256 threads], the parameters [W * V].
+    const std::size_t stats = std::size_t(kColumnSoftmaxThreads) * vec * stat_bytes;
+    const std::size_t params = std::size_t(p.col_vectors) * vec * param_bytes;
+    ASSERT_GE(p.smem_bytes, p.buffers * p.tile_bytes + stats + params);
+    ASSERT_LE(p.smem_bytes, smem);
+    if (p.staged) {
+      ++staged;
+      doubled += p.buffers == 2;
+      ASSERT_GE(p.col_vectors, min_vectors);
+      // stage_tile: K rows of W vectors an input, indexed as int.
+      ASSERT_EQ(p.tile_bytes, std::size_t(e.reduced) * p.col_vectors * 16 * inputs);
+      ASSERT_LE(e.reduced * p.col_vectors * vec * inputs, int64_t(INT32_MAX));
+      // Within the target, or the narrowest tile within the largest staged one.
+      const std::size_t largest = stage_max != 0 ? stage_max
+                                  : inputs == 1   ? kColumnStageMaxBytes
+                                                  : kColumnStageMaxBytesTwoInputs;
+      ASSERT_TRUE(p.tile_bytes <= kColumnStageTargetBytes || (p.col_vectors == min_vectors && p.tile_bytes <= largest))
+          << p.tile_bytes << " bytes, " << p.col_vectors << " vectors wide";
+    } else {
+      ++streamed;
+      ASSERT_EQ(p.tile_bytes, 0u);
+      ASSERT_EQ(p.col_vectors, kColumnStreamVectors);
+    }
+    // Batch invariance: another outer and inner of the same K give the same column arithmetic.
+    const ColumnExtents other{uniform(1, 1 << 20), e.reduced, uniform(2, 1 << 20)};
+    if (__int128(other.outer) * other.reduced * other.inner > std::numeric_limits<int64_t>::max()) continue;
+    SoftmaxColumnPlan q;
+    ASSERT_TRUE(
+        plan_softmax_columns(other, elem, inputs, stat_bytes, param_bytes, smem, &q, min_vectors, stage_max).is_ok());
+    ASSERT_EQ(q.col_vectors, p.col_vectors);
+    ASSERT_EQ(q.k_lanes, p.k_lanes);
+    ASSERT_EQ(q.staged, p.staged);
+  }
+  // The generator must reach every path, or this test proves little.
+  EXPECT_GT(staged, 1000);
+  EXPECT_GT(doubled, 200);
+  EXPECT_GT(streamed, 1000);
+  EXPECT_GT(rejected, 200);
 }
 
 TEST(SoftmaxColumnPlan, BadArgumentsNameThemselves) {
