@@ -53,7 +53,8 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   };
   set("max_cluster", &limits->max_cluster);
   set("max_block_threads", &limits->max_block_threads);
-  limits->max_block_threads = std::min(limits->max_block_threads, kernels::kMaxBlockThreads);
+  // A warp at least: the planner clamps between 32 and this cap.
+  limits->max_block_threads = std::clamp(limits->max_block_threads, 32, kernels::kMaxBlockThreads);
   set("block_elems", &limits->block_elems);
   set("min_block_threads", &limits->min_block_threads);
   set("ring", &limits->ring);
