@@ -13,11 +13,21 @@ way a kernel change is checked before it reaches the GPU machine.
 
 A unit is norm:OP:RESIDUAL:TYPE (src/ops/norm_forward.cu.in), rowwise:OP:INPUTS:TYPE
 (src/ops/rowwise.cu.in), or a .cu path under the tree.
+
+--loops adds each kernel's largest loop from its SASS (cuobjdump: on PATH, or from `pip install
+nvidia-cuda-cuobjdump`): its instructions, the global bytes its loads and stores move (LDG, STG,
+LDGSTS) and the instructions per 16 bytes of them. A 16-byte vector at an H200's copy rate leaves
+an SM about 111 issue slots (4.8 TB/s / 132 SMs / 1.98 GHz against 128 lanes), so a streaming loop
+far above ~60 is a suspect for being instruction-bound. The counts are static: rarely taken paths
+inside the loop count too, and loops over shared memory move no global bytes; ncu's executed
+instructions decide.
 """
 import argparse
 import concurrent.futures
 import os
+import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,11 +57,45 @@ def source_of(tree, unit, scratch):
     return path
 
 
-def resources(tree, unit, scratch):
-    """{mangled kernel: (registers, spill stores, spill loads)} of one unit."""
+def cuobjdump():
+    found = shutil.which("cuobjdump")
+    spec = importlib.util.find_spec("nvidia")
+    for root in ([] if found or spec is None else spec.submodule_search_locations):
+        candidate = os.path.join(root, "cu13", "bin", "cuobjdump")
+        found = candidate if os.path.exists(candidate) else found
+    return found or sys.exit("--loops needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
+
+
+def largest_loops(obj):
+    """{mangled kernel: (instructions, global bytes)} of each kernel's largest loop (the span of its
+    longest backward branch) in obj's SASS."""
+    sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True, check=True).stdout
+    width = {".128": 16, ".64": 8, ".U16": 2, ".S16": 2, ".U8": 1, ".S8": 1}
+    loops = {}
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+        spans = [(int(m.group(1), 16), at) for at, op in code
+                 if (m := re.search(r"BRA (0x[0-9a-f]+)", op)) and int(m.group(1), 16) < at]
+        if not spans:
+            continue
+        lo, hi = max(spans, key=lambda span: span[1] - span[0])
+        loop = [op for at, op in code if lo <= at <= hi]
+        moved = 0
+        for op in loop:
+            m = re.search(r"\b(LDGSTS|LDG|STG)(\.\S+)?", op)
+            if m:
+                moved += next((b for suffix, b in width.items() if suffix in (m.group(2) or "")), 4)
+        loops[body.split("\n", 1)[0].strip()] = (len(loop), moved)
+    return loops
+
+
+def resources(tree, unit, scratch, loops=False):
+    """{mangled kernel: (registers, spill stores, spill loads[, loop instructions, loop global bytes])}
+    of one unit."""
     source = source_of(tree, unit, scratch)
+    obj = os.path.join(scratch, "unit.o") if loops else os.devnull
     cmd = ["nvcc", "-arch=sm_90", "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{tree}/include",
-           f"-I{tree}/src", "-Xptxas", "-v", "-c", source, "-o", os.devnull]
+           f"-I{tree}/src", "-Xptxas", "-v", "-c", source, "-o", obj]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"{unit} ({tree}) did not compile:\n{run.stderr[-3000:]}")
@@ -67,7 +111,11 @@ def resources(tree, unit, scratch):
         m = re.search(r"Used (\d+) registers", line)
         if m and current:
             found[current][0] = int(m.group(1))
-    return {k: tuple(v) for k, v in found.items() if k.startswith("_Z")}
+    kernels = {k: tuple(v) for k, v in found.items() if k.startswith("_Z")}
+    if loops:
+        spans = largest_loops(obj)
+        kernels = {k: v + spans.get(k, (0, 0)) for k, v in kernels.items()}
+    return kernels
 
 
 def without_parameters(name):
@@ -91,6 +139,7 @@ def main():
     parser.add_argument("units", nargs="+")
     parser.add_argument("--against", metavar="REV", help="print only kernels whose numbers differ from REV's")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--loops", action="store_true", help="add each kernel's largest loop (SASS, cuobjdump)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         trees = [REPO]
@@ -105,7 +154,7 @@ def main():
         for _, _, d in jobs:
             os.makedirs(d, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda job: resources(*job), jobs))
+            results = list(pool.map(lambda job: resources(*job, loops=args.loops), jobs))
     now = dict(zip(args.units, results[:len(args.units)]))
     before = dict(zip(args.units, results[len(args.units):])) if args.against else {}
     for unit in args.units:
@@ -115,11 +164,17 @@ def main():
             print(f"== {unit}: {len(kernels)} of {len(now[unit])} kernels differ from {args.against}")
         else:
             print(f"== {unit}: {len(kernels)} kernels")
+        def loop_text(numbers):
+            if not args.loops or numbers[3] == 0:
+                return ""
+            per_vector = f"{16 * numbers[3] / numbers[4]:6.1f}" if numbers[4] else "     -"
+            return f" loop {numbers[3]:5d} instr {numbers[4]:4d} B {per_vector} /16B"
         for name, pretty in zip(kernels, demangle(kernels)):
-            regs, stores, loads = now[unit][name]
+            regs, stores, loads = now[unit][name][:3]
             was = before.get(unit, {}).get(name)
-            old = f"{was[0]:3d} regs {was[1]:4d} / {was[2]:4d} spill -> " if was else ("(new) " if args.against else "")
-            print(f"  {old}{regs:3d} regs {stores:4d} / {loads:4d} spill  {pretty}")
+            old = (f"{was[0]:3d} regs {was[1]:4d} / {was[2]:4d} spill{loop_text(was)} -> " if was
+                   else ("(new) " if args.against else ""))
+            print(f"  {old}{regs:3d} regs {stores:4d} / {loads:4d} spill{loop_text(now[unit][name])}  {pretty}")
 
 
 if __name__ == "__main__":
