@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "plan/checked_mul.hpp"
+
 namespace reducekit {
 namespace {
 
@@ -41,10 +43,8 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   for (int d = 0; d < rank; ++d) {
     if (sizes[d] < 0)
       return Status::invalid_argument("x: negative size " + std::to_string(sizes[d]) + " in dim " + std::to_string(d));
-    if (sizes[d] == 0) continue;
-    if (nonzero > std::numeric_limits<int64_t>::max() / sizes[d])
+    if (sizes[d] != 0 && !checked_mul(nonzero, sizes[d], &nonzero))
       return Status::invalid_argument("x: the number of elements overflows int64");
-    nonzero *= sizes[d];
   }
   BatchNormPlan p;
   p.n = sizes[0];

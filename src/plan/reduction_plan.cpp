@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "plan/checked_mul.hpp"
+
 namespace reducekit {
 namespace {
 
@@ -14,14 +16,6 @@ struct Group {
   int64_t size;
   int64_t stride;
 };
-
-// Product of two non-negative int64s; false on overflow (sizes and strides come from the caller,
-// and a wrapped product could make a bad layout look mergeable).
-bool checked_mul(int64_t a, int64_t b, int64_t* out) {
-  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return false;
-  *out = a * b;
-  return true;
-}
 
 // True when `outer` followed by `inner` is one dim of size outer.size * inner.size and stride
 // inner.stride, i.e. stepping outer once is the same as stepping inner inner.size times.

@@ -2,8 +2,9 @@
 // Host planning of the softmax family over a non-innermost dim (see softmax_column_plan.hpp).
 #include "plan/softmax_column_plan.hpp"
 
-#include <limits>
 #include <string>
+
+#include "plan/checked_mul.hpp"
 
 namespace reducekit {
 
@@ -33,8 +34,8 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
                                     std::to_string(ext.reduced) + ", " + std::to_string(ext.inner) +
                                     "] need outer >= 1, K >= 1 and inner >= 2");
   // A dense tensor's element count fits int64 (plan_rowwise checks it), so the CTA count below does.
-  if (ext.outer > std::numeric_limits<int64_t>::max() / ext.reduced ||
-      ext.outer * ext.reduced > std::numeric_limits<int64_t>::max() / ext.inner)
+  int64_t elements = 0;
+  if (!checked_mul(ext.outer, ext.reduced, &elements) || !checked_mul(elements, ext.inner, &elements))
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
                                     std::to_string(ext.reduced) + ", " + std::to_string(ext.inner) +
                                     "] hold more elements than int64 counts");

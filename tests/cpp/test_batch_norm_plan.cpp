@@ -18,28 +18,31 @@ namespace {
 
 using Sizes = std::vector<int64_t>;
 
-Sizes contiguous_strides(const Sizes& sizes) {
+// torch's strides of its contiguous and channels-last formats: a size-0 dim counts as 1 there,
+// so an empty tensor's strides are those of a non-empty one. Products past int64 wrap (unsigned):
+// the planner must refuse such a shape whatever its strides say.
+Sizes torch_strides(const Sizes& sizes, bool channels_last) {
+  const int rank = static_cast<int>(sizes.size());
+  std::vector<int> inner_first;  // dims innermost first; below rank 2 (bad-rank tests) plain order
+  if (channels_last && rank >= 2) inner_first.push_back(1);
+  for (int d = rank - 1; d >= 2; --d) inner_first.push_back(d);
+  if (!channels_last || rank < 2)
+    for (int d = std::min(rank - 1, 1); d >= 0; --d) inner_first.push_back(d);
+  else
+    inner_first.push_back(0);
   Sizes strides(sizes.size());
-  int64_t stride = 1;
-  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= sizes[d];
+  uint64_t stride = 1;
+  for (int d : inner_first) {
+    strides[d] = static_cast<int64_t>(stride);
+    stride *= static_cast<uint64_t>(std::max<int64_t>(sizes[d], 1));
   }
   return strides;
 }
 
+Sizes contiguous_strides(const Sizes& sizes) { return torch_strides(sizes, false); }
+
 // C innermost, then the spatial dims in order, then N (torch's channels_last / channels_last_3d).
-Sizes channels_last_strides(const Sizes& sizes) {
-  Sizes strides(sizes.size());
-  strides[1] = 1;
-  int64_t stride = sizes[1];
-  for (int d = static_cast<int>(sizes.size()) - 1; d >= 2; --d) {
-    strides[d] = stride;
-    stride *= sizes[d];
-  }
-  strides[0] = stride;
-  return strides;
-}
+Sizes channels_last_strides(const Sizes& sizes) { return torch_strides(sizes, true); }
 
 constexpr int kSms = 132;  // an H200's
 
@@ -459,25 +462,6 @@ Wide wide_product(const Sizes& sizes, std::size_t from, std::size_t to, bool ski
   for (std::size_t d = from; d < to; ++d)
     if (!(skip_zeros && sizes[d] == 0)) p *= sizes[d];
   return p;
-}
-
-// torch's strides of its contiguous and channels-last formats: a size-0 dim counts as 1 there,
-// so an empty tensor's strides are those of a non-empty one. Products past int64 wrap (unsigned):
-// the planner must refuse such a shape whatever its strides say.
-Sizes torch_strides(const Sizes& sizes, bool channels_last) {
-  const int rank = static_cast<int>(sizes.size());
-  std::vector<int> inner_first;
-  if (channels_last) inner_first.push_back(1);
-  for (int d = rank - 1; d >= 2; --d) inner_first.push_back(d);
-  if (!channels_last) inner_first.push_back(1);
-  inner_first.push_back(0);
-  Sizes strides(sizes.size());
-  uint64_t stride = 1;
-  for (int d : inner_first) {
-    strides[d] = static_cast<int64_t>(stride);
-    stride *= static_cast<uint64_t>(std::max<int64_t>(sizes[d], 1));
-  }
-  return strides;
 }
 
 // Mostly small sizes, some 0 and 1, some near powers of two up to 2^40: products cross int32's
