@@ -579,15 +579,14 @@ __device__ __forceinline__ int64_t quotient(int64_t n, int64_t d, double inv_d) 
 // plane by one division by reciprocal and, where it crosses into the next plane (at most once:
 // s >= VEC), that plane's parameters too. The same arithmetic per element as the chunked apply
 // kernel, so the same bits.
-constexpr int kFlatUnroll = 4;  // vectors a thread: 64 bytes in flight
 // Planes a CTA's run (and the last CTA's tail of fewer than VEC elements) can touch when s >= VEC.
-constexpr int kFlatMaxPlanes = kBatchNormThreads * kFlatUnroll + 3;
+constexpr int kFlatMaxPlanes = kBatchNormThreads * kBatchNormFlatUnroll + 3;
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBatchNormThreads)
     batch_norm_inference_flat_kernel(const BatchNormArgs<acc_t<T>> a, const BatchNormFlatShape f) {
   using Acc = acc_t<T>;
-  constexpr int U = kFlatUnroll;
+  constexpr int U = kBatchNormFlatUnroll;
   __shared__ Acc table[3][kFlatMaxPlanes];  // mean, p, r of the CTA's planes
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.out);

@@ -38,11 +38,6 @@
 
 namespace reducekit::kernels {
 
-// Granules one bulk copy (and one mbarrier) moves: the first pass starts on a chunk as soon as
-// it lands. The largest row a CTA can stage (227 KB) takes at most kStagedMaxChunks of them.
-constexpr int kStagedChunkGranules = 512;
-constexpr int kStagedMaxChunks = 32;
-static_assert(kStagedMaxChunks * kStagedChunkGranules * 16 >= 227 * 1024, "a CTA's largest row fits the barriers");
 
 // The 16 bytes at byte `shift` of buf[i] (reaching into buf[i + 1] when shift > 0). Shifted
 // reads take the shift at run time: eight compiled copies of each pass (one a shift) overflowed

@@ -409,8 +409,7 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
         reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
     if (batch_norm_inference_flat(plan, sizeof(T)) && on_granules) {
       const kernels::BatchNormFlatShape f{total, plan.s, plan.c, 1.0 / double(plan.s), 1.0 / double(plan.c)};
-      const int64_t per_cta = int64_t(kBatchNormThreads) * kernels::kFlatUnroll * kFlatVec;
-      const auto flat_grid = static_cast<unsigned>((total + per_cta - 1) / per_cta);
+      const auto flat_grid = static_cast<unsigned>(batch_norm_flat_grid(total, sizeof(T)));
       kernels::batch_norm_inference_flat_kernel<T, kFlatVec><<<flat_grid, kBatchNormThreads, 0, stream>>>(a, f);
       return launched("batch_norm inference");
     }

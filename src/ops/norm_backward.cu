@@ -92,8 +92,7 @@ template <bool kLayer> Status run_backward(const BackwardCall& c, cudaStream_t s
       return Status::invalid_argument("workspace: must be 16-byte aligned");
   }
   if (cols == 0) return Status::ok();
-  if (cols > kMaxRowLength)
-    return Status::unsupported("x: rows longer than " + std::to_string(kMaxRowLength) + " elements are not supported");
+  REDUCEKIT_RETURN_IF_ERROR(check_row_length(cols, "x"));
   if (rows == 0) {  // sums over no rows
     for (const TensorView* g : grads)
       if (g != nullptr && cudaMemsetAsync(g->data, 0, g->numel() * dtype_size(g->dtype), stream) != cudaSuccess)

@@ -180,8 +180,7 @@ Status forward_requirements(const TensorView& x, const NormShape& shape, NormReq
   RowwisePlan plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_norm_rows(x, "x", shape.rank, &plan));
   if (plan.rows == 0 || plan.cols == 0) return Status::ok();
-  if (plan.cols > kMaxRowLength)
-    return Status::unsupported("x: rows longer than " + std::to_string(kMaxRowLength) + " elements are not supported");
+  REDUCEKIT_RETURN_IF_ERROR(check_row_length(plan.cols, "x"));
   RowKernelConfig config;
   REDUCEKIT_RETURN_IF_ERROR((forward_config<OpFor, kResidual>(plan.cols, static_cast<int>(dtype_size(x.dtype)), &config)));
   const RowSplitWorkspace need = row_split_workspace(config, plan.rows, forward_stat_bytes<OpFor, kResidual>(x.dtype));
@@ -248,8 +247,7 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
     REDUCEKIT_RETURN_IF_ERROR(fill_stat<float>(c.mean, rows, NAN, stream));
     return fill_stat<float>(c.rstd, rows, NAN, stream);
   }
-  if (cols > kMaxRowLength)
-    return Status::unsupported("x: rows longer than " + std::to_string(kMaxRowLength) + " elements are not supported");
+  REDUCEKIT_RETURN_IF_ERROR(check_row_length(cols, "x"));
 
   // How bytes move depends on alignment; which thread combines what does not (batch invariance).
   const int elem_bytes = static_cast<int>(dtype_size(x.dtype));

@@ -22,8 +22,16 @@ namespace reducekit {
 
 template <typename T, class Op> using RowArgsFor = kernels::RowArgs<T, Op::kInputs>;
 
+// Rows the kernels take: at most kMaxRowLength elements, in-row indices in int. Every caller
+// checks its rows (naming the argument `name`) before row_args, which keeps the length in int.
+inline Status check_row_length(int64_t cols, const char* name) {
+  if (cols <= kMaxRowLength) return Status::ok();
+  return Status::unsupported(std::string(name) + ": rows longer than " + std::to_string(kMaxRowLength) +
+                             " elements are not supported");
+}
+
 // Kernel arguments for NIN input arrays and one output, each with the row plan plan_rowwise
-// gave it (rows and row length from the first input's plan).
+// gave it (rows and row length from the first input's plan, checked by check_row_length).
 template <typename T, int NIN>
 kernels::RowArgs<T, NIN> row_args(const void* const (&in)[NIN], const RowwisePlan* in_plans, void* out,
                                   const RowwisePlan& out_plan) {

@@ -51,12 +51,6 @@ inline Status plan_rowwise_rows(const TensorView& v, const char* name, int64_t d
   return Status::ok();
 }
 
-inline Status check_row_length(int64_t cols, const char* name) {
-  if (cols <= kMaxRowLength) return Status::ok();
-  return Status::unsupported(std::string(name) + ": rows longer than " + std::to_string(kMaxRowLength) +
-                             " elements are not supported");
-}
-
 // sizeof(OpFor<T>::Stat) for x's dtype: the size of one chunk statistic in the workspace.
 template <template <typename> class OpFor> std::size_t stat_bytes(DType dtype) {
   switch (dtype) {
@@ -78,7 +72,7 @@ Status rowwise_workspace(const TensorView& x, const char* x_name, int64_t dim, R
   RowwisePlan plan;
   REDUCEKIT_RETURN_IF_ERROR(detail::plan_rowwise_rows(x, x_name, dim, &plan));
   if (plan.rows == 0 || plan.cols == 0) return Status::ok();
-  REDUCEKIT_RETURN_IF_ERROR(detail::check_row_length(plan.cols, x_name));
+  REDUCEKIT_RETURN_IF_ERROR(check_row_length(plan.cols, x_name));
   RowKernelLimits limits;
   const int elem_bytes = static_cast<int>(dtype_size(x.dtype));
   REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(elem_bytes, &limits));
@@ -112,7 +106,7 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
   REDUCEKIT_RETURN_IF_ERROR(check_output_rows(plans[NIN].rows, plans[NIN].cols, plans[NIN].row_stride, t.out_name));
   const int64_t rows = plans[0].rows, cols = plans[0].cols;
   if (rows == 0 || cols == 0) return Status::ok();
-  REDUCEKIT_RETURN_IF_ERROR(detail::check_row_length(cols, t.in_name[0]));
+  REDUCEKIT_RETURN_IF_ERROR(check_row_length(cols, t.in_name[0]));
 
   // 16-byte accesses need every row start of every array aligned. The plan does not depend
   // on it (results stay batch-invariant); only how the kernel moves bytes does.

@@ -107,13 +107,20 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
 // kernel) rather than plane by plane: planes of at least a vector that are not whole vectors (the
 // chunked kernel reads those an element at a time) or take at most kBatchNormFlatMaxPlaneBytes;
 // larger planes of whole vectors keep the chunked kernel, faster there in 16-bit (LOG.md). Below
-// 2^50 elements (the flat kernel's divisions by reciprocal are exact there). The caller checks
-// that x and y sit on 16-byte boundaries.
+// 2^50 elements (the flat kernel's divisions by reciprocal are exact there) and within a grid
+// CUDA launches. The caller checks that x and y sit on 16-byte boundaries.
 constexpr int64_t kBatchNormFlatMaxPlaneBytes = 8192;
+constexpr int kBatchNormFlatUnroll = 4;  // vectors a thread: 64 bytes in flight
+// The flat kernel's CTAs for `total` elements of `elem_size` bytes.
+constexpr int64_t batch_norm_flat_grid(int64_t total, int elem_size) {
+  const int64_t per_cta = int64_t(kBatchNormThreads) * kBatchNormFlatUnroll * (16 / elem_size);
+  return total / per_cta + (total % per_cta != 0 ? 1 : 0);
+}
 inline bool batch_norm_inference_flat(const BatchNormPlan& plan, int elem_size) {
   const int64_t vec = 16 / elem_size, total = plan.n * plan.c * plan.s;
   return plan.layout == BatchNormLayout::kChannelsFirst && total > 0 && total < (int64_t(1) << 50) &&
-         plan.s >= vec && (plan.s % vec != 0 || plan.s * elem_size <= kBatchNormFlatMaxPlaneBytes);
+         batch_norm_flat_grid(total, elem_size) <= 0x7fffffff && plan.s >= vec &&
+         (plan.s % vec != 0 || plan.s * elem_size <= kBatchNormFlatMaxPlaneBytes);
 }
 
 // The workspace of a SyncBatchNorm call (reducekit_nccl): the single-GPU workspace

@@ -3,7 +3,9 @@
 #include "plan/reduce_config.hpp"
 
 #include <algorithm>
+#include <limits>
 
+#include "plan/checked_mul.hpp"
 #include "reducekit/tuning.hpp"
 
 namespace reducekit {
@@ -120,7 +122,13 @@ ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const
   }
   c.grid = std::min(c.grid, kMaxGrid);
   if (c.tickets > 0) c.zeroed_bytes = static_cast<std::size_t>(round_up(c.tickets * 4, kWorkspaceAlign));
-  c.workspace_bytes = c.zeroed_bytes + static_cast<std::size_t>(c.partials) * kPartialSlotBytes;
+  // Only the col_* overrides reach past 2^59 partial slots; such a size saturates, so the
+  // caller's allocation fails rather than a small workspace being taken for it.
+  int64_t partial_bytes = 0;
+  const bool fits = checked_mul(c.partials, int64_t(kPartialSlotBytes), &partial_bytes) &&
+                    static_cast<std::size_t>(partial_bytes) <= std::numeric_limits<std::size_t>::max() - c.zeroed_bytes;
+  c.workspace_bytes = fits ? c.zeroed_bytes + static_cast<std::size_t>(partial_bytes)
+                           : std::numeric_limits<std::size_t>::max();
   return c;
 }
 

@@ -216,7 +216,7 @@ RowKernelConfig reread_plan(const RowKernelConfig& held, int64_t cols, int elem_
 
 // The row staged in shared memory by the fewest CTAs (a cluster) of the band whose shares stay
 // within its share_bytes; the thread layout follows from the row length. None where the row
-// needs a larger cluster than the device launches or a share does not fit a CTA.
+// needs a larger cluster than the device launches or a share does not fit a CTA (or its barriers).
 std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const StagedBand& band,
                                            const RowKernelLimits& limits) {
   RowKernelConfig c;
@@ -226,6 +226,7 @@ std::optional<RowKernelConfig> staged_plan(int64_t cols, int elem_bytes, const S
   const int64_t share = ceil_div(vectors, ctas);
   if (ctas > std::min(kPortableClusterSize, limits.max_cluster)) return std::nullopt;
   if (staged_share_smem_bytes(share) > limits.max_smem_per_block) return std::nullopt;
+  if (share + 3 > int64_t(kStagedMaxChunks) * kStagedChunkGranules) return std::nullopt;
   c.kind = RowKernelKind::kStaged;
   c.threads = band.threads;
   c.cluster = static_cast<int>(ctas);

@@ -89,6 +89,10 @@ constexpr int kPortableClusterSize = 8;
 constexpr int kStagedThreads = 512;
 constexpr int kStagedSmallThreads = 256;
 constexpr std::size_t staged_share_smem_bytes(int64_t vectors) { return std::size_t(vectors + 3) * 16; }
+// Granules one bulk copy (and one mbarrier) moves: the first pass starts on a chunk as soon as it
+// lands. A CTA's share takes at most kStagedMaxChunks of them (256 KiB; sm_90 stages 227 KiB).
+constexpr int kStagedChunkGranules = 512;
+constexpr int kStagedMaxChunks = 32;
 
 // One band of staged rows: one-input rows of more than min_row_bytes and at most max_row_bytes,
 // in CTAs of `threads` threads, each staging at most share_bytes of the row (longer rows: the

@@ -79,9 +79,11 @@ struct SoftmaxColumnPlan {
 // narrowest staged tile (a power of two from 1 to kColumnSoftmaxThreads; the column_min_vectors
 // override for sweeps: 1 stages tiles of half a sector a row of K); stage_max_bytes: the largest
 // staged tile of min_vectors, 0 for the default of `inputs` (kColumnStageMaxBytes, or
-// kColumnStageMaxBytesTwoInputs; the column_stage_max_bytes override: a tile past it reads x twice;
-// a staged two-phase op's statistics are the exact ones, the two-read plan's the online merge, so
-// the override changes bits). The plan does not depend on the SM count, so a column's bits are the
+// kColumnStageMaxBytesTwoInputs; the column_stage_max_bytes override). It bounds only the
+// narrowest tile, taken where no wider one fits kColumnStageTargetBytes: a wider tile within the
+// target stages whatever the override, and a min_vectors tile past it reads x twice (a staged
+// two-phase op's statistics are the exact ones, the two-read plan's the online merge, so the
+// override changes bits). The plan does not depend on the SM count, so a column's bits are the
 // same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,

@@ -426,6 +426,11 @@ TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
   }
   EXPECT_FALSE(batch_norm_inference_flat(must_plan({4, 16, 7, 7}, true, 2), 2)) << "channels-last";
   EXPECT_FALSE(batch_norm_inference_flat(must_plan({0, 16, 7, 7}, false, 2), 2)) << "an empty batch";
+  // Past 2^31 - 1 flat CTAs (2^45 bytes of x) the chunked kernel's grid, which the planner bounds.
+  const int64_t most = int64_t(0x7fffffff) * kBatchNormThreads * 4 * 2;  // float64 values in the largest grid
+  EXPECT_TRUE(batch_norm_inference_flat(must_plan({most / 5, 1, 5}, false, 8), 8));
+  EXPECT_FALSE(batch_norm_inference_flat(must_plan({most / 5 + 1, 1, 5}, false, 8), 8)) << "a grid past 2^31 - 1";
+  EXPECT_FALSE(batch_norm_inference_flat(must_plan({int64_t(1) << 40, 1, 5}, false, 8), 8));
 }
 
 // SyncBatchNorm's workspace: the single-GPU part rounded to 16 bytes, then R packets of C rows of
@@ -586,15 +591,15 @@ void check_plan_properties(const Sizes& sizes, bool channels_last, int elem, boo
   EXPECT_LE(Wide(p.tiles) * p.stats_ctas, kIntMax);
   EXPECT_LE((Wide(p.c) + 7) / 8, kIntMax) << "finalize grid";
   EXPECT_LE((Wide(p.c) + kBatchNormThreads - 1) / kBatchNormThreads, kIntMax);
-  // The flat inference kernel: exact divisions below 2^50 and s >= VEC; its grid (CTAs of 256 * 4
-  // vectors) must not wrap the unsigned cast. (Past 2^45 bytes of x it can pass CUDA's 2^31 - 1, e.g.
-  // [2^40, 1, 5] float64: batch_norm_inference_flat does not bound it; the launch would fail.)
+  // The flat inference kernel: exact divisions below 2^50, s >= VEC, and a grid (CTAs of 256 * 4
+  // vectors) within CUDA's 2^31 - 1.
   if (batch_norm_inference_flat(p, elem)) {
     const Wide total = Wide(p.n) * p.c * p.s;
     EXPECT_LT(total, Wide(1) << 50);
     EXPECT_GE(p.s, full);
-    EXPECT_LE((total + Wide(kBatchNormThreads) * 4 * full - 1) / (Wide(kBatchNormThreads) * 4 * full),
-              Wide(std::numeric_limits<unsigned>::max()));
+    const Wide per_cta = Wide(kBatchNormThreads) * 4 * full;
+    EXPECT_EQ(Wide(batch_norm_flat_grid(p.n * p.c * p.s, elem)), (total + per_cta - 1) / per_cta);
+    EXPECT_LE((total + per_cta - 1) / per_cta, kIntMax) << "flat grid";
   }
   // Workspace: partials [c][stats_ctas][2], then parameters [c][4] at a 16-byte offset, no wrap.
   EXPECT_EQ(p.params_offset % 16, 0u);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <limits>
 #include <random>
 
 #include "plan/reduce_config.hpp"
@@ -56,6 +57,21 @@ TEST(ReduceConfig, ShortRowsShareAWarpAndLongerOnesGetMoreLanes) {
   EXPECT_EQ(plan_reduce_kernel(row(10, 2048), 4).kernel, ReduceKernel::kRowWarp);
   EXPECT_EQ(plan_reduce_kernel(row(10, 2049), 4).kernel, ReduceKernel::kRowBlock);
   EXPECT_EQ(plan_reduce_kernel(row(10, 4096), 2).kernel, ReduceKernel::kRowWarp);  // bf16: 512 vectors
+}
+
+// Past 2^59 partial slots (only the col_* overrides split a column that finely) the workspace size
+// saturates rather than wrapping to a small one.
+TEST(ReduceConfig, WorkspacePastSizeTSaturates) {
+  ColumnKnobs fine;
+  fine.min_segment_rows = 1;
+  fine.split_below_vectors = std::numeric_limits<int64_t>::max();
+  const ReduceConfig c = plan_reduce_kernel(column(1, 63, int64_t(1) << 56), 2, fine);
+  ASSERT_EQ(c.kernel, ReduceKernel::kColumn);
+  ASSERT_EQ(c.parts, 8) << "one CTA a segment of 8 rows";
+  EXPECT_GT(__int128(c.partials) * kPartialSlotBytes, __int128(std::numeric_limits<std::size_t>::max()));
+  EXPECT_EQ(c.workspace_bytes, std::numeric_limits<std::size_t>::max());
+  const ReduceConfig fits = plan_reduce_kernel(column(1, 63, int64_t(1) << 50), 2, fine);
+  EXPECT_EQ(fits.workspace_bytes, fits.zeroed_bytes + std::size_t(fits.partials) * kPartialSlotBytes);
 }
 
 TEST(ReduceConfig, LongRowsAreCutIntoChunksThroughTheWorkspace) {

@@ -617,6 +617,17 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   small.max_cluster = 2;
   EXPECT_EQ(plan_row_kernel(65537, 2, 1, small).kind, RowKernelKind::kStaged);
   EXPECT_NE(plan_row_kernel(128256, 2, 1, small).kind, RowKernelKind::kStaged) << "a cluster past the device's";
+  // A share past the staged kernels' mbarriers (kStagedMaxChunks bulk copies of
+  // kStagedChunkGranules granules), on a device with the shared memory to hold it.
+  RowKernelLimits roomy = h200_limits();
+  roomy.max_smem_per_block = std::size_t(512) << 10;
+  roomy.staged = {};
+  roomy.staged[0] = StagedBand{0, std::size_t(1) << 30, kStagedThreads, std::size_t(400) << 10};
+  const int64_t most = int64_t(kStagedMaxChunks) * kStagedChunkGranules - 3;  // vectors a share holds
+  const RowKernelConfig fits = plan_row_kernel(most * 8, 2, 1, roomy);
+  EXPECT_EQ(fits.kind, RowKernelKind::kStaged);
+  EXPECT_EQ(fits.cluster, 1);
+  EXPECT_NE(plan_row_kernel(most * 8 + 8, 2, 1, roomy).kind, RowKernelKind::kStaged) << "a share past the barriers";
 }
 
 // The cross-entropy step's bands (cross_entropy_staged_bands), 16-bit and float32 rows by bytes:
@@ -1256,11 +1267,9 @@ TEST(RowKernelPlan, FilledWideRowsTakeEveryThread) {
 
 // ---- randomized properties: what the launchers and kernels take from any plan ---------------
 
-// The kernels' own bounds, restated: row_engine.cuh (kMaxBlockThreads), row_staged.cuh (the
-// staged share's mbarriers), and sm_90's largest (non-portable) cluster.
+// The kernels' own bounds, restated: row_engine.cuh (kMaxBlockThreads) and sm_90's largest
+// (non-portable) cluster. The staged share's mbarriers are the plan header's kStagedMaxChunks.
 constexpr int kBlockKernelMaxThreads = 512;
-constexpr int kStagedChunkGranules = 512;
-constexpr int kStagedMaxChunks = 32;
 constexpr int kHardwareMaxCluster = 16;
 
 struct RandomFamily {
@@ -1303,11 +1312,12 @@ int64_t random_row_length(std::mt19937_64& rng) {
 }
 
 // The limits row_kernel_limits gives on a device: an H200, an A100's shared memory, an sm_89's,
-// or anything between, on 1..160 SMs; the max_cluster override now and then (16 is the default).
+// anything between, or a device with more than the staged kernels' barriers cover, on 1..160
+// SMs; the max_cluster override now and then (16 is the default).
 RowKernelLimits random_device_limits(RowKernelLimits limits, std::mt19937_64& rng) {
   const auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const int optin_kb[] = {227, 227, 163, 99, uniform(99, 227)};
-  const int kb = optin_kb[uniform(0, 4)];
+  const int optin_kb[] = {227, 227, 163, 99, uniform(99, 227), uniform(228, 512)};
+  const int kb = optin_kb[uniform(0, 5)];
   limits.max_smem_per_block = std::size_t(kb) * 1024 - 2048;  // row_kernel_limits keeps 2 KB
   limits.max_smem_per_sm = std::size_t(kb + 1) * 1024;
   const int sms[] = {132, 132, 108, 84, uniform(1, 160)};
