@@ -21,9 +21,16 @@ an SM about 111 issue slots (4.8 TB/s / 132 SMs / 1.98 GHz against 128 lanes), s
 far above ~60 is a suspect for being instruction-bound. The counts are static: rarely taken paths
 inside the loop count too, and loops over shared memory move no global bytes; ncu's executed
 instructions decide.
+
+--sass (with --against) compares each kernel's whole SASS as well: a change that leaves every
+kernel's SASS as REV's (a refactor, constants moved between headers) changes neither the bits nor
+the speed, which a session without a GPU can show this way.
+
+    python3 scripts/kernel_resources.py --sass --against HEAD src/ops/batch_norm.cu
 """
 import argparse
 import concurrent.futures
+import hashlib
 import os
 import importlib.util
 import re
@@ -66,13 +73,18 @@ def cuobjdump():
     return found or sys.exit("--loops needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
 
 
-def largest_loops(obj):
-    """{mangled kernel: (instructions, global bytes)} of each kernel's largest loop (the span of its
-    longest backward branch) in obj's SASS."""
+def sass_bodies(obj):
+    """{mangled kernel: its SASS text} of obj."""
     sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True, check=True).stdout
+    return {body.split("\n", 1)[0].strip(): body for body in re.split(r"\n\s*Function : ", sass)[1:]}
+
+
+def largest_loops(bodies):
+    """{mangled kernel: (instructions, global bytes)} of each kernel's largest loop (the span of its
+    longest backward branch) in its SASS."""
     width = {".128": 16, ".64": 8, ".U16": 2, ".S16": 2, ".U8": 1, ".S8": 1}
     loops = {}
-    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+    for name, body in bodies.items():
         code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
         spans = [(int(m.group(1), 16), at) for at, op in code
                  if (m := re.search(r"BRA (0x[0-9a-f]+)", op)) and int(m.group(1), 16) < at]
@@ -85,15 +97,15 @@ def largest_loops(obj):
             m = re.search(r"\b(LDGSTS|LDG|STG)(\.\S+)?", op)
             if m:
                 moved += next((b for suffix, b in width.items() if suffix in (m.group(2) or "")), 4)
-        loops[body.split("\n", 1)[0].strip()] = (len(loop), moved)
+        loops[name] = (len(loop), moved)
     return loops
 
 
-def resources(tree, unit, scratch, loops=False):
-    """{mangled kernel: (registers, spill stores, spill loads[, loop instructions, loop global bytes])}
-    of one unit."""
+def resources(tree, unit, scratch, loops=False, sass=False):
+    """{mangled kernel: (registers, spill stores, spill loads[, loop instructions, loop global bytes]
+    [, SASS digest])} of one unit."""
     source = source_of(tree, unit, scratch)
-    obj = os.path.join(scratch, "unit.o") if loops else os.devnull
+    obj = os.path.join(scratch, "unit.o") if loops or sass else os.devnull
     cmd = ["nvcc", "-arch=sm_90", "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{tree}/include",
            f"-I{tree}/src", "-Xptxas", "-v", "-c", source, "-o", obj]
     run = subprocess.run(cmd, capture_output=True, text=True)
@@ -112,9 +124,12 @@ def resources(tree, unit, scratch, loops=False):
         if m and current:
             found[current][0] = int(m.group(1))
     kernels = {k: tuple(v) for k, v in found.items() if k.startswith("_Z")}
+    bodies = sass_bodies(obj) if loops or sass else {}
     if loops:
-        spans = largest_loops(obj)
+        spans = largest_loops(bodies)
         kernels = {k: v + spans.get(k, (0, 0)) for k, v in kernels.items()}
+    if sass:
+        kernels = {k: v + (hashlib.sha1(bodies.get(k, "").encode()).hexdigest()[:12],) for k, v in kernels.items()}
     return kernels
 
 
@@ -140,7 +155,10 @@ def main():
     parser.add_argument("--against", metavar="REV", help="print only kernels whose numbers differ from REV's")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--loops", action="store_true", help="add each kernel's largest loop (SASS, cuobjdump)")
+    parser.add_argument("--sass", action="store_true", help="with --against: compare each kernel's whole SASS too")
     args = parser.parse_args()
+    if args.sass and not args.against:
+        parser.error("--sass compares against a revision: give --against REV")
     with tempfile.TemporaryDirectory() as scratch:
         trees = [REPO]
         if args.against:
@@ -154,7 +172,7 @@ def main():
         for _, _, d in jobs:
             os.makedirs(d, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda job: resources(*job, loops=args.loops), jobs))
+            results = list(pool.map(lambda job: resources(*job, loops=args.loops, sass=args.sass), jobs))
     now = dict(zip(args.units, results[:len(args.units)]))
     before = dict(zip(args.units, results[len(args.units):])) if args.against else {}
     for unit in args.units:
@@ -174,7 +192,8 @@ def main():
             was = before.get(unit, {}).get(name)
             old = (f"{was[0]:3d} regs {was[1]:4d} / {was[2]:4d} spill{loop_text(was)} -> " if was
                    else ("(new) " if args.against else ""))
-            print(f"  {old}{regs:3d} regs {stores:4d} / {loads:4d} spill{loop_text(now[unit][name])}  {pretty}")
+            sass = " SASS differs" if args.sass and was and was[-1] != now[unit][name][-1] else ""
+            print(f"  {old}{regs:3d} regs {stores:4d} / {loads:4d} spill{loop_text(now[unit][name])}{sass}  {pretty}")
 
 
 if __name__ == "__main__":
