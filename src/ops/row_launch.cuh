@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host side of the row engine: picks the kernel instantiation a RowKernelConfig names and
-// launches it. Every per-row op (softmax today, norms next) goes through launch_row_op.
+// launches it. Every per-row op goes through launch_row_op but the cross-entropy, whose kernels
+// and launcher (cross_entropy.cuh, cross_entropy.cu) are built from the engine's pieces.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 #include "kernels/row_engine.cuh"
 #include "kernels/row_staged.cuh"
 #include "kernels/row_stream.cuh"
+#include "kernels/row_wide.cuh"
 #include "ops/checks.hpp"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
