@@ -24,7 +24,9 @@ instructions decide.
 
 --sass (with --against) compares each kernel's whole SASS as well: a change that leaves every
 kernel's SASS as REV's (a refactor, constants moved between headers) changes neither the bits nor
-the speed, which a session without a GPU can show this way.
+the speed, which a session without a GPU can show this way. It also counts REV's kernels whose
+SASS no kernel of this tree has, whatever its name (a new template parameter renames kernels
+that stay the same code).
 
     python3 scripts/kernel_resources.py --sass --against HEAD src/ops/batch_norm.cu
 """
@@ -129,7 +131,9 @@ def resources(tree, unit, scratch, loops=False, sass=False):
         spans = largest_loops(bodies)
         kernels = {k: v + spans.get(k, (0, 0)) for k, v in kernels.items()}
     if sass:
-        kernels = {k: v + (hashlib.sha1(bodies.get(k, "").encode()).hexdigest()[:12],) for k, v in kernels.items()}
+        # The body less what names the kernel (its sections) or the build (ptxas options).
+        code = {k: re.sub(r"\.text\.\S+|ptxasOptions.*", "", b.split("\n", 1)[-1]) for k, b in bodies.items()}
+        kernels = {k: v + (hashlib.sha1(code.get(k, "").encode()).hexdigest()[:12],) for k, v in kernels.items()}
     return kernels
 
 
@@ -180,6 +184,10 @@ def main():
         if args.against:
             kernels = [k for k in kernels if before[unit].get(k) != now[unit][k]]
             print(f"== {unit}: {len(kernels)} of {len(now[unit])} kernels differ from {args.against}")
+            if args.sass:
+                bodies = {v[-1] for v in now[unit].values()}
+                lost = sum(1 for v in before[unit].values() if v[-1] not in bodies)
+                print(f"   {lost} of {args.against}'s {len(before[unit])} kernels have no kernel of the same SASS here")
         else:
             print(f"== {unit}: {len(kernels)} kernels")
         def loop_text(numbers):
