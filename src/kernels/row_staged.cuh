@@ -38,7 +38,6 @@
 
 namespace reducekit::kernels {
 
-
 // The 16 bytes at byte `shift` of buf[i] (reaching into buf[i + 1] when shift > 0). Shifted
 // reads take the shift at run time: eight compiled copies of each pass (one a shift) overflowed
 // the instruction cache where CTAs an SM ran rows of different shifts. The five words read span

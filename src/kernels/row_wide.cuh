@@ -9,6 +9,7 @@
 #include "kernels/row_engine.cuh"
 
 namespace reducekit::kernels {
+
 // Ops that hold their inputs' sum (HoldsInputSum): each vector of x and the residual read (at
 // the row's own alignment), summed and rounded as the op's prepare() does, s written as the
 // second output and kept as a one-input tile; then the one-input op's passes, as row_block_body's.
