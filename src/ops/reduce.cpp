@@ -105,7 +105,7 @@ Status prepare(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, Pre
     p.reduced_stride = x.strides[only_long_dim];
     p.outer_stride = p.reduced * p.reduced_stride;
   }
-  if (!p.needs_copy) prep->config = plan_reduce_kernel(p, static_cast<int>(dtype_size(x.dtype)), column_knobs());
+  if (!p.needs_copy) prep->config = plan_reduce_kernel(p, static_cast<int>(dtype_size(x.dtype)), reduce_knobs());
   return Status::ok();
 }
 

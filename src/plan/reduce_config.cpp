@@ -20,9 +20,9 @@ int pow2_at_least(int64_t v) {
   return p;
 }
 
-void plan_row(const ReductionPlan& p, ReduceConfig* c) {
+void plan_row(const ReductionPlan& p, const ReduceKnobs& knobs, ReduceConfig* c) {
   const int64_t vectors = ceil_div(p.reduced, c->vec);
-  if (vectors <= kRowWarpMaxVectors) {
+  if (vectors <= knobs.row_warp_max_vectors) {
     // Enough lanes that each loads at most a few unrolled steps; short rows share a warp.
     c->kernel = ReduceKernel::kRowWarp;
     c->lanes = std::min(32, pow2_at_least(ceil_div(vectors, kReduceUnroll)));
@@ -39,7 +39,7 @@ void plan_row(const ReductionPlan& p, ReduceConfig* c) {
   }
 }
 
-void plan_column(const ReductionPlan& p, const ColumnKnobs& knobs, ReduceConfig* c) {
+void plan_column(const ReductionPlan& p, const ReduceKnobs& knobs, ReduceConfig* c) {
   c->kernel = ReduceKernel::kColumn;
   // The warp's layout, from K only (the arithmetic): short columns are one lane's each.
   c->column_row_lanes = p.reduced < kColumnShortBelowRows ? 1 : kColumnRowLanes;
@@ -97,8 +97,9 @@ const char* reduce_kernel_name(ReduceKernel k) {
   return "unknown";
 }
 
-ColumnKnobs column_knobs() {
-  ColumnKnobs k;
+ReduceKnobs reduce_knobs() {
+  ReduceKnobs k;
+  if (const auto v = tuning("row_warp_max_vectors")) k.row_warp_max_vectors = *v;
   if (const auto v = tuning("col_min_segment_rows")) k.min_segment_rows = *v;
   if (const auto v = tuning("col_max_segments")) k.max_segments = *v;
   if (const auto v = tuning("col_split_below_vectors")) k.split_below_vectors = *v;
@@ -106,7 +107,7 @@ ColumnKnobs column_knobs() {
   return k;
 }
 
-ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ColumnKnobs& knobs) {
+ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ReduceKnobs& knobs) {
   ReduceConfig c;
   c.vec = 16 / elem_bytes;
   if (plan.out_numel == 0 || plan.outer == 0) return c;  // kNothing
@@ -114,7 +115,7 @@ ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const
     c.kernel = ReduceKernel::kFill;
     c.grid = ceil_div(plan.out_numel, kReduceThreads);
   } else if (plan.kind == ReductionKind::kRow) {
-    plan_row(plan, &c);
+    plan_row(plan, knobs, &c);
   } else if (plan.kind == ReductionKind::kColumn) {
     plan_column(plan, knobs, &c);
   } else {

@@ -73,20 +73,23 @@ struct ReduceConfig {
   bool split() const { return parts > 1; }  // kColumn: partials through the workspace
 };
 
-// Column-path planner knobs. The defaults ship; a sweep overrides them by name (col_*,
-// reducekit/tuning.hpp). min_segment_rows and max_segments change the arithmetic (segment length is
-// part of it; still a function of K only, so deterministic and batch-invariant within one
-// setting); the other two only spread work.
-struct ColumnKnobs {
+// Reduction planner knobs. The defaults ship; a sweep overrides them by name (reducekit/tuning.hpp).
+// The row path's: rows of at most row_warp_max_vectors vectors take the warp kernel (a function
+// of the row length, like the rest of a row's arithmetic, which it changes). The column path's
+// (col_*): min_segment_rows and max_segments change the arithmetic (segment length is part of
+// it; still a function of K only, so deterministic and batch-invariant within one setting); the
+// other two only spread work.
+struct ReduceKnobs {
+  int64_t row_warp_max_vectors = kRowWarpMaxVectors;       // row_warp_max_vectors
   int64_t min_segment_rows = kColumnMinSegmentRows;        // col_min_segment_rows (x 64)
   int64_t max_segments = kColumnMaxSegments;               // col_max_segments
   int64_t split_below_vectors = kColumnSplitBelowVectors;  // col_split_below_vectors
   int64_t groups_below_ctas = kColumnGroupsBelowCtas;      // col_groups_below_ctas
 };
 // The shipped knobs with the overrides set now.
-ColumnKnobs column_knobs();
+ReduceKnobs reduce_knobs();
 
 // The launch for `plan` over elements of `elem_bytes` bytes (4, 2 or 8).
-ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ColumnKnobs& knobs = ColumnKnobs{});
+ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ReduceKnobs& knobs = ReduceKnobs{});
 
 }  // namespace reducekit

@@ -32,7 +32,8 @@ constexpr const char* kNames[] = {
     "cross_entropy_classes_from_bytes",
     // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile)
     "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes",
-    // reduce engine's column path (ColumnKnobs)
+    // reduce engine (ReduceKnobs): the row path, the column path
+    "row_warp_max_vectors",
     "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas"};
 
 std::mutex mutex;

@@ -62,7 +62,7 @@ TEST(ReduceConfig, ShortRowsShareAWarpAndLongerOnesGetMoreLanes) {
 // Past 2^59 partial slots (only the col_* overrides split a column that finely) the workspace size
 // saturates rather than wrapping to a small one.
 TEST(ReduceConfig, WorkspacePastSizeTSaturates) {
-  ColumnKnobs fine;
+  ReduceKnobs fine;
   fine.min_segment_rows = 1;
   fine.split_below_vectors = std::numeric_limits<int64_t>::max();
   const ReduceConfig c = plan_reduce_kernel(column(1, 63, int64_t(1) << 56), 2, fine);
@@ -72,6 +72,26 @@ TEST(ReduceConfig, WorkspacePastSizeTSaturates) {
   EXPECT_EQ(c.workspace_bytes, std::numeric_limits<std::size_t>::max());
   const ReduceConfig fits = plan_reduce_kernel(column(1, 63, int64_t(1) << 50), 2, fine);
   EXPECT_EQ(fits.workspace_bytes, fits.zeroed_bytes + std::size_t(fits.partials) * kPartialSlotBytes);
+}
+
+// row_warp_max_vectors moves rows between the warp kernel (up to 32 lanes a row, however long)
+// and the block kernel, by the row length alone.
+TEST(ReduceConfig, RowWarpKnobPicksTheRowKernel) {
+  EXPECT_EQ(plan_reduce_kernel(row(4096, 4096), 4).kernel, ReduceKernel::kRowBlock) << "1024 vectors";
+  ReduceKnobs knobs;
+  knobs.row_warp_max_vectors = 1024;
+  const ReduceConfig warp = plan_reduce_kernel(row(4096, 4096), 4, knobs);
+  EXPECT_EQ(warp.kernel, ReduceKernel::kRowWarp);
+  EXPECT_EQ(warp.lanes, 32);
+  EXPECT_EQ(warp.grid, 4096 / (kReduceThreads / 32));
+  EXPECT_EQ(warp.workspace_bytes, 0u);
+  EXPECT_EQ(plan_reduce_kernel(row(4096, 4100), 4, knobs).kernel, ReduceKernel::kRowBlock) << "1025 vectors";
+  knobs.row_warp_max_vectors = int64_t(1) << 20;
+  EXPECT_EQ(plan_reduce_kernel(row(3, 100003), 4, knobs).kernel, ReduceKernel::kRowWarp) << "no chunks";
+  knobs.row_warp_max_vectors = 0;
+  const ReduceConfig block = plan_reduce_kernel(row(10, 16), 4, knobs);
+  EXPECT_EQ(block.kernel, ReduceKernel::kRowBlock) << "every row on the block kernel";
+  EXPECT_EQ(block.chunks, 1);
 }
 
 TEST(ReduceConfig, LongRowsAreCutIntoChunksThroughTheWorkspace) {
@@ -107,7 +127,7 @@ TEST(ReduceConfig, ColumnSegmentsDependOnKOnly) {
 // The segment knobs (tuning only: they change the arithmetic): 64-row segments, up to 256 of them,
 // give a 65536-row column 256 CTAs where the default gives 64.
 TEST(ReduceConfig, ColumnSegmentKnobsBoundTheSegments) {
-  ColumnKnobs knobs;
+  ReduceKnobs knobs;
   EXPECT_EQ(plan_reduce_kernel(column(1, 65536, 64), 4, knobs).chunks, kColumnMaxSegments);
   EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, knobs).chunks, 4096 / kColumnMinSegmentRows);
   knobs.min_segment_rows = 64;
@@ -201,16 +221,16 @@ TEST(ReduceConfig, ColumnPartsOnlySpreadWork) {
 }
 
 TEST(ReduceConfig, ColumnKnobsOverrideTheDefaults) {
-  EXPECT_EQ(ColumnKnobs{}.min_segment_rows, kColumnMinSegmentRows);
-  ColumnKnobs k;
+  EXPECT_EQ(ReduceKnobs{}.min_segment_rows, kColumnMinSegmentRows);
+  ReduceKnobs k;
   k.min_segment_rows = 500;  // rounded up to whole 64-row steps
   EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, k).chunk, 512);
-  k = ColumnKnobs{};
+  k = ReduceKnobs{};
   k.groups_below_ctas = 0;  // never one CTA per group: one per tile
   const ReduceConfig whole = plan_reduce_kernel(column(1, 4096, 32768), 4, k);
   EXPECT_EQ(whole.parts, 1);
   EXPECT_EQ(whole.chunk, plan_reduce_kernel(column(1, 4096, 32768), 4).chunk);
-  k = ColumnKnobs{};
+  k = ReduceKnobs{};
   k.split_below_vectors = 1 << 30;  // always one CTA per segment
   EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 32768), 4, k).parts, 16);
 }
@@ -351,8 +371,9 @@ TEST(ReduceConfigRandom, ArithmeticDependsOnTheReducedExtentOnly) {
     ReductionPlan p = random_problem(rng);
     if (p.outer == 0 || p.reduced == 0 || p.kind == ReductionKind::kAll) continue;
     const int elem = 2 << (rng() % 3);
-    ColumnKnobs knobs;
-    if (uniform(0, 1) == 0) {  // a sweep's col_* overrides
+    ReduceKnobs knobs;
+    if (uniform(0, 1) == 0) {  // a sweep's overrides
+      knobs.row_warp_max_vectors = uniform(0, 1 << 16);
       knobs.min_segment_rows = uniform(0, 4096);
       knobs.max_segments = uniform(0, 1024);
       knobs.split_below_vectors = uniform(0, int64_t(1) << 24);

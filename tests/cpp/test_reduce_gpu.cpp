@@ -622,6 +622,21 @@ void expect_deterministic_and_invariant(const TensorView& x, int64_t dim, int64_
   }
 }
 
+// row_warp_max_vectors moves rows between the warp kernel and the block kernel: every op matches
+// the oracle either way (rows of up to 40009 values on 32 lanes, short rows on a whole CTA), for
+// aligned rows and shifted ones. Planner test RowWarpKnobPicksTheRowKernel: they plan so.
+TEST_F(ReduceGpu, RowsOnEitherKernelByTheWarpKnob) {
+  {
+    const ScopedTuning warp("row_warp_max_vectors", int64_t(1) << 20);
+    for (int64_t n : {4096, 4099, 40009}) check_case<float>(rows(7, n));
+    check_case<float>(rows(7, 4096, "near_one+special", 1, 1));
+    check_case<__nv_bfloat16>(rows(5, 40009, "special", 1, 1));
+  }
+  const ScopedTuning block("row_warp_max_vectors", 0);
+  for (int64_t n : {1, 33, 781}) check_case<float>(rows(9, n));
+  check_case<__nv_bfloat16>(rows(9, 33, "special", 1, 1));
+}
+
 TEST_F(ReduceGpu, RowsAreDeterministicAndBatchInvariant) {
   for (int64_t n : {1000, 4096, 100003}) {
     const int64_t m = n > 50000 ? 12 : 600;

@@ -44,14 +44,17 @@ TEST(Tuning, UnknownNamesAreRefusedByName) {
   EXPECT_FALSE(tuning("max_clusters").has_value());
 }
 
-TEST(Tuning, ColumnKnobsTakeTheOverrides) {
+TEST(Tuning, ReduceKnobsTakeTheOverrides) {
   clear_tuning();
-  EXPECT_EQ(column_knobs().max_segments, ColumnKnobs{}.max_segments);
+  EXPECT_EQ(reduce_knobs().max_segments, ReduceKnobs{}.max_segments);
   ASSERT_TRUE(set_tuning("col_max_segments", 3).is_ok());
-  EXPECT_EQ(column_knobs().max_segments, 3);
-  EXPECT_EQ(column_knobs().min_segment_rows, ColumnKnobs{}.min_segment_rows);
+  EXPECT_EQ(reduce_knobs().max_segments, 3);
+  EXPECT_EQ(reduce_knobs().min_segment_rows, ReduceKnobs{}.min_segment_rows);
+  ASSERT_TRUE(set_tuning("row_warp_max_vectors", 2048).is_ok());
+  EXPECT_EQ(reduce_knobs().row_warp_max_vectors, 2048);
   clear_tuning();
-  EXPECT_EQ(column_knobs().max_segments, ColumnKnobs{}.max_segments);
+  EXPECT_EQ(reduce_knobs().row_warp_max_vectors, ReduceKnobs{}.row_warp_max_vectors);
+  EXPECT_EQ(reduce_knobs().max_segments, ReduceKnobs{}.max_segments);
 }
 
 }  // namespace
