@@ -28,6 +28,7 @@ template <typename Acc> struct BatchNormArgs {
   const void* dy = nullptr;  // backward
   void* out = nullptr;       // y or dx
   int64_t n = 0, c = 0, s = 0, chunk = 0, chunks = 0, tiles = 0, stats_ctas = 0;
+  int64_t step_in_run = 0, step_offset = 0, wrap_offset = 0, jump_in_run = 0, jump_offset = 0;  // the plan's
   int tile_vectors = 1;
   bool channels_last = false;   // the plan's layout: where channel_shift finds K_c
   const Acc* weight = nullptr;  // null: 1
@@ -83,68 +84,90 @@ template <typename T, int VEC, typename Acc> __device__ __forceinline__ Acc elem
 // Where a CTA's vectors lie. Channels-first: the channel's n * s elements in run order, vectors
 // t, t + 256, ... of the chunk (a vector never crosses a run: s % VEC == 0 where VEC > 1).
 // Channels-last: rows r0 + t / W, r0 + t / W + 256 / W, ... at the tile's column vector t % W.
-// `offset` is the current vector's element offset in x; next() steps one vector on.
+// `offset` is the current vector's element offset in x; next() steps it on by the plan's step and
+// wrap, without a division or a multiplication (the walk's arithmetic was most of the
+// statistics pass's instructions).
 template <BatchNormLayout L, int VEC> struct ChunkWalk {
-  int64_t offset = 0, pos = 0, end = 0;
-  int64_t channel = 0;      // channels-first: the CTA's; channels-last: the thread's first
+  int64_t offset = 0;
+  int64_t in_run = 0;        // channels-first: the vector's place in its run (< s)
+  int left = 0;              // the thread's vectors in the chunk from this one on
+  int64_t channel = 0;       // channels-first: the CTA's; channels-last: the thread's first
   bool column_valid = true;  // channels-last: the thread's column holds channels
-  int64_t s = 0, run = 0, in_run = 0, run_step = 0, in_run_step = 0, run_stride = 0;  // channels-first
-  int64_t row_step = 0, offset_step = 0;                                              // channels-last
 
   template <typename Acc> __device__ ChunkWalk(const BatchNormArgs<Acc>& a, int64_t tile, int64_t k) {
     const int t = threadIdx.x;
-    end = min(a.n * a.s, (k + 1) * a.chunk);
+    if constexpr (L == BatchNormLayout::kChannelsFirst) {
+      channel = tile;
+    } else {
+      channel = (tile * a.tile_vectors + t % a.tile_vectors) * VEC;
+      column_valid = channel < a.c;
+    }
+    start_chunk(a, k);
+  }
+  // The thread's first vector of chunk k; channels-first, the caller has set in_run to its place
+  // in the run where offset is not recomputed (start_chunk(a, k, false)).
+  template <typename Acc> __device__ __forceinline__ void start_chunk(const BatchNormArgs<Acc>& a, int64_t k,
+                                                                      bool place_offset = true) {
+    const int t = threadIdx.x;
+    const int64_t end = min(a.n * a.s, (k + 1) * a.chunk);
     if constexpr (L == BatchNormLayout::kChannelsFirst) {
       constexpr int64_t kStep = int64_t(kBatchNormThreads) * VEC;
-      channel = tile;
-      s = a.s;
-      pos = k * a.chunk + int64_t(t) * VEC;
-      run = pos / s;
-      in_run = pos % s;
-      run_step = kStep / s;
-      in_run_step = kStep % s;
-      run_stride = a.c * s;
-      offset = run * run_stride + channel * s + in_run;
+      const int64_t pos = k * a.chunk + int64_t(t) * VEC;
+      left = pos < end ? static_cast<int>((end - pos + kStep - 1) / kStep) : 0;
+      if (left == 0 || !place_offset) return;  // (s may be 0)
+      in_run = pos % a.s;
+      offset = pos / a.s * (a.c * a.s) + channel * a.s + in_run;
     } else {
-      const int w = a.tile_vectors;
-      channel = (tile * w + t % w) * VEC;
-      column_valid = channel < a.c;
-      row_step = kBatchNormThreads / w;
-      pos = k * a.chunk + t / w;
-      offset = pos * a.c + channel;
-      offset_step = row_step * a.c;
+      const int row_step = kBatchNormThreads / a.tile_vectors;  // a power of two
+      const int64_t pos = k * a.chunk + t / a.tile_vectors;
+      left = column_valid && pos < end ? static_cast<int>((end - pos + row_step - 1) >> (__ffs(row_step) - 1)) : 0;
+      if (place_offset) offset = pos * a.c + channel;
     }
   }
-  __device__ __forceinline__ bool valid() const { return column_valid && pos < end; }
-  __device__ __forceinline__ void next() {
+  __device__ __forceinline__ bool valid() const { return left > 0; }
+  template <typename Acc> __device__ __forceinline__ void next(const BatchNormArgs<Acc>& a) {
+    --left;
+    offset += a.step_offset;
     if constexpr (L == BatchNormLayout::kChannelsFirst) {
-      pos += int64_t(kBatchNormThreads) * VEC;
-      run += run_step;
-      in_run += in_run_step;
-      if (in_run >= s) {
-        in_run -= s;
-        ++run;
+      in_run += a.step_in_run;
+      if (in_run >= a.s) {
+        in_run -= a.s;
+        offset += a.wrap_offset;
       }
-      offset = run * run_stride + channel * s + in_run;
-    } else {
-      pos += row_step;
-      offset += offset_step;
     }
   }
 };
 
-// A statistics thread's vectors of its tile, chunk after chunk (chunks r, r + stats_ctas, ...).
+// A statistics thread's vectors of its tile, chunk after chunk (chunks r, r + stats_ctas, ...):
+// the thread's first vector of each chunk is the plan's jump on from that of the one before.
 template <BatchNormLayout L, int VEC> struct ChunkStream {
   ChunkWalk<L, VEC> walk;
-  int64_t tile, k;
+  int64_t k;
+  int64_t start_offset, start_in_run;  // the thread's first vector of chunk k
+  bool more;                           // chunk k + stats_ctas exists (and the column holds channels)
   template <typename Acc>
-  __device__ ChunkStream(const BatchNormArgs<Acc>& a, int64_t tile_, int64_t r) : walk(a, tile_, r), tile(tile_), k(r) {}
+  __device__ ChunkStream(const BatchNormArgs<Acc>& a, int64_t tile, int64_t r)
+      : walk(a, tile, r), k(r), start_offset(walk.offset), start_in_run(walk.in_run),
+        more(walk.column_valid && r + a.stats_ctas < a.chunks) {}
   __device__ __forceinline__ bool valid() const { return walk.valid(); }
   template <typename Acc> __device__ __forceinline__ void next(const BatchNormArgs<Acc>& a) {
-    walk.next();
-    if (!walk.valid() && walk.column_valid && k + a.stats_ctas < a.chunks) {
+    walk.next(a);
+    // Only the tile's last chunk can lack a vector of this thread (every other one has 256 * VEC
+    // elements or rows at least): a thread with none in chunk r has no later chunk either.
+    if (!walk.valid() && more) {
       k += a.stats_ctas;
-      walk = ChunkWalk<L, VEC>(a, tile, k);
+      more = k + a.stats_ctas < a.chunks;
+      start_offset += a.jump_offset;
+      if constexpr (L == BatchNormLayout::kChannelsFirst) {
+        start_in_run += a.jump_in_run;
+        if (start_in_run >= a.s) {
+          start_in_run -= a.s;
+          start_offset += a.wrap_offset;
+        }
+        walk.in_run = start_in_run;
+      }
+      walk.offset = start_offset;
+      walk.start_chunk(a, k, false);
     }
   }
 };
@@ -278,7 +301,7 @@ __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_
 // K_c + mean exactly (TwoSum): x - hi is exact for x near the mean, and no shifted copy of the
 // batch stays live between the passes (that copy spilled the float64 kernel further).
 template <int M, typename Acc, class F>
-__device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, Acc shift, int valid) {
+__device__ __forceinline__ Moments<Acc> batch_moments(F f, Acc shift, int valid) {
   Acc sum = 0;
 #pragma unroll
   for (int i = 0; i < M; ++i) sum += i < valid ? f(i) - shift : Acc(0);
@@ -292,7 +315,33 @@ __device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, Acc shift, int
     const Acc d = (f(i) - hi) + lo;
     m2 += i < valid ? d * d : Acc(0);
   }
-  st = merge(st, Moments<Acc>{valid, mean, m2});
+  return {valid, mean, m2};
+}
+
+template <int M, typename Acc, class F>
+__device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, Acc shift, int valid) {
+  st = merge(st, batch_moments<M>(f, shift, valid));
+}
+
+// merge(st[j], b[j]) for every lane j where all of them hold the same count (channels-last: a
+// thread's lanes fold the same vectors) and so do all b[j]: the weights, a division and two
+// conversions, once for all lanes; each lane's arithmetic is merge's.
+template <int kLanes, typename Acc>
+__device__ __forceinline__ void merge_lanes(Moments<Acc> (&st)[kLanes], const Moments<Acc> (&b)[kLanes]) {
+  const int64_t na = st[0].n, nb = b[0].n;
+  if (nb == 0) return;
+  if (na == 0) {
+#pragma unroll
+    for (int j = 0; j < kLanes; ++j) st[j] = b[j];
+    return;
+  }
+  const int64_t n = na + nb;
+  const Acc wb = static_cast<Acc>(nb) / static_cast<Acc>(n), weight_a = static_cast<Acc>(na);
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) {
+    const Acc delta = b[j].mean - st[j].mean;
+    st[j] = {n, st[j].mean + delta * wb, st[j].m2 + b[j].m2 + delta * delta * weight_a * wb};
+  }
 }
 
 // center[j]: lane j's channel's saved mean (backward) or its shift K_c (forward: moments of x - K_c).
@@ -321,9 +370,11 @@ __device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, st
             st[0], [&](int m) { return element<T, VEC, Acc>(b.x[u0 + m / VEC], m % VEC); }, center[0], valid);
       }
   } else {
+    Moments<Acc> batch[kLanes];
 #pragma unroll
     for (int i = 0; i < VEC; ++i)
-      fold_batch<U>(st[i], [&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], b.count);
+      batch[i] = batch_moments<U>([&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], b.count);
+    merge_lanes(st, batch);
   }
 }
 
@@ -509,7 +560,7 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
         xr[u] = load_raw<T, VEC, true>(x + offset[u]);
         if constexpr (kBackward) gr[u] = load_raw<T, VEC, true>(dy + offset[u]);
       }
-      walk.next();
+      walk.next(a);
     }
     // The parameters load while the first round's vectors are on their way.
     if (!have_params) {

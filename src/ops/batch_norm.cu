@@ -79,6 +79,11 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
   a.chunks = plan.chunks;
   a.tiles = plan.tiles;
   a.stats_ctas = plan.stats_ctas;
+  a.step_in_run = plan.step_in_run;
+  a.step_offset = plan.step_offset;
+  a.wrap_offset = plan.wrap_offset;
+  a.jump_in_run = plan.jump_in_run;
+  a.jump_offset = plan.jump_offset;
   a.tile_vectors = plan.tile_vectors;
   a.channels_last = plan.layout == BatchNormLayout::kChannelsLast;  // where the forward finds its shifts K_c
   return a;

@@ -95,6 +95,23 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
     return Status::unsupported("x: " + std::to_string(p.c) + " channels of " + std::to_string(per_channel) +
                                " values need more CTAs than one launch takes");
 
+  // The places (elements or rows) a statistics thread's jump passes; none where each statistics
+  // CTA has one chunk (then jump < n * s, so no offset below can pass x's elements).
+  const int64_t jump = p.stats_ctas < p.chunks ? p.stats_ctas * p.chunk : 0;
+  if (p.layout == BatchNormLayout::kChannelsFirst) {
+    if (p.s > 0) {
+      const int64_t step = int64_t(kBatchNormThreads) * p.vec, run_stride = p.c * p.s;
+      p.step_in_run = step % p.s;
+      p.step_offset = step / p.s * run_stride + p.step_in_run;
+      p.wrap_offset = run_stride - p.s;
+      p.jump_in_run = jump % p.s;
+      p.jump_offset = jump / p.s * run_stride + p.jump_in_run;
+    }
+  } else {
+    p.step_offset = int64_t(kBatchNormThreads / p.tile_vectors) * p.c;
+    p.jump_offset = jump * p.c;
+  }
+
   const auto align16 = [](std::size_t b) { return (b + 15) / 16 * 16; };
   p.params_offset = align16(static_cast<std::size_t>(p.c * p.stats_ctas * 2) * acc_size);
   p.workspace_bytes = p.params_offset + align16(static_cast<std::size_t>(p.c * 4) * acc_size);

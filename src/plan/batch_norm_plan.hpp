@@ -52,6 +52,11 @@ struct BatchNormPlan {
   int64_t chunk = 0;            // channels-first: elements of a channel a CTA covers; channels-last: rows
   int64_t chunks = 0;           // chunks a tile (apply CTAs)
   int64_t stats_ctas = 0;       // statistics CTAs a tile
+  // The kernels' walks (batch_norm.cuh, ChunkWalk) step without dividing: what a thread's step
+  // (the CTA's 256 threads' vectors further on) and a statistics thread's jump (stats_ctas chunks
+  // further on) add to its element offset in x and, channels-first, to its place in the run (a
+  // place at or past s wraps: s less, and wrap_offset more on the offset). 0 where s is 0.
+  int64_t step_in_run = 0, step_offset = 0, wrap_offset = 0, jump_in_run = 0, jump_offset = 0;
   int64_t channel_count() const { return n * s; }  // values a channel's statistics are over
   int64_t ctas() const { return tiles * chunks; }
   int64_t stats_grid() const { return tiles * stats_ctas; }

@@ -645,26 +645,29 @@ TEST(BatchNormPlan, RandomShapesPlanWithinWhatTheKernelsTake) {
 }
 
 // batch_norm.cuh's ChunkWalk, step for step: visit(offset) for each vector thread t reads of
-// chunk k of `tile` (the apply pass's CTA; a statistics CTA walks its chunks one after another).
+// chunk k of `tile` (the apply pass's CTA; a statistics CTA walks its chunks one after another):
+// the first vector's offset by the closed form, the rest by the plan's steps and wraps.
 template <class Visit> void walk_chunk(const BatchNormPlan& p, int64_t tile, int64_t k, int t, Visit visit) {
   const int64_t end = std::min(p.n * p.s, (k + 1) * p.chunk);
   if (p.layout == BatchNormLayout::kChannelsFirst) {
-    const int64_t step = int64_t(kBatchNormThreads) * p.vec;
-    int64_t pos = k * p.chunk + int64_t(t) * p.vec, run = pos / p.s, in_run = pos % p.s;
-    for (; pos < end; pos += step) {
-      visit(run * p.c * p.s + tile * p.s + in_run);
-      run += step / p.s;
-      in_run += step % p.s;
+    int64_t pos = k * p.chunk + int64_t(t) * p.vec;
+    if (pos >= end) return;
+    int64_t in_run = pos % p.s, offset = pos / p.s * p.c * p.s + tile * p.s + in_run;
+    for (; pos < end; pos += int64_t(kBatchNormThreads) * p.vec) {
+      visit(offset);
+      offset += p.step_offset;
+      in_run += p.step_in_run;
       if (in_run >= p.s) {
         in_run -= p.s;
-        ++run;
+        offset += p.wrap_offset;
       }
     }
   } else {
     const int w = p.tile_vectors;
     const int64_t channel = (tile * w + t % w) * p.vec;
     if (channel >= p.c) return;
-    for (int64_t pos = k * p.chunk + t / w; pos < end; pos += kBatchNormThreads / w) visit(pos * p.c + channel);
+    int64_t pos = k * p.chunk + t / w, offset = pos * p.c + channel;
+    for (; pos < end; pos += kBatchNormThreads / w, offset += p.step_offset) visit(offset);
   }
 }
 
@@ -856,5 +859,134 @@ TEST(BatchNormPlan, RandomSyncWorkspacesNeverWrap) {
   }
 }
 
+// The kernels' walks (batch_norm.cuh: ChunkWalk, ChunkStream) step by the plan's step, wrap and
+// jump instead of dividing. Followed here as the statistics pass follows them (each thread of
+// statistics CTA r through chunks r, r + stats_ctas, ...), a thread must reach the vectors the
+// closed form places on its path, in the same order (the order of its fold, so of the bits), and
+// the threads together every vector of the tile exactly once.
+using Path = std::vector<int64_t>;  // element offsets in x, in the order a thread reaches them
+
+// Thread t of statistics CTA r: the closed form (what the kernels computed by division before).
+Path closed_form_path(const BatchNormPlan& p, int64_t tile, int64_t r, int t) {
+  Path out;
+  const bool first = p.layout == BatchNormLayout::kChannelsFirst;
+  const int w = p.tile_vectors;
+  const int64_t channel = first ? tile : (tile * w + t % w) * p.vec;
+  if (!first && channel >= p.c) return out;
+  const int64_t step = first ? int64_t(kBatchNormThreads) * p.vec : kBatchNormThreads / w;
+  for (int64_t k = r; k < p.chunks; k += p.stats_ctas) {
+    const int64_t end = std::min(p.n * p.s, (k + 1) * p.chunk);
+    for (int64_t pos = k * p.chunk + (first ? int64_t(t) * p.vec : t / w); pos < end; pos += step)
+      out.push_back(first ? pos / p.s * p.c * p.s + channel * p.s + pos % p.s : pos * p.c + channel);
+  }
+  return out;
+}
+
+// The same thread as the kernels walk it: the closed form once, then steps, wraps and jumps.
+Path stepped_path(const BatchNormPlan& p, int64_t tile, int64_t r, int t) {
+  Path out;
+  const bool first = p.layout == BatchNormLayout::kChannelsFirst;
+  const int w = p.tile_vectors;
+  const int64_t channel = first ? tile : (tile * w + t % w) * p.vec;
+  const bool column_valid = first || channel < p.c;
+  const int64_t place = first ? int64_t(t) * p.vec : t / w;
+  const int64_t step = first ? int64_t(kBatchNormThreads) * p.vec : kBatchNormThreads / w;
+  const auto vectors_in = [&](int64_t k) {
+    const int64_t pos = k * p.chunk + place, end = std::min(p.n * p.s, (k + 1) * p.chunk);
+    return column_valid && pos < end ? ceil_div(end - pos, step) : 0;
+  };
+  int64_t k = r, offset = 0, in_run = 0, left = vectors_in(k);
+  if (left > 0) {
+    const int64_t pos = k * p.chunk + place;
+    in_run = first ? pos % p.s : 0;
+    offset = first ? pos / p.s * (p.c * p.s) + channel * p.s + in_run : pos * p.c + channel;
+  }
+  int64_t start_offset = offset, start_in_run = in_run;
+  bool more = column_valid && k + p.stats_ctas < p.chunks;
+  while (left > 0) {
+    out.push_back(offset);
+    --left;
+    offset += p.step_offset;
+    if (first) {
+      in_run += p.step_in_run;
+      if (in_run >= p.s) {
+        in_run -= p.s;
+        offset += p.wrap_offset;
+      }
+    }
+    if (left == 0 && more) {
+      k += p.stats_ctas;
+      more = k + p.stats_ctas < p.chunks;
+      start_offset += p.jump_offset;
+      if (first) {
+        start_in_run += p.jump_in_run;
+        if (start_in_run >= p.s) {
+          start_in_run -= p.s;
+          start_offset += p.wrap_offset;
+        }
+        in_run = start_in_run;
+      }
+      offset = start_offset;
+      left = vectors_in(k);
+    }
+  }
+  return out;
+}
+
+TEST(BatchNormPlan, WalksReachEveryVectorOnceWithoutDividing) {
+  struct Case {
+    Sizes sizes;
+    bool channels_last;
+    int elem;
+    bool aligned;
+    int sms;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 7, 7}, false, 4, true, kSms},        // s = 49: runs shorter than a step
+      {{5, 2, 112, 112}, false, 4, true, kSms},    // a step within a run, wrapping now and then
+      {{3, 2, 112, 112}, false, 2, true, 7},       // few statistics CTAs: many jumps
+      {{7, 1, 3001}, false, 4, false, kSms},       // scalar vectors, one channel, odd runs
+      {{9, 3, 1030}, false, 8, true, 3},           // float64 vectors of 2
+      {{4, 2, 65536}, false, 2, true, 1},          // one statistics CTA a tile, long runs
+      {{33, 3, 5, 7}, true, 4, true, kSms},        // channels-last, 3 channels: scalar tiles
+      {{64, 96, 7, 7}, true, 2, true, kSms},       // channels-last, vectors, one tile
+      {{40, 1030, 3, 3}, true, 4, true, 5},        // channels-last, several tiles, short last tile
+      {{300, 64}, false, 4, true, kSms},           // [N, C]: channels-last rows
+      {{0, 4, 3, 3}, false, 4, true, kSms},        // empty batch
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "sizes[0..] " << c.sizes[0] << "x" << c.sizes[1] << " elem " << c.elem
+                                    << (c.channels_last ? " channels-last" : "") << " sms " << c.sms);
+    const Sizes strides = c.channels_last ? channels_last_strides(c.sizes) : contiguous_strides(c.sizes);
+    BatchNormPlan p;
+    const Status st = plan_batch_norm(static_cast<int>(c.sizes.size()), c.sizes.data(), strides.data(), c.elem,
+                                      c.elem == 8 ? 8 : 4, c.aligned, c.sms, &p);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    for (const int64_t tile : {int64_t(0), p.tiles - 1}) {
+      if (tile < 0) continue;
+      std::vector<int64_t> reached;
+      for (int64_t r = 0; r < p.stats_ctas; ++r)
+        for (int t = 0; t < kBatchNormThreads; ++t) {
+          const Path stepped = stepped_path(p, tile, r, t);
+          ASSERT_TRUE(stepped == closed_form_path(p, tile, r, t)) << "tile " << tile << " CTA " << r << " thread " << t;
+          reached.insert(reached.end(), stepped.begin(), stepped.end());
+        }
+      // Every vector of the tile: channels-first, element e of the channel in run order;
+      // channels-last, row q's column vector j.
+      std::vector<int64_t> expected;
+      if (p.layout == BatchNormLayout::kChannelsFirst) {
+        for (int64_t e = 0; e < p.n * p.s; e += p.vec) expected.push_back(e / p.s * p.c * p.s + tile * p.s + e % p.s);
+      } else {
+        for (int64_t q = 0; q < p.n * p.s; ++q)
+          for (int64_t j = tile * p.tile_vectors; j < (tile + 1) * p.tile_vectors && j * p.vec < p.c; ++j)
+            expected.push_back(q * p.c + j * p.vec);
+      }
+      std::sort(reached.begin(), reached.end());
+      std::sort(expected.begin(), expected.end());
+      EXPECT_TRUE(reached == expected) << "tile " << tile << ": " << reached.size() << " vectors reached, "
+                                       << expected.size() << " in the tile";
+    }
+  }
+}
 }  // namespace
 }  // namespace reducekit
