@@ -4,9 +4,10 @@
 
 Builds, for one column, the expression tree of merges that each way of spreading the work computes:
 one CTA per tile (parts = 1), one per (tile, group of segments) (parts = min(8, segments)) and one
-per (tile, segment) (parts = segments), with and without the two-steps-in-flight loads, and checks
-that all are the same tree (merge(identity, x) == x is the policies' contract) and that every row
-is folded exactly once. Mirrors the planner constants of src/kernels/reduce_args.hpp. No GPU needed:
+per (tile, segment) (parts = segments), with and without the two-steps-in-flight loads, in the
+usual layout (a lane down K a thread) and the wide one (thread t plays lanes t and t + 4: two
+slots, the butterfly's first step a merge of a thread's slots), and checks that all are the same tree (merge(identity, x) == x is the policies' contract) and that every row
+is folded exactly once. Mirrors the planner constants of src/plan/reduce_config.hpp. No GPU needed:
 
     python3 scripts/column_arith_check.py
 """
@@ -55,26 +56,55 @@ def butterfly(v):  # shfl_down over lanes ky * 4 + cx (width 32): lane ky reads 
     return v[0]
 
 
-def cta(k, part, parts, two_steps):
+def wide_butterfly(slots):  # slots[t] = (lane t, lane t + 4) of thread t = 0..3: lane_butterfly<P, 8, 2>
+    d = ROW_LANES // 2
+    v = [merge(slots[t][0], slots[t][1]) for t in range(d)]
+    for step in (2, 1):
+        v = [merge(v[t], v[t + step] if t + step < d else v[t]) for t in range(d)]
+    return v[0]
+
+
+def cta(k, part, parts, two_steps, wide):
+    """Group accumulators by lane (the usual layout) or by (thread, slot) (the wide one)."""
     length, segments = plan(k)
-    acc = [ID] * ROW_LANES
+    d = ROW_LANES // 2
+    acc = [[ID, ID] for _ in range(d)] if wide else [ID] * ROW_LANES
     for seg in range(part, segments, parts):
-        st = butterfly([lane_fold(ky, seg * length, min(k, seg * length + length), two_steps) for ky in range(ROW_LANES)])
-        acc = [merge(acc[ky], st) if ky == seg % GROUPS else acc[ky] for ky in range(ROW_LANES)]
+        begin, end = seg * length, min(k, seg * length + length)
+        if wide:
+            st = wide_butterfly([(lane_fold(t, begin, end, two_steps), lane_fold(t + d, begin, end, two_steps))
+                                 for t in range(d)])
+            g = seg % GROUPS
+            acc = [[merge(a[h], st) if t == g % d and h == g // d else a[h] for h in range(2)]
+                   for t, a in enumerate(acc)]
+        else:
+            st = butterfly([lane_fold(ky, begin, end, two_steps) for ky in range(ROW_LANES)])
+            acc = [merge(acc[ky], st) if ky == seg % GROUPS else acc[ky] for ky in range(ROW_LANES)]
     return acc
 
 
-def run(k, parts, two_steps):
+def published_group(acc, group, wide):  # what the CTA of part p stores: group p % 8's accumulator
+    d = ROW_LANES // 2
+    return acc[group % d][group // d] if wide else acc[group]
+
+
+def fold_parts(published, first, parts):  # fold_group_partials: parts first, first + 8, ...
+    a = ID
+    for p in range(first, parts, GROUPS):
+        a = merge(a, published[p])
+    return a
+
+
+def run(k, parts, two_steps, wide=False):
+    d = ROW_LANES // 2
     if parts == 1:
-        return butterfly(cta(k, 0, 1, two_steps))
-    published = [cta(k, p, parts, two_steps)[p % GROUPS] for p in range(parts)]
-    acc = []
-    for g in range(ROW_LANES):
-        a = ID
-        for p in range(g, parts, GROUPS):
-            a = merge(a, published[p])
-        acc.append(a)
-    return butterfly(acc)
+        acc = cta(k, 0, 1, two_steps, wide)
+        return wide_butterfly(acc) if wide else butterfly(acc)
+    published = [published_group(cta(k, p, parts, two_steps, wide), p % GROUPS, wide) for p in range(parts)]
+    if wide:
+        return wide_butterfly([(fold_parts(published, t, parts), fold_parts(published, t + d, parts))
+                               for t in range(d)])
+    return butterfly([fold_parts(published, g, parts) for g in range(ROW_LANES)])
 
 
 def rows_of(t, out):
@@ -91,14 +121,15 @@ def main():
     for k in [1, 7, 64, 65, 255, 256, 257, 300, 600, 1037, 2100, 2600, 4096, 4099, 16384, 16385, 32768, 40000, 100003]:
         _, segments = plan(k)
         ref = run(k, 1, False)
-        for two_steps in (False, True):
-            for parts in sorted({1, segments, min(GROUPS, segments)}):
-                t = run(k, parts, two_steps)
-                rows = []
-                rows_of(t, rows)
-                if t != ref or sorted(rows) != list(range(k)):
-                    bad += 1
-                    print(f"MISMATCH k={k} segments={segments} parts={parts} two_steps={two_steps}")
+        for wide in (False, True):
+            for two_steps in (False, True):
+                for parts in sorted({1, segments, min(GROUPS, segments)}):
+                    t = run(k, parts, two_steps, wide)
+                    rows = []
+                    rows_of(t, rows)
+                    if t != ref or sorted(rows) != list(range(k)):
+                        bad += 1
+                        print(f"MISMATCH k={k} segments={segments} parts={parts} two_steps={two_steps} wide={wide}")
     print("column arithmetic: every route builds the same tree" if bad == 0 else f"{bad} mismatches")
     return 1 if bad else 0
 

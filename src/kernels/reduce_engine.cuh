@@ -29,6 +29,9 @@
 // the parts: the same arithmetic every way. Short columns (K under one 64-row step, where most
 // ky lanes would sit idle) take R = 1 instead: 32 lanes across, each folding its whole column,
 // one segment, one group (the choice is a function of K, like the rest of the arithmetic).
+// The wide layout runs the same 8 lanes as 8 threads across x 4 down, thread ky playing lanes
+// ky and ky + 4 (a warp reads 128 contiguous bytes of a row, not 64): the same arithmetic, so
+// it may be chosen by the inner extent.
 //
 // Aligned and unaligned inputs differ only in how elements are loaded (one 16-byte access, or
 // for a shifted row two aligned ones shifted into place: vector_io.cuh), never in which lane
@@ -337,6 +340,13 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
 template <class P, typename T>
 constexpr bool kColumnTwoSteps = sizeof(typename P::Stat) * kVecOf<T> <= 16 && sizeof(T) == 4;
 
+// The wide layout (H = kColumnWideLanesPerThread) holds two lanes' segment and group statistics a
+// thread: only where a lane's statistics are small (sum, mean, prod, amax, amin of float32 and
+// 16-bit data, logsumexp of float32) and carry no index (argmax / argmin); the others keep H = 1,
+// which gives the same bits.
+template <class P, typename T>
+constexpr bool kColumnWideFits = sizeof(typename P::Stat) * kVecOf<T> <= 32 && !P::kIndexedChunk;
+
 // The last CTA of a split column tile: lane ky = g left-folds the partials of parts g, g + G, ...
 // (G = 8 groups, in that order) into acc. Parts p hold group p % G's fold of segments p,
 // p + parts, ..., so acc ends as the group accumulator the unsplit route holds in lane ky = g.
@@ -382,6 +392,14 @@ template <class P, int R> __device__ __forceinline__ typename P::Stat ky_butterf
   return s;
 }
 
+// The butterfly over R lanes down K of a statistic held by threads that each play two lanes, ky
+// (`lo`) and ky + R / 2 (`hi`): its first step (lanes R / 2 apart) is the merge of a thread's two,
+// lower first, the rest the butterfly over the R / 2 threads down K. Lane ky = 0 gets it.
+template <class P, int R>
+__device__ __forceinline__ typename P::Stat paired_butterfly(const typename P::Stat& lo, const typename P::Stat& hi) {
+  return ky_butterfly<P, R / 2>(P::merge(lo, hi));
+}
+
 // The arithmetic of one column (K's segments, a function of K only):
 //   seg[s]   = ky butterfly of the 8 lanes' folds of segment s (lane ky folds rows ky*8 .. ky*8+7
 //              of every 64-row step, kColumnUnroll rows per chunk)
@@ -396,15 +414,24 @@ template <class P, int R> __device__ __forceinline__ typename P::Stat ky_butterf
 // At least 2 CTAs per SM: the 16-bit Welford instantiation would otherwise take 165 registers
 // and run one CTA (8 warps) per SM, too few loads in flight. Two-step folds of 32-bit data
 // keep 3 (80 registers, no spills): at 2 they took 118, and sum/amax float32 ran slower at
-// 4096x32768 and 32768x4096 (LOG.md).
-// R: lanes down K per warp, kColumnRowLanes or 1 (short columns); G = R groups.
-template <class P, typename T, int R, bool kAligned>
-__global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2)) reduce_column_kernel(ReduceArgs a) {
+// 4096x32768 and 32768x4096 (LOG.md). The wide layout (H = 2) keeps 2 (its two slots' loads).
+// R: lanes down K of the arithmetic, kColumnRowLanes or 1 (short columns); G = R groups.
+// H: lanes down K a thread plays (1, or kColumnWideLanesPerThread for R = 8): thread ky plays
+// lanes ky and ky + D (D = R / H threads down K, 32 / D across), so a warp reads 32 / D vectors
+// of each row side by side. Everything lane v does is done by thread v % D (its statistics in
+// acc for v < D, in acc_hi for the others), and the butterfly's first step (lanes D apart)
+// merges a thread's two in the same order, so H changes no bits: the planner may pick it by the
+// inner extent.
+template <class P, typename T, int R, int H, bool kAligned>
+__global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> && H == 1 ? 3 : 2))
+    reduce_column_kernel(ReduceArgs a) {
   using Acc = typename P::Accum;
   using Stat = typename P::Stat;
-  constexpr int VEC = kVecOf<T>, U = kColumnUnroll, G = R, kLanes = 32 / R;
-  constexpr int kLanesPerCta = kReduceThreads / R;  // lanes across columns per CTA
+  constexpr int VEC = kVecOf<T>, U = kColumnUnroll, G = R, D = R / H, kLanes = 32 / D;
+  constexpr int kLanesPerCta = kReduceThreads / D;  // lanes across columns per CTA
   static_assert(R == kColumnRowLanes || R == 1, "planned layouts: kColumnRowLanes or 1 lanes down K");
+  static_assert(H == 1 || (H == kColumnWideLanesPerThread && R == kColumnRowLanes),
+                "the wide layout plays two of kColumnRowLanes lanes a thread");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cx = lane % kLanes, ky = lane / kLanes;
   const int64_t segments = a.chunks, parts = a.parts;
@@ -438,33 +465,64 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
 #pragma unroll
     for (int j = 0; j < VEC; ++j) pivot[j] = j < cl.columns ? pivot_at<P>(cl.slab + j) : Acc(0);
 
-    Stat acc[VEC];  // lane ky = g: group g's fold of the segments this CTA walked
+    // Thread ky: group ky's fold of the segments this CTA walked, and with H = 2 group ky + D's
+    // in acc_hi (arrays by name, not one indexed by slot: with H = 1 the kernel's SASS is then
+    // the same as without the wide layout).
+    constexpr int kHi = H == 2 ? VEC : 1;
+    Stat acc[VEC], acc_hi[kHi];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) acc[j] = P::identity();
+#pragma unroll
+    for (int j = 0; j < kHi; ++j) acc_hi[j] = P::identity();
     for (int64_t seg = part; seg < segments; seg += parts) {
       const int64_t begin = seg * a.chunk;
       const int64_t end = a.reduced - begin < a.chunk ? a.reduced : begin + a.chunk;
-      Stat s[VEC];
+      Stat s[VEC], s_hi[kHi];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) s[j] = P::identity();
-      cl.template fold_segment<kColumnTwoSteps<P, T>>(s, begin + ky * U, end, pivot);
-      const bool mine = ky == static_cast<int>(seg % G);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        Stat seg_stat = s[j];
-        if constexpr (R > 1) seg_stat = shfl_stat(ky_butterfly<P, R>(s[j]), cx);  // from lane ky = 0
-        const Stat merged = P::merge(acc[j], seg_stat);
-        if (mine) acc[j] = merged;
+      for (int j = 0; j < kHi; ++j) s_hi[j] = P::identity();
+      cl.template fold_segment<kColumnTwoSteps<P, T>>(s, begin + ky * U, end, pivot);
+      if constexpr (H == 1) {
+        const bool mine = ky == static_cast<int>(seg % G);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          Stat seg_stat = s[j];
+          if constexpr (R > 1) seg_stat = shfl_stat(ky_butterfly<P, R>(s[j]), cx);  // from lane ky = 0
+          const Stat merged = P::merge(acc[j], seg_stat);
+          if (mine) acc[j] = merged;
+        }
+      } else {
+        cl.template fold_segment<kColumnTwoSteps<P, T>>(s_hi, begin + (ky + D) * U, end, pivot);
+        // Group g = seg % G lives in thread g % D, in acc (g < D) or acc_hi; each is updated by a
+        // select of its own.
+        const int group = static_cast<int>(seg % G);
+        const bool mine = ky == group % D;
+        const bool lo = mine && group < D, hi = mine && group >= D;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const Stat seg_stat = shfl_stat(paired_butterfly<P, R>(s[j], s_hi[j]), cx);  // from thread ky = 0
+          const Stat merged = P::merge(acc[j], seg_stat), merged_hi = P::merge(acc_hi[j], seg_stat);
+          acc[j] = lo ? merged : acc[j];
+          acc_hi[j] = hi ? merged_hi : acc_hi[j];
+        }
       }
     }
 
     bool finish = parts == 1;
     if (parts > 1) {
       __shared__ bool last_cta;
-      if (ky == static_cast<int>(part % G))
+      const int group = static_cast<int>(part % G);  // published by thread group % D
+      if (ky == (H == 1 ? group : group % D))
 #pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          if (j < cl.columns) store_partial(partials + part * a.outer * a.inner + o * a.inner + col + j, acc[j]);
+        for (int j = 0; j < VEC; ++j) {
+          Stat* const out = partials + part * a.outer * a.inner + o * a.inner + col + j;
+          if constexpr (H == 2) {
+            if (j < cl.columns) store_partial(out, group < D ? acc[j] : acc_hi[j]);
+          } else {
+            if (j < cl.columns) store_partial(out, acc[j]);  // a copy of acc[j] first reordered the fold (SASS)
+          }
+        }
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) last_cta = atomicAdd(a.tickets + slice, 1u) == static_cast<unsigned>(parts - 1);
@@ -472,7 +530,10 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
       finish = last_cta;
       if (finish) {
         __threadfence();
-        fold_group_partials<P, T, G>(acc, partials + o * a.inner + col, a.outer * a.inner, parts, cl.columns, ky);
+        const Stat* column_parts = partials + o * a.inner + col;
+        fold_group_partials<P, T, G>(acc, column_parts, a.outer * a.inner, parts, cl.columns, ky);
+        if constexpr (H == 2)
+          fold_group_partials<P, T, G>(acc_hi, column_parts, a.outer * a.inner, parts, cl.columns, ky + D);
         if (threadIdx.x == 0) a.tickets[slice] = 0;
       }
       __syncthreads();  // last_cta is rewritten by the next item
@@ -480,7 +541,9 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> ? 3 : 2
     if (finish) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const Stat r = ky_butterfly<P, R>(acc[j]);
+        Stat r;
+        if constexpr (H == 2) r = paired_butterfly<P, R>(acc[j], acc_hi[j]);
+        else r = ky_butterfly<P, R>(acc[j]);
         if (ky == 0 && j < cl.columns) P::finalize(r, pivot[j], a.reduced, a.outs, o * a.inner + col + j);
       }
     }

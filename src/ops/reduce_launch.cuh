@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/reduce_engine.cuh"
@@ -48,10 +49,22 @@ template <class P, typename T, bool kAligned> Status launch_policy_aligned(const
       reduce_row_block_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_row_block_kernel");
     case ReduceKernel::kColumn:
-      if (c.column_row_lanes == 1)
-        reduce_column_kernel<P, T, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
-      else
-        reduce_column_kernel<P, T, kColumnRowLanes, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
+      if (c.column_row_lanes == 1) {
+        reduce_column_kernel<P, T, 1, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
+        return reduce_launch_status("reduce_column_kernel");
+      }
+      if constexpr (kColumnWideFits<P, T>) {
+        if (c.column_wide && (kAligned || !c.column_wide_aligned_only)) {
+          // Twice the columns a CTA: half the plan's tiles (and tickets), the same bits.
+          ReduceArgs wide = l.args;
+          wide.tiles = (c.tiles + kColumnWideLanesPerThread - 1) / kColumnWideLanesPerThread;
+          const auto wide_grid = static_cast<unsigned>(std::min(wide.outer * wide.tiles * c.parts, kMaxGrid));
+          reduce_column_kernel<P, T, kColumnRowLanes, kColumnWideLanesPerThread, kAligned>
+              <<<wide_grid, kReduceThreads, 0, stream>>>(wide);
+          return reduce_launch_status("reduce_column_kernel");
+        }
+      }
+      reduce_column_kernel<P, T, kColumnRowLanes, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
       return reduce_launch_status("reduce_column_kernel");
     case ReduceKernel::kAll:
       reduce_all_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);

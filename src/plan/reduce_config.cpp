@@ -66,6 +66,10 @@ void plan_column(const ReductionPlan& p, const ReduceKnobs& knobs, ReduceConfig*
     c->parts = 1;
   }
   c->grid = slices * c->parts;
+  const bool shipped = knobs.wide_from_columns == kColumnWideShipped;
+  const int64_t wide_from = shipped ? (c->vec == 4 ? kColumnWideFromColumns : 0) : knobs.wide_from_columns;
+  c->column_wide = c->column_row_lanes == kColumnRowLanes && wide_from > 0 && p.inner >= wide_from;
+  c->column_wide_aligned_only = shipped;
   if (c->split()) {
     c->tickets = slices;
     c->partials = c->parts * p.outer * p.inner;
@@ -104,6 +108,7 @@ ReduceKnobs reduce_knobs() {
   if (const auto v = tuning("col_max_segments")) k.max_segments = *v;
   if (const auto v = tuning("col_split_below_vectors")) k.split_below_vectors = *v;
   if (const auto v = tuning("col_groups_below_ctas")) k.groups_below_ctas = *v;
+  if (const auto v = tuning("col_wide_from_columns")) k.wide_from_columns = *v;
   return k;
 }
 

@@ -27,6 +27,11 @@ constexpr int kColumnUnroll = 8;         // ... rows each lane loads per step
 // idle (16 x 2^20 sum float32 ran at half torch's speed, LOG.md), so a warp is 32 lanes
 // across x 1 down instead, each lane folding its whole column.
 constexpr int64_t kColumnShortBelowRows = int64_t(kColumnRowLanes) * kColumnUnroll;
+// The wide column layout (ReduceConfig::column_wide): a thread plays this many of the
+// kColumnRowLanes lanes down K, so a warp is 8 threads across x 4 down, the same arithmetic.
+constexpr int kColumnWideLanesPerThread = 2;
+constexpr int64_t kColumnWideShipped = -1;
+constexpr int64_t kColumnWideFromColumns = 4096;
 constexpr int64_t kColumnMaxSegments = 64;
 constexpr int64_t kColumnMinSegmentRows = 256;  // 4 steps a lane: the segment's butterfly is paid per 32 rows at most
 constexpr int kColumnGroups = kColumnRowLanes;   // segments s = g, g + 8, ... fold into group g (lane ky = g)
@@ -64,6 +69,9 @@ struct ReduceConfig {
   int64_t tiles = 0;        // kColumn: CTAs across one outer slice of the inner extent
   int column_row_lanes = 0; // kColumn: lanes down K per warp (32 / this across): kColumnRowLanes,
                             // or 1 for short columns (K < kColumnShortBelowRows)
+  bool column_wide = false; // kColumn: the launcher runs the wide layout where the statistic fits it
+  bool column_wide_aligned_only = false;  // ... and, where set, where the rows are 16-byte aligned
+                            // (kColumnWideLanesPerThread lanes a thread, ceil(tiles / 2) tiles; the same bits)
   int64_t grid = 0;         // CTAs to launch
   int64_t tickets = 0;      // completion counters in the workspace
   int64_t partials = 0;     // partial statistics in the workspace
@@ -78,13 +86,19 @@ struct ReduceConfig {
 // of the row length, like the rest of a row's arithmetic, which it changes). The column path's
 // (col_*): min_segment_rows and max_segments change the arithmetic (segment length is part of
 // it; still a function of K only, so deterministic and batch-invariant within one setting); the
-// other two only spread work.
+// others only spread work.
 struct ReduceKnobs {
   int64_t row_warp_max_vectors = kRowWarpMaxVectors;       // row_warp_max_vectors
   int64_t min_segment_rows = kColumnMinSegmentRows;        // col_min_segment_rows (x 64)
   int64_t max_segments = kColumnMaxSegments;               // col_max_segments
   int64_t split_below_vectors = kColumnSplitBelowVectors;  // col_split_below_vectors
   int64_t groups_below_ctas = kColumnGroupsBelowCtas;      // col_groups_below_ctas
+  // Inner extents of at least this many columns run the wide layout, any dtype and alignment (0:
+  // never). kColumnWideShipped: the shipped rule, float32 rows on 16-byte boundaries from
+  // kColumnWideFromColumns columns (it changes no bits, so it may go by all three): those gained
+  // 4-16% (sum, mean, amax, logsumexp at 4096 x 4096-32768, 32768x4096, 256x262144); 16-bit,
+  // shifted rows (-10..-19%) and 1024 columns or fewer lost (LOG.md).
+  int64_t wide_from_columns = kColumnWideShipped;          // col_wide_from_columns
 };
 // The shipped knobs with the overrides set now.
 ReduceKnobs reduce_knobs();

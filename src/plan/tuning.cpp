@@ -34,7 +34,8 @@ constexpr const char* kNames[] = {
     "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes",
     // reduce engine (ReduceKnobs): the row path, the column path
     "row_warp_max_vectors",
-    "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas"};
+    "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas",
+    "col_wide_from_columns"};
 
 std::mutex mutex;
 std::map<std::string, int64_t> overrides;

@@ -141,6 +141,49 @@ TEST(ReduceConfig, ColumnSegmentKnobsBoundTheSegments) {
   EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 128), 4, knobs).chunks, 1) << "at least one segment";
 }
 
+// The wide layout goes by the inner extent, dtype and alignment (it changes no bits), only where
+// the arithmetic has kColumnRowLanes lanes down K. Shipped: float32 from kColumnWideFromColumns
+// columns, aligned rows only (the launcher); an explicit knob: any dtype and alignment. GPU test
+// WideColumnLayoutGivesTheSameBits runs these problems.
+TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
+  ReduceKnobs knobs;
+  const ReduceConfig shipped = plan_reduce_kernel(column(1, 2600, 20000), 4, knobs);
+  EXPECT_TRUE(shipped.column_wide) << "float32, 20000 columns";
+  EXPECT_TRUE(shipped.column_wide_aligned_only);
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "16-bit: not shipped";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 8, knobs).column_wide) << "float64: not shipped";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, kColumnWideFromColumns - 1), 4, knobs).column_wide);
+  EXPECT_TRUE(plan_reduce_kernel(column(1, 2600, kColumnWideFromColumns), 4, knobs).column_wide);
+  knobs.wide_from_columns = 0;
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 4, knobs).column_wide) << "0: never";
+  knobs.wide_from_columns = 1;
+  EXPECT_TRUE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "forced: any dtype";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide_aligned_only);
+  // Every way of spreading the work: one CTA per tile, per (tile, group), per (tile, segment).
+  const std::pair<ReductionPlan, int64_t> problems[] = {{column(128, 70, 512), 1}, {column(1, 2600, 20000), 8},
+                                                        {column(1, 4096, 130), 16}, {column(1, 700, 4099), 3},
+                                                        {column(37, 1000, 300), 4}};
+  for (const auto& [p, parts] : problems) {
+    const ReduceConfig c = plan_reduce_kernel(p, 4, knobs);
+    EXPECT_TRUE(c.column_wide) << "k=" << p.reduced << " inner=" << p.inner;
+    EXPECT_EQ(c.column_row_lanes, kColumnRowLanes);
+    EXPECT_EQ(c.parts, parts) << "k=" << p.reduced << " inner=" << p.inner;
+  }
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 40, 20000), 4, knobs).column_wide) << "short columns keep one lane";
+  knobs.wide_from_columns = 4096;
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 4095), 4, knobs).column_wide);
+  const ReduceConfig wide = plan_reduce_kernel(column(1, 2600, 4096), 4, knobs);
+  ReduceKnobs off;
+  off.wide_from_columns = 0;
+  const ReduceConfig narrow = plan_reduce_kernel(column(1, 2600, 4096), 4, off);
+  EXPECT_FALSE(narrow.column_wide);
+  EXPECT_TRUE(wide.column_wide);
+  EXPECT_EQ(wide.chunk, narrow.chunk) << "the same segments";
+  EXPECT_EQ(wide.chunks, narrow.chunks);
+  EXPECT_EQ(wide.parts, narrow.parts);
+  EXPECT_EQ(wide.workspace_bytes, narrow.workspace_bytes) << "the launcher uses half the tiles' tickets";
+}
+
 TEST(ReduceConfig, ShortColumnsTakeOneLaneEach) {
   // K below one step of the 8-lanes-down layout: 32 lanes across, one lane folds a whole column,
   // one segment, nothing split, whatever the number of columns.

@@ -699,6 +699,38 @@ TEST_F(ReduceGpu, ColumnsAreBatchInvariantAcrossEveryWorkSplit) {
   expect_deterministic_and_invariant(x, 1, outer * n, parts);
 }
 
+// The wide column layout (ReduceConfig::column_wide, forced by its knob) changes no bits: every
+// op over columns run one CTA per tile (a middle dim of 70 over 128 x 512), per group of segments
+// (20000 columns), per segment (130 and 4099 columns, the latter unaligned and not a whole number
+// of wide tiles) and another middle dim, in float32 and bfloat16 (ops whose statistics do not fit
+// the wide layout run the usual kernel either way). Planner test ColumnWideLayoutByTheInnerExtent:
+// these problems plan it, each way.
+template <typename T> void expect_wide_columns_same_bits() {
+  for (const Case& c : {Case{Layout{{128, 70, 512}}, false, {1}, false, "randn"}, columns(2600, 20000),
+                        columns(4096, 130), columns(700, 4099, "special", 0, 1),
+                        Case{Layout{{37, 1000, 300}}, false, {1}, false, "randn"}}) {
+    SCOPED_TRACE(describe(c));
+    const std::vector<double> logical = make_logical<T>(reference::numel(c.layout.shape), c.values, 8);
+    const DeviceBuffer buf(physical_image<T>(logical, c.layout));
+    const TensorView x = device_view(buf.get(), dtype_of<T>(), c.layout);
+    for (ReduceOp op : kAllOps) {
+      SCOPED_TRACE(reduce_op_name(op));
+      std::vector<unsigned char> narrow;
+      {
+        const ScopedTuning never("col_wide_from_columns", 0);
+        narrow = output_bits<T>(op, x, dim_list(c));
+      }
+      const ScopedTuning wide("col_wide_from_columns", 1);
+      EXPECT_EQ(output_bits<T>(op, x, dim_list(c)), narrow) << "the wide layout changed the bits";
+    }
+  }
+}
+
+TEST_F(ReduceGpu, WideColumnLayoutGivesTheSameBits) {
+  expect_wide_columns_same_bits<float>();
+  expect_wide_columns_same_bits<__nv_bfloat16>();
+}
+
 TEST_F(ReduceGpu, TicketsApartFromTheWorkspace) {
   // Workspace::tickets: one zeroed ticket buffer serves call after call (the PyTorch layer keeps
   // one per stream); results equal the plain workspace's bit for bit and the tickets stay zero.
