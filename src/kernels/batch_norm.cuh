@@ -233,13 +233,9 @@ template <class Slot> __device__ __forceinline__ void merge_rows(Slot* s, int ro
   __syncthreads();
 }
 
-// The values of a channel that statistics CTA r of its tile folded: chunks r, r + stats_ctas, ...,
-// all whole but the tile's last.
+// The values of a channel that statistics CTA r of its tile folded (batch_norm_stats_values).
 template <typename Acc> __device__ __forceinline__ int64_t stats_cta_count(const BatchNormArgs<Acc>& a, int64_t r) {
-  if (r >= a.chunks) return 0;
-  const int64_t taken = (a.chunks - r + a.stats_ctas - 1) / a.stats_ctas;
-  const int64_t short_by = (a.chunks - 1) % a.stats_ctas == r ? a.chunks * a.chunk - a.n * a.s : 0;
-  return taken * a.chunk - short_by;
+  return batch_norm_stats_values(a.chunks, a.stats_ctas, a.chunk, a.n * a.s, r);
 }
 
 // The forward's shift K_c of channel ch: its element (n = 0, c, spatial 0), at ch * s

@@ -108,6 +108,17 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
 Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, int elem_size, int acc_size,
                        bool base_aligned16, int sm_count, BatchNormPlan* plan);
 
+// The values of a channel that statistics CTA r of its tile folds: chunks r, r + stats_ctas, ...
+// of `chunk` values each, all whole but the tile's last (a channel holds `values` of them). The
+// finalize pass weighs CTA r's partial by it.
+constexpr int64_t batch_norm_stats_values(int64_t chunks, int64_t stats_ctas, int64_t chunk, int64_t values,
+                                          int64_t r) {
+  if (r >= chunks) return 0;
+  const int64_t taken = (chunks - r + stats_ctas - 1) / stats_ctas;
+  const int64_t short_by = (chunks - 1) % stats_ctas == r ? chunks * chunk - values : 0;
+  return taken * chunk - short_by;
+}
+
 // Inference over channels-first x as one flat array of 16-byte vectors (batch_norm.cuh's flat
 // kernel) rather than plane by plane: planes of at least a vector that are not whole vectors (the
 // chunked kernel reads those an element at a time) or take at most kBatchNormFlatMaxPlaneBytes;

@@ -480,13 +480,9 @@ int64_t random_dim(std::mt19937_64& rng) {
   return (int64_t(1) << (16 + rng() % 25)) + static_cast<int64_t>(rng() % 5) - 2;
 }
 
-// batch_norm.cuh's stats_cta_count: the values statistics CTA r of a tile folds, by which the
-// finalize pass weighs its partial.
+// The values statistics CTA r of a tile folds, as the kernels weigh its partial.
 int64_t stats_values(const BatchNormPlan& p, int64_t r) {
-  if (r >= p.chunks) return 0;
-  const int64_t taken = (p.chunks - r + p.stats_ctas - 1) / p.stats_ctas;
-  const int64_t short_by = (p.chunks - 1) % p.stats_ctas == r ? p.chunks * p.chunk - p.n * p.s : 0;
-  return taken * p.chunk - short_by;
+  return batch_norm_stats_values(p.chunks, p.stats_ctas, p.chunk, p.n * p.s, r);
 }
 
 std::string shape_text(const Sizes& sizes) {
