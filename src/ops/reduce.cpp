@@ -142,12 +142,6 @@ Status check_disjoint(const TensorView& out, const char* out_name, const TensorV
   return Status::ok();
 }
 
-bool aligned_for(const TensorView& x, const ReductionPlan& p, int vec) {
-  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0) return false;
-  if (p.outer > 1 && p.outer_stride % vec != 0) return false;
-  return p.kind != ReductionKind::kColumn || p.reduced_stride % vec == 0;
-}
-
 ReduceMode mode_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return ReduceMode::kSum;
@@ -242,7 +236,7 @@ Status reduce(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, doub
   a.inner = p.inner;
   a.outer_stride = p.outer_stride;
   a.reduced_stride = p.reduced_stride;
-  a.aligned = aligned_for(x, p, c.vec);
+  a.aligned = c.aligned;
   a.outs.out = out.data;
   a.outs.out_type = out.dtype;
   a.outs.mean_out = reduce_op_has_mean_output(op) ? mean_out.data : nullptr;

@@ -54,7 +54,7 @@ template <class P, typename T, bool kAligned> Status launch_policy_aligned(const
         return reduce_launch_status("reduce_column_kernel");
       }
       if constexpr (kColumnWideFits<P, T>) {
-        if (c.column_wide && (kAligned || !c.column_wide_aligned_only)) {
+        if (c.column_wide) {
           // Twice the columns a CTA: half the plan's tiles (and tickets), the same bits.
           ReduceArgs wide = l.args;
           wide.tiles = (c.tiles + kColumnWideLanesPerThread - 1) / kColumnWideLanesPerThread;

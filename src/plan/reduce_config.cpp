@@ -14,6 +14,13 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// Every run the kernels read (a row; a column slab's row of N) starts on a 16-byte boundary.
+bool runs_aligned(const ReductionPlan& p, int vec) {
+  if (!p.base_aligned) return false;
+  if (p.outer > 1 && p.outer_stride % vec != 0) return false;
+  return p.kind != ReductionKind::kColumn || p.reduced_stride % vec == 0;
+}
+
 int pow2_at_least(int64_t v) {
   int p = 1;
   while (p < v) p *= 2;
@@ -67,9 +74,9 @@ void plan_column(const ReductionPlan& p, const ReduceKnobs& knobs, ReduceConfig*
   }
   c->grid = slices * c->parts;
   const bool shipped = knobs.wide_from_columns == kColumnWideShipped;
-  const int64_t wide_from = shipped ? (c->vec == 4 ? kColumnWideFromColumns : 0) : knobs.wide_from_columns;
+  const int64_t wide_from =
+      shipped ? (c->vec == 4 && c->aligned ? kColumnWideFromColumns : 0) : knobs.wide_from_columns;
   c->column_wide = c->column_row_lanes == kColumnRowLanes && wide_from > 0 && p.inner >= wide_from;
-  c->column_wide_aligned_only = shipped;
   if (c->split()) {
     c->tickets = slices;
     c->partials = c->parts * p.outer * p.inner;
@@ -115,6 +122,7 @@ ReduceKnobs reduce_knobs() {
 ReduceConfig plan_reduce_kernel(const ReductionPlan& plan, int elem_bytes, const ReduceKnobs& knobs) {
   ReduceConfig c;
   c.vec = 16 / elem_bytes;
+  c.aligned = runs_aligned(plan, c.vec);
   if (plan.out_numel == 0 || plan.outer == 0) return c;  // kNothing
   if (plan.reduced == 0) {
     c.kernel = ReduceKernel::kFill;

@@ -69,8 +69,9 @@ struct ReduceConfig {
   int64_t tiles = 0;        // kColumn: CTAs across one outer slice of the inner extent
   int column_row_lanes = 0; // kColumn: lanes down K per warp (32 / this across): kColumnRowLanes,
                             // or 1 for short columns (K < kColumnShortBelowRows)
+  bool aligned = false;     // every run of x starts on a 16-byte boundary: whole-vector loads only
+                            // (else each run loads as its own alignment allows; the same bits)
   bool column_wide = false; // kColumn: the launcher runs the wide layout where the statistic fits it
-  bool column_wide_aligned_only = false;  // ... and, where set, where the rows are 16-byte aligned
                             // (kColumnWideLanesPerThread lanes a thread, ceil(tiles / 2) tiles; the same bits)
   int64_t grid = 0;         // CTAs to launch
   int64_t tickets = 0;      // completion counters in the workspace

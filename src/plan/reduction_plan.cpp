@@ -3,6 +3,7 @@
 #include "plan/reduction_plan.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -152,6 +153,7 @@ Status plan_reduction(const TensorView& x, const ReduceDims& dims, bool keepdim,
   REDUCEKIT_RETURN_IF_ERROR(validate_view(x));
 
   ReductionPlan p;
+  p.base_aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   if (dims.all) {
     for (int d = 0; d < x.rank; ++d) p.reduced_mask[d] = true;
   } else {

@@ -120,6 +120,9 @@ struct ReductionPlan {
   int64_t outer_stride = 0;
   int64_t reduced_stride = 1;
   int64_t inner_stride = 1;
+  // x's first element lies on a 16-byte boundary; with the strides above it says which runs may
+  // load as whole vectors (plan_reduce_kernel).
+  bool base_aligned = true;
 
   // The output: x's shape without the reduced dims (keepdim: with them as size 1), written densely.
   int out_rank = 0;

@@ -143,13 +143,16 @@ TEST(ReduceConfig, ColumnSegmentKnobsBoundTheSegments) {
 
 // The wide layout goes by the inner extent, dtype and alignment (it changes no bits), only where
 // the arithmetic has kColumnRowLanes lanes down K. Shipped: float32 from kColumnWideFromColumns
-// columns, aligned rows only (the launcher); an explicit knob: any dtype and alignment. GPU test
+// columns, aligned rows only; an explicit knob: any dtype and alignment. GPU test
 // WideColumnLayoutGivesTheSameBits runs these problems.
 TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   ReduceKnobs knobs;
   const ReduceConfig shipped = plan_reduce_kernel(column(1, 2600, 20000), 4, knobs);
   EXPECT_TRUE(shipped.column_wide) << "float32, 20000 columns";
-  EXPECT_TRUE(shipped.column_wide_aligned_only);
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20001), 4, knobs).column_wide) << "shifted rows: not shipped";
+  ReductionPlan shifted_base = column(1, 2600, 20000);
+  shifted_base.base_aligned = false;
+  EXPECT_FALSE(plan_reduce_kernel(shifted_base, 4, knobs).column_wide) << "a shifted start: not shipped";
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "16-bit: not shipped";
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 8, knobs).column_wide) << "float64: not shipped";
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, kColumnWideFromColumns - 1), 4, knobs).column_wide);
@@ -158,7 +161,7 @@ TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 4, knobs).column_wide) << "0: never";
   knobs.wide_from_columns = 1;
   EXPECT_TRUE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "forced: any dtype";
-  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide_aligned_only);
+  EXPECT_TRUE(plan_reduce_kernel(shifted_base, 4, knobs).column_wide) << "forced: any alignment";
   // Every way of spreading the work: one CTA per tile, per (tile, group), per (tile, segment).
   const std::pair<ReductionPlan, int64_t> problems[] = {{column(128, 70, 512), 1}, {column(1, 2600, 20000), 8},
                                                         {column(1, 4096, 130), 16}, {column(1, 700, 4099), 3},
@@ -182,6 +185,22 @@ TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   EXPECT_EQ(wide.chunks, narrow.chunks);
   EXPECT_EQ(wide.parts, narrow.parts);
   EXPECT_EQ(wide.workspace_bytes, narrow.workspace_bytes) << "the launcher uses half the tiles' tickets";
+}
+
+// Whole-vector loads only where every run starts on a 16-byte boundary: the base pointer, the
+// stride between rows (outer) and, for columns, between the rows of a slab (reduced).
+TEST(ReduceConfig, AlignedWhereEveryRunStartsOnAVector) {
+  EXPECT_TRUE(plan_reduce_kernel(row(64, 4096), 4).aligned);
+  EXPECT_FALSE(plan_reduce_kernel(row(64, 4097), 4).aligned) << "rows shifted by one element";
+  EXPECT_TRUE(plan_reduce_kernel(row(1, 4097), 4).aligned) << "one row: its start alone";
+  EXPECT_TRUE(plan_reduce_kernel(row(64, 4100), 4).aligned) << "4 floats a vector";
+  EXPECT_FALSE(plan_reduce_kernel(row(64, 4100), 2).aligned) << "8 halves a vector";
+  EXPECT_TRUE(plan_reduce_kernel(column(3, 5, 64), 2).aligned);
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 5, 60), 2).aligned) << "the slab's rows shifted";
+  EXPECT_TRUE(plan_reduce_kernel(all(1001), 4).aligned);
+  ReductionPlan offset = row(64, 4096);
+  offset.base_aligned = false;
+  EXPECT_FALSE(plan_reduce_kernel(offset, 4).aligned) << "x starts inside a vector";
 }
 
 TEST(ReduceConfig, ShortColumnsTakeOneLaneEach) {

@@ -260,6 +260,18 @@ TEST(PlanReduction, Contiguous1dIsAll) {
   EXPECT_EQ(permutation(p, 1), std::vector<int>({0}));
 }
 
+// Where x starts decides which runs may load as whole vectors (plan_reduce_kernel's `aligned`).
+TEST(PlanReduction, BaseAlignedFollowsTheFirstElement) {
+  alignas(16) static float storage[8];
+  TensorView x = dense({2, 3});
+  x.data = storage;
+  EXPECT_TRUE(plan_ok(x, ReduceDims::of({1})).base_aligned);
+  x.data = storage + 1;
+  EXPECT_FALSE(plan_ok(x, ReduceDims::of({1})).base_aligned);
+  x.data = storage + 4;
+  EXPECT_TRUE(plan_ok(x, ReduceDims::of({0})).base_aligned);
+}
+
 TEST(PlanReduction, Contiguous2dLastDimIsRow) {
   const ReductionPlan p = plan_ok(dense({4, 8}), ReduceDims::of({1}));
   expect_problem(p, ReductionKind::kRow, 4, 8, 1, 8, 1, 1, false);
