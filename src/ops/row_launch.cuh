@@ -308,9 +308,9 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     return launch_status("row_warp_kernel");
   }
   if (c.kind == RowKernelKind::kStaged) {
-    // Any alignment: kAligned changes nothing here. Only 16-bit one-input two-phase ops (the
-    // softmax forwards) are planned staged (staged_bands_for).
-    if constexpr (sizeof(T) == 2 && sizeof...(Extra) == 0 && Op::kInputs == 1 && kernels::IsTwoPhase<Op>::value) {
+    // Any alignment: kAligned changes nothing here. Only one-input two-phase ops of 16-bit and
+    // float32 rows (the softmax forwards) are planned staged (staged_bands_for).
+    if constexpr (sizeof(T) <= 4 && sizeof...(Extra) == 0 && Op::kInputs == 1 && kernels::IsTwoPhase<Op>::value) {
       if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
       if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
         return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
@@ -318,7 +318,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                                                       : kernels::row_staged_kernel<T, Op, kStagedThreads>;
       return launch_blocks(kernel, args.rows * c.cluster, c, stream, "row_staged_kernel", args);
     } else {
-      return Status::unsupported("row plan: staged rows are planned for 16-bit softmax forwards only");
+      return Status::unsupported("row plan: staged rows are planned for 16-bit and float32 softmax forwards only");
     }
   }
   constexpr int kAccWords = sizeof(kernels::acc_t<T>) / sizeof(float);

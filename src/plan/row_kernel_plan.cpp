@@ -406,10 +406,10 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
     // rows of whole vectors run faster on the register rows (LOG.md).
     return {{{110 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}, {}, {}}};
   }
-  if (family != RowFamily::kRowwise || elem_bytes != 2) return {};
+  if (family != RowFamily::kRowwise || (elem_bytes != 2 && elem_bytes != 4)) return {};
   // 16-bit softmax / log_softmax rows (LOG.md), other rows as the held and re-read
   // plans take them:
-  return {{
+  std::array<StagedBand, kMaxStagedBands> bands = {{
       // 16-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows by 4-51% (log_softmax
       // 4096x11008 +31%); at 48 KiB they were mixed (-3% / +6%), at 16 KiB and below they lost;
       {16 * KiB, 40 * KiB, kStagedSmallThreads, 40 * KiB},
@@ -420,6 +420,11 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
       // columns by 6-8%); two 64 KiB shares lost to them at 128 KiB (1-5%).
       {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
   }};
+  // float32: the same bands for ragged lengths, where the register rows' shifted vectors select
+  // their words by a run-time shift; rows of whole vectors stay on the register rows.
+  if (elem_bytes == 4)
+    for (StagedBand& band : bands) band.ragged_lengths_only = true;
+  return bands;
 }
 
 std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands(bool step) {

@@ -195,10 +195,10 @@ TEST_F(SoftmaxGpu, RingKernelLoopsOverManyRows) {
   check_against_oracle<__half>(Op::kLogSoftmaxBackward, {3000, 2045, 2048, 0}, "randn", 24);
 }
 
-// Staged rows (row_staged.cuh: 16-bit rows in shared memory, one 256-thread CTA a row at 24-40
-// KiB, one 512-thread CTA at 64-110 KiB, clusters of 2 to 8 shares past 128 KiB) at every
-// element offset, with -inf / NaN rows and large values; few rows, so the test also runs under
-// compute-sanitizer.
+// Staged rows (row_staged.cuh: 16-bit rows and float32 rows of ragged length in shared memory,
+// one 256-thread CTA a row at 16-40 KiB, one 512-thread CTA at 64-110 KiB, clusters of 2 to 8
+// shares past 128 KiB) at every element offset, with -inf / NaN rows and large values; few rows,
+// so the test also runs under compute-sanitizer.
 TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
   for (int64_t offset = 0; offset < 8; ++offset) {
     const auto seed = static_cast<uint32_t>(offset);
@@ -215,6 +215,12 @@ TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
     const Op op = offset % 2 ? Op::kSoftmax : Op::kLogSoftmax;
     check_against_oracle<__nv_bfloat16>(op, {2, cols, cols + 3 * offset, offset}, offset % 3 ? "randn" : "special",
                                         100 + seed);
+    // float32 rows of ragged length, in the same bands: a 256-thread CTA, a 512-thread CTA,
+    // clusters of 2 and 5.
+    const int64_t float_cols[] = {8191, 20483, 50257, 128257};
+    const int64_t fcols = float_cols[offset % 4] + 4 * (offset / 4);
+    check_against_oracle<float>(offset % 4 < 2 ? Op::kSoftmax : Op::kLogSoftmax, {2, fcols, fcols + offset, offset},
+                                offset % 2 ? "randn" : "special", 120 + seed);
   }
 }
 
@@ -225,6 +231,8 @@ TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
 // lengths, a stream length, odd strides and offsets, -inf / NaN rows, both backward ops.
 TEST_F(SoftmaxGpu, RereadRows) {
   const ScopedTuning reread("reread_above_words", 16);
+  // The staged bands come first (16-bit rows, and float32 rows of ragged length): off here.
+  const ScopedTuning band0("staged0_threads", 0), band1("staged1_threads", 0), band2("staged2_threads", 0);
   for (const int64_t small : {int64_t(1) << 30, int64_t(0)}) {  // tiles of 16 words, then of one vector
     SCOPED_TRACE(testing::Message() << "small tiles " << small);
     const ScopedTuning small_tiles("reread_small_tiles_from_bytes", small);
