@@ -4,13 +4,14 @@
 // (cross_entropy_staged_kernel), which can write the gradient in the same pass.
 //
 // Forward: each thread folds its 16-byte vectors of the row (vectors tid, tid + threads, ...,
-// kCrossEntropyUnroll loads in flight) into softmax's (max, sum of exp) statistic and, with label
+// kCrossEntropyUnroll loads in flight, the next step's beside) into softmax's (max, sum of exp) statistic and, with label
 // smoothing, into sum_j w[j] z[j]; the CTA merges them in a fixed order (butterflies, then the
 // warps in order: block_butterfly_reduce), and thread 0 writes the row's loss and logsumexp. Backward: each
 // element's gradient from its row's saved logsumexp, target and upstream gradient; no reduction.
 // Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh; float32 rows a launch
-// per shift class, the shift a compile-time constant); the thread-to-element layout depends on
-// the row length alone, so a row's results do not depend on the batch or the alignment.
+// per shift class, the shift a compile-time constant: each vector's own bytes as aligned pieces);
+// the thread-to-element layout depends on the row length alone, so a row's results do not
+// depend on the batch or the alignment.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ namespace reducekit::kernels {
 
 constexpr int kCrossEntropyThreads = 256;
 constexpr int kCrossEntropyUnroll = 4;
+constexpr int kGradientShiftedUnroll = 3;
 
 template <typename T> struct CrossEntropyArgs {
   using Acc = acc_t<T>;
@@ -61,10 +63,9 @@ __device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int6
       return load_vector16<T, VEC>(row, e0, len);
     } else if constexpr (kShift == 0) {
       return load_aligned16(row + e0);
-    } else if (e0 >= VEC && e0 + 2 * VEC - kShift / static_cast<int>(sizeof(T)) <= len) {
-      // Both granules inside the row; the shift a constant, funnel16 is word moves for float32.
-      const char* granule = reinterpret_cast<const char*>(row + e0) - kShift;
-      return funnel16(load_aligned16(granule), load_aligned16(granule + 16), kShift);
+    } else {
+      // The shift a constant: the vector's own words, as aligned pieces.
+      return load_pieces<kShift>(reinterpret_cast<const char*>(row + e0) - kShift);
     }
   }
   T part[VEC];
@@ -90,13 +91,13 @@ __device__ __forceinline__ void values_of(const Bytes16& b, int64_t v, int64_t l
   }
 }
 
-// The kCrossEntropyUnroll vectors a thread takes in one step: v0, v0 + threads, ...
-template <typename T> struct VectorBatch {
+// The U vectors a thread takes in one step: v0, v0 + threads, ...
+template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
   static constexpr int VEC = 16 / sizeof(T);
-  Bytes16 raw[kCrossEntropyUnroll];
+  Bytes16 raw[U];
   template <int kShift> __device__ __forceinline__ void load(const T* row, int64_t v0, int64_t vectors, int64_t len) {
 #pragma unroll
-    for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t v = v0 + int64_t(u) * blockDim.x;
       if (v < vectors) raw[u] = load_row_vector<T, VEC, kShift>(row, v, len);
     }
@@ -198,7 +199,12 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
 
   // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
   // only its own vectors, so dlogits may be the logits themselves.
-  template <int kShift> __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
+  // kStoreShift: dlogits rows' misalignment16 where the launch knows it (kShift: they share the
+  // logits' offsets), or -1. Their stores, as naturally aligned pieces, hold more registers: the
+  // lean kernel's shifted rows take fewer vectors a step (the bits are elementwise, the same at
+  // any step; the kExtras kernels stay under 64 registers at the full step).
+  template <int kShift, int kStoreShift>
+  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
     const int64_t t = a.target[row];
@@ -209,12 +215,14 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     const Acc smooth_part = g * a.smoothing / Acc(a.classes);
     const Acc p_factor = target_part + smooth_part * weight_sum + Acc(2) * a.z_scale * g * lse;
     const Acc fill = bad ? Acc(NAN) : Acc(0);  // ignored rows: 0; bad targets: NaN
-    VectorBatch<T> cur, next;
+    constexpr int UG = kStoreShift > 0 && !kExtras ? kGradientShiftedUnroll : U;
+    const int64_t gstep = int64_t(UG) * blockDim.x;
+    VectorBatch<T, UG> cur, next;
     cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
-      if (v0 + step < vectors) next.template load<kShift>(x, v0 + step, vectors, a.classes);
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += gstep) {
+      if (v0 + gstep < vectors) next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
+      for (int u = 0; u < UG; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
         if (v >= vectors) break;
         const int64_t e0 = v * VEC;
@@ -237,7 +245,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         if (e0 + VEC <= a.classes) {
           Bytes16 b;
           memcpy(&b, out, 16);
-          store_vector16<sizeof(T)>(dx + e0, b);
+          store_vector16_at<sizeof(T), kStoreShift>(dx + e0, b);
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
@@ -259,9 +267,9 @@ __device__ __forceinline__ void for_rows(int64_t rows, int64_t first_row, int ro
 
 // kExtras: label smoothing or soft-capping in use; without them the kernels are lean enough for
 // more CTAs an SM. kShift: the misalignment16 of every row the launch takes, or -1 for rows at
-// any alignment. A float32 class's vectors are word moves out of their granules, not selects by
-// a shift read at run time (PTX of the lean forward: 1418 -> 1109 instructions); the vectors,
-// and so the bits, are the same at every alignment. One kernel holding the four float32 loops
+// any alignment. A float32 class's vectors load as naturally aligned pieces of their own bytes,
+// not as two granules with words selected by a shift read at run time; the vectors, and so the
+// bits, are the same at every alignment. One kernel holding the four float32 loops
 // behind a branch took 80-128 registers (one loop: 64), hence a launch a class.
 template <typename T, bool kExtras, int kShift>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
@@ -272,13 +280,15 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row); });
 }
 
-template <typename T, bool kExtras, int kShift>
+// kStoresShifted: dlogits rows start at the logits rows' offsets, so the stores take kShift too.
+template <typename T, bool kExtras, int kShift, bool kStoresShifted>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_backward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots);
+  constexpr int kStoreShift = kStoresShifted ? kShift : -1;
   for_rows(a.rows, first_row, row_period,
-           [&](int64_t row) { r.template gradient<kShift>(row, a.saved_lse[row], a.grad[row]); });
+           [&](int64_t row) { r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row]); });
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged

@@ -9,8 +9,9 @@
 //   | . . . . . a a b b c c | d d e e f f g g h h . . . . . . |   shift = 10: the vector is a..h
 //
 // Loads read both granules as aligned 16-byte accesses (a neighbour's read of the same granule
-// hits L1) and funnel-shift the vector out of them; stores write the vector as its natural
-// pieces (2-, 4- and 8-byte stores at their own alignment, at most four). Where a warp holds
+// hits L1) and funnel-shift the vector out of them, or, where the shift is a compile-time
+// constant (load_pieces), read the vector's own bytes as naturally aligned pieces; stores write
+// the vector as its natural pieces (2-, 4- and 8-byte stores at their own alignment, at most four). Where a warp holds
 // consecutive vectors the row engine shares granules between lanes by shuffles instead
 // (RowTile in row_engine.cuh): one load and one whole store a vector. The vector a thread
 // holds is the same as for an aligned row, so every result keeps its bits whatever the alignment.
@@ -81,6 +82,33 @@ __device__ __forceinline__ Bytes16 funnel16(const Bytes16& lo, const Bytes16& hi
   Bytes16 r;
 #pragma unroll
   for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(u[j], u[j + 1], bits);
+  return r;
+}
+
+namespace detail {
+template <int kShift, int kPos> __device__ __forceinline__ void load_words(const char* base, Bytes16& r) {
+  if constexpr (kPos < kShift + 16) {
+    constexpr int J = (kPos - kShift) / 4;
+    if constexpr (kPos % 8 == 0 && kPos + 8 <= kShift + 16) {
+      const uint2 v = *reinterpret_cast<const uint2*>(base + kPos);
+      r.w[J] = v.x;
+      r.w[J + 1] = v.y;
+      load_words<kShift, kPos + 8>(base, r);
+    } else {
+      r.w[J] = *reinterpret_cast<const uint32_t*>(base + kPos);
+      load_words<kShift, kPos + 4>(base, r);
+    }
+  }
+}
+}  // namespace detail
+
+// Bytes [kShift, kShift + 16) of the granules at base (kShift a multiple of 4) as naturally
+// aligned 8- and 4-byte loads: only the vector's own bytes are read, and its registers hold
+// only its own words (two whole granules would hold twice as many while in flight).
+template <int kShift> __device__ __forceinline__ Bytes16 load_pieces(const char* base) {
+  static_assert(kShift > 0 && kShift < 16 && kShift % 4 == 0, "word-aligned shifts");
+  Bytes16 r;
+  detail::load_words<kShift, kShift>(base, r);
   return r;
 }
 
@@ -157,6 +185,13 @@ __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b, bool
     case 14: if constexpr (kElemBytes <= 2) detail::store_shifted<14>(base, b, head, tail); break;
     default: break;  // not a multiple of the element size: no such pointer
   }
+}
+
+// store_vector16 where the launch knows dst's shift (kShift >= 0): no branch on it.
+template <int kElemBytes, int kShift> __device__ __forceinline__ void store_vector16_at(void* dst, const Bytes16& b) {
+  if constexpr (kShift < 0) store_vector16<kElemBytes>(dst, b);
+  else if constexpr (kShift == 0) store_aligned16(dst, b);
+  else detail::store_shifted<kShift>(static_cast<char*>(dst) - kShift, b, true, true);
 }
 
 }  // namespace reducekit::kernels

@@ -270,9 +270,13 @@ TEST(CrossEntropyGpu, DeterministicAndBatchInvariant) {
 // and with label smoothing (the kernels with extras).
 TEST(CrossEntropyGpu, Float32RowsKeepTheirBitsInEveryShiftClass) {
   REDUCEKIT_REQUIRE_GPU();
-  for (const int64_t classes : {int64_t(50257), int64_t(4099)}) {
+  for (const int64_t classes : {int64_t(50257), int64_t(4099), int64_t(4001)}) {
     for (const double smoothing : {0.0, 0.1}) {
       SCOPED_TRACE(testing::Message() << "classes " << classes << " smoothing " << smoothing);
+      // cross_entropy_fused (the one op that writes over the logits) runs these rows on the row
+      // kernels, as forward and backward apart, unless it stages them (no smoothing, rows of the
+      // step's bands from 16 KiB).
+      const bool fused_on_row_kernels = smoothing > 0 || classes * 4 <= 16384;
       const int64_t rows = 7;
       const std::vector<double> v = make_values(rows * classes, "randn", 97);
       std::vector<float> x(rows * classes + 3);
@@ -280,34 +284,65 @@ TEST(CrossEntropyGpu, Float32RowsKeepTheirBitsInEveryShiftClass) {
       CrossEntropyOptions o;
       o.label_smoothing = smoothing;
       DeviceBuffer dt(targets_for(rows, classes)), grad(std::vector<float>(rows, 0.5f));
-      // Forward and backward over rows [first, first + n) placed `offset` elements on.
-      const auto run = [&](int64_t offset, int64_t first, int64_t n) {
+      // Forward and backward over rows [first, first + n) placed `offset` elements on. dlogits:
+      // at its own buffer's start (kOwn), `offset` elements on too (kShared: its rows at the
+      // logits' offsets in their granules, so the backward's stores take the class's shift), or
+      // over the logits themselves (kInPlace: cross_entropy_fused). Every element around the rows
+      // must stay as it was.
+      enum Gradient { kOwn, kShared, kInPlace };
+      const auto run = [&](int64_t offset, int64_t first, int64_t n, Gradient where = kOwn) {
         std::vector<float> placed(x.size(), 0.0f);
         std::copy(x.begin(), x.begin() + rows * classes, placed.begin() + offset);
-        DeviceBuffer dx(placed), loss(n * 4), lse(n * 4), dl(n * classes * 4);
+        const int64_t start = offset + first * classes, count = n * classes;
+        const int64_t dl_offset = where == kShared ? start % 4 : 0;
+        DeviceBuffer dx(placed), loss(n * 4), lse(n * 4), dl(std::vector<float>(count + 3, NAN));
         const RowLayout at{n, classes, classes, 0};
-        const TensorView xv = row_view(static_cast<float*>(dx.get()) + offset + first * classes, DType::kFloat32, at);
+        const TensorView xv = row_view(static_cast<float*>(dx.get()) + start, DType::kFloat32, at);
         const TensorView tv = vector_view<int64_t>(static_cast<int64_t*>(dt.get()) + first, n);
         const TensorView lv = vector_view<float>(loss.get(), n), sv = vector_view<float>(lse.get(), n);
-        Status st = cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr);
-        EXPECT_TRUE(st.is_ok()) << st.message();
-        st = cross_entropy_backward(xv, tv, nullptr, sv, vector_view<float>(static_cast<float*>(grad.get()) + first, n),
-                                    o, row_view(dl.get(), DType::kFloat32, at), nullptr);
-        EXPECT_TRUE(st.is_ok()) << st.message();
+        const TensorView gv = vector_view<float>(static_cast<float*>(grad.get()) + first, n);
+        if (where == kInPlace) {
+          const Status st = cross_entropy_fused(xv, tv, nullptr, gv, o, lv, sv, xv, nullptr);
+          EXPECT_TRUE(st.is_ok()) << st.message();
+        } else {
+          Status st = cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr);
+          EXPECT_TRUE(st.is_ok()) << st.message();
+          st = cross_entropy_backward(xv, tv, nullptr, sv, gv, o,
+                                      row_view(static_cast<float*>(dl.get()) + dl_offset, DType::kFloat32, at), nullptr);
+          EXPECT_TRUE(st.is_ok()) << st.message();
+        }
         std::vector<float> bits = copy_back<float>(loss, n), l = copy_back<float>(lse, n);
-        const std::vector<float> d = copy_back<float>(dl, n * classes);
+        const std::vector<float> image =
+            where == kInPlace ? copy_back<float>(dx, int64_t(x.size())) : copy_back<float>(dl, count + 3);
+        const int64_t from = where == kInPlace ? start : dl_offset;
+        for (int64_t i = 0; i < int64_t(image.size()); ++i) {
+          if (i >= from && i < from + count) continue;
+          const bool kept = where == kInPlace ? image[i] == placed[i] : std::isnan(image[i]);
+          if (!kept) {
+            ADD_FAILURE() << "element " << i << " around the rows was written";
+            break;
+          }
+        }
         bits.insert(bits.end(), l.begin(), l.end());
-        bits.insert(bits.end(), d.begin(), d.end());
+        bits.insert(bits.end(), image.begin() + from, image.begin() + from + count);
         return bits;
       };
       const std::vector<float> want = run(0, 0, rows);  // one launch: these bytes are under 32 MiB
       for (const float b : std::vector<float>(want.begin(), want.begin() + rows)) EXPECT_TRUE(std::isfinite(b));
       for (const int64_t offset : {1, 2, 3}) EXPECT_TRUE(same_bits(run(offset, 0, rows), want)) << "offset " << offset;
       const ScopedTuning by_class("cross_entropy_classes_from_bytes", 0);
-      for (const int64_t offset : {0, 1, 2, 3})
+      for (const int64_t offset : {0, 1, 2, 3}) {
         EXPECT_TRUE(same_bits(run(offset, 0, rows), want)) << "by shift class, offset " << offset;
+        if (offset > 0) {
+          EXPECT_TRUE(same_bits(run(offset, 0, rows, kShared), want)) << "stores by shift class, offset " << offset;
+        }
+        if (fused_on_row_kernels) {
+          EXPECT_TRUE(same_bits(run(offset, 0, rows, kInPlace), want)) << "in place by shift class, offset " << offset;
+        }
+      }
       // Rows 2-4 alone (three rows: three of the four classes) against the same rows of the batch.
       const std::vector<float> part = run(1, 2, 3);
+      EXPECT_TRUE(same_bits(run(1, 2, 3, kShared), part)) << "rows 2-4 alone, stores by shift class";
       std::vector<float> want_part(want.begin() + 2, want.begin() + 5);
       want_part.insert(want_part.end(), want.begin() + rows + 2, want.begin() + rows + 5);
       want_part.insert(want_part.end(), want.begin() + 2 * rows + 2 * classes, want.begin() + 2 * rows + 5 * classes);
