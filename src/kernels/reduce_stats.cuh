@@ -212,7 +212,7 @@ template <typename Acc, bool kMax> struct ArgExtremumPolicy {
 template <typename Acc> struct LogSumExpPolicy {
   using Accum = Acc;
   struct Stat { Acc m, s; };
-  static constexpr bool kChunked = false;
+  static constexpr bool kChunked = true;
   static constexpr bool kIndexedChunk = false;
   static constexpr bool kShift = false;
 
@@ -224,6 +224,24 @@ template <typename Acc> struct LogSumExpPolicy {
     } else {
       st.s += v == st.m ? Acc(1) : fast_exp(v - st.m);
     }
+  }
+  // The chunk's maximum first, then one exponential a value and one rescale a chunk, none of them
+  // waiting on another (value by value, each fold's compare, branch and exponential waited on the
+  // last). A value equal to the maximum adds 1 exactly, so inf - inf never arises; NaN, which
+  // fmax passes over, adds NaN through its exponential.
+  template <int N> __device__ static void fold_chunk(Stat& st, const Acc (&v)[N]) {
+    static_assert((N & (N - 1)) == 0, "chunks are a power of two long");
+    Acc m = st.m;
+#pragma unroll
+    for (int i = 0; i < N; ++i) m = fmax(m, v[i]);
+    Acc t[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) t[i] = select_value(v[i] == m, Acc(1), fast_exp(v[i] - m));
+    pairwise_halves<N / 2>(t);
+    // Unfused: a contraction into an FMA in one of the column path's two kernels and not in the
+    // other would break its bitwise batch invariance (as MomentsPolicy::merge says).
+    st.s = (st.m == m ? st.s : product_unfused(st.s, fast_exp(st.m - m))) + t[0];
+    st.m = m;
   }
   __device__ static Acc rescaled(const Stat& x, Acc m) { return x.m == m ? x.s : x.s * fast_exp(x.m - m); }
   __device__ static Stat merge(const Stat& a, const Stat& b) {
