@@ -1393,11 +1393,12 @@ TEST(RowKernelPlanRandom, EveryPlanFitsTheKernelItNames) {
         ASSERT_TRUE(has_row_vpt(built.warp, c.vpt)) << "no warp kernel built";
         break;
       case RowKernelKind::kStaged: {
-        // row_staged_kernel (softmax forwards: 256 or 512 threads), norm_staged_kernel (rms_norm:
-        // 512), cross_entropy_staged_kernel (256 or 512).
+        // row_staged_kernel (softmax forwards, 16-bit rows and float32 rows of ragged length: 256
+        // or 512 threads), norm_staged_kernel (rms_norm: 512), cross_entropy_staged_kernel (256 or 512).
         const bool rms = f.family == RowFamily::kRmsNormForward || f.family == RowFamily::kRmsNormBiasForward;
+        const bool softmax_rows = elem == 2 || (elem == 4 && n % vec != 0);
         ASSERT_EQ(f.inputs, 1);
-        ASSERT_TRUE((f.family == RowFamily::kRowwise && (elem == 2 || f.cross_entropy)) || (rms && elem <= 4))
+        ASSERT_TRUE((f.family == RowFamily::kRowwise && (softmax_rows || f.cross_entropy)) || (rms && elem <= 4))
             << "no staged kernel for this family";
         ASSERT_TRUE(c.threads == kStagedThreads || (!rms && c.threads == kStagedSmallThreads));
         ASSERT_GE(c.cluster, 1);
