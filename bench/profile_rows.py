@@ -10,8 +10,8 @@ layer_norm float32 4096x32768/"` profiles the timed launch only).
 
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
 add_layer_norm (layer_norm of x + residual, a random residual; y and s), add_rms_norm (likewise, weight),
-sum_col (sum over dim 0), sum_row / mean_row / amax_row (over the last dim), cross_entropy_step (the
-fused loss and gradient, random targets).
+sum_col (sum over dim 0), sum_row / mean_row / amax_row (over the last dim), cross_entropy (the
+per-row loss, random targets), cross_entropy_step (the fused loss and gradient).
 Each launch is inside an NVTX range "impl op dtype shape". --tune NAME=VALUE profiles reducekit
 under a planner override, as bench.py's.
 Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
@@ -36,7 +36,8 @@ def main():
                    help="a reducekit planner override (bench.py --tune), for profiling another plan")
     p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm",
                                                         "add_layer_norm", "add_rms_norm", "sum_col",
-                                                        "sum_row", "mean_row", "amax_row", "cross_entropy_step"])
+                                                        "sum_row", "mean_row", "amax_row", "cross_entropy",
+                                                        "cross_entropy_step"])
     args = p.parse_args()
     peers.load_reducekit()  # registers torch.ops.reducekit
     seed, _ = peers.load_seed_triton(peers.default_seed_triton_path())
@@ -93,6 +94,8 @@ def main():
         "sum_row": {"reducekit": lambda x: ops.sum(x, [-1], False), "torch": lambda x: torch.sum(x, -1)},
         "mean_row": {"reducekit": lambda x: ops.mean(x, [-1], False), "torch": lambda x: torch.mean(x, -1)},
         "amax_row": {"reducekit": lambda x: ops.amax(x, [-1], False), "torch": lambda x: torch.amax(x, -1)},
+        "cross_entropy": {"reducekit": lambda x: ops.cross_entropy_forward(x, targets(x)[0], None, -100, 0.0, 0.0, 0.0),
+                          "torch": lambda x: torch.nn.functional.cross_entropy(x, targets(x)[0], reduction="none")},
         "cross_entropy_step": {"reducekit": lambda x: ops.cross_entropy_fused(x, targets(x)[0], None, targets(x)[1],
                                                                               -100, 0.0, 0.0, 0.0)},
     }[args.op]
