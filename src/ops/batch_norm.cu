@@ -57,9 +57,13 @@ Status check_like_x(const TensorView& t, const char* name, const TensorView& x) 
   return Status::ok();
 }
 
-Status check_channel_vector(const TensorView* t, const char* name, const TensorView& x) {
-  if (t == nullptr) return Status::ok();
-  return check_dense_vector(*t, name, accumulation_dtype(x.dtype), x.sizes[1], "one per channel");
+// Each of `vectors` that is given: dense, one value of x's accumulation type a channel.
+Status check_channel_vectors(const TensorView& x, std::initializer_list<NamedView> vectors) {
+  for (const NamedView& v : vectors)
+    if (v.view != nullptr)
+      REDUCEKIT_RETURN_IF_ERROR(
+          check_dense_vector(*v.view, v.name, accumulation_dtype(x.dtype), x.sizes[1], "one per channel"));
+  return Status::ok();
 }
 
 template <typename Acc> const Acc* data_of(const TensorView* t) {
@@ -328,12 +332,9 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(bias, "bias", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(running_mean, "running_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(running_var, "running_var", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"}, {running_mean, "running_mean"},
+                                                      {running_var, "running_var"}, {&save_mean, "save_mean"},
+                                                      {&save_invstd, "save_invstd"}}));
   if ((running_mean == nullptr) != (running_var == nullptr))
     return Status::invalid_argument("running_var: running_mean and running_var come together (both or neither)");
   // The running statistics are written in place, so they count as outputs here.
@@ -379,12 +380,9 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(bias, "bias", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&running_mean, "running_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&running_var, "running_var", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(save_mean, "save_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(save_invstd, "save_invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"}, {&running_mean, "running_mean"},
+                                                      {&running_var, "running_var"}, {save_mean, "save_mean"},
+                                                      {save_invstd, "save_invstd"}}));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&y, "y"}, {save_mean, "save_mean"}, {save_invstd, "save_invstd"}},
                                            {{weight, "weight"}, {bias, "bias"}, {&running_mean, "running_mean"},
                                             {&running_var, "running_var"}}));
@@ -436,11 +434,9 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*dx, "dx", x, "x"));
     REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(*dx, "dx", dy, "dy"));
   }
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dweight, "dweight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dbias, "dbias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {&save_mean, "save_mean"},
+                                                      {&save_invstd, "save_invstd"}, {dweight, "dweight"},
+                                                      {dbias, "dbias"}}));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
       {{dx, "dx"}, {dweight, "dweight"}, {dbias, "dbias"}},
       {{weight, "weight"}, {&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}));
@@ -540,10 +536,8 @@ Status batch_norm_apply(const TensorView& x, const TensorView* weight, const Ten
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(bias, "bias", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&mean, "mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&invstd, "invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(
+      check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"}, {&mean, "mean"}, {&invstd, "invstd"}}));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
       {{&y, "y"}}, {{weight, "weight"}, {bias, "bias"}, {&mean, "mean"}, {&invstd, "invstd"}}));
   if (plan.channel_count() == 0) return Status::ok();
@@ -570,10 +564,8 @@ Status batch_norm_backward_sums(const TensorView& dy, const TensorView& x, const
   BatchNormPlan plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&dy}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(dy, "dy", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dweight, "dweight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(dbias, "dbias", x));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(
+      x, {{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}, {dweight, "dweight"}, {dbias, "dbias"}}));
   REDUCEKIT_RETURN_IF_ERROR(check_packet(packet, "packet", x.sizes[1], false, nullptr));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
       {{&packet, "packet"}, {dweight, "dweight"}, {dbias, "dbias"}},
@@ -613,9 +605,8 @@ Status batch_norm_backward_apply(const TensorView& dy, const TensorView& x, cons
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(dx, "dx", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dx, "dx", x, "x"));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(dx, "dx", dy, "dy"));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(weight, "weight", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_mean, "save_mean", x));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vector(&save_invstd, "save_invstd", x));
+  REDUCEKIT_RETURN_IF_ERROR(
+      check_channel_vectors(x, {{weight, "weight"}, {&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}));
   int64_t ranks = 0;
   REDUCEKIT_RETURN_IF_ERROR(check_packet(packets, "packets", x.sizes[1], true, &ranks));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dx, "dx"}}, {{weight, "weight"}, {&save_mean, "save_mean"},
