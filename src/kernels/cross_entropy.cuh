@@ -4,10 +4,11 @@
 // (cross_entropy_staged_kernel), which can write the gradient in the same pass.
 //
 // Forward: each thread folds its 16-byte vectors of the row (vectors tid, tid + threads, ...,
-// kCrossEntropyUnroll loads in flight, the next step's beside) into softmax's (max, sum of exp) statistic and, with label
-// smoothing, into sum_j w[j] z[j]; the CTA merges them in a fixed order (butterflies, then the
-// warps in order: block_butterfly_reduce), and thread 0 writes the row's loss and logsumexp. Backward: each
-// element's gradient from its row's saved logsumexp, target and upstream gradient; no reduction.
+// kCrossEntropyUnroll loads in flight, the next step's beside) into softmax's (max, sum of exp)
+// statistic and, with label smoothing, into sum_j w[j] z[j]; the CTA merges them in a fixed order
+// (butterflies, then the warps in order: block_butterfly_reduce), and thread 0 writes the row's
+// loss and logsumexp. Backward: each element's gradient from its row's saved logsumexp, target
+// and upstream gradient; no reduction.
 // Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh; float32 rows a launch
 // per shift class, the shift a compile-time constant: each vector's own bytes as aligned pieces);
 // the thread-to-element layout depends on the row length alone, so a row's results do not
