@@ -81,6 +81,19 @@ template <typename T, int VEC, typename Acc> __device__ __forceinline__ Acc elem
   return to_acc<Acc>(e[i]);
 }
 
+// Channels-first: a position `in_run` elements into its channel's run of s, at `offset`, moved on
+// by in_run_step elements and offset_step, onto the next run (wrap_offset on) when it passes s.
+template <typename Acc>
+__device__ __forceinline__ void advance_in_runs(const BatchNormArgs<Acc>& a, int64_t in_run_step, int64_t offset_step,
+                                                int64_t& in_run, int64_t& offset) {
+  offset += offset_step;
+  in_run += in_run_step;
+  if (in_run >= a.s) {
+    in_run -= a.s;
+    offset += a.wrap_offset;
+  }
+}
+
 // Where a CTA's vectors lie. Channels-first: the channel's n * s elements in run order, vectors
 // t, t + 256, ... of the chunk (a vector never crosses a run: s % VEC == 0 where VEC > 1).
 // Channels-last: rows r0 + t / W, r0 + t / W + 256 / W, ... at the tile's column vector t % W.
@@ -127,13 +140,10 @@ template <BatchNormLayout L, int VEC> struct ChunkWalk {
   __device__ __forceinline__ bool valid() const { return left > 0; }
   template <typename Acc> __device__ __forceinline__ void next(const BatchNormArgs<Acc>& a) {
     --left;
-    offset += a.step_offset;
     if constexpr (L == BatchNormLayout::kChannelsFirst) {
-      in_run += a.step_in_run;
-      if (in_run >= a.s) {
-        in_run -= a.s;
-        offset += a.wrap_offset;
-      }
+      advance_in_runs(a, a.step_in_run, a.step_offset, in_run, offset);
+    } else {
+      offset += a.step_offset;
     }
   }
 };
@@ -157,14 +167,11 @@ template <BatchNormLayout L, int VEC> struct ChunkStream {
     if (!walk.valid() && more) {
       k += a.stats_ctas;
       more = k + a.stats_ctas < a.chunks;
-      start_offset += a.jump_offset;
       if constexpr (L == BatchNormLayout::kChannelsFirst) {
-        start_in_run += a.jump_in_run;
-        if (start_in_run >= a.s) {
-          start_in_run -= a.s;
-          start_offset += a.wrap_offset;
-        }
+        advance_in_runs(a, a.jump_in_run, a.jump_offset, start_in_run, start_offset);
         walk.in_run = start_in_run;
+      } else {
+        start_offset += a.jump_offset;
       }
       walk.offset = start_offset;
       walk.start_chunk(a, k, false);

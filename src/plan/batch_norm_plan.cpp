@@ -137,9 +137,8 @@ BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int el
         // Runs that start on granule boundaries are cut on granule boundaries: whole-granule copies.
         if (real_parts > 1 && plan.s * elem_size % 16 == 0 && piece * elem_size % 16 != 0) continue;
         const int64_t pieces = plan.n * real_parts;
-        if (pieces < k) continue;
         const int64_t per_cta = ceil_div(pieces, k);
-        if ((k - 1) * per_cta >= pieces) continue;  // a CTA would hold nothing
+        if ((k - 1) * per_cta >= pieces) continue;  // a CTA would hold nothing (fewer pieces than CTAs too)
         const int64_t slot_granules = ceil_div(piece * elem_size, 16) + 1;
         const int64_t bytes = per_cta * slot_granules * 16 * inputs;
         if (bytes > int64_t(tier)) continue;

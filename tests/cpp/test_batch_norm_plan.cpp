@@ -897,31 +897,27 @@ Path stepped_path(const BatchNormPlan& p, int64_t tile, int64_t r, int t) {
     in_run = first ? pos % p.s : 0;
     offset = first ? pos / p.s * (p.c * p.s) + channel * p.s + in_run : pos * p.c + channel;
   }
+  // Channels-first positions move within their run and wrap onto the next channel's.
+  const auto advance = [&](int64_t in_run_step, int64_t offset_step, int64_t& at_in_run, int64_t& at_offset) {
+    at_offset += offset_step;
+    if (!first) return;
+    at_in_run += in_run_step;
+    if (at_in_run >= p.s) {
+      at_in_run -= p.s;
+      at_offset += p.wrap_offset;
+    }
+  };
   int64_t start_offset = offset, start_in_run = in_run;
   bool more = column_valid && k + p.stats_ctas < p.chunks;
   while (left > 0) {
     out.push_back(offset);
     --left;
-    offset += p.step_offset;
-    if (first) {
-      in_run += p.step_in_run;
-      if (in_run >= p.s) {
-        in_run -= p.s;
-        offset += p.wrap_offset;
-      }
-    }
+    advance(p.step_in_run, p.step_offset, in_run, offset);
     if (left == 0 && more) {
       k += p.stats_ctas;
       more = k + p.stats_ctas < p.chunks;
-      start_offset += p.jump_offset;
-      if (first) {
-        start_in_run += p.jump_in_run;
-        if (start_in_run >= p.s) {
-          start_in_run -= p.s;
-          start_offset += p.wrap_offset;
-        }
-        in_run = start_in_run;
-      }
+      advance(p.jump_in_run, p.jump_offset, start_in_run, start_offset);
+      if (first) in_run = start_in_run;
       offset = start_offset;
       left = vectors_in(k);
     }
