@@ -11,8 +11,9 @@
 // Loads read both granules as aligned 16-byte accesses (a neighbour's read of the same granule
 // hits L1) and funnel-shift the vector out of them, or, where the shift is a compile-time
 // constant (load_pieces), read the vector's own bytes as naturally aligned pieces; stores write
-// the vector as its natural pieces (2-, 4- and 8-byte stores at their own alignment, at most four). Where a warp holds
-// consecutive vectors the row engine shares granules between lanes by shuffles instead
+// the vector as its natural pieces (2-, 4- and 8-byte stores at their own alignment, at most
+// four). Where a warp holds consecutive vectors the row engine shares granules between lanes by
+// shuffles instead
 // (RowTile in row_engine.cuh): one load and one whole store a vector. The vector a thread
 // holds is the same as for an aligned row, so every result keeps its bits whatever the alignment.
 // Only a row's first vector and its last one or two (whose granules reach past the row) move

@@ -332,9 +332,9 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"}, {running_mean, "running_mean"},
-                                                      {running_var, "running_var"}, {&save_mean, "save_mean"},
-                                                      {&save_invstd, "save_invstd"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"},
+                                                      {running_mean, "running_mean"}, {running_var, "running_var"},
+                                                      {&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}));
   if ((running_mean == nullptr) != (running_var == nullptr))
     return Status::invalid_argument("running_var: running_mean and running_var come together (both or neither)");
   // The running statistics are written in place, so they count as outputs here.
@@ -380,9 +380,9 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan, {&y}));
   REDUCEKIT_RETURN_IF_ERROR(check_like_x(y, "y", x));
   REDUCEKIT_RETURN_IF_ERROR(check_no_partial_overlap(y, "y", x, "x"));
-  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"}, {&running_mean, "running_mean"},
-                                                      {&running_var, "running_var"}, {save_mean, "save_mean"},
-                                                      {save_invstd, "save_invstd"}}));
+  REDUCEKIT_RETURN_IF_ERROR(check_channel_vectors(x, {{weight, "weight"}, {bias, "bias"},
+                                                      {&running_mean, "running_mean"}, {&running_var, "running_var"},
+                                                      {save_mean, "save_mean"}, {save_invstd, "save_invstd"}}));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&y, "y"}, {save_mean, "save_mean"}, {save_invstd, "save_invstd"}},
                                            {{weight, "weight"}, {bias, "bias"}, {&running_mean, "running_mean"},
                                             {&running_var, "running_var"}}));
