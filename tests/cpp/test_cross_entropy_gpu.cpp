@@ -404,6 +404,75 @@ TEST(CrossEntropyGpu, StagedRowsDeterministicBatchInvariantAndSafe) {
   check_staged_rows<float>();
 }
 
+// 16-bit rows on the row kernels (the staged bands off) at each of the eight element offsets in
+// a 16-byte granule, with a row stride that moves every row to another offset: on the kernel
+// that stages their granules in shared memory (cross_entropy_granule_stage 1, every 16-bit row
+// at 2) the loss, lse and dlogits bits are those of the run-time shift loads (0) at offset 0,
+// forward and backward apart and fused over the logits. Lengths from under one vector to rows
+// whose last two vectors reach past the row, more rows than resident CTAs (the edge slots
+// reused), ignored and out-of-range targets.
+template <typename T> void check_rows_on_staged_granules() {
+  // Band 1 starts where band 0 ends whatever its own start: it is emptied by its end.
+  const ScopedTuning band0("staged0_min_bytes", int64_t(1) << 30), band1("staged1_max_bytes", 0),
+      band2("staged2_min_bytes", int64_t(1) << 30);
+  for (const int64_t classes : {1, 5, 8, 9, 15, 17, 100, 1001, 4099, 20001, 61441}) {
+    SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " classes " << classes);
+    const int64_t rows = classes < 5000 ? 1500 : 7, stride = classes + ((classes + 3) % 8 == 0 ? 5 : 3);
+    const std::vector<double> v = make_values(rows * classes, "randn", 96);
+    std::vector<int64_t> targets = targets_for(rows, classes);
+    targets[1] = -100, targets[2] = classes + 3, targets[3] = -7;
+    DeviceBuffer dt(targets), grad(std::vector<float>(rows, 0.75f));
+    // loss, lse and dlogits (apart, then fused over the logits) bits of the rows at `offset`.
+    const auto run = [&](int64_t offset, int64_t setting) {
+      const ScopedTuning stage("cross_entropy_granule_stage", setting);
+      const RowLayout at{rows, classes, stride, offset};
+      std::vector<T> image(at.span());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < classes; ++j) image[offset + r * stride + j] = from_double<T>(4 * v[r * classes + j]);
+      DeviceBuffer dx(image), over(image), dl(at.span() * sizeof(T)), loss(rows * 4), lse(rows * 4);
+      const TensorView xv = row_view(dx.get(), dtype_of<T>(), at), ov = row_view(over.get(), dtype_of<T>(), at);
+      const TensorView tv = vector_view<int64_t>(dt.get(), rows), gv = vector_view<float>(grad.get(), rows);
+      const TensorView lv = vector_view<float>(loss.get(), rows), sv = vector_view<float>(lse.get(), rows);
+      Status st = cross_entropy_forward(xv, tv, nullptr, {}, lv, sv, nullptr);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      std::vector<float> bits = copy_back<float>(loss, rows);
+      const std::vector<float> l = copy_back<float>(lse, rows);
+      bits.insert(bits.end(), l.begin(), l.end());
+      st = cross_entropy_backward(xv, tv, nullptr, sv, gv, {}, row_view(dl.get(), dtype_of<T>(), at), nullptr);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      st = cross_entropy_fused(ov, tv, nullptr, gv, {}, lv, sv, ov, nullptr);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      const std::vector<float> fused = copy_back<float>(loss, rows);
+      bits.insert(bits.end(), fused.begin(), fused.end());
+      const std::vector<T> apart = copy_back<T>(dl, at.span()), in_place = copy_back<T>(over, at.span());
+      std::vector<T> grads;
+      for (int64_t r = 0; r < rows; ++r) {
+        grads.insert(grads.end(), apart.begin() + offset + r * stride, apart.begin() + offset + r * stride + classes);
+        grads.insert(grads.end(), in_place.begin() + offset + r * stride,
+                     in_place.begin() + offset + r * stride + classes);
+      }
+      return std::make_pair(bits, grads);
+    };
+    const auto want = run(0, 0);
+    EXPECT_TRUE(std::isfinite(want.first[0]) && want.first[1] == 0.0f && std::isnan(want.first[2]) &&
+                std::isnan(want.first[3]))
+        << "rows 0-3: a target, ignored, out of range twice";
+    for (int64_t offset = 0; offset < 8; ++offset)
+      for (const int64_t setting : {0, 1, 2}) {
+        const auto got = run(offset, setting);
+        EXPECT_TRUE(same_bits(got.first, want.first)) << "loss / lse bits, offset " << offset << " setting " << setting;
+        EXPECT_TRUE(same_bits(got.second, want.second)) << "dlogits bits, offset " << offset << " setting " << setting;
+      }
+    if (testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(CrossEntropyGpu, SixteenBitRowsKeepTheirBitsOnStagedGranules) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_rows_on_staged_granules<__nv_bfloat16>();
+  check_rows_on_staged_granules<__half>();
+}
+
 // A target outside [0, classes) that is not ignore_index gives its row a NaN loss and NaN
 // gradients, reads and writes nothing out of bounds, and leaves the other rows as they are.
 TEST(CrossEntropyGpu, OutOfRangeTargetsGiveNaNRows) {
