@@ -415,9 +415,10 @@ template <typename T> void check_rows_on_staged_granules() {
   // Band 1 starts where band 0 ends whatever its own start: it is emptied by its end.
   const ScopedTuning band0("staged0_min_bytes", int64_t(1) << 30), band1("staged1_max_bytes", 0),
       band2("staged2_min_bytes", int64_t(1) << 30);
-  for (const int64_t classes : {1, 5, 8, 9, 15, 17, 100, 1001, 4099, 20001, 61441}) {
+  for (const int64_t classes : {1, 5, 8, 9, 15, 17, 1001, 4099, 20001, 61441}) {
     SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " classes " << classes);
-    const int64_t rows = classes < 5000 ? 1500 : 7, stride = classes + ((classes + 3) % 8 == 0 ? 5 : 3);
+    // 450 rows: more than the 132 x 3 CTAs an H200 holds of the staged kernel, so CTAs take two.
+    const int64_t rows = classes < 5000 ? 450 : 7, stride = classes + ((classes + 3) % 8 == 0 ? 5 : 3);
     const std::vector<double> v = make_values(rows * classes, "randn", 96);
     std::vector<int64_t> targets = targets_for(rows, classes);
     targets[1] = -100, targets[2] = classes + 3, targets[3] = -7;
