@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads, kShift == kShiftStaged  
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
   __shared__ __align__(16) Bytes16 staged[kShift == kShiftStaged ? kCtaStageGranules : 1];
   const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
-  const auto stage = GranuleStage<T>::of(staged);
+  const auto stage = kShift == kShiftStaged ? GranuleStage<T>::of(staged) : GranuleStage<T>{};
   for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row, stage); });
 }
 
@@ -499,7 +499,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads, kShift == kShiftStaged ?
   __shared__ __align__(16) Bytes16 staged[kShift == kShiftStaged ? kCtaStageGranules : 1];
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots);
   constexpr int kStoreShift = kStoresShifted ? kShift : -1;
-  const auto stage = GranuleStage<T>::of(staged);
+  const auto stage = kShift == kShiftStaged ? GranuleStage<T>::of(staged) : GranuleStage<T>{};
   for_rows(a.rows, first_row, row_period, [&](int64_t row) {
     r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row], stage);
   });
