@@ -164,23 +164,38 @@ template <typename T> struct GranuleStage {
   __device__ __forceinline__ static GranuleStage of(Bytes16* cta) { return {cta + threadIdx.x / 32 * kWarpStageGranules}; }
   __device__ __forceinline__ Bytes16* step_slots(int k) const { return warp + (k & 1) * kStepSlots; }
   __device__ __forceinline__ Bytes16* edges() const { return warp + 2 * kStepSlots; }
-  __device__ __forceinline__ static int edge_slot(int64_t v, int64_t vectors) {
-    return v == 0 ? 0 : v == vectors - 1 ? 2 : 1;
-  }
-  // Vector v of a row `shift` elements past a granule lies in granules inside the row: granule g
-  // spans its elements [g * VEC - shift, + VEC), and vector v granules v and v + 1 (v alone at shift 0).
-  __device__ __forceinline__ static bool inside(int64_t v, int64_t len, int shift) {
+  // The index rules below, for a row of `len` elements `shift` elements past a granule: granule g
+  // spans its elements [g * VEC - shift, + VEC), and vector v needs granules v and v + 1 (v alone
+  // at shift 0). Host and device: tests/cpp/test_cross_entropy_stage.cu checks them together.
+  // Vector v's granules lie inside the row.
+  __host__ __device__ __forceinline__ static bool inside(int64_t v, int64_t len, int shift) {
     return shift == 0 ? (v + 1) * VEC <= len : v > 0 && (v + 2) * VEC - shift <= len;
+  }
+  // The floor granule of the vector at element e0 is copied (it lies inside the row) ...
+  __host__ __device__ __forceinline__ static bool copies_floor(int64_t e0, int64_t len, int shift) {
+    return (shift == 0 || e0 >= VEC) && e0 + VEC - shift <= len;
+  }
+  // ... and, by a warp's last lane, the granule after it.
+  __host__ __device__ __forceinline__ static bool copies_past(int64_t e0, int64_t len, int shift) {
+    return shift != 0 && e0 + 2 * VEC - shift <= len;
+  }
+  // The vectors that may not be inside: c = 0, 1, 2 gives vector 0, the one before the last and
+  // the last (-1 where that is no vector of its own); edge_slot is where each is kept.
+  __host__ __device__ __forceinline__ static int64_t edge_candidate(int c, int64_t vectors) {
+    const int64_t v = c == 0 ? 0 : vectors - 3 + c;
+    return c == 0 || v >= 1 ? v : -1;
+  }
+  __host__ __device__ __forceinline__ static int edge_slot(int64_t v, int64_t vectors) {
+    return v == 0 ? 0 : v == vectors - 1 ? 2 : 1;
   }
   // At the row's start (the whole warp): the edge vectors this lane holds, by elements.
   __device__ __forceinline__ void load_edges(const T* row, int64_t vectors, int64_t len) const {
     const int shift = misalignment16(row) / static_cast<int>(sizeof(T));
     __syncwarp();
-    const int64_t candidates[3] = {0, vectors - 2, vectors - 1};
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
-      const int64_t v = candidates[c];
-      if (v >= (c == 0 ? 0 : 1) && v % blockDim.x == threadIdx.x && !inside(v, len, shift))
+      const int64_t v = edge_candidate(c, vectors);
+      if (v >= 0 && v % blockDim.x == threadIdx.x && !inside(v, len, shift))
         edges()[edge_slot(v, vectors)] = row_vector_elements<T, VEC>(row, v, len);
     }
   }
@@ -207,9 +222,9 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t e0 = (v0 + int64_t(u) * blockDim.x) * VEC;
-      if ((shift == 0 || e0 >= VEC) && e0 + VEC - shift <= len)
+      if (GranuleStage<T>::copies_floor(e0, len, shift))
         __pipeline_memcpy_async(slots + u * kStepGranules + lane, row + e0 - shift, 16);
-      if (lane == 31 && shift != 0 && e0 + 2 * VEC - shift <= len)  // the granule past the warp's vectors
+      if (lane == 31 && GranuleStage<T>::copies_past(e0, len, shift))  // the granule past the warp's vectors
         __pipeline_memcpy_async(slots + u * kStepGranules + 32, row + e0 + VEC - shift, 16);
     }
     __pipeline_commit();
