@@ -7,7 +7,8 @@ one CTA per tile (parts = 1), one per (tile, group of segments) (parts = min(8, 
 per (tile, segment) (parts = segments), with and without the two-steps-in-flight loads, in the
 usual layout (a lane down K a thread) and the wide one (thread t plays lanes t and t + 4: two
 slots, the butterfly's first step a merge of a thread's slots), and checks that all are the same
-tree (merge(identity, x) == x is the policies' contract) and that every row is folded exactly once. Mirrors the planner constants of src/plan/reduce_config.hpp. No GPU needed:
+tree (merge(identity, x) == x is the policies' contract) and that every row is folded exactly
+once. Mirrors the planner constants of src/plan/reduce_config.hpp. No GPU needed:
 
     python3 scripts/column_arith_check.py
 """

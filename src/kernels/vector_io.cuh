@@ -13,9 +13,11 @@
 // constant (load_pieces), read the vector's own bytes as naturally aligned pieces; stores write
 // the vector as its natural pieces (2-, 4- and 8-byte stores at their own alignment, at most
 // four). Where a warp holds consecutive vectors the row engine shares granules between lanes by
-// shuffles instead
-// (RowTile in row_engine.cuh): one load and one whole store a vector. The vector a thread
-// holds is the same as for an aligned row, so every result keeps its bits whatever the alignment.
+// shuffles instead (RowTile in row_engine.cuh): one load and one whole store a vector. A vector
+// funnelled as its granules load (load_vector16) waits on them before the next vector's loads
+// issue: RowTile's shared-granule tiles issue every slot's load first, and cross-entropy's
+// kShiftStaged kernels stage the granules in shared memory. The vector a thread holds is the
+// same as for an aligned row, so every result keeps its bits whatever the alignment.
 // Only a row's first vector and its last one or two (whose granules reach past the row) move
 // element by element.
 #pragma once
