@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Cross-entropy of logits against class-index targets, per row, on raw device memory.
+// Cross-entropy of logits against class-index or class-probability targets, per row, on raw
+// device memory.
 //
 // logits: [..., classes] over its last dim (the other dims merge into rows; the last dim must be
 // innermost, rows at any stride and alignment); target: int64, one per row, contiguous. With z
@@ -57,5 +58,26 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
 Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
                            const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
                            const TensorView& lse, const TensorView& dlogits, cudaStream_t stream);
+
+// Class-probability targets: target holds a row of probabilities per row of logits (the logits'
+// shape and dtype, the class dim innermost, rows at any stride and alignment). With q = (1 - ls)
+// target + ls / classes, a row's loss is
+//   sum_j w[j] q[j] (lse - z[j]) + s * lse^2
+// (torch's for probability targets, plus the z-loss), and mass = sum_j w[j] q[j] is what the
+// backward needs beside lse. options.ignore_index plays no part. torch's 'mean' reduction is
+// sum(loss) / rows, its 'sum' sum(loss). loss, lse and mass: [rows] each, contiguous, float32
+// (float64 for float64 logits), sharing no memory with the inputs or each other.
+Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                                   const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
+                                   const TensorView& mass, cudaStream_t stream);
+
+// dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]) and, where dtarget is not null,
+// dtarget = grad_loss[row] * d(loss[row]) / d(target[row]) = -grad_loss (1 - ls) w[j] (z[j] - lse);
+// both of logits' shape and dtype (each its own row stride), overlapping none of the inputs or
+// each other. lse and mass: the forward's.
+Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                                    const TensorView& lse, const TensorView& mass, const TensorView& grad_loss,
+                                    const CrossEntropyOptions& options, const TensorView& dlogits,
+                                    const TensorView* dtarget, cudaStream_t stream);
 
 }  // namespace reducekit

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, the
-// gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits).
+// gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits);
+// for class-probability targets, cross_entropy_probs_forward / _backward.
 // Thin: outputs come from torch's caching allocator, logits the core cannot read in place
 // (kUnsupported) are retried as a contiguous copy (with_layout_fallback, torch_util.hpp), class
 // weights are cast to the per-row values' dtype, and every check lives in the core.
@@ -47,11 +48,14 @@ struct Inputs {
   at::Tensor target, weight;
   reducekit::TensorView target_view, weight_view;
   bool has_weight = false;
-  Inputs(const at::Tensor& logits, const at::Tensor& t, const std::optional<at::Tensor>& w) {
-    check_cuda(t, "target");
-    TORCH_CHECK(t.scalar_type() == at::kLong, "target: expected int64 class indices, got ", t.scalar_type());
-    target = t.contiguous();
-    target_view = to_view(target, "target");
+  // t: int64 class indices, or none (class-probability targets pass theirs apart).
+  Inputs(const at::Tensor& logits, const std::optional<at::Tensor>& t, const std::optional<at::Tensor>& w) {
+    if (t.has_value()) {
+      check_cuda(*t, "target");
+      TORCH_CHECK(t->scalar_type() == at::kLong, "target: expected int64 class indices, got ", t->scalar_type());
+      target = t->contiguous();
+      target_view = to_view(target, "target");
+    }
     if (w.has_value() && w->defined()) {
       check_cuda(*w, "weight");
       weight = w->to(row_value_type(logits)).contiguous();
@@ -147,6 +151,53 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
   return {call.loss, call.lse};
 }
 
+// Class-probability targets (target: logits' shape and dtype): loss, lse and mass per row.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_forward_cuda(
+    const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    double label_smoothing, double lse_square_scale, double softcap) {
+  check_cuda(logits, "logits");
+  check_cuda(target, "target");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(logits, std::nullopt, weight);
+  const auto options = logits.options().dtype(row_value_type(logits));
+  at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
+  at::Tensor mass = device_empty(row_shape(logits), options);
+  const auto o = options_of(-100, label_smoothing, lse_square_scale, softcap);
+  with_layout_fallback({Operand::in(logits), Operand::in(target)}, [&](const auto& t, bool) {
+    return reducekit::cross_entropy_probs_forward(to_view(t[0], "logits"), to_view(t[1], "target"), in.weight_ptr(), o,
+                                                  to_view(loss, "loss"), to_view(lse, "lse"), to_view(mass, "mass"),
+                                                  stream);
+  });
+  return {loss, lse, mass};
+}
+
+// dlogits, and dtarget where target_grad (else an empty tensor).
+std::tuple<at::Tensor, at::Tensor> cross_entropy_probs_backward_cuda(
+    const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight, const at::Tensor& lse,
+    const at::Tensor& mass, const at::Tensor& grad_loss, double label_smoothing, double lse_square_scale,
+    double softcap, bool target_grad) {
+  check_cuda(logits, "logits");
+  check_cuda(target, "target");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(logits, std::nullopt, weight);
+  const at::Tensor lse_c = lse.contiguous(), mass_c = mass.contiguous();
+  const at::Tensor grad_c = grad_loss.to(row_value_type(logits)).contiguous();
+  at::Tensor dlogits = device_empty(logits.sizes(), logits.options());
+  const std::vector<int64_t> no_elements{0};
+  at::Tensor dtarget = device_empty(target_grad ? logits.sizes() : at::IntArrayRef(no_elements), logits.options());
+  const auto o = options_of(-100, label_smoothing, lse_square_scale, softcap);
+  with_layout_fallback({Operand::in(logits), Operand::in(target)}, [&](const auto& t, bool) {
+    const reducekit::TensorView dtarget_view = to_view(dtarget, "dtarget");
+    return reducekit::cross_entropy_probs_backward(to_view(t[0], "logits"), to_view(t[1], "target"), in.weight_ptr(),
+                                                   to_view(lse_c, "lse"), to_view(mass_c, "mass"),
+                                                   to_view(grad_c, "grad_loss"), o, to_view(dlogits, "dlogits"),
+                                                   target_grad ? &dtarget_view : nullptr, stream);
+  });
+  return {dlogits, dtarget};
+}
+
 // CPU logits get the core's clear message, not a dispatcher error.
 std::tuple<at::Tensor, at::Tensor> reject_cpu_forward(const at::Tensor& logits, const at::Tensor&,
                                                       const std::optional<at::Tensor>&, int64_t, double, double,
@@ -172,6 +223,20 @@ std::tuple<at::Tensor, at::Tensor> reject_cpu_fused_inplace(at::Tensor& logits, 
   return {logits, logits};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_probs_forward(const at::Tensor& logits, const at::Tensor&,
+                                                                        const std::optional<at::Tensor>&, double,
+                                                                        double, double) {
+  check_cuda(logits, "logits");
+  return {logits, logits, logits};
+}
+std::tuple<at::Tensor, at::Tensor> reject_cpu_probs_backward(const at::Tensor& logits, const at::Tensor&,
+                                                             const std::optional<at::Tensor>&, const at::Tensor&,
+                                                             const at::Tensor&, const at::Tensor&, double, double,
+                                                             double, bool) {
+  check_cuda(logits, "logits");
+  return {logits, logits};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(reducekit, m) {
@@ -183,6 +248,11 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor, Tensor)");
   m.def("cross_entropy_fused_(Tensor(a!) logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor)");
+  m.def("cross_entropy_probs_forward(Tensor logits, Tensor target, Tensor? weight=None, float label_smoothing=0.0,"
+        " float lse_square_scale=0.0, float softcap=0.0) -> (Tensor, Tensor, Tensor)");
+  m.def("cross_entropy_probs_backward(Tensor logits, Tensor target, Tensor? weight, Tensor lse, Tensor mass,"
+        " Tensor grad_loss, float label_smoothing, float lse_square_scale, float softcap, bool target_grad)"
+        " -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
@@ -190,6 +260,8 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("cross_entropy_backward", &cross_entropy_backward_cuda);
   m.impl("cross_entropy_fused", &cross_entropy_fused_cuda);
   m.impl("cross_entropy_fused_", &cross_entropy_fused_inplace_cuda);
+  m.impl("cross_entropy_probs_forward", &cross_entropy_probs_forward_cuda);
+  m.impl("cross_entropy_probs_backward", &cross_entropy_probs_backward_cuda);
 }
 
 TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
@@ -197,4 +269,6 @@ TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
   m.impl("cross_entropy_backward", &reject_cpu_backward);
   m.impl("cross_entropy_fused", &reject_cpu_fused);
   m.impl("cross_entropy_fused_", &reject_cpu_fused_inplace);
+  m.impl("cross_entropy_probs_forward", &reject_cpu_probs_forward);
+  m.impl("cross_entropy_probs_backward", &reject_cpu_probs_backward);
 }

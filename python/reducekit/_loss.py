@@ -14,10 +14,12 @@ sum: deterministic, no atomics), 'mean' over the kept rows' class weights as tor
 outside [0, classes) that is not ignore_index makes its row's loss NaN (torch raises a
 device-side assert instead, which kills the context); check_targets=True raises instead.
 
-Class-probability targets (a floating-point target of the input's shape, as torch decides) are
-composed from reducekit ops, unfused: reducekit.log_softmax over the class dim, a product with
-the (smoothed) target and the weights in torch's elementwise ops, reducekit.sum over the class
-dim. Autograd runs through those ops (gradients reach the target too).
+Class-probability targets (a floating-point target of the input's shape, as torch decides) run
+fused kernels too (torch.ops.reducekit.cross_entropy_probs_forward / _backward): one pass over
+the logits and the target for each row's loss, one more for the gradients (the logits', and the
+target's where it requires one). A target of another dtype than the input, or class weights that
+require a gradient, take a composed path instead: reducekit.log_softmax, torch's elementwise
+ops, reducekit.sum.
 """
 import math
 
@@ -28,6 +30,9 @@ from ._reduce import logsumexp as _logsumexp
 from ._reduce import sum as _sum
 
 _ops = torch.ops.reducekit
+
+
+_FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _row_values_dtype(logits):
@@ -75,6 +80,38 @@ def _fused_inplace_fake(logits, target, weight, grad_loss, ignore_index, label_s
     return _forward_fake(logits, target)
 
 
+@torch.library.register_fake("reducekit::cross_entropy_probs_forward")
+def _probs_forward_fake(logits, target, weight=None, label_smoothing=0.0, lse_square_scale=0.0, softcap=0.0):
+    rows = logits.shape[:-1]
+    dtype = _row_values_dtype(logits)
+    return tuple(logits.new_empty(rows, dtype=dtype) for _ in range(3))
+
+
+@torch.library.register_fake("reducekit::cross_entropy_probs_backward")
+def _probs_backward_fake(logits, target, weight, lse, mass, grad_loss, label_smoothing, lse_square_scale, softcap,
+                         target_grad):
+    dtarget = torch.empty_like(logits, memory_format=torch.contiguous_format) if target_grad else logits.new_empty((0,))
+    return torch.empty_like(logits, memory_format=torch.contiguous_format), dtarget
+
+
+def _probs_setup(ctx, inputs, output):
+    logits, target, weight, label_smoothing, lse_square_scale, softcap = inputs
+    ctx.save_for_backward(logits, target, weight, output[1], output[2])
+    ctx.options = (label_smoothing, lse_square_scale, softcap)
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _probs_backward(ctx, grad_loss, grad_lse, grad_mass):
+    logits, target, weight, lse, mass = ctx.saved_tensors
+    target_grad = ctx.needs_input_grad[1]
+    dlogits, dtarget = _ops.cross_entropy_probs_backward(logits, target, weight, lse, mass, grad_loss.contiguous(),
+                                                         *ctx.options, target_grad)
+    return dlogits, dtarget if target_grad else None, None, None, None, None
+
+
+torch.library.register_autograd("reducekit::cross_entropy_probs_forward", _probs_backward, setup_context=_probs_setup)
+
+
 @torch.compiler.disable  # runs eagerly: a graph break under torch.compile, refused by fullgraph=True
 def _check_class_indices(target, classes, ignore_index):
     """Raises ValueError naming the first target (in flattened order) that is neither a class
@@ -91,8 +128,9 @@ def _check_class_indices(target, classes, ignore_index):
 
 
 def _probability_loss(input, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale, softcap):
-    """torch's class-probability cross-entropy, composed from reducekit.log_softmax, torch's
-    elementwise ops and reducekit.sum (unfused; see cross_entropy)."""
+    """torch's class-probability cross-entropy: the fused kernels where the target has the input's
+    dtype and the class weights need no gradient, else composed from reducekit.log_softmax, torch's
+    elementwise ops and reducekit.sum (see cross_entropy)."""
     if not target.is_floating_point():
         raise ValueError(f"target: a target of the input's shape {tuple(input.shape)} holds class probabilities and "
                          f"must be floating point, got {target.dtype}")
@@ -115,6 +153,24 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
             raise RuntimeError(f"weight: expected one value a class ({classes}), got shape {tuple(weight.shape)}")
         out_dtype = torch.promote_types(out_dtype, weight.dtype)
     values = torch.float64 if out_dtype == torch.float64 else torch.float32
+    # torch's rule for probability targets: 'mean' is over the batch elements, not over weights
+    # (no elements: 0 / 0 = NaN, as torch)
+    count = input.numel() // classes if classes > 0 else 0
+
+    fused = (target.dtype == input.dtype and input.dtype in _FUSED_DTYPES and classes > 0
+             and not (weight is not None and weight.requires_grad))
+    if fused:
+        if input.dim() <= 2:
+            logits, probs = input.reshape(-1, classes), target.reshape(-1, classes)
+        else:  # [N, C, d1, ...]: classes last, a row per position (copies)
+            logits, probs = input.movedim(1, -1).reshape(-1, classes), target.movedim(1, -1).reshape(-1, classes)
+        w = None if weight is None else weight.to(_row_values_dtype(input))
+        loss, _, _ = _ops.cross_entropy_probs_forward(logits, probs, w, label_smoothing, lse_square_scale, softcap)
+        if reduction == "none":
+            shape = [n for d, n in enumerate(input.shape) if d != class_dim]
+            return loss.reshape(shape).to(out_dtype)
+        total = _sum(loss)
+        return (total if reduction == "sum" else total / count).to(out_dtype)
 
     z = input if softcap == 0.0 else softcap * torch.tanh(input / softcap)
     logp = _log_softmax(z, class_dim)
@@ -131,12 +187,7 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
     if reduction == "none":
         return rows.to(out_dtype)
     total = _sum(rows)
-    if reduction == "sum":
-        return total.to(out_dtype)
-    # torch's rule for probability targets: the mean over the batch elements, not over weights
-    # (no elements: 0 / 0 = NaN, as torch)
-    count = input.numel() // classes if classes > 0 else 0
-    return (total / count).to(out_dtype)
+    return (total if reduction == "sum" else total / count).to(out_dtype)
 
 
 def _check_index_target_shape(input, target):

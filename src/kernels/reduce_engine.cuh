@@ -265,13 +265,34 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
     }
   }
 
+  // Rows [k, k + U) of a shifted lane, kShiftedBatch rows' granules in flight together
+  // (load_vectors16): float32 with float32 statistics. Four rows or all U spilled (ptxas), and
+  // two did for 16-bit types and for float32 summed in float64.
+  static constexpr int kShiftedBatch = sizeof(T) == 4 && sizeof(Acc) == 4 ? 2 : 1;
+  __device__ __forceinline__ void load_shifted_rows(int64_t k, T (&raw)[U][VEC]) const {
+#pragma unroll
+    for (int h = 0; h < U; h += kShiftedBatch) {
+      const T* rows[kShiftedBatch];
+      int64_t e0[kShiftedBatch];
+      Bytes16 b[kShiftedBatch];
+#pragma unroll
+      for (int u = 0; u < kShiftedBatch; ++u) rows[u] = slab + (k + h + u) * stride - col, e0[u] = col;
+      load_vectors16<T, VEC>(rows, e0, inner, b);
+      memcpy(raw[h], b, sizeof(b));
+    }
+  }
+
   // Folds rows [k, k + U) when they all lie before `end`, else rows [k, end).
   template <int kVector>
   __device__ __forceinline__ void fold_rows(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
     if (k + U <= end) {
       T raw[U][VEC];
+      if constexpr (kVector == kShifted && kShiftedBatch > 1) {
+        load_shifted_rows(k, raw);
+      } else {
 #pragma unroll
-      for (int u = 0; u < U; ++u) load_row<kVector>(k + u, raw[u]);
+        for (int u = 0; u < U; ++u) load_row<kVector>(k + u, raw[u]);
+      }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         Acc vals[U];

@@ -135,6 +135,36 @@ __device__ __forceinline__ Bytes16 load_vector16(const T* row, Index e0, Index l
   return b;
 }
 
+// N vectors at once, the n-th the VEC elements of rows[n] from e0[n] (each as load_vector16 takes
+// it), every granule issued before the first funnel: a run of load_vector16 calls waits on each
+// vector's two loads before the next vector's are issued. Twice the registers a vector instead.
+template <typename T, int VEC, int N, typename Index>
+__device__ __forceinline__ void load_vectors16(const T* const (&rows)[N], const Index (&e0)[N], Index len,
+                                               Bytes16 (&out)[N]) {
+  static_assert(sizeof(T) * VEC == 16, "vectors are 16 bytes");
+  bool funnel[N];  // shifted, both granules inside the row
+  Bytes16 hi[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int shift = misalignment16(rows[n]);
+    const char* granule = reinterpret_cast<const char*>(rows[n] + e0[n]) - shift;
+    funnel[n] = shift != 0 && e0[n] >= VEC && e0[n] + 2 * VEC - shift / static_cast<int>(sizeof(T)) <= len;
+    if (shift == 0 || funnel[n]) out[n] = load_aligned16(granule);
+    if (funnel[n]) hi[n] = load_aligned16(granule + 16);
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    if (funnel[n]) {
+      out[n] = funnel16(out[n], hi[n], misalignment16(rows[n]));
+    } else if (misalignment16(rows[n]) != 0) {
+      T v[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[e] = rows[n][e0[n] + e];
+      memcpy(&out[n], v, 16);
+    }
+  }
+}
+
 namespace detail {
 
 // Bytes [J, J + N) of b as one value of N bytes (J even: element sizes are 2, 4 or 8).

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// cross_entropy_forward / _backward / _fused: argument checks, row planning and dtype
-// dispatch; the kernels are in kernels/cross_entropy.cuh.
+// cross_entropy_forward / _backward / _fused and the class-probability cross_entropy_probs_*:
+// argument checks, row planning and dtype dispatch; the kernels are in kernels/cross_entropy.cuh
+// and kernels/cross_entropy_probs.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "kernels/cross_entropy.cuh"
+#include "kernels/cross_entropy_probs.cuh"
 #include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
 #include "plan/reduction_plan.hpp"
@@ -225,6 +227,48 @@ template <class Run> Status by_dtype(DType dtype, Run run) {
   }
 }
 
+// The rows of class-probability `target` (`name`): logits' shape and dtype, its own row stride.
+Status plan_probs_rows(const TensorView& logits, const TensorView& t, const char* name, RowwisePlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(t, name));
+  REDUCEKIT_RETURN_IF_ERROR(check_matches(t, name, logits, "logits"));
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(t, -1, plan));
+  if (!plan->row_major)
+    return Status::unsupported(std::string(name) + ": the class dim must be innermost (stride 1) with the other dims "
+                               "mergeable into rows; make the tensor contiguous first");
+  return Status::ok();
+}
+
+// The checks both class-probability calls share: logits' rows, target's, and the class weights.
+template <typename T>
+Status plan_probs(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                  const CrossEntropyOptions& o, RowwisePlan* plan, kernels::ProbsArgs<T>* a) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(logits, "logits"));
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(logits, -1, plan));
+  if (!plan->row_major)
+    return Status::unsupported("logits: the class dim must be innermost (stride 1) with the other dims "
+                               "mergeable into rows; make the tensor contiguous first");
+  if (plan->cols == 0 && plan->rows > 0) return Status::invalid_argument("logits: no classes");
+  RowwisePlan target_plan;
+  REDUCEKIT_RETURN_IF_ERROR(plan_probs_rows(logits, target, "target", &target_plan));
+  if (weight != nullptr)
+    REDUCEKIT_RETURN_IF_ERROR(
+        check_dense_vector(*weight, "weight", accumulation_dtype(logits.dtype), plan->cols, "one per class"));
+  REDUCEKIT_RETURN_IF_ERROR(check_options(o));
+  using Acc = kernels::acc_t<T>;
+  *a = {};
+  a->logits = static_cast<const T*>(logits.data);
+  a->logits_stride = plan->row_stride;
+  a->target = static_cast<const T*>(target.data);
+  a->target_stride = target_plan.row_stride;
+  a->weight = weight != nullptr ? static_cast<const Acc*>(weight->data) : nullptr;
+  a->rows = plan->rows;
+  a->classes = plan->cols;
+  a->smoothing = static_cast<Acc>(o.label_smoothing);
+  a->z_scale = static_cast<Acc>(o.lse_square_scale);
+  a->softcap = static_cast<Acc>(o.softcap);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status cross_entropy_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
@@ -311,6 +355,72 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
     a.saved_lse = a.lse;
     REDUCEKIT_RETURN_IF_ERROR(launch_rows<true>(a, options, stream, "cross_entropy_fused"));
     return launch_rows<false>(a, options, stream, "cross_entropy_fused");
+  });
+}
+
+Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                                   const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
+                                   const TensorView& mass, cudaStream_t stream) {
+  return by_dtype(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    RowwisePlan plan;
+    kernels::ProbsArgs<T> a;
+    REDUCEKIT_RETURN_IF_ERROR(plan_probs<T>(logits, target, weight, options, &plan, &a));
+    const DType values = accumulation_dtype(logits.dtype);
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(mass, "mass", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(
+        check_disjoint({{&loss, "loss"}, {&lse, "lse"}, {&mass, "mass"}},
+                       {{&logits, "logits"}, {&target, "target"}, {weight, "weight"}}));
+    if (plan.rows == 0) return Status::ok();
+    a.loss = static_cast<Acc*>(loss.data);
+    a.lse = static_cast<Acc*>(lse.data);
+    a.mass = static_cast<Acc*>(mass.data);
+    const auto kernel = kernels::cross_entropy_probs_forward_kernel<T>;
+    kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);
+    return launched("cross_entropy_probs_forward");
+  });
+}
+
+Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                                    const TensorView& lse, const TensorView& mass, const TensorView& grad_loss,
+                                    const CrossEntropyOptions& options, const TensorView& dlogits,
+                                    const TensorView* dtarget, cudaStream_t stream) {
+  return by_dtype(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    RowwisePlan plan, out_plan, target_out_plan;
+    kernels::ProbsArgs<T> a;
+    REDUCEKIT_RETURN_IF_ERROR(plan_probs<T>(logits, target, weight, options, &plan, &a));
+    const DType values = accumulation_dtype(logits.dtype);
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(mass, "mass", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, false, &out_plan));
+    REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}, {dtarget, "dtarget"}},
+                                             {{&target, "target"}, {weight, "weight"}, {&lse, "lse"},
+                                              {&mass, "mass"}, {&grad_loss, "grad_loss"}}));
+    if (dtarget != nullptr) {
+      REDUCEKIT_RETURN_IF_ERROR(plan_probs_rows(logits, *dtarget, "dtarget", &target_out_plan));
+      REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{dtarget, "dtarget"}}, {{&logits, "logits"}}));
+      REDUCEKIT_RETURN_IF_ERROR(
+          check_output_rows(target_out_plan.rows, target_out_plan.cols, target_out_plan.row_stride, "dtarget"));
+    }
+    if (plan.rows == 0) return Status::ok();
+    a.saved_lse = static_cast<const Acc*>(lse.data);
+    a.saved_mass = static_cast<const Acc*>(mass.data);
+    a.grad = static_cast<const Acc*>(grad_loss.data);
+    a.dlogits = static_cast<T*>(dlogits.data);
+    a.dlogits_stride = out_plan.row_stride;
+    if (dtarget != nullptr) {
+      a.dtarget = static_cast<T*>(dtarget->data);
+      a.dtarget_stride = target_out_plan.row_stride;
+    }
+    const auto kernel = kernels::cross_entropy_probs_backward_kernel<T>;
+    kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);
+    return launched("cross_entropy_probs_backward");
   });
 }
 

@@ -104,4 +104,60 @@ bool cross_entropy_backward(const double* logits, const int64_t* targets, const 
   return true;
 }
 
+bool cross_entropy_probs_forward(const double* logits, const double* targets, double* loss, int64_t rows,
+                                 int64_t classes, const CrossEntropyOptions& options) {
+  const double ls = options.label_smoothing;
+  if (!(ls >= 0.0 && ls <= 1.0)) return false;
+  std::vector<double> z(static_cast<size_t>(classes)), logp(static_cast<size_t>(classes));
+  CompensatedSum total;
+  for (int64_t r = 0; r < rows; ++r) {
+    capped_row(logits + r * classes, z.data(), classes, options.softcap);
+    log_softmax_rows(z.data(), logp.data(), 1, classes);
+    CompensatedSum row;
+    for (int64_t j = 0; j < classes; ++j) {
+      const double q = (1.0 - ls) * targets[r * classes + j] + ls / static_cast<double>(classes);
+      row.add(class_weight(options, j) * q * -logp[j]);
+    }
+    double row_loss = row.value();
+    if (options.lse_square_scale != 0.0 && classes > 0) {
+      const double lse = z[0] - logp[0];
+      row_loss += options.lse_square_scale * lse * lse;
+    }
+    if (options.reduction == LossReduction::kNone) loss[r] = row_loss;
+    total.add(row_loss);
+  }
+  if (options.reduction == LossReduction::kSum) loss[0] = total.value();
+  if (options.reduction == LossReduction::kMean) loss[0] = total.value() / static_cast<double>(rows);
+  return true;
+}
+
+bool cross_entropy_probs_backward(const double* logits, const double* targets, const double* dloss,
+                                  double* dlogits, double* dtargets, int64_t rows, int64_t classes,
+                                  const CrossEntropyOptions& options) {
+  const double ls = options.label_smoothing, c = options.softcap;
+  if (!(ls >= 0.0 && ls <= 1.0)) return false;
+  std::vector<double> z(static_cast<size_t>(classes)), logp(static_cast<size_t>(classes)),
+      wq(static_cast<size_t>(classes));
+  for (int64_t r = 0; r < rows; ++r) {
+    double scale = dloss[0];
+    if (options.reduction == LossReduction::kNone) scale = dloss[r];
+    if (options.reduction == LossReduction::kMean) scale = dloss[0] / static_cast<double>(rows);
+    capped_row(logits + r * classes, z.data(), classes, c);
+    log_softmax_rows(z.data(), logp.data(), 1, classes);
+    CompensatedSum mass;
+    for (int64_t j = 0; j < classes; ++j) {
+      wq[j] = class_weight(options, j) * ((1.0 - ls) * targets[r * classes + j] + ls / static_cast<double>(classes));
+      mass.add(wq[j]);
+    }
+    const double lse = classes > 0 ? z[0] - logp[0] : 0.0;
+    // d/dz_j of sum_k wq[k] (lse - z[k]) + s lse^2: (mass + 2 s lse) p_j - wq[j]; then the cap's dz/dx.
+    for (int64_t j = 0; j < classes; ++j) {
+      const double dz = (mass.value() + 2.0 * options.lse_square_scale * lse) * std::exp(logp[j]) - wq[j];
+      dlogits[r * classes + j] = scale * (c > 0.0 ? dz * (1.0 - (z[j] / c) * (z[j] / c)) : dz);
+      if (dtargets) dtargets[r * classes + j] = -scale * (1.0 - ls) * class_weight(options, j) * logp[j];
+    }
+  }
+  return true;
+}
+
 }  // namespace reducekit::reference

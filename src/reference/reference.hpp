@@ -173,8 +173,7 @@ void batch_norm_backward(const double* x, const double* dy, const double* save_m
 void channels_last_to_first(const double* x, double* y, int64_t n, int64_t c, int64_t hw);
 void channels_first_to_last(const double* x, double* y, int64_t n, int64_t c, int64_t hw);
 
-// ---- cross_entropy: logits [rows, classes], integer targets [rows] ---------------------------
-// Class-index targets (no probability targets).
+// ---- cross_entropy: logits [rows, classes], integer targets [rows] or probabilities -----------
 enum class LossReduction { kNone, kMean, kSum };
 
 struct CrossEntropyOptions {
@@ -199,5 +198,18 @@ bool cross_entropy_forward(const double* logits, const int64_t* targets, double*
 bool cross_entropy_backward(const double* logits, const int64_t* targets, const double* dloss,
                             double* dlogits, int64_t rows, int64_t classes,
                             const CrossEntropyOptions& options = {});
+
+// Class-probability targets [rows, classes] (options.ignore_index unused): with q = (1 - ls) *
+// target + ls / C, per row sum_j w[j] * q[j] * -logp[j] + s * lse(z)^2, as torch's formula
+// -(log_softmax * q * w).sum(class dim) (0 * -inf gives NaN there as here). kMean divides by
+// rows. False when ls is outside [0, 1].
+bool cross_entropy_probs_forward(const double* logits, const double* targets, double* loss, int64_t rows,
+                                 int64_t classes, const CrossEntropyOptions& options = {});
+// dlogits = scale * ((sum_k w[k] q[k] + 2 s lse) softmax - w q) (times the cap's derivative) and,
+// where dtargets is not null, dtargets = -scale * (1 - ls) * w * logp; scale as
+// cross_entropy_backward's, kMean's denominator rows.
+bool cross_entropy_probs_backward(const double* logits, const double* targets, const double* dloss,
+                                  double* dlogits, double* dtargets, int64_t rows, int64_t classes,
+                                  const CrossEntropyOptions& options = {});
 
 }  // namespace reducekit::reference

@@ -3,7 +3,9 @@
 // residues mod 8 (odd vocabularies), sliced and offset rows, ignored and out-of-range targets,
 // class weights, label smoothing, z-loss and soft-capping, forward and backward; bitwise
 // determinism and batch invariance; the fused forward and backward (into its own dlogits and over
-// the logits) against the two apart, bit for bit; argument errors.
+// the logits) against the two apart, bit for bit; argument errors. Class-probability targets
+// (cross_entropy_probs_*) against the oracle, forward and both gradients, rows at independent
+// alignments; their determinism, batch invariance and argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -558,6 +560,196 @@ TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   transposed.strides[0] = 1, transposed.strides[1] = classes;
   fails(cross_entropy_forward(transposed, vector_view<int64_t>(t.get(), classes), nullptr, {}, lv, sv, nullptr),
         "logits");
+}
+
+// ---- class-probability targets ------------------------------------------------------------
+
+struct ProbsCase {
+  int64_t rows, classes;
+  int64_t logits_offset = 0, target_offset = 0, target_pad = 0;  // target rows classes + target_pad apart
+  double smoothing = 0, z_scale = 0, softcap = 0;
+  bool weights = false;
+};
+
+template <typename T> void check_probs_case(const ProbsCase& c) {
+  using Acc = std::conditional_t<sizeof(T) == 8, double, float>;
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " rows " << c.rows << " classes " << c.classes
+                                  << " offsets " << c.logits_offset << "/" << c.target_offset << " target pad "
+                                  << c.target_pad << " ls " << c.smoothing << " z " << c.z_scale << " cap " << c.softcap
+                                  << (c.weights ? " weighted" : ""));
+  const RowLayout xl{c.rows, c.classes, c.classes, c.logits_offset};
+  const RowLayout pl{c.rows, c.classes, c.classes + c.target_pad, c.target_offset};
+  const RowLayout dense{c.rows, c.classes, c.classes, 0};
+  const std::vector<double> values = make_values(c.rows * c.classes, "randn", 95);
+  const std::vector<double> raw_targets = make_values(c.rows * c.classes, "randn", 96);
+  std::vector<T> ximage(xl.span()), pimage(pl.span());
+  std::vector<double> logits(c.rows * c.classes), targets(c.rows * c.classes);  // as the kernels see them
+  for (int64_t r = 0; r < c.rows; ++r) {
+    // Each target row a softmax of its draws: probabilities summing to about 1.
+    double total = 0;
+    for (int64_t j = 0; j < c.classes; ++j) total += std::exp(raw_targets[r * c.classes + j]);
+    for (int64_t j = 0; j < c.classes; ++j) {
+      const T x = from_double<T>(3.0 * values[r * c.classes + j]);
+      const T p = from_double<T>(std::exp(raw_targets[r * c.classes + j]) / total);
+      ximage[xl.offset + r * xl.stride + j] = x, pimage[pl.offset + r * pl.stride + j] = p;
+      logits[r * c.classes + j] = to_double(x), targets[r * c.classes + j] = to_double(p);
+    }
+  }
+  const std::vector<double> weight = weights_for(c.classes);
+  std::vector<Acc> weight_acc(weight.begin(), weight.end()), grad_acc(c.rows);
+  const std::vector<double> grad_values = make_values(c.rows, "randn", 97);
+  std::vector<double> grad(c.rows);
+  for (int64_t r = 0; r < c.rows; ++r) grad[r] = to_double(grad_acc[r] = static_cast<Acc>(grad_values[r]));
+
+  DeviceBuffer dx(ximage), dp(pimage), dweight(weight_acc), dgrad(grad_acc);
+  DeviceBuffer dloss(c.rows * sizeof(Acc)), dlse(c.rows * sizeof(Acc)), dmass(c.rows * sizeof(Acc));
+  DeviceBuffer ddx(dense.span() * sizeof(T)), ddp(dense.span() * sizeof(T));
+  ASSERT_TRUE(dx.get() && dp.get() && dweight.get() && dgrad.get() && dloss.get() && dlse.get() && dmass.get() &&
+              ddx.get() && ddp.get());
+  REDUCEKIT_CUDA_OK(cudaMemset(ddx.get(), 0xff, dense.span() * sizeof(T)));  // NaN where unwritten
+  REDUCEKIT_CUDA_OK(cudaMemset(ddp.get(), 0xff, dense.span() * sizeof(T)));
+
+  CrossEntropyOptions o;
+  o.label_smoothing = c.smoothing, o.lse_square_scale = c.z_scale, o.softcap = c.softcap;
+  const TensorView xv = row_view(dx.get(), dtype_of<T>(), xl), pv = row_view(dp.get(), dtype_of<T>(), pl);
+  const TensorView wv = vector_view<Acc>(dweight.get(), c.classes);
+  const TensorView lossv = vector_view<Acc>(dloss.get(), c.rows), lsev = vector_view<Acc>(dlse.get(), c.rows);
+  const TensorView massv = vector_view<Acc>(dmass.get(), c.rows);
+  const TensorView dxv = row_view(ddx.get(), dtype_of<T>(), dense), dpv = row_view(ddp.get(), dtype_of<T>(), dense);
+  const TensorView* w = c.weights ? &wv : nullptr;
+  Status s = cross_entropy_probs_forward(xv, pv, w, o, lossv, lsev, massv, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  s = cross_entropy_probs_backward(xv, pv, w, lsev, massv, vector_view<Acc>(dgrad.get(), c.rows), o, dxv, &dpv,
+                                   nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<Acc> loss = copy_back<Acc>(dloss, c.rows);
+  const std::vector<T> dlogits = copy_back<T>(ddx, dense.span()), dtarget = copy_back<T>(ddp, dense.span());
+
+  reference::CrossEntropyOptions ro;
+  ro.reduction = reference::LossReduction::kNone;
+  ro.label_smoothing = c.smoothing, ro.lse_square_scale = c.z_scale, ro.softcap = c.softcap;
+  ro.weight = c.weights ? weight.data() : nullptr;
+  std::vector<double> want_loss(c.rows), want_dx(c.rows * c.classes), want_dp(c.rows * c.classes);
+  ASSERT_TRUE(
+      reference::cross_entropy_probs_forward(logits.data(), targets.data(), want_loss.data(), c.rows, c.classes, ro));
+  ASSERT_TRUE(reference::cross_entropy_probs_backward(logits.data(), targets.data(), grad.data(), want_dx.data(),
+                                                      want_dp.data(), c.rows, c.classes, ro));
+  const double max_w = c.weights ? 2.0 : 1.0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    double zmax = 0;
+    for (int64_t j = 0; j < c.classes; ++j) zmax = std::max(zmax, std::fabs(logits[r * c.classes + j]));
+    const double lse_scale = zmax + std::log(static_cast<double>(c.classes)) + 1;
+    const double scale = max_w * lse_scale * (1 + 2 * c.z_scale * lse_scale) * 4;
+    EXPECT_TRUE(close_enough<Acc>(loss[r], want_loss[r], scale)) << "loss row " << r << ": " << loss[r] << " vs "
+                                                                  << want_loss[r];
+    const double gscale = std::fabs(grad[r]) * max_w * (2 + 2 * c.z_scale * lse_scale) * 4;
+    const double tscale = std::fabs(grad[r]) * max_w * 2 * lse_scale * 4;
+    for (int64_t j = 0; j < c.classes; ++j) {
+      const int64_t i = r * c.classes + j;
+      if (!close_enough<T>(to_double(dlogits[i]), want_dx[i], gscale)) {
+        ADD_FAILURE() << "dlogits row " << r << " class " << j << ": " << to_double(dlogits[i]) << " vs " << want_dx[i];
+        return;
+      }
+      if (!close_enough<T>(to_double(dtarget[i]), want_dp[i], tscale)) {
+        ADD_FAILURE() << "dtarget row " << r << " class " << j << ": " << to_double(dtarget[i]) << " vs " << want_dp[i];
+        return;
+      }
+    }
+  }
+  // A row alone gives the bits it has in the batch (the last row: its own alignments).
+  const int64_t last = c.rows - 1;
+  DeviceBuffer one_loss(sizeof(Acc)), one_lse(sizeof(Acc)), one_mass(sizeof(Acc));
+  ASSERT_TRUE(one_loss.get() && one_lse.get() && one_mass.get());
+  TensorView x1 = row_view(static_cast<T*>(dx.get()) + xl.offset + last * xl.stride, dtype_of<T>(),
+                           {1, c.classes, c.classes, 0});
+  TensorView p1 = row_view(static_cast<T*>(dp.get()) + pl.offset + last * pl.stride, dtype_of<T>(),
+                           {1, c.classes, c.classes, 0});
+  s = cross_entropy_probs_forward(x1, p1, w, o, vector_view<Acc>(one_loss.get(), 1), vector_view<Acc>(one_lse.get(), 1),
+                                  vector_view<Acc>(one_mass.get(), 1), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(copy_back<Acc>(one_loss, 1), std::vector<Acc>{loss[last]})) << "row alone";
+}
+
+template <typename T> void check_every_probs_case() {
+  for (const ProbsCase& c : {ProbsCase{5, 1}, ProbsCase{37, 7, 1, 0, 3}, ProbsCase{16, 1000, 0, 1, 1},
+                             ProbsCase{6, 50257, 3, 5, 1}, ProbsCase{4, 32000, 0, 0, 0, 0.1, 0, 0, true},
+                             ProbsCase{8, 4099, 2, 7, 5, 0.2, 1e-3, 30.0, true}, ProbsCase{3, 131073, 1, 0, 0, 0, 1e-4, 0},
+                             ProbsCase{8, 4096, 0, 0, 0, 1.0, 0, 0, true}}) {
+    check_probs_case<T>(c);
+    if (testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(CrossEntropyGpu, ProbabilityTargetsMatchTheOracle) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_every_probs_case<float>();
+  check_every_probs_case<__nv_bfloat16>();
+  check_every_probs_case<__half>();
+  check_every_probs_case<double>();
+}
+
+// The loss of logits far from zero whose target sits on the largest logit is small, and keeps its
+// digits: the pass keeps the target's weighted spread relative to the running max.
+TEST(CrossEntropyGpu, ProbabilityTargetsKeepSmallLossesOfLargeLogits) {
+  REDUCEKIT_REQUIRE_GPU();
+  const int64_t classes = 3000;
+  std::vector<float> x(classes), p(classes, 0.0f);
+  for (int64_t j = 0; j < classes; ++j) x[j] = 6000.0f - 0.5f * static_cast<float>(j % 50) - (j == 17 ? 0 : 20.0f);
+  p[17] = 1.0f;
+  DeviceBuffer dx(x), dp(p), dl(4), ds(4), dm(4);
+  const RowLayout l{1, classes, classes, 0};
+  Status s = cross_entropy_probs_forward(row_view(dx.get(), DType::kFloat32, l), row_view(dp.get(), DType::kFloat32, l),
+                                         nullptr, {}, vector_view<float>(dl.get(), 1), vector_view<float>(ds.get(), 1),
+                                         vector_view<float>(dm.get(), 1), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<double> xd(x.begin(), x.end()), pd(p.begin(), p.end());
+  double want = 0;
+  ASSERT_TRUE(reference::cross_entropy_probs_forward(xd.data(), pd.data(), &want, 1, classes,
+                                                     {reference::LossReduction::kNone}));
+  const float got = copy_back<float>(dl, 1)[0];
+  EXPECT_GT(want, 0.0);
+  EXPECT_NEAR(got, want, 1e-5 * want + 1e-7) << "a loss of " << want << " at logits near 6000";
+}
+
+TEST(CrossEntropyGpu, ProbabilityTargetArgumentErrorsNameTheArgument) {
+  REDUCEKIT_REQUIRE_GPU();
+  const int64_t rows = 4, classes = 10;
+  DeviceBuffer x(rows * classes * 4), p(rows * classes * 4), f(rows * 12), g(rows * classes * 4), h(rows * classes * 4);
+  const RowLayout l{rows, classes, classes, 0};
+  const TensorView xv = row_view(x.get(), DType::kFloat32, l), pv = row_view(p.get(), DType::kFloat32, l);
+  const TensorView lv = vector_view<float>(f.get(), rows), sv = vector_view<float>(static_cast<float*>(f.get()) + rows, rows);
+  const TensorView mv = vector_view<float>(static_cast<float*>(f.get()) + 2 * rows, rows);
+  const TensorView gv = row_view(g.get(), DType::kFloat32, l), hv = row_view(h.get(), DType::kFloat32, l);
+  const auto fails = [](const Status& s, const char* name) {
+    EXPECT_FALSE(s.is_ok()) << name;
+    EXPECT_EQ(s.message().rfind(name, 0), 0u) << s.message();
+  };
+  EXPECT_TRUE(cross_entropy_probs_forward(xv, pv, nullptr, {}, lv, sv, mv, nullptr).is_ok());
+  TensorView half_target = pv;
+  half_target.dtype = DType::kFloat16;
+  fails(cross_entropy_probs_forward(xv, half_target, nullptr, {}, lv, sv, mv, nullptr), "target");
+  fails(cross_entropy_probs_forward(xv, row_view(p.get(), DType::kFloat32, {rows - 1, classes, classes, 0}), nullptr, {},
+                                    lv, sv, mv, nullptr),
+        "target");
+  fails(cross_entropy_probs_forward(xv, pv, nullptr, {}, lv, sv, lv, nullptr), "loss");
+  const TensorView short_weight = vector_view<float>(g.get(), classes - 1);
+  fails(cross_entropy_probs_forward(xv, pv, &short_weight, {}, lv, sv, mv, nullptr), "weight");
+  CrossEntropyOptions o;
+  o.label_smoothing = -0.5;
+  fails(cross_entropy_probs_forward(xv, pv, nullptr, o, lv, sv, mv, nullptr), "label_smoothing");
+  const TensorView gl = vector_view<float>(static_cast<float*>(f.get()) + rows, rows);
+  EXPECT_TRUE(cross_entropy_probs_backward(xv, pv, nullptr, sv, mv, gl, {}, gv, &hv, nullptr).is_ok());
+  EXPECT_TRUE(cross_entropy_probs_backward(xv, pv, nullptr, sv, mv, gl, {}, gv, nullptr, nullptr).is_ok());
+  fails(cross_entropy_probs_backward(xv, pv, nullptr, sv, mv, gl, {}, xv, nullptr, nullptr), "dlogits");
+  fails(cross_entropy_probs_backward(xv, pv, nullptr, sv, mv, gl, {}, gv, &pv, nullptr), "dtarget");
+  fails(cross_entropy_probs_backward(xv, pv, nullptr, sv, mv, gl, {}, gv, &gv, nullptr), "dlogits");
+  fails(cross_entropy_probs_backward(xv, pv, nullptr, sv, vector_view<float>(f.get(), rows - 1), gl, {}, gv, nullptr,
+                                     nullptr),
+        "mass");
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
 }
 
 }  // namespace

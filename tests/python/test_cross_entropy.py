@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import reducekit
+from tolerance import assert_close
 
 DEV = "cuda"
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
@@ -478,6 +479,59 @@ def test_nn_module_probability_targets():
         ours = reducekit.nn.CrossEntropyLoss(weight=w, label_smoothing=0.05, reduction=reduction, check_targets=True)
         theirs = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.05, reduction=reduction)
         _close(ours(x, p), theirs(x.double(), p.double()), torch.float32)
+
+
+def _off_granule(values, offset):
+    """values in rows that start `offset` elements past the start of a wider tensor's rows."""
+    rows, classes = values.shape
+    wide = torch.empty(rows, classes + offset, device=values.device, dtype=values.dtype)
+    out = wide[:, offset:]
+    out.copy_(values)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("classes", [50257, 32000])
+def test_probability_targets_vocabulary_rows_at_any_alignment(dtype, classes):
+    """The fused kernels on vocabulary rows whose logits and targets start at different offsets
+    in their granules: the loss and both gradients against torch in float64 on the same values."""
+    x, p, w = _prob_inputs((6, classes), dtype, seed=23)
+    x, p = _off_granule(x, 1).detach().requires_grad_(), _off_granule(p, 3).detach().requires_grad_()
+    assert x.stride(0) == classes + 1 and p.stride(0) == classes + 3
+    got = reducekit.cross_entropy(x, p, w, reduction="none", label_smoothing=0.1)
+    xd, pd = x.detach().double().requires_grad_(), p.detach().double().requires_grad_()
+    want = F.cross_entropy(xd, pd, w.double(), reduction="none", label_smoothing=0.1)
+    _close(got, want, dtype)
+    upstream = torch.linspace(-1, 2, 6, device=DEV)
+    (got.float() * upstream).sum().backward()
+    (want * upstream.double()).sum().backward()
+    for name, ours, theirs in (("dlogits", x.grad, xd.grad), ("dtarget", p.grad, pd.grad)):
+        assert_close(ours, theirs, dtype, theirs.abs().max(), f"{dtype} {classes} {name}")
+
+
+def test_probability_targets_deterministic_and_batch_invariant():
+    x, p, w = _prob_inputs((40, 4099), torch.bfloat16, seed=24)
+    all_rows = reducekit.cross_entropy(x, p, w, reduction="none", label_smoothing=0.1)
+    assert torch.equal(all_rows, reducekit.cross_entropy(x, p, w, reduction="none", label_smoothing=0.1))
+    for r in (0, 17, 39):
+        alone = reducekit.cross_entropy(x[r:r + 1], p[r:r + 1], w, reduction="none", label_smoothing=0.1)
+        assert torch.equal(alone, all_rows[r:r + 1]), f"row {r}"
+
+
+def test_probability_targets_nan_where_torch_gives_nan():
+    """torch multiplies log-probabilities by the targets: a -inf logit under a zero target is NaN."""
+    x, p, _ = _prob_inputs((3, 50), torch.float32, seed=25)
+    x[1, 7] = float("-inf")
+    p[1, 7] = 0.0
+    got = reducekit.cross_entropy(x, p, reduction="none")
+    want = F.cross_entropy(x, p, reduction="none")
+    assert torch.equal(got.isnan(), want.isnan()) and bool(want[1].isnan()) and not bool(want[0].isnan())
+
+
+def test_probability_targets_opcheck():
+    x, p, w = _prob_inputs((8, 100), torch.float32, seed=26)
+    torch.library.opcheck(torch.ops.reducekit.cross_entropy_probs_forward.default,
+                          (x.requires_grad_(), p.requires_grad_(), w, 0.1, 1e-4, 0.0))
 
 
 # cross_entropy_with_grad: the loss and its gradient from one kernel, against cross_entropy and its
