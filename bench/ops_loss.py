@@ -3,7 +3,10 @@
 rows) and the forward with its backward (the gradient of the logits, as training runs it), and that
 step with reducekit's fused kernel (cross_entropy_step, counted as the least a step moves). Peers:
 torch, torch.compile and reducekit-unfused (reducekit.log_softmax, then torch's nll_loss: what the
-fused kernels replace). The two training ops record each implementation's peak memory of a step."""
+fused kernels replace). The two training ops record each implementation's peak memory of a step.
+cross_entropy_probs and cross_entropy_probs_training: the same against class-probability targets
+(a softmax row per logits row, in the logits' dtype); the unfused peer is reducekit.log_softmax times
+the targets, summed by torch."""
 from __future__ import annotations
 
 import math
@@ -130,3 +133,75 @@ def _register(name, training, fused=False):
 _register("cross_entropy", training=False)
 _register("cross_entropy_training", training=True)
 _register("cross_entropy_step", training=True, fused=True)
+
+
+def _make_probs_inputs(shape, dtype):
+    x = rows_tensor(shape, dtype)
+    probs = torch.softmax(torch.randn(x.shape, device="cuda", dtype=torch.float32), -1).to(dtype)
+    return x, probs
+
+
+def _probs_forward_bytes(shape, dtype):
+    m, n = rows_of(shape)
+    return 2 * m * n * _element_bytes(dtype)  # logits and targets once
+
+
+def _probs_training_bytes(shape, dtype):
+    m, n = rows_of(shape)
+    return 5 * m * n * _element_bytes(dtype)  # logits and targets twice (forward, backward), dlogits once
+
+
+def _probs_grad_reference(x, probs):
+    """d mean(cross_entropy) / d logits in float64: (softmax(x) sum(p) - p) / M."""
+    g = x.to(torch.float64, copy=True)
+    g.sub_(g.amax(-1, keepdim=True)).exp_()
+    p = probs.double()
+    g.mul_(p.sum(-1, keepdim=True) / g.sum(-1, keepdim=True)).sub_(p)
+    return g.div_(g.shape[0])
+
+
+def _register_probs(name, training):
+    step = _with_grad if training else (lambda fn: fn)
+
+    def build_reducekit(ctx: BuildContext, inputs):
+        if ctx.reducekit is None or not hasattr(ctx.reducekit, "cross_entropy"):
+            raise NotApplicable("reducekit.cross_entropy is not built")
+        return Impl(step(ctx.reducekit.cross_entropy))
+
+    def build_unfused(ctx, inputs):
+        if ctx.reducekit is None or not hasattr(ctx.reducekit, "log_softmax"):
+            raise NotApplicable("reducekit.log_softmax is not built")
+        log_softmax = ctx.reducekit.log_softmax
+        return Impl(step(lambda x, p: -(log_softmax(x, -1) * p).sum(-1).mean()))
+
+    def build_torch(ctx, inputs):
+        return Impl(step(F.cross_entropy))
+
+    def build_compile(ctx, inputs):
+        if not training:
+            compiled, seconds = compile_fresh(F.cross_entropy, inputs)
+            return Impl(compiled, {"compile_s": round(seconds, 2)})
+        x, probs = inputs
+        compiled, seconds = compile_fresh(F.cross_entropy, (x.detach().requires_grad_(), probs))
+        return Impl(_with_grad(compiled), {"compile_s": round(seconds, 2)})
+
+    def reference(x, probs):
+        return _probs_grad_reference(x, probs) if training else F.cross_entropy(x.double(), probs.double())
+
+    def tolerance(dtype):
+        if dtype == torch.float64:
+            return 1e-12, 1e-10
+        if dtype == torch.float32:
+            return 1e-6, 2e-5
+        return 1e-4, 2e-2
+
+    register(OpSpec(name=name, make_inputs=_make_probs_inputs,
+                    bytes_moved=_probs_training_bytes if training else _probs_forward_bytes, reference=reference,
+                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
+                           "reducekit-unfused": build_unfused},
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance,
+                    measure_peak=training))
+
+
+_register_probs("cross_entropy_probs", training=False)
+_register_probs("cross_entropy_probs_training", training=True)

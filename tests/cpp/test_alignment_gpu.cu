@@ -71,6 +71,59 @@ TEST(VectorIo, ShiftedVectorsCopyExactly) {
   check_copy_vectors<uint64_t>();
 }
 
+// Thread v loads vector v of two rows at once (load_vectors16: each row at its own shift) and
+// writes them to dst and dst + len.
+template <typename T>
+__global__ void copy_vector_pairs_kernel(const T* first, const T* second, T* dst, int64_t len) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t e0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+  if (e0 + VEC > len) return;
+  const T* const rows[2] = {first, second};
+  const int64_t at[2] = {e0, e0};
+  kernels::Bytes16 b[2];
+  kernels::load_vectors16<T, VEC>(rows, at, len, b);
+  kernels::store_vector16<sizeof(T)>(dst + e0, b[0]);
+  kernels::store_vector16<sizeof(T)>(dst + len + e0, b[1]);
+}
+
+// Two rows of the same values at every pair of shifts: both rows' whole vectors arrive bit for bit.
+template <typename T> void check_copy_vector_pairs() {
+  constexpr int VEC = 16 / sizeof(T);
+  SCOPED_TRACE(testing::Message() << "element bytes " << sizeof(T));
+  for (int64_t len : {int64_t(VEC), int64_t(2 * VEC + 3), int64_t(1003)}) {
+    for (int first_shift = 0; first_shift < VEC; ++first_shift) {
+      for (int second_shift = 0; second_shift < VEC; ++second_shift) {
+        SCOPED_TRACE(testing::Message() << "len " << len << " shifts " << first_shift << "/" << second_shift);
+        std::vector<T> values(len), a(first_shift + len), b(second_shift + len);
+        for (int64_t i = 0; i < len; ++i) values[i] = static_cast<T>(0x9E3779B97F4A7C15ull * (i + 3) >> 19);
+        std::copy(values.begin(), values.end(), a.begin() + first_shift);
+        std::copy(values.begin(), values.end(), b.begin() + second_shift);
+        DeviceBuffer da(a), db(b), dd(2 * len * sizeof(T));
+        ASSERT_TRUE(da.get() && db.get() && dd.get());
+        REDUCEKIT_CUDA_OK(cudaMemset(dd.get(), 0, 2 * len * sizeof(T)));
+        const int64_t vectors = len / VEC;
+        copy_vector_pairs_kernel<T><<<static_cast<unsigned>((vectors + 127) / 128), 128>>>(
+            static_cast<const T*>(da.get()) + first_shift, static_cast<const T*>(db.get()) + second_shift,
+            static_cast<T*>(dd.get()), len);
+        REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<T> got(2 * len);
+        REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), dd.get(), got.size() * sizeof(T), cudaMemcpyDeviceToHost));
+        for (int64_t e = 0; e < vectors * VEC; ++e) {
+          ASSERT_EQ(got[e], values[e]) << "first row, element " << e;
+          ASSERT_EQ(got[len + e], values[e]) << "second row, element " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(VectorIo, ShiftedVectorPairsLoadExactly) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_copy_vector_pairs<uint16_t>();
+  check_copy_vector_pairs<uint32_t>();
+  check_copy_vector_pairs<uint64_t>();
+}
+
 // ---- row-wise ops: the same bits at every alignment -------------------------------------------
 
 enum class RowOp { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLayerNorm, kRmsNorm, kAddLayerNorm, kSumRows, kVarColumns };
