@@ -76,6 +76,14 @@ def _grad_reference(x, target):
     return g.div_(g.shape[0])
 
 
+def _tolerance(dtype):
+    if dtype == torch.float64:
+        return 1e-12, 1e-10
+    if dtype == torch.float32:
+        return 1e-6, 2e-5
+    return 1e-4, 2e-2
+
+
 def _register(name, training, fused=False):
     """fused: reducekit's step is cross_entropy_with_grad (loss and gradient from one kernel); the
     peers' is the same forward and autograd backward as `training`."""
@@ -114,19 +122,12 @@ def _register(name, training, fused=False):
     def reference(x, target):
         return _grad_reference(x, target) if training else F.cross_entropy(x.double(), target)
 
-    def tolerance(dtype):
-        if dtype == torch.float64:
-            return 1e-12, 1e-10
-        if dtype == torch.float32:
-            return 1e-6, 2e-5
-        return 1e-4, 2e-2
-
     bytes_moved = _step_bytes if fused else _training_bytes if training else _forward_bytes
     register(OpSpec(name=name, make_inputs=_make_inputs, bytes_moved=bytes_moved,
                     reference=reference,
                     impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
                            "reducekit-unfused": build_unfused},
-                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance,
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=_tolerance,
                     measure_peak=training))
 
 
@@ -188,18 +189,11 @@ def _register_probs(name, training):
     def reference(x, probs):
         return _probs_grad_reference(x, probs) if training else F.cross_entropy(x.double(), probs.double())
 
-    def tolerance(dtype):
-        if dtype == torch.float64:
-            return 1e-12, 1e-10
-        if dtype == torch.float32:
-            return 1e-6, 2e-5
-        return 1e-4, 2e-2
-
     register(OpSpec(name=name, make_inputs=_make_probs_inputs,
                     bytes_moved=_probs_training_bytes if training else _probs_forward_bytes, reference=reference,
                     impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
                            "reducekit-unfused": build_unfused},
-                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=tolerance,
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=_tolerance,
                     measure_peak=training))
 
 

@@ -102,12 +102,9 @@ template <typename T> struct ProbsRow {
     }
   }
 
-  // Each step loads U vectors of each input, then folds them a vector at a time (the vector's max
-  // first: one exp an element and one rescale a vector).
-  __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
-    const T* x = a.logits + row * a.logits_stride;
-    const T* p = a.target + row * a.target_stride;
-    Acc m = negative_infinity<Acc>(), s = Acc(0), spread = Acc(0), mass = Acc(0);
+  // body(v, z, wq) for each of this thread's vectors v of the row, a step's U vectors of each
+  // input loaded before the first is used.
+  template <class Body> __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
     for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
       VectorBatch<T, U> xs, ps;
       xs.template load<-1>(x, v0, vectors, a.classes);
@@ -118,17 +115,26 @@ template <typename T> struct ProbsRow {
         if (v >= vectors) break;
         Acc z[VEC], wq[VEC];
         values(xs.raw[u], ps.raw[u], v, z, wq);
-        const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
-        const Acc base = Op::base(top);
-        // fmax skips NaN; the sum of exp catches it. Elements past the row add nothing.
-        s = s * fast_exp(m - base) + fold_chains<VEC>(Plus{}, [&](int e) { return fast_exp(z[e] - base); });
-        spread = (spread - mass * (base - Op::base(m))) + fold_chains<VEC>(Plus{}, [&](int e) {
-                   return v * VEC + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
-                 });
-        mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
-        m = top;
+        body(v, z, wq);
       }
     }
+  }
+
+  // Folds a vector at a time, the vector's max first: one exp an element and one rescale a vector.
+  __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
+    Acc m = negative_infinity<Acc>(), s = Acc(0), spread = Acc(0), mass = Acc(0);
+    for_vectors(a.logits + row * a.logits_stride, a.target + row * a.target_stride,
+                [&](int64_t v, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+                  const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
+                  const Acc base = Op::base(top);
+                  // fmax skips NaN; the sum of exp catches it. Elements past the row add nothing.
+                  s = s * fast_exp(m - base) + fold_chains<VEC>(Plus{}, [&](int e) { return fast_exp(z[e] - base); });
+                  spread = (spread - mass * (base - Op::base(m))) + fold_chains<VEC>(Plus{}, [&](int e) {
+                             return v * VEC + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
+                           });
+                  mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
+                  m = top;
+                });
     const typename Op::Stat stat = block_butterfly_reduce<Op>({{m, s, spread, mass}}, slots);
     if (threadIdx.x == 0) {
       const Acc log_sum = precise_log(stat.w[1]);
@@ -150,35 +156,25 @@ template <typename T> struct ProbsRow {
     const Acc lse = a.saved_lse[row], g = a.grad[row];
     const Acc p_factor = g * (a.saved_mass[row] + Acc(2) * a.z_scale * lse);
     const Acc target_factor = -g * (Acc(1) - a.smoothing);
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
-      VectorBatch<T, U> xs, ps;
-      xs.template load<-1>(x, v0, vectors, a.classes);
-      ps.template load<-1>(p, v0, vectors, a.classes);
+    for_vectors(x, p, [&](int64_t v, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+      T out[VEC];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t v = v0 + int64_t(u) * blockDim.x;
-        if (v >= vectors) break;
-        Acc z[VEC], wq[VEC];
-        values(xs.raw[u], ps.raw[u], v, z, wq);
-        T out[VEC];
+      for (int e = 0; e < VEC; ++e) {
+        Acc d = fast_exp(z[e] - lse) * p_factor - g * wq[e];
+        if (a.softcap > Acc(0)) d *= Acc(1) - (z[e] / a.softcap) * (z[e] / a.softcap);
+        out[e] = from_acc<T>(d);
+      }
+      store_row_vector(dx, v, out);
+      if (dp) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          Acc d = fast_exp(z[e] - lse) * p_factor - g * wq[e];
-          if (a.softcap > Acc(0)) d *= Acc(1) - (z[e] / a.softcap) * (z[e] / a.softcap);
-          out[e] = from_acc<T>(d);
+          const int64_t j = v * VEC + e;
+          const Acc w = a.weight && j < a.classes ? a.weight[j] : Acc(1);
+          out[e] = from_acc<T>(target_factor * w * (z[e] - lse));
         }
-        store_row_vector(dx, v, out);
-        if (dp) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const int64_t j = v * VEC + e;
-            const Acc w = a.weight && j < a.classes ? a.weight[j] : Acc(1);
-            out[e] = from_acc<T>(target_factor * w * (z[e] - lse));
-          }
-          store_row_vector(dp, v, out);
-        }
+        store_row_vector(dp, v, out);
       }
-    }
+    });
   }
 
   // Vector v of a row: one 16-byte store (as aligned pieces off its granule), or element by
