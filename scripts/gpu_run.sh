@@ -118,8 +118,6 @@ if stage san; then
   default_filter+=":NormGpu.RereadRows:SoftmaxGpu.DeterministicAndBatchInvariant"
   default_filter+=":ReduceGpu.ColumnsAreDeterministicAndBatchInvariant"
   default_filter+=":CrossEntropyGpu.StagedRowsDeterministicBatchInvariantAndSafe:CrossEntropyGpu.MatchesTheOracleInEveryDtype"
-  # cross-entropy's 16-bit rows on granules staged in shared memory (cp.async, warp-shared slots)
-  default_filter+=":CrossEntropyGpu.SixteenBitRowsKeepTheirBitsOnStagedGranules"
   # rms_norm's bias kernels (split, staged and register rows, dbias)
   default_filter+=":NormGpu.RmsNormBiasEveryPath"
   # wide rows (1024-thread CTAs) and the residual forms' sum read back, in place too

@@ -10,16 +10,12 @@
 // loss and logsumexp. Backward: each element's gradient from its row's saved logsumexp, target
 // and upstream gradient; no reduction.
 // Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh; float32 rows a launch
-// per shift class, the shift a compile-time constant: each vector's own bytes as aligned pieces;
-// 16-bit rows off their granules, where the tuning setting cross_entropy_granule_stage asks,
-// through granules staged in shared memory: kShiftStaged); the thread-to-element layout depends
-// on the row length alone, so a row's results do not depend on the batch or the alignment.
+// per shift class, the shift a compile-time constant: each vector's own bytes as aligned pieces);
+// the thread-to-element layout depends on the row length alone, so a row's results do not
+// depend on the batch or the alignment.
 #pragma once
 
-#include <cuda_pipeline.h>
-
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/numeric.cuh"
 #include "kernels/row_engine.cuh"
@@ -34,10 +30,6 @@ constexpr int kCrossEntropyUnroll = 4;
 constexpr int kGradientShiftedUnroll = 3;
 // The lean 16-bit forward at 64 registers: four CTAs an SM (at 65-72, three).
 constexpr int kCrossEntropyLeanCtasPerSm = 4;
-// The kShiftStaged kernels' loads are in flight in shared memory, not registers: three CTAs an
-// SM keep 48 KiB of a step's copies in flight (at 64 registers, four an SM, they spilled); with
-// label smoothing or soft-capping two, as the other kernels with extras (ptxas: 127 registers).
-template <bool kExtras> constexpr int kCrossEntropyStagedCtasPerSm = kExtras ? 2 : 3;
 
 template <typename T> struct CrossEntropyArgs {
   using Acc = acc_t<T>;
@@ -63,17 +55,6 @@ template <typename Acc> __device__ __forceinline__ Acc soft_capped(Acc x, Acc so
   return softcap > Acc(0) ? softcap * tanh(x / softcap) : x;
 }
 
-// The elements of vector v inside a row of `len` elements, read one by one; those past its end zero.
-template <typename T, int VEC> __device__ __forceinline__ Bytes16 row_vector_elements(const T* row, int64_t v, int64_t len) {
-  const int64_t e0 = v * VEC;
-  T part[VEC];
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) part[e] = e0 + e < len ? row[e0 + e] : from_acc<T>(acc_t<T>(0));
-  Bytes16 b;
-  memcpy(&b, part, 16);
-  return b;
-}
-
 // Vector v of a row of `len` elements as raw bytes. A vector reaching past the row is read
 // element by element, inside the row only (its missing elements zero); values_of masks them.
 // kShift: the row's misalignment16 where the launch knows it (a shift class), -1 where not.
@@ -90,7 +71,12 @@ __device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int6
       return load_pieces<kShift>(reinterpret_cast<const char*>(row + e0) - kShift);
     }
   }
-  return row_vector_elements<T, VEC>(row, v, len);
+  T part[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) part[e] = e0 + e < len ? row[e0 + e] : from_acc<T>(acc_t<T>(0));
+  Bytes16 b;
+  memcpy(&b, part, 16);
+  return b;
 }
 
 // The (soft-capped) logits of a vector inside the row.
@@ -117,97 +103,10 @@ __device__ __forceinline__ void values_of(const Bytes16& b, int64_t v, int64_t l
   }
 }
 
-// Value i of a batch of 16-bit vectors (element i % VEC of vector i / VEC) as float.
-template <typename T, int VEC, int N> __device__ __forceinline__ float value_at(const Bytes16 (&raw)[N], int i) {
-  T v[VEC];
-  memcpy(v, &raw[i / VEC], 16);
-  return to_acc<float>(v[i % VEC]);
-}
-
-// The largest value of a batch of 16-bit vectors as float, by packed max on pairs (one instruction
-// for two values; only the result converts). A NaN is skipped as fmax skips it, so this is
-// fold_chains(Max) of the values converted (the sign of a zero maximum aside, which no result
-// shows).
-template <typename T, int N> __device__ __forceinline__ float packed_max(const Bytes16 (&raw)[N]) {
-  using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-  const Pair top = fold_chains<4 * N>([](Pair x, Pair y) { return __hmax2(x, y); }, [&](int i) {
-    Pair p;
-    memcpy(&p, &raw[i / 4].w[i % 4], 4);
-    return p;
-  });
-  return fmax(to_acc<float>(top.x), to_acc<float>(top.y));
-}
-
-// kShift of the kernels for rows at any shift whose granules go through shared memory: each
-// lane copies its vectors' floor granules there (cp.async), the warp's last lane the granule past
-// them too, and once they land a vector is funnelled out of its floor granule and the next
-// (vector_io.cuh). Loaded into registers, two granules a vector would double a step's registers
-// in flight, and funnelled as they load (load_vector16) each vector waits on its own loads before
-// the next vector's are issued. The vectors whose granules reach past the row (a shifted row's
-// first, the last one or two) are read by elements when the row starts, into edge slots: inside
-// the step loop their loads spilled the lean kernel (ptxas).
-constexpr int kShiftStaged = -2;
-constexpr int kStepGranules = 33;  // a step's slot u * kStepGranules + lane: lane's granule of vector u
-constexpr int kStepSlots = kCrossEntropyUnroll * kStepGranules;
-constexpr int kWarpStageGranules = 2 * kStepSlots + 3;  // two steps' slots and three edge slots
-constexpr int kCtaStageGranules = kCrossEntropyThreads / 32 * kWarpStageGranules;
-
-// A warp's shared memory for kShiftStaged rows: the slots of two steps (the one it folds and the
-// next, in flight) and three edge slots, for the edge vectors its lanes hold: vector 0 in slot 0,
-// the last vector in slot 2, the one before it in slot 1. An edge vector is written when the row
-// starts (load_edges, after a __syncwarp: the last row's reads are done) by the lane that holds
-// it, and read by the same lane.
-template <typename T> struct GranuleStage {
-  static constexpr int VEC = 16 / sizeof(T);
-  Bytes16* warp;
-
-  __device__ __forceinline__ static GranuleStage of(Bytes16* cta) { return {cta + threadIdx.x / 32 * kWarpStageGranules}; }
-  __device__ __forceinline__ Bytes16* step_slots(int k) const { return warp + (k & 1) * kStepSlots; }
-  __device__ __forceinline__ Bytes16* edges() const { return warp + 2 * kStepSlots; }
-  // The index rules below, for a row of `len` elements `shift` elements past a granule: granule g
-  // spans its elements [g * VEC - shift, + VEC), and vector v needs granules v and v + 1 (v alone
-  // at shift 0). Host and device: tests/cpp/test_cross_entropy_stage.cu checks them together.
-  // Vector v's granules lie inside the row.
-  __host__ __device__ __forceinline__ static bool inside(int64_t v, int64_t len, int shift) {
-    return shift == 0 ? (v + 1) * VEC <= len : v > 0 && (v + 2) * VEC - shift <= len;
-  }
-  // The floor granule of the vector at element e0 is copied (it lies inside the row) ...
-  __host__ __device__ __forceinline__ static bool copies_floor(int64_t e0, int64_t len, int shift) {
-    return (shift == 0 || e0 >= VEC) && e0 + VEC - shift <= len;
-  }
-  // ... and, by a warp's last lane, the granule after it.
-  __host__ __device__ __forceinline__ static bool copies_past(int64_t e0, int64_t len, int shift) {
-    return shift != 0 && e0 + 2 * VEC - shift <= len;
-  }
-  // The vectors that may not be inside: c = 0, 1, 2 gives vector 0, the one before the last and
-  // the last (-1 where that is no vector of its own); edge_slot is where each is kept.
-  __host__ __device__ __forceinline__ static int64_t edge_candidate(int c, int64_t vectors) {
-    const int64_t v = c == 0 ? 0 : vectors - 3 + c;
-    return c == 0 || v >= 1 ? v : -1;
-  }
-  __host__ __device__ __forceinline__ static int edge_slot(int64_t v, int64_t vectors) {
-    return v == 0 ? 0 : v == vectors - 1 ? 2 : 1;
-  }
-  // At the row's start (the whole warp): the edge vectors this lane holds, by elements.
-  __device__ __forceinline__ void load_edges(const T* row, int64_t vectors, int64_t len) const {
-    const int shift = misalignment16(row) / static_cast<int>(sizeof(T));
-    __syncwarp();
-#pragma unroll
-    for (int c = 0; c < 3; ++c) {
-      const int64_t v = edge_candidate(c, vectors);
-      if (v >= 0 && v % blockDim.x == threadIdx.x && !inside(v, len, shift))
-        edges()[edge_slot(v, vectors)] = row_vector_elements<T, VEC>(row, v, len);
-    }
-  }
-};
-
 // The U vectors a thread takes in one step: v0, v0 + threads, ...
 template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
-  static_assert(U <= kCrossEntropyUnroll, "a step's granules fit the stage");
   static constexpr int VEC = 16 / sizeof(T);
   Bytes16 raw[U];
-
-  // kShift >= -1: the step's vectors into registers.
   template <int kShift> __device__ __forceinline__ void load(const T* row, int64_t v0, int64_t vectors, int64_t len) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -215,79 +114,9 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
       if (v < vectors) raw[u] = load_row_vector<T, VEC, kShift>(row, v, len);
     }
   }
-
-  // kShiftStaged (the whole warp): the step's granules inside the row into `slots`, one group of copies.
-  __device__ __forceinline__ static void copy_granules(const T* row, int64_t v0, int64_t len, Bytes16* slots) {
-    const int shift = misalignment16(row) / static_cast<int>(sizeof(T)), lane = threadIdx.x % 32;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t e0 = (v0 + int64_t(u) * blockDim.x) * VEC;
-      if (GranuleStage<T>::copies_floor(e0, len, shift))
-        __pipeline_memcpy_async(slots + u * kStepGranules + lane, row + e0 - shift, 16);
-      if (lane == 31 && GranuleStage<T>::copies_past(e0, len, shift))  // the granule past the warp's vectors
-        __pipeline_memcpy_async(slots + u * kStepGranules + 32, row + e0 + VEC - shift, 16);
-    }
-    __pipeline_commit();
-  }
-
-  // kShiftStaged (the whole warp): the step's vectors from its granules in `slots` once they land
-  // (the only copies in flight), and from the edge slots.
-  __device__ __forceinline__ void settle(const T* row, int64_t v0, int64_t vectors, int64_t len, const Bytes16* slots,
-                                        const Bytes16* edges) {
-    const int shift_bytes = misalignment16(row), lane = threadIdx.x % 32;
-    const int shift = shift_bytes / static_cast<int>(sizeof(T));
-    __pipeline_wait_prior(0);
-    __syncwarp();  // the other lanes' copies have landed, and their reads of the slots the next copies take are done
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = v0 + int64_t(u) * blockDim.x;
-      const Bytes16* granule = slots + u * kStepGranules + lane;
-      if (GranuleStage<T>::inside(v, len, shift))
-        raw[u] = shift == 0 ? granule[0] : funnel16(granule[0], granule[1], shift_bytes);
-      else if (v < vectors)
-        raw[u] = edges[GranuleStage<T>::edge_slot(v, vectors)];
-    }
-  }
-
   // The step from v0 lies inside the row: its last vector is whole.
   __device__ __forceinline__ static bool whole_step(int64_t v0, int64_t whole_vectors) {
     return v0 + int64_t(U - 1) * blockDim.x < whole_vectors;
-  }
-};
-
-// Where a thread's steps of a row come from: registers loaded a step ahead (kShift >= -1), or for
-// kShiftStaged the warp's stage, copied a step ahead (the whole warp steps while any of its lanes
-// has vectors left, as the copies and the stage are the warp's). A row's loop:
-//   start(cur); for (v0 = threadIdx.x, k = 0; warp_has(v0); v0 += step, ++k) {
-//     take(cur, v0, k); if (warp_has(v0 + step)) ahead(next, v0 + step, k + 1);
-//     if (lane_has(v0)) { the step in cur } advance(cur, next); }
-template <typename T, int U, int kShift> struct StepSource {
-  static constexpr bool kStaged = kShift == kShiftStaged;
-  using Batch = VectorBatch<T, U>;
-  const T* row;
-  int64_t vectors, len;
-  GranuleStage<T> stage;
-
-  __device__ __forceinline__ int64_t lead() const { return kStaged ? threadIdx.x % 32 : 0; }
-  __device__ __forceinline__ bool warp_has(int64_t v0) const { return v0 - lead() < vectors; }
-  __device__ __forceinline__ bool lane_has(int64_t v0) const { return !kStaged || v0 < vectors; }
-  __device__ __forceinline__ void start(Batch& cur) const {
-    if constexpr (kStaged) {
-      stage.load_edges(row, vectors, len);
-      Batch::copy_granules(row, threadIdx.x, len, stage.step_slots(0));
-    } else {
-      cur.template load<kShift>(row, threadIdx.x, vectors, len);
-    }
-  }
-  __device__ __forceinline__ void take(Batch& cur, int64_t v0, int64_t k) const {
-    if constexpr (kStaged) cur.settle(row, v0, vectors, len, stage.step_slots(static_cast<int>(k)), stage.edges());
-  }
-  __device__ __forceinline__ void ahead(Batch& next, int64_t v0, int64_t k) const {
-    if constexpr (kStaged) Batch::copy_granules(row, v0, len, stage.step_slots(static_cast<int>(k)));
-    else next.template load<kShift>(row, v0, vectors, len);
-  }
-  __device__ __forceinline__ void advance(Batch& cur, const Batch& next) const {
-    if constexpr (!kStaged) cur = next;
   }
 };
 
@@ -325,9 +154,8 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     step = int64_t(U) * blockDim.x;
   }
 
-  // kShift: the row's misalignment16 where every row of the launch shares it, -1 (read at run
-  // time), or kShiftStaged (read at run time, the granules staged in shared memory).
-  template <int kShift> __device__ __forceinline__ void forward(int64_t row, const GranuleStage<T>& stage) const {
+  // kShift: the row's misalignment16 where every row of the launch shares it, or -1 (read at run time).
+  template <int kShift> __device__ __forceinline__ void forward(int64_t row) const {
     const T* x = a.logits + row * a.logits_stride;
     int64_t t = 0;
     T target_logit = from_acc<T>(Acc(0));
@@ -337,58 +165,39 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     }
     Acc m = negative_infinity<Acc>(), s = Acc(0);
     Acc wz = Acc(0);  // sum_j w[j] z[j], smoothing only
+    // The lean 16-bit kernel's steps inside the row (all but a thread's last) convert with no test
+    // an element, which cost a third of its loop's instructions; the same values. float32 rows,
+    // whose loop issues half as many conversions a byte, did not gain from them.
+    constexpr bool kWholeSteps = !kExtras && sizeof(T) == 2;
     const int64_t whole_vectors = a.classes / VEC;
     using Batch = VectorBatch<T>;
-    // (m, s) with a step's values z(0) .. z(U * VEC - 1), whose max is step_max: one exp an
-    // element and one rescale. fmax skips NaN, the sum catches it; an all -inf max subtracts 0 so
-    // -inf gives exp = 0.
-    const auto fold_values = [&](Acc step_max, auto z) {
-      const Acc top = fmax(m, step_max);
-      const Acc base = top == negative_infinity<Acc>() ? Acc(0) : top;
-      s = s * fast_exp(m - base) + fold_chains<U * VEC>(Plus{}, [&](int i) { return fast_exp(z(i) - base); });
-      m = top;
-    };
-    // Folds each step into (m, s), the step's max first; with label smoothing, into wz too.
-    const StepSource<T, U, kShift> source{x, vectors, a.classes, stage};
     Batch cur, next;
-    source.start(cur);
-    for (int64_t v0 = threadIdx.x, k = 0; source.warp_has(v0); v0 += step, ++k) {
-      source.take(cur, v0, k);
-      if (source.warp_has(v0 + step)) source.ahead(next, v0 + step, k + 1);
-      if (source.lane_has(v0)) {
-        // The lean 16-bit kernel's steps inside the row (all but a thread's last) convert with no
-        // test an element, which cost a third of its loop's instructions; the same values. float32
-        // rows, whose loop issues half as many conversions a byte, did not gain from them. The
-        // staged kernel's take their max on the raw pairs (packed_max, the same value) and convert
-        // a value as its exp needs it: the step's values are never all held as floats.
-        constexpr bool kWholeSteps = !kExtras && sizeof(T) == 2;
-        constexpr bool kPackedMax = kWholeSteps && kShift == kShiftStaged;
-        const bool whole = kWholeSteps && Batch::whole_step(v0, whole_vectors);
-        if (kPackedMax && whole) {
-          if constexpr (kPackedMax)
-            fold_values(packed_max<T>(cur.raw), [&](int i) { return value_at<T, VEC>(cur.raw, i); });
-        } else {
-          Acc z[U * VEC];
-          if (whole) {
+    cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
+      if (v0 + step < vectors) next.template load<kShift>(x, v0 + step, vectors, a.classes);
+      Acc z[U * VEC];
+      if (kWholeSteps && Batch::whole_step(v0, whole_vectors)) {
 #pragma unroll
-            for (int u = 0; u < U; ++u) values_whole<T, VEC>(cur.raw[u], softcap, z + u * VEC);
-          } else {
+        for (int u = 0; u < U; ++u) values_whole<T, VEC>(cur.raw[u], softcap, z + u * VEC);
+      } else {
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-              values_of<T, VEC>(cur.raw[u], v0 + int64_t(u) * blockDim.x, a.classes, softcap,
-                                negative_infinity<Acc>(), z + u * VEC);
-          }
-          fold_values(fold_chains<U * VEC>(Max{}, [&](int i) { return z[i]; }), [&](int i) { return z[i]; });
-          if (smooth) {
+        for (int u = 0; u < U; ++u)
+          values_of<T, VEC>(cur.raw[u], v0 + int64_t(u) * blockDim.x, a.classes, softcap, negative_infinity<Acc>(),
+                            z + u * VEC);
+      }
+      // fmax skips NaN, the sum catches it; an all -inf max subtracts 0 so -inf gives exp = 0.
+      const Acc top = fmax(m, fold_chains<U * VEC>(Max{}, [&](int i) { return z[i]; }));
+      const Acc base = top == negative_infinity<Acc>() ? Acc(0) : top;
+      s = s * fast_exp(m - base) + fold_chains<U * VEC>(Plus{}, [&](int i) { return fast_exp(z[i] - base); });
+      m = top;
+      if (smooth) {
 #pragma unroll
-            for (int i = 0; i < U * VEC; ++i) {
-              const int64_t j = (v0 + int64_t(i / VEC) * blockDim.x) * VEC + i % VEC;
-              if (j < a.classes) wz += (a.weight ? a.weight[j] : Acc(1)) * z[i];
-            }
-          }
+        for (int i = 0; i < U * VEC; ++i) {
+          const int64_t j = (v0 + int64_t(i / VEC) * blockDim.x) * VEC + i % VEC;
+          if (j < a.classes) wz += (a.weight ? a.weight[j] : Acc(1)) * z[i];
         }
       }
-      source.advance(cur, next);
+      cur = next;
     }
     const typename Lse::Stat stat = block_butterfly_reduce<Lse>({{m, s}}, lse_slots);
     if (smooth) wz = block_butterfly_reduce<RowSum<Acc>>({{wz}}, sum_slots).w[0];
@@ -422,7 +231,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   // lean kernel's shifted rows take fewer vectors a step (the bits are elementwise, the same at
   // any step; the kExtras kernels stay under 64 registers at the full step).
   template <int kShift, int kStoreShift>
-  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g, const GranuleStage<T>& stage) const {
+  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
     const int64_t t = a.target[row];
@@ -435,46 +244,42 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     const Acc fill = bad ? Acc(NAN) : Acc(0);  // ignored rows: 0; bad targets: NaN
     constexpr int UG = kStoreShift > 0 && !kExtras ? kGradientShiftedUnroll : U;
     const int64_t gstep = int64_t(UG) * blockDim.x;
-    const StepSource<T, UG, kShift> source{x, vectors, a.classes, stage};
     VectorBatch<T, UG> cur, next;
-    source.start(cur);
-    for (int64_t v0 = threadIdx.x, k = 0; source.warp_has(v0); v0 += gstep, ++k) {
-      source.take(cur, v0, k);
-      if (source.warp_has(v0 + gstep)) source.ahead(next, v0 + gstep, k + 1);
-      if (source.lane_has(v0)) {
+    cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += gstep) {
+      if (v0 + gstep < vectors) next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
 #pragma unroll
-        for (int u = 0; u < UG; ++u) {
-          const int64_t v = v0 + int64_t(u) * blockDim.x;
-          if (v >= vectors) break;
-          const int64_t e0 = v * VEC;
-          Acc z[VEC];
-          values_of<T, VEC>(cur.raw[u], v, a.classes, softcap, Acc(0), z);
-          T out[VEC];
+      for (int u = 0; u < UG; ++u) {
+        const int64_t v = v0 + int64_t(u) * blockDim.x;
+        if (v >= vectors) break;
+        const int64_t e0 = v * VEC;
+        Acc z[VEC];
+        values_of<T, VEC>(cur.raw[u], v, a.classes, softcap, Acc(0), z);
+        T out[VEC];
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const int64_t j = e0 + e;
-            Acc d = fill;
-            if (!ignored && !bad) {
-              d = fast_exp(z[e] - lse) * p_factor;
-              if (j == t) d -= target_part;
-              if (smooth) d -= smooth_part * (a.weight ? (j < a.classes ? a.weight[j] : Acc(0)) : Acc(1));
-              if constexpr (kExtras)
-                if (softcap > Acc(0)) d *= Acc(1) - (z[e] / softcap) * (z[e] / softcap);
-            }
-            out[e] = from_acc<T>(d);
+        for (int e = 0; e < VEC; ++e) {
+          const int64_t j = e0 + e;
+          Acc d = fill;
+          if (!ignored && !bad) {
+            d = fast_exp(z[e] - lse) * p_factor;
+            if (j == t) d -= target_part;
+            if (smooth) d -= smooth_part * (a.weight ? (j < a.classes ? a.weight[j] : Acc(0)) : Acc(1));
+            if constexpr (kExtras)
+              if (softcap > Acc(0)) d *= Acc(1) - (z[e] / softcap) * (z[e] / softcap);
           }
-          if (e0 + VEC <= a.classes) {
-            Bytes16 b;
-            memcpy(&b, out, 16);
-            store_vector16_at<sizeof(T), kStoreShift>(dx + e0, b);
-          } else {
+          out[e] = from_acc<T>(d);
+        }
+        if (e0 + VEC <= a.classes) {
+          Bytes16 b;
+          memcpy(&b, out, 16);
+          store_vector16_at<sizeof(T), kStoreShift>(dx + e0, b);
+        } else {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)
-              if (e0 + e < a.classes) dx[e0 + e] = out[e];
-          }
+          for (int e = 0; e < VEC; ++e)
+            if (e0 + e < a.classes) dx[e0 + e] = out[e];
         }
       }
-      source.advance(cur, next);
+      cur = next;
     }
   }
 };
@@ -494,30 +299,23 @@ __device__ __forceinline__ void for_rows(int64_t rows, int64_t first_row, int ro
 // bits, are the same at every alignment. One kernel holding the four float32 loops
 // behind a branch took 80-128 registers (one loop: 64), hence a launch a class.
 template <typename T, bool kExtras, int kShift>
-__global__ void __launch_bounds__(kCrossEntropyThreads, kShift == kShiftStaged    ? kCrossEntropyStagedCtasPerSm<kExtras>
-                                                       : !kExtras && sizeof(T) == 2 ? kCrossEntropyLeanCtasPerSm
-                                                                                    : 0)
+__global__ void __launch_bounds__(kCrossEntropyThreads, !kExtras && sizeof(T) == 2 ? kCrossEntropyLeanCtasPerSm : 0)
     cross_entropy_forward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ typename CrossEntropyRow<T, kExtras>::Lse::Stat lse_slots[33];
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
-  __shared__ __align__(16) Bytes16 staged[kShift == kShiftStaged ? kCtaStageGranules : 1];
   const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
-  const auto stage = kShift == kShiftStaged ? GranuleStage<T>::of(staged) : GranuleStage<T>{};
-  for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row, stage); });
+  for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row); });
 }
 
 // kStoresShifted: dlogits rows start at the logits rows' offsets, so the stores take kShift too.
 template <typename T, bool kExtras, int kShift, bool kStoresShifted>
-__global__ void __launch_bounds__(kCrossEntropyThreads, kShift == kShiftStaged ? kCrossEntropyStagedCtasPerSm<kExtras> : 0)
+__global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_backward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
-  __shared__ __align__(16) Bytes16 staged[kShift == kShiftStaged ? kCtaStageGranules : 1];
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots);
   constexpr int kStoreShift = kStoresShifted ? kShift : -1;
-  const auto stage = kShift == kShiftStaged ? GranuleStage<T>::of(staged) : GranuleStage<T>{};
-  for_rows(a.rows, first_row, row_period, [&](int64_t row) {
-    r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row], stage);
-  });
+  for_rows(a.rows, first_row, row_period,
+           [&](int64_t row) { r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row]); });
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged

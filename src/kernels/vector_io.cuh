@@ -15,9 +15,9 @@
 // four). Where a warp holds consecutive vectors the row engine shares granules between lanes by
 // shuffles instead (RowTile in row_engine.cuh): one load and one whole store a vector. A vector
 // funnelled as its granules load (load_vector16) waits on them before the next vector's loads
-// issue: RowTile's shared-granule tiles issue every slot's load first, and cross-entropy's
-// kShiftStaged kernels stage the granules in shared memory. The vector a thread holds is the
-// same as for an aligned row, so every result keeps its bits whatever the alignment.
+// issue: RowTile's shared-granule tiles issue every slot's load first, and load_vectors16 issues
+// a batch's granules before funnelling any. The vector a thread holds is the same as for an
+// aligned row, so every result keeps its bits whatever the alignment.
 // Only a row's first vector and its last one or two (whose granules reach past the row) move
 // element by element.
 #pragma once

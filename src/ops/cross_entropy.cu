@@ -163,16 +163,6 @@ template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift
   }
 }
 
-// The tuning setting cross_entropy_granule_stage 1 runs 16-bit rows not all on a granule on the
-// kernel that stages their granules in shared memory (kernels::kShiftStaged; 2: every 16-bit
-// row), where the run-time shift loads make each vector wait on its own two loads; the same
-// bits. Off (0) until measured against them on a GPU.
-template <typename T> bool stages_granules(const kernels::CrossEntropyArgs<T>& a) {
-  const int64_t setting = tuning("cross_entropy_granule_stage").value_or(0);
-  if (sizeof(T) != 2 || setting == 0) return false;
-  return setting == 2 || shift_period(a.logits_stride, 2) > 1 || reinterpret_cast<uintptr_t>(a.logits) % 16 != 0;
-}
-
 // Row-loop kernels (one CTA a row). Float32 rows run a launch a shift class (rows c, c + p,
 // c + 2p, ...: shift_period), each on the kernel for its shift; float32 logits under
 // kClassLaunchFromBytes whose rows start at several offsets, and other dtypes, one launch on the
@@ -193,9 +183,7 @@ Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t st
       !kForward && stride_gap % 16 == 0 &&
       (reinterpret_cast<uintptr_t>(a.dlogits) - reinterpret_cast<uintptr_t>(a.logits)) % 16 == 0;
   if (period == 0) {  // one launch, every row
-    auto kernel = row_kernel_for<T, kForward, kExtras>(-1, false);
-    if constexpr (sizeof(T) == 2)
-      if (stages_granules(a)) kernel = row_kernel<T, kForward, kExtras, kernels::kShiftStaged, false>();
+    const auto kernel = row_kernel_for<T, kForward, kExtras>(-1, false);
     kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, 0, 1);
     return launched(name);
   }
