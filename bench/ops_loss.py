@@ -165,11 +165,20 @@ def _register_probs(name, training):
     step = _with_grad if training else (lambda fn: fn)
 
     def build_reducekit(ctx: BuildContext, inputs):
-        if ctx.reducekit is None or not hasattr(ctx.reducekit, "cross_entropy"):
-            raise NotApplicable("reducekit.cross_entropy is not built")
-        return Impl(step(ctx.reducekit.cross_entropy))
+        # The fused kernels themselves (reducekit.cross_entropy takes them only where
+        # reducekit._loss._FUSED_PROBABILITY_TARGETS is set), the rows' mean by reducekit.sum.
+        if ctx.reducekit is None or not hasattr(torch.ops.reducekit, "cross_entropy_probs_forward"):
+            raise NotApplicable("torch.ops.reducekit.cross_entropy_probs_forward is not built")
+        forward, total = torch.ops.reducekit.cross_entropy_probs_forward, ctx.reducekit.sum
+
+        def loss(x, probs):
+            rows = forward(x, probs, None, 0.0, 0.0, 0.0)[0]
+            return total(rows) / rows.shape[0]
+        return Impl(step(loss))
 
     def build_unfused(ctx, inputs):
+        # reducekit.cross_entropy's composed path: log-probabilities written out, then the product
+        # and its sum in torch's ops.
         if ctx.reducekit is None or not hasattr(ctx.reducekit, "log_softmax"):
             raise NotApplicable("reducekit.log_softmax is not built")
         log_softmax = ctx.reducekit.log_softmax

@@ -316,7 +316,7 @@ def test_nn_module_check_targets():
         reducekit.nn.CrossEntropyLoss(check_targets=True)(x, t)
 
 
-def test_compile_fullgraph():
+def test_compile_fullgraph(probability_path):
     torch._dynamo.reset()
     x, t = _inputs(16, 257, torch.float32, seed=14)
     p = torch.softmax(torch.randn(16, 257, device=DEV), -1)
@@ -343,6 +343,19 @@ def test_compile_fullgraph():
 SHAPES = {"NC": (33, 1000), "C": (37,), "NCHW": (2, 9, 3, 5)}
 
 
+@pytest.fixture(params=["composed", "fused"])
+def probability_path(request, monkeypatch):
+    """Both paths of same-dtype probability targets: the composed ops, and the fused kernels
+    (off by default until they have run on a GPU: reducekit._loss._FUSED_PROBABILITY_TARGETS)."""
+    monkeypatch.setattr(reducekit._loss, "_FUSED_PROBABILITY_TARGETS", request.param == "fused")
+    return request.param
+
+
+@pytest.fixture
+def fused_probabilities(monkeypatch):
+    monkeypatch.setattr(reducekit._loss, "_FUSED_PROBABILITY_TARGETS", True)
+
+
 def _prob_inputs(shape, dtype, seed=0, target_dtype=None):
     g = torch.Generator(device=DEV).manual_seed(seed)
     x = (3 * torch.randn(shape, device=DEV, generator=g)).to(dtype)
@@ -357,7 +370,7 @@ def _prob_inputs(shape, dtype, seed=0, target_dtype=None):
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
-def test_probability_targets_match_torch(dtype, shape, reduction, weighted, label_smoothing):
+def test_probability_targets_match_torch(dtype, shape, reduction, weighted, label_smoothing, probability_path):
     x, p, w = _prob_inputs(SHAPES[shape], dtype, seed=15)
     w = w.to(dtype) if weighted else None
     got = reducekit.cross_entropy(x, p, w, reduction=reduction, label_smoothing=label_smoothing)
@@ -370,7 +383,7 @@ def test_probability_targets_match_torch(dtype, shape, reduction, weighted, labe
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", ["NC", "NCHW"], ids=str)
 @pytest.mark.parametrize("reduction", ["none", "mean"])
-def test_probability_targets_16bit_against_float64(dtype, shape, reduction):
+def test_probability_targets_16bit_against_float64(dtype, shape, reduction, probability_path):
     x, p, w = _prob_inputs(SHAPES[shape], dtype, seed=16)
     w = w.to(dtype)  # a float32 weight would promote the result to float32, as torch
     for kwargs in ({}, {"weight": w, "label_smoothing": 0.1}):
@@ -383,7 +396,7 @@ def test_probability_targets_16bit_against_float64(dtype, shape, reduction):
 
 @pytest.mark.parametrize("shape", [(4, 7), (6,), (2, 5, 3, 2)], ids=str)
 @pytest.mark.parametrize("reduction", ["none", "mean"])
-def test_probability_targets_gradcheck(shape, reduction):
+def test_probability_targets_gradcheck(shape, reduction, probability_path):
     x, p, w = _prob_inputs(shape, torch.float64, seed=17)
     x.requires_grad_()
     p.requires_grad_()
@@ -396,7 +409,7 @@ def test_probability_targets_gradcheck(shape, reduction):
 
 
 @pytest.mark.parametrize("shape", [(24, 4099), (3, 11, 4, 5)], ids=str)
-def test_probability_targets_grads_match_torch(shape):
+def test_probability_targets_grads_match_torch(shape, probability_path):
     x, p, w = _prob_inputs(shape, torch.float32, seed=18)
     a, pa = x.clone().requires_grad_(), p.clone().requires_grad_()
     b, pb = x.double().requires_grad_(), p.double().requires_grad_()
@@ -407,7 +420,7 @@ def test_probability_targets_grads_match_torch(shape):
     assert a.grad.abs().max() > 0 and pa.grad.abs().max() > 0
 
 
-def test_probability_targets_z_loss_and_softcap():
+def test_probability_targets_z_loss_and_softcap(probability_path):
     x, p, _ = _prob_inputs((16, 2000), torch.float32, seed=19)
     cap, s = 20.0, 1e-3
     a = x.clone().requires_grad_()
@@ -422,7 +435,7 @@ def test_probability_targets_z_loss_and_softcap():
     _close(a.grad, b.grad, torch.float32)
 
 
-def test_probability_one_hot_targets_equal_class_indices():
+def test_probability_one_hot_targets_equal_class_indices(probability_path):
     x, t = _inputs(20, 300, torch.float32, seed=20, ignore=False)
     w = torch.rand(300, device=DEV) + 0.5
     one_hot = F.one_hot(t, 300).float()
@@ -449,7 +462,7 @@ def test_probability_targets_dtype_promotion_and_ignore_index():
         reducekit.cross_entropy(x32, p64.float(), ignore_index=0)
 
 
-def test_probability_targets_empty_batch():
+def test_probability_targets_empty_batch(probability_path):
     x, p, _ = _prob_inputs((0, 10), torch.float32)
     assert torch.isnan(reducekit.cross_entropy(x, p))
     assert torch.isnan(F.cross_entropy(x, p))
@@ -457,7 +470,7 @@ def test_probability_targets_empty_batch():
     assert reducekit.cross_entropy(x, p, reduction="none").shape == (0,)
 
 
-def test_probability_targets_errors():
+def test_probability_targets_errors(probability_path):
     x, p, w = _prob_inputs((4, 10), torch.float32)
     with pytest.raises(ValueError, match="target"):  # the input's shape but not floating point
         reducekit.cross_entropy(x, p.long())
@@ -473,7 +486,7 @@ def test_probability_targets_errors():
         reducekit.cross_entropy(x, p, reduction="avg")
 
 
-def test_nn_module_probability_targets():
+def test_nn_module_probability_targets(probability_path):
     x, p, w = _prob_inputs((2, 9, 3, 5), torch.float32, seed=22)
     for reduction in ("none", "sum", "mean"):
         ours = reducekit.nn.CrossEntropyLoss(weight=w, label_smoothing=0.05, reduction=reduction, check_targets=True)
@@ -492,7 +505,7 @@ def _off_granule(values, offset):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("classes", [50257, 32000])
-def test_probability_targets_vocabulary_rows_at_any_alignment(dtype, classes):
+def test_probability_targets_vocabulary_rows_at_any_alignment(dtype, classes, fused_probabilities):
     """The fused kernels on vocabulary rows whose logits and targets start at different offsets
     in their granules: the loss and both gradients against torch in float64 on the same values."""
     x, p, w = _prob_inputs((6, classes), dtype, seed=23)
@@ -509,7 +522,7 @@ def test_probability_targets_vocabulary_rows_at_any_alignment(dtype, classes):
         assert_close(ours, theirs, dtype, theirs.abs().max(), f"{dtype} {classes} {name}")
 
 
-def test_probability_targets_deterministic_and_batch_invariant():
+def test_probability_targets_deterministic_and_batch_invariant(fused_probabilities):
     x, p, w = _prob_inputs((40, 4099), torch.bfloat16, seed=24)
     all_rows = reducekit.cross_entropy(x, p, w, reduction="none", label_smoothing=0.1)
     assert torch.equal(all_rows, reducekit.cross_entropy(x, p, w, reduction="none", label_smoothing=0.1))
@@ -518,7 +531,7 @@ def test_probability_targets_deterministic_and_batch_invariant():
         assert torch.equal(alone, all_rows[r:r + 1]), f"row {r}"
 
 
-def test_probability_targets_nan_where_torch_gives_nan():
+def test_probability_targets_nan_where_torch_gives_nan(fused_probabilities):
     """torch multiplies log-probabilities by the targets: a -inf logit under a zero target is NaN."""
     x, p, _ = _prob_inputs((3, 50), torch.float32, seed=25)
     x[1, 7] = float("-inf")
@@ -526,6 +539,23 @@ def test_probability_targets_nan_where_torch_gives_nan():
     got = reducekit.cross_entropy(x, p, reduction="none")
     want = F.cross_entropy(x, p, reduction="none")
     assert torch.equal(got.isnan(), want.isnan()) and bool(want[1].isnan()) and not bool(want[0].isnan())
+
+
+def test_fused_probability_path_calls_the_fused_kernels(monkeypatch, fused_probabilities):
+    called = []
+
+    class Counting:
+        def __getattr__(self, name):
+            called.append(name)
+            return getattr(torch.ops.reducekit, name)
+
+    monkeypatch.setattr(reducekit._loss, "_ops", Counting())
+    x, p, w = _prob_inputs((4, 10), torch.float32)
+    reducekit.cross_entropy(x, p, w)
+    assert "cross_entropy_probs_forward" in called
+    called.clear()
+    reducekit.cross_entropy(x, p.double())  # a target of another dtype: composed
+    assert "cross_entropy_probs_forward" not in called
 
 
 def test_probability_targets_opcheck():
