@@ -76,6 +76,20 @@ def _grad_reference(x, target):
     return g.div_(g.shape[0])
 
 
+def _compiled_builder(torch_fn, training):
+    """torch.compile's peer: the loss is compiled; the training step's leaf and backward stay
+    outside (dynamo does not trace requires_grad_()). Warmed on a leaf that requires grad, as the
+    step calls it."""
+    def build_compile(ctx, inputs):
+        if not training:
+            compiled, seconds = compile_fresh(torch_fn, inputs)
+            return Impl(compiled, {"compile_s": round(seconds, 2)})
+        x, target = inputs
+        compiled, seconds = compile_fresh(torch_fn, (x.detach().requires_grad_(), target))
+        return Impl(_with_grad(compiled), {"compile_s": round(seconds, 2)})
+    return build_compile
+
+
 def _tolerance(dtype):
     if dtype == torch.float64:
         return 1e-12, 1e-10
@@ -109,15 +123,7 @@ def _register(name, training, fused=False):
     def build_torch(ctx, inputs):
         return Impl(step(torch_fn))
 
-    def build_compile(ctx, inputs):
-        # The loss is compiled; the training step's leaf and backward stay outside (dynamo does not
-        # trace requires_grad_()). Warmed on a leaf that requires grad, as the step calls it.
-        if not training:
-            compiled, seconds = compile_fresh(torch_fn, inputs)
-            return Impl(compiled, {"compile_s": round(seconds, 2)})
-        x, target = inputs
-        compiled, seconds = compile_fresh(torch_fn, (x.detach().requires_grad_(), target))
-        return Impl(_with_grad(compiled), {"compile_s": round(seconds, 2)})
+    build_compile = _compiled_builder(torch_fn, training)
 
     def reference(x, target):
         return _grad_reference(x, target) if training else F.cross_entropy(x.double(), target)
@@ -187,13 +193,7 @@ def _register_probs(name, training):
     def build_torch(ctx, inputs):
         return Impl(step(F.cross_entropy))
 
-    def build_compile(ctx, inputs):
-        if not training:
-            compiled, seconds = compile_fresh(F.cross_entropy, inputs)
-            return Impl(compiled, {"compile_s": round(seconds, 2)})
-        x, probs = inputs
-        compiled, seconds = compile_fresh(F.cross_entropy, (x.detach().requires_grad_(), probs))
-        return Impl(_with_grad(compiled), {"compile_s": round(seconds, 2)})
+    build_compile = _compiled_builder(F.cross_entropy, training)
 
     def reference(x, probs):
         return _probs_grad_reference(x, probs) if training else F.cross_entropy(x.double(), probs.double())

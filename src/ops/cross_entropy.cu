@@ -33,20 +33,33 @@ Status check_options(const CrossEntropyOptions& o) {
   return Status::ok();
 }
 
-// The rows of `logits` (its last dim, innermost) and the checks every call shares.
-Status plan_logits(const TensorView& logits, const char* name, const TensorView& target, const TensorView* weight,
-                   const CrossEntropyOptions& options, RowwisePlan* plan) {
-  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(logits, name));
-  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(logits, -1, plan));
+// The rows of `t` over its last dim, which must be innermost.
+Status plan_class_rows(const TensorView& t, const char* name, RowwisePlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(t, -1, plan));
   if (!plan->row_major)
     return Status::unsupported(std::string(name) + ": the class dim must be innermost (stride 1) with the other dims "
                                "mergeable into rows; make the tensor contiguous first");
+  return Status::ok();
+}
+
+// The rows of `logits`, the class weights and the options: the checks of every call, whatever
+// its targets.
+Status plan_logit_rows(const TensorView& logits, const char* name, const TensorView* weight,
+                       const CrossEntropyOptions& options, RowwisePlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(logits, name));
+  REDUCEKIT_RETURN_IF_ERROR(plan_class_rows(logits, name, plan));
   if (plan->cols == 0 && plan->rows > 0) return Status::invalid_argument(std::string(name) + ": no classes");
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(target, "target", DType::kInt64, plan->rows, "one per row"));
   if (weight != nullptr)
     REDUCEKIT_RETURN_IF_ERROR(
         check_dense_vector(*weight, "weight", accumulation_dtype(logits.dtype), plan->cols, "one per class"));
   return check_options(options);
+}
+
+// plan_logit_rows with class-index targets: int64, one per row.
+Status plan_logits(const TensorView& logits, const char* name, const TensorView& target, const TensorView* weight,
+                   const CrossEntropyOptions& options, RowwisePlan* plan) {
+  REDUCEKIT_RETURN_IF_ERROR(plan_logit_rows(logits, name, weight, options, plan));
+  return check_dense_vector(target, "target", DType::kInt64, plan->rows, "one per row");
 }
 
 // dlogits: the shape and dtype of logits, rows that do not overlap; the logits themselves only
@@ -219,29 +232,16 @@ template <class Run> Status by_dtype(DType dtype, Run run) {
 Status plan_probs_rows(const TensorView& logits, const TensorView& t, const char* name, RowwisePlan* plan) {
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(t, name));
   REDUCEKIT_RETURN_IF_ERROR(check_matches(t, name, logits, "logits"));
-  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(t, -1, plan));
-  if (!plan->row_major)
-    return Status::unsupported(std::string(name) + ": the class dim must be innermost (stride 1) with the other dims "
-                               "mergeable into rows; make the tensor contiguous first");
-  return Status::ok();
+  return plan_class_rows(t, name, plan);
 }
 
 // The checks both class-probability calls share: logits' rows, target's, and the class weights.
 template <typename T>
 Status plan_probs(const TensorView& logits, const TensorView& target, const TensorView* weight,
                   const CrossEntropyOptions& o, RowwisePlan* plan, kernels::ProbsArgs<T>* a) {
-  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(logits, "logits"));
-  REDUCEKIT_RETURN_IF_ERROR(plan_rowwise(logits, -1, plan));
-  if (!plan->row_major)
-    return Status::unsupported("logits: the class dim must be innermost (stride 1) with the other dims "
-                               "mergeable into rows; make the tensor contiguous first");
-  if (plan->cols == 0 && plan->rows > 0) return Status::invalid_argument("logits: no classes");
+  REDUCEKIT_RETURN_IF_ERROR(plan_logit_rows(logits, "logits", weight, o, plan));
   RowwisePlan target_plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_probs_rows(logits, target, "target", &target_plan));
-  if (weight != nullptr)
-    REDUCEKIT_RETURN_IF_ERROR(
-        check_dense_vector(*weight, "weight", accumulation_dtype(logits.dtype), plan->cols, "one per class"));
-  REDUCEKIT_RETURN_IF_ERROR(check_options(o));
   using Acc = kernels::acc_t<T>;
   *a = {};
   a->logits = static_cast<const T*>(logits.data);
