@@ -9,6 +9,10 @@
 // (butterflies, then the warps in order: block_butterfly_reduce), and thread 0 writes the row's
 // loss and logsumexp. Backward: each element's gradient from its row's saved logsumexp, target
 // and upstream gradient; no reduction.
+// A thread's fold restarts at each chunk of the row (chunk_vectors: kCrossEntropyChunks at most,
+// a function of the row length and dtype alone) and merges the chunks' statistics in order, so
+// a row cut over a cluster's CTAs (cross_entropy_split_forward_kernel, for batches of too few
+// rows to fill the device) folds the same values in the same order as one CTA looping over it.
 // Rows at any alignment move as shifted 16-byte vectors (vector_io.cuh; float32 rows a launch
 // per shift class, the shift a compile-time constant: each vector's own bytes as aligned pieces);
 // the thread-to-element layout depends on the row length alone, so a row's results do not
@@ -30,6 +34,16 @@ constexpr int kCrossEntropyUnroll = 4;
 constexpr int kGradientShiftedUnroll = 3;
 // The lean 16-bit forward at 64 registers: four CTAs an SM (at 65-72, three).
 constexpr int kCrossEntropyLeanCtasPerSm = 4;
+// A row's fold in at most this many chunks: a portable cluster's CTAs, one chunk each.
+constexpr int kCrossEntropyChunks = 8;
+
+// Vectors a chunk of a row of `vectors` 16-byte vectors: whole steps of the row loop
+// (kCrossEntropyUnroll vectors a thread), as few as keep the chunks to kCrossEntropyChunks.
+__host__ __device__ constexpr int64_t cross_entropy_chunk_vectors(int64_t vectors) {
+  const int64_t step = int64_t(kCrossEntropyUnroll) * kCrossEntropyThreads;
+  const int64_t steps = vectors > step ? (vectors + step - 1) / step : 1;
+  return (steps + kCrossEntropyChunks - 1) / kCrossEntropyChunks * step;
+}
 
 template <typename T> struct CrossEntropyArgs {
   using Acc = acc_t<T>;
@@ -137,32 +151,53 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   using Acc = acc_t<T>;
   using Lse = SoftmaxForwardOp<T, false>;  // its (max, sum of exp) statistic and merge
   static constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
+  // A thread's fold of its vectors: softmax's statistic and, with label smoothing, sum_j w[j] z[j].
+  struct Fold {
+    typename Lse::Stat stat;
+    Acc wz;
+  };
   typename Lse::Stat* lse_slots;   // 33 each, shared
   StatVec<Acc, 1>* sum_slots;
+  Fold* parked;                    // a thread's finished chunks, shared (forward only)
   CrossEntropyArgs<T> a;
   bool smooth;
   Acc softcap, weight_sum;
-  int64_t vectors, step;
+  int64_t vectors, step, chunk_vectors;
+  int chunk_steps;
 
+  // needs_weight_sum: false where the CTA writes no loss and no gradient (a split row's later chunks).
   __device__ __forceinline__ CrossEntropyRow(const CrossEntropyArgs<T>& args, typename Lse::Stat* lse_s,
-                                             StatVec<Acc, 1>* sum_s)
-      : lse_slots(lse_s), sum_slots(sum_s), a(args) {
+                                             StatVec<Acc, 1>* sum_s, Fold* parked_folds,
+                                             bool needs_weight_sum = true)
+      : lse_slots(lse_s), sum_slots(sum_s), parked(parked_folds), a(args) {
     smooth = kExtras && a.smoothing > Acc(0);
     softcap = kExtras ? a.softcap : Acc(0);
-    weight_sum = smooth ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
+    weight_sum = smooth && needs_weight_sum ? class_weight_sum(a.weight, a.classes, sum_slots) : Acc(0);
     vectors = (a.classes + VEC - 1) / VEC;
     step = int64_t(U) * blockDim.x;
+    chunk_vectors = cross_entropy_chunk_vectors(vectors);
+    chunk_steps = static_cast<int>(chunk_vectors / step);
   }
 
-  // kShift: the row's misalignment16 where every row of the launch shares it, or -1 (read at run time).
-  template <int kShift> __device__ __forceinline__ void forward(int64_t row) const {
-    const T* x = a.logits + row * a.logits_stride;
-    int64_t t = 0;
-    T target_logit = from_acc<T>(Acc(0));
+  // Thread 0 reads the row's target and its logit (the others keep 0).
+  __device__ __forceinline__ void read_target(int64_t row, int64_t* t, T* target_logit) const {
+    *t = 0;
+    *target_logit = from_acc<T>(Acc(0));
     if (threadIdx.x == 0) {
-      t = a.target[row];
-      if (t >= 0 && t < a.classes) target_logit = x[t];
+      *t = a.target[row];
+      if (*t >= 0 && *t < a.classes) *target_logit = a.logits[row * a.logits_stride + *t];
     }
+  }
+
+  // The thread's fold of the row's vectors from chunk start v_begin up to v_end (the row's end,
+  // or the chunk's), restarted at each chunk start and merged chunk by chunk in order.
+  // kShift: the row's misalignment16 where every row of the launch shares it, or -1 (read at run time).
+  // The finished chunks wait in shared memory, off the loop's registers (the lean 16-bit kernel
+  // has none to spare).
+  template <int kShift> __device__ __forceinline__ Fold fold(const T* x, int64_t v_begin, int64_t v_end) const {
+    Fold& done = parked[threadIdx.x];
+    done = {Lse::identity(), Acc(0)};
+    int chunk_step = 0;
     Acc m = negative_infinity<Acc>(), s = Acc(0);
     Acc wz = Acc(0);  // sum_j w[j] z[j], smoothing only
     // The lean 16-bit kernel's steps inside the row (all but a thread's last) convert with no test
@@ -172,9 +207,17 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     const int64_t whole_vectors = a.classes / VEC;
     using Batch = VectorBatch<T>;
     Batch cur, next;
-    cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
-      if (v0 + step < vectors) next.template load<kShift>(x, v0 + step, vectors, a.classes);
+    cur.template load<kShift>(x, v_begin + threadIdx.x, vectors, a.classes);
+    for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += step) {
+      if (chunk_step == chunk_steps) {  // chunks are whole steps: a step never straddles two
+        done.stat = Lse::merge(done.stat, {{m, s}});
+        done.wz += wz;
+        m = negative_infinity<Acc>();
+        s = wz = Acc(0);
+        chunk_step = 0;
+      }
+      ++chunk_step;
+      if (v0 + step < v_end) next.template load<kShift>(x, v0 + step, vectors, a.classes);
       Acc z[U * VEC];
       if (kWholeSteps && Batch::whole_step(v0, whole_vectors)) {
 #pragma unroll
@@ -199,8 +242,18 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
       }
       cur = next;
     }
-    const typename Lse::Stat stat = block_butterfly_reduce<Lse>({{m, s}}, lse_slots);
-    if (smooth) wz = block_butterfly_reduce<RowSum<Acc>>({{wz}}, sum_slots).w[0];
+    // Merging into the identity gives the operand's bits, so a chunk folded alone (a split row's)
+    // and one merged here agree.
+    Fold f = done;
+    f.stat = Lse::merge(f.stat, {{m, s}});
+    f.wz += wz;
+    return f;
+  }
+
+  // The CTA's merge of its threads' folds of the whole row; thread 0 writes the row's loss and lse.
+  __device__ __forceinline__ void finish(int64_t row, const Fold& f, int64_t t, T target_logit) const {
+    const typename Lse::Stat stat = block_butterfly_reduce<Lse>(f.stat, lse_slots);
+    const Acc wz = smooth ? block_butterfly_reduce<RowSum<Acc>>({{f.wz}}, sum_slots).w[0] : Acc(0);
     const Acc log_sum = precise_log(stat.w[1]);
     const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
     if (threadIdx.x == 0) {
@@ -224,14 +277,23 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     }
   }
 
+  template <int kShift> __device__ __forceinline__ void forward(int64_t row) const {
+    int64_t t;
+    T target_logit;
+    read_target(row, &t, &target_logit);
+    finish(row, fold<kShift>(a.logits + row * a.logits_stride, 0, vectors), t, target_logit);
+  }
+
   // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
   // only its own vectors, so dlogits may be the logits themselves.
   // kStoreShift: dlogits rows' misalignment16 where the launch knows it (kShift: they share the
   // logits' offsets), or -1. Their stores, as naturally aligned pieces, hold more registers: the
   // lean kernel's shifted rows take fewer vectors a step (the bits are elementwise, the same at
   // any step; the kExtras kernels stay under 64 registers at the full step).
+  // Vectors [v_begin, v_end) of the row: all of it, or one chunk of a split row (kStoreShift -1,
+  // whose steps are the fold's: a step never straddles two chunks).
   template <int kShift, int kStoreShift>
-  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g) const {
+  __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g, int64_t v_begin, int64_t v_end) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
     const int64_t t = a.target[row];
@@ -245,9 +307,9 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     constexpr int UG = kStoreShift > 0 && !kExtras ? kGradientShiftedUnroll : U;
     const int64_t gstep = int64_t(UG) * blockDim.x;
     VectorBatch<T, UG> cur, next;
-    cur.template load<kShift>(x, threadIdx.x, vectors, a.classes);
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += gstep) {
-      if (v0 + gstep < vectors) next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
+    cur.template load<kShift>(x, v_begin + threadIdx.x, vectors, a.classes);
+    for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += gstep) {
+      if (v0 + gstep < v_end) next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
 #pragma unroll
       for (int u = 0; u < UG; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
@@ -301,9 +363,11 @@ __device__ __forceinline__ void for_rows(int64_t rows, int64_t first_row, int ro
 template <typename T, bool kExtras, int kShift>
 __global__ void __launch_bounds__(kCrossEntropyThreads, !kExtras && sizeof(T) == 2 ? kCrossEntropyLeanCtasPerSm : 0)
     cross_entropy_forward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
-  __shared__ typename CrossEntropyRow<T, kExtras>::Lse::Stat lse_slots[33];
+  using Row = CrossEntropyRow<T, kExtras>;
+  __shared__ typename Row::Lse::Stat lse_slots[33];
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
-  const CrossEntropyRow<T, kExtras> r(a, lse_slots, sum_slots);
+  __shared__ typename Row::Fold parked[kCrossEntropyThreads];
+  const Row r(a, lse_slots, sum_slots, parked);
   for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row); });
 }
 
@@ -312,10 +376,59 @@ template <typename T, bool kExtras, int kShift, bool kStoresShifted>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_backward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
-  const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots);
+  const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
   constexpr int kStoreShift = kStoresShifted ? kShift : -1;
   for_rows(a.rows, first_row, row_period,
-           [&](int64_t row) { r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row]); });
+           [&](int64_t row) {
+             r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row], 0, r.vectors);
+           });
+}
+
+// Split rows, for batches of too few rows to fill the device: row blockIdx.x / C on a cluster of
+// C = the row's chunks (cross_entropy_chunk_vectors) CTAs, CTA k folding chunk k. Rank 0 merges
+// the other CTAs' thread folds, read from their shared memory, in chunk order into its own, which
+// is what CrossEntropyRow::fold does over the whole row, so the loss and lse bits are the row
+// kernel's; then writes the loss as the row kernel does.
+template <typename T, bool kExtras>
+__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_split_forward_kernel(CrossEntropyArgs<T> a) {
+  using Row = CrossEntropyRow<T, kExtras>;
+  __shared__ typename Row::Lse::Stat lse_slots[33];
+  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
+  __shared__ typename Row::Fold folds[kCrossEntropyThreads];
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int chunks = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / chunks;
+  const Row r(a, lse_slots, sum_slots, folds, rank == 0);
+  int64_t t;
+  T target_logit;
+  r.read_target(row, &t, &target_logit);
+  const int64_t v_begin = rank * r.chunk_vectors;
+  typename Row::Fold f =
+      r.template fold<-1>(a.logits + row * a.logits_stride, v_begin, min(r.vectors, v_begin + r.chunk_vectors));
+  folds[threadIdx.x] = f;
+  cluster.sync();
+  if (rank == 0) {
+    for (int k = 1; k < chunks; ++k) {
+      const typename Row::Fold other = cluster.map_shared_rank(folds, k)[threadIdx.x];
+      f.stat = Row::Lse::merge(f.stat, other.stat);
+      f.wz += other.wz;
+    }
+  }
+  cluster.sync();  // the other CTAs' shared memory stays until rank 0 has read it
+  if (rank == 0) r.finish(row, f, t, target_logit);
+}
+
+// The gradient of split rows: row blockIdx.x / chunks, chunk blockIdx.x % chunks (no cluster:
+// the gradient is elementwise, the same bits on any cut).
+template <typename T, bool kExtras>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_split_backward_kernel(CrossEntropyArgs<T> a, int chunks) {
+  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
+  const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
+  const int64_t row = blockIdx.x / chunks;
+  const int64_t v_begin = (blockIdx.x % chunks) * r.chunk_vectors;
+  r.template gradient<-1, -1>(row, a.saved_lse[row], a.grad[row], v_begin, min(r.vectors, v_begin + r.chunk_vectors));
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged

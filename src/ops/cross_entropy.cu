@@ -183,8 +183,41 @@ template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift
 // Every kernel gives a row the same bits, so the choice may depend on the batch.
 constexpr int64_t kClassLaunchFromBytes = int64_t(32) << 20;
 
+// Split rows (cross_entropy_split_forward_kernel / _backward_kernel, the row kernels' bits) where
+// the batch has fewer rows than half the row kernel's resident CTAs (tuning
+// "cross_entropy_split_below_rows"): the row loop would leave SMs idle. The chunks a row, or 0
+// where it does not split: a row of one step, or label smoothing over class weights (each CTA
+// would read every weight for their sum).
+template <typename T, class Kernel> int split_chunks(const kernels::CrossEntropyArgs<T>& a, Kernel row_kernel) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const int64_t vectors = (a.classes + kVec - 1) / kVec;
+  const int64_t chunks = (vectors + kernels::cross_entropy_chunk_vectors(vectors) - 1) /
+                         kernels::cross_entropy_chunk_vectors(vectors);
+  if (chunks < 2 || (a.smoothing > 0 && a.weight != nullptr) || a.rows > int64_t(0x7fffffff) / chunks) return 0;
+  const int64_t below = tuning("cross_entropy_split_below_rows").value_or(grid_for(row_kernel, int64_t(1) << 30) / 2);
+  return a.rows < below ? static_cast<int>(chunks) : 0;
+}
+
+template <typename T, bool kForward, bool kExtras>
+Status launch_split(const kernels::CrossEntropyArgs<T>& a, int chunks, cudaStream_t stream, const char* name) {
+  if constexpr (kForward) {
+    RowKernelConfig c;
+    c.threads = kernels::kCrossEntropyThreads;
+    c.smem_bytes = 0;
+    c.cluster = chunks;
+    return detail::launch_blocks(kernels::cross_entropy_split_forward_kernel<T, kExtras>, a.rows * chunks, c, stream,
+                                 name, a);
+  } else {
+    kernels::cross_entropy_split_backward_kernel<T, kExtras>
+        <<<static_cast<unsigned>(a.rows * chunks), kernels::kCrossEntropyThreads, 0, stream>>>(a, chunks);
+    return launched(name);
+  }
+}
+
 template <typename T, bool kForward, bool kExtras>
 Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t stream, const char* name) {
+  if (const int chunks = split_chunks(a, row_kernel_for<T, kForward, kExtras>(-1, false)); chunks > 0)
+    return launch_split<T, kForward, kExtras>(a, chunks, stream, name);
   const int64_t from_bytes = tuning("cross_entropy_classes_from_bytes").value_or(kClassLaunchFromBytes);
   int period = shift_period(a.logits_stride, static_cast<int>(sizeof(T)));
   if (sizeof(T) != 4 || (period > 1 && a.rows * a.classes * int64_t(sizeof(T)) < from_bytes)) period = 0;

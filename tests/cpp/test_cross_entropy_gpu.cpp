@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,8 @@ template <typename A> std::vector<A> copy_back(const DeviceBuffer& b, int64_t n)
   EXPECT_EQ(cudaMemcpy(v.data(), b.get(), n * sizeof(A), cudaMemcpyDeviceToHost), cudaSuccess);
   return v;
 }
+
+template <typename T> using AccOf = std::conditional_t<sizeof(T) == 8, double, float>;
 
 template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<A>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(A)) == 0;
@@ -280,6 +283,7 @@ TEST(CrossEntropyGpu, Float32RowsKeepTheirBitsInEveryShiftClass) {
       // step's bands from 16 KiB).
       const bool fused_on_row_kernels = smoothing > 0 || classes * 4 <= 16384;
       const int64_t rows = 7;
+      const ScopedTuning row_loop("cross_entropy_split_below_rows", 0);  // the shift classes' kernels
       const std::vector<double> v = make_values(rows * classes, "randn", 97);
       std::vector<float> x(rows * classes + 3);
       for (int64_t i = 0; i < rows * classes; ++i) x[i] = static_cast<float>(3 * v[i]);
@@ -351,6 +355,71 @@ TEST(CrossEntropyGpu, Float32RowsKeepTheirBitsInEveryShiftClass) {
       EXPECT_TRUE(same_bits(part, want_part)) << "rows 2-4 alone, by shift class";
     }
   }
+}
+
+// Split rows (a batch of fewer rows than fill the device: each row's chunks on a cluster) give
+// the row loop's bits: loss, lse and dlogits, lean and with the extras, targets ignored and out of
+// range, rows at an odd offset; and cross_entropy_fused where it runs the row kernels.
+template <typename T> void check_split_rows() {
+  for (const int64_t classes : {int64_t(50257), int64_t(128256), int64_t(8193), int64_t(2049)}) {
+    for (const bool extras : {false, true}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " classes " << classes
+                                      << (extras ? " smoothing, softcap, z-loss" : ""));
+      const int64_t rows = 9;
+      const std::vector<double> v = make_values(rows * classes, "randn", 99);
+      std::vector<T> x(rows * classes + 1);
+      for (int64_t i = 0; i < rows * classes; ++i) x[i + 1] = from_double<T>(3 * v[i]);
+      std::vector<int64_t> targets = targets_for(rows, classes);
+      targets[4] = classes;
+      CrossEntropyOptions o;
+      if (extras) o.label_smoothing = 0.1, o.softcap = 20, o.lse_square_scale = 1e-3;
+      DeviceBuffer dt(targets), grad(std::vector<AccOf<T>>(rows, AccOf<T>(0.5)));
+      const RowLayout at{rows, classes, classes, 0};
+      // loss, lse and dlogits bits of the forward and backward, or of cross_entropy_fused over the logits
+      const auto run = [&](bool fused) {
+        DeviceBuffer dx(x), loss(rows * sizeof(AccOf<T>)), lse(rows * sizeof(AccOf<T>)), dl(rows * classes * sizeof(T));
+        const TensorView xv = row_view(static_cast<T*>(dx.get()) + 1, dtype_of<T>(), at);
+        const TensorView tv = vector_view<int64_t>(dt.get(), rows), gv = vector_view<AccOf<T>>(grad.get(), rows);
+        const TensorView lv = vector_view<AccOf<T>>(loss.get(), rows), sv = vector_view<AccOf<T>>(lse.get(), rows);
+        Status st = fused ? cross_entropy_fused(xv, tv, nullptr, gv, o, lv, sv, xv, nullptr)
+                          : cross_entropy_forward(xv, tv, nullptr, o, lv, sv, nullptr);
+        EXPECT_TRUE(st.is_ok()) << st.message();
+        if (!fused) {
+          st = cross_entropy_backward(xv, tv, nullptr, sv, gv, o, row_view(dl.get(), dtype_of<T>(), at), nullptr);
+          EXPECT_TRUE(st.is_ok()) << st.message();
+        }
+        std::vector<double> bits;
+        for (const AccOf<T> b : copy_back<AccOf<T>>(loss, rows)) bits.push_back(b);
+        for (const AccOf<T> b : copy_back<AccOf<T>>(lse, rows)) bits.push_back(b);
+        const std::vector<T> d = fused ? copy_back<T>(dx, rows * classes + 1) : copy_back<T>(dl, rows * classes);
+        for (std::size_t i = fused ? 1 : 0; i < d.size(); ++i) bits.push_back(to_double(d[i]));
+        return bits;
+      };
+      // NaN compares unequal: compare the doubles' bytes (each widened exactly from its source)
+      const auto same = [](const std::vector<double>& p, const std::vector<double>& q) {
+        return p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size() * sizeof(double)) == 0;
+      };
+      std::vector<double> loop, loop_fused;
+      {
+        const ScopedTuning row_loop("cross_entropy_split_below_rows", 0);
+        loop = run(false), loop_fused = run(true);
+      }
+      EXPECT_TRUE(std::isnan(loop[4])) << "row 4's target is out of range";
+      EXPECT_EQ(loop[1], 0.0) << "row 1 is ignored";
+      const ScopedTuning split("cross_entropy_split_below_rows", int64_t(1) << 30);
+      EXPECT_TRUE(same(run(false), loop)) << "forward and backward";
+      // the fused op stages rows of its bands without the extras; elsewhere it runs the row kernels
+      if (extras || !fused_bits_of_its_own<T>({rows, classes})) EXPECT_TRUE(same(run(true), loop_fused)) << "fused";
+    }
+  }
+}
+
+TEST(CrossEntropyGpu, SplitRowsKeepTheRowKernelsBits) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_split_rows<__nv_bfloat16>();
+  check_split_rows<float>();
+  check_split_rows<__half>();
+  check_split_rows<double>();
 }
 
 // 16-bit rows of the staged bands (256-thread CTAs, one 512-thread CTA, a cluster), more of them
