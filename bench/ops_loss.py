@@ -171,8 +171,8 @@ def _register_probs(name, training):
     step = _with_grad if training else (lambda fn: fn)
 
     def build_reducekit(ctx: BuildContext, inputs):
-        # The fused kernels themselves (reducekit.cross_entropy takes them only where
-        # reducekit._loss._FUSED_PROBABILITY_TARGETS is set), the rows' mean by reducekit.sum.
+        # The fused kernels themselves (as reducekit.cross_entropy calls them for a target of the
+        # logits' dtype), the rows' mean by reducekit.sum.
         if ctx.reducekit is None or not hasattr(torch.ops.reducekit, "cross_entropy_probs_forward"):
             raise NotApplicable("torch.ops.reducekit.cross_entropy_probs_forward is not built")
         forward, total = torch.ops.reducekit.cross_entropy_probs_forward, ctx.reducekit.sum

@@ -14,13 +14,13 @@ sum: deterministic, no atomics), 'mean' over the kept rows' class weights as tor
 outside [0, classes) that is not ignore_index makes its row's loss NaN (torch raises a
 device-side assert instead, which kills the context); check_targets=True raises instead.
 
-Class-probability targets (a floating-point target of the input's shape, as torch decides) are
-composed from reducekit ops: reducekit.log_softmax over the class dim, a product with the
-(smoothed) target and the weights in torch's elementwise ops, reducekit.sum over the class dim;
-autograd runs through those ops (gradients reach the target too). Fused kernels for them exist
-(torch.ops.reducekit.cross_entropy_probs_forward / _backward: one pass over the logits and the
-target for each row's loss, one more for the gradients of both), taken for a target of the
-input's dtype only where _FUSED_PROBABILITY_TARGETS is True: they have not yet run on a GPU.
+Class-probability targets (a floating-point target of the input's shape, as torch decides) of
+the input's dtype run on fused kernels (torch.ops.reducekit.cross_entropy_probs_forward /
+_backward: one pass over the logits and the target for each row's loss, one more for the
+gradients of both). Other target dtypes, and class weights that require a gradient, are composed
+from reducekit ops: reducekit.log_softmax over the class dim, a product with the (smoothed)
+target and the weights in torch's elementwise ops, reducekit.sum over the class dim; autograd
+runs through those ops (gradients reach the target too).
 """
 import math
 
@@ -34,9 +34,9 @@ _ops = torch.ops.reducekit
 
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-# Off until the class-probability kernels' tests have passed on a GPU (bench/results/LOG.md,
-# sixtieth session); tests/python/test_cross_entropy.py runs both paths.
-_FUSED_PROBABILITY_TARGETS = False
+# The class-probability kernels where they apply (the composed path otherwise, and where this is
+# False); tests/python/test_cross_entropy.py runs both paths.
+_FUSED_PROBABILITY_TARGETS = True
 
 
 def _row_values_dtype(logits):
@@ -132,9 +132,9 @@ def _check_class_indices(target, classes, ignore_index):
 
 
 def _probability_loss(input, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale, softcap):
-    """torch's class-probability cross-entropy: composed from reducekit.log_softmax, torch's
-    elementwise ops and reducekit.sum, or with _FUSED_PROBABILITY_TARGETS on the fused kernels where
-    the target has the input's dtype and the class weights need no gradient (see cross_entropy)."""
+    """torch's class-probability cross-entropy: on the fused kernels where the target has the
+    input's dtype and the class weights need no gradient, otherwise composed from
+    reducekit.log_softmax, torch's elementwise ops and reducekit.sum (see cross_entropy)."""
     if not target.is_floating_point():
         raise ValueError(f"target: a target of the input's shape {tuple(input.shape)} holds class probabilities and "
                          f"must be floating point, got {target.dtype}")

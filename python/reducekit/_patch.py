@@ -49,8 +49,8 @@ parameters) when the model's tensors are not all on CUDA; Softmax / LogSoftmax w
 subclasses of the classes above; RMSNorm-like classes not recognised above. Patch after moving
 the model to its GPU and dtype: the replacements of torch's modules raise on CPU tensors.
 
-Limits a patched model has at call time: CrossEntropyLoss's class-probability targets run
-composed (reducekit.log_softmax, a product, reducekit.sum), not fused; a model pickled whole (torch.save(model), not
+Limits a patched model has at call time: CrossEntropyLoss's class-probability targets of another
+dtype than the input's run composed (reducekit.log_softmax, a product, reducekit.sum); a model pickled whole (torch.save(model), not
 its state_dict) holding a swapped transformers class unpickles only in a process that made the
 same swap, so pickle it after unpatch(). A model compiled before patch() is compiled again.
 

@@ -285,7 +285,7 @@ class SyncBatchNorm(torch.nn.SyncBatchNorm):
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
     """torch.nn.CrossEntropyLoss (same arguments and buffers) running reducekit.cross_entropy:
     class-index targets on the fused kernels, class-probability targets (a floating-point target
-    of the input's shape) composed from reducekit ops as torch defines them, and the extras as
+    of the input's shape) on fused kernels too where of the input's dtype, and the extras as
     keyword arguments: the z-loss (lse_square_scale), soft-capping (softcap) and check_targets
     (one host sync raising ValueError on a class index outside [0, C) that is not ignore_index;
     a graph break under torch.compile). See reducekit.cross_entropy."""

@@ -346,7 +346,7 @@ SHAPES = {"NC": (33, 1000), "C": (37,), "NCHW": (2, 9, 3, 5)}
 @pytest.fixture(params=["composed", "fused"])
 def probability_path(request, monkeypatch):
     """Both paths of same-dtype probability targets: the composed ops, and the fused kernels
-    (off by default until they have run on a GPU: reducekit._loss._FUSED_PROBABILITY_TARGETS)."""
+    (reducekit._loss._FUSED_PROBABILITY_TARGETS, on by default)."""
     monkeypatch.setattr(reducekit._loss, "_FUSED_PROBABILITY_TARGETS", request.param == "fused")
     return request.param
 
