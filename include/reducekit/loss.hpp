@@ -32,8 +32,9 @@ struct CrossEntropyOptions {
 
 // loss and lse: [rows] each, contiguous, float32 (float64 for float64 logits); lse is what the
 // backward needs. A row's bits depend on its values, length and the options alone: a batch of
-// few rows splits each row over a cluster of CTAs with the same bits. weight: null or [classes], contiguous, the same dtype as loss. loss and lse share
-// no memory with each other or with logits, target and weight.
+// few rows splits each row over a cluster of CTAs with the same bits. weight: null or [classes],
+// contiguous, the same dtype as loss. loss and lse share no memory with each other or with
+// logits, target and weight.
 Status cross_entropy_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
                              const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
                              cudaStream_t stream);

@@ -192,8 +192,8 @@ constexpr int64_t kClassLaunchFromBytes = int64_t(32) << 20;
 template <typename T> int split_chunks(const kernels::CrossEntropyArgs<T>& a) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const int64_t vectors = (a.classes + kVec - 1) / kVec;
-  const int64_t chunks = (vectors + kernels::cross_entropy_chunk_vectors(vectors) - 1) /
-                         kernels::cross_entropy_chunk_vectors(vectors);
+  const int64_t chunk_vectors = kernels::cross_entropy_chunk_vectors(vectors);
+  const int64_t chunks = (vectors + chunk_vectors - 1) / chunk_vectors;
   if (chunks < 2 || (a.smoothing > 0 && a.weight != nullptr) || a.rows > int64_t(0x7fffffff) / chunks) return 0;
   int64_t below = 0;
   if (const auto knob = tuning("cross_entropy_split_below_rows")) {
