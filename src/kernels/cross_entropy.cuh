@@ -388,9 +388,11 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
 // C = the row's chunks (cross_entropy_chunk_vectors) CTAs, CTA k folding chunk k. Rank 0 merges
 // the other CTAs' thread folds, read from their shared memory, in chunk order into its own, which
 // is what CrossEntropyRow::fold does over the whole row, so the loss and lse bits are the row
-// kernel's; then writes the loss as the row kernel does.
+// kernel's; then writes the loss as the row kernel does. float64 asks for one CTA an SM: left to
+// itself, ptxas held it to 80 registers and spilled 168 bytes (123 registers without).
 template <typename T, bool kExtras>
-__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_split_forward_kernel(CrossEntropyArgs<T> a) {
+__global__ void __launch_bounds__(kCrossEntropyThreads, sizeof(T) == 8 ? 1 : 0)
+    cross_entropy_split_forward_kernel(CrossEntropyArgs<T> a) {
   using Row = CrossEntropyRow<T, kExtras>;
   __shared__ typename Row::Lse::Stat lse_slots[33];
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
