@@ -186,7 +186,7 @@ constexpr int64_t kClassLaunchFromBytes = int64_t(32) << 20;
 // Split rows (cross_entropy_split_forward_kernel / _backward_kernel, the row kernels' bits) where
 // the batch has fewer rows than half the SMs (tuning "cross_entropy_split_below_rows"): the row
 // loop would leave most SMs idle. On an H100 the forward's kernel split 1.2-2.8x faster up to 64
-// rows of 50257 / 128256 classes, and 22-40% slower from 128 (LOG.md, run 215). The chunks a row,
+// rows of 50257 / 128256 classes, and 22-40% slower from 128 (LOG.md). The chunks a row,
 // or 0 where it does not split: a row of one step, or label smoothing over class weights (each
 // CTA would read every weight for their sum).
 template <typename T> int split_chunks(const kernels::CrossEntropyArgs<T>& a) {
