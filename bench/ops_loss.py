@@ -98,6 +98,16 @@ def _tolerance(dtype):
     return 1e-4, 2e-2
 
 
+def _register_spec(name, make_inputs, bytes_moved, reference, training, build_reducekit, build_torch, build_compile,
+                   build_unfused):
+    """A loss op of the vocabulary grid against torch, torch.compile and the unfused composition."""
+    register(OpSpec(name=name, make_inputs=make_inputs, bytes_moved=bytes_moved, reference=reference,
+                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
+                           "reducekit-unfused": build_unfused},
+                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=_tolerance,
+                    measure_peak=training))
+
+
 def _register(name, training, fused=False):
     """fused: reducekit's step is cross_entropy_with_grad (loss and gradient from one kernel); the
     peers' is the same forward and autograd backward as `training`."""
@@ -129,12 +139,8 @@ def _register(name, training, fused=False):
         return _grad_reference(x, target) if training else F.cross_entropy(x.double(), target)
 
     bytes_moved = _step_bytes if fused else _training_bytes if training else _forward_bytes
-    register(OpSpec(name=name, make_inputs=_make_inputs, bytes_moved=bytes_moved,
-                    reference=reference,
-                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
-                           "reducekit-unfused": build_unfused},
-                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=_tolerance,
-                    measure_peak=training))
+    _register_spec(name, _make_inputs, bytes_moved, reference, training, build_reducekit, build_torch, build_compile,
+                   build_unfused)
 
 
 _register("cross_entropy", training=False)
@@ -198,12 +204,8 @@ def _register_probs(name, training):
     def reference(x, probs):
         return _probs_grad_reference(x, probs) if training else F.cross_entropy(x.double(), probs.double())
 
-    register(OpSpec(name=name, make_inputs=_make_probs_inputs,
-                    bytes_moved=_probs_training_bytes if training else _probs_forward_bytes, reference=reference,
-                    impls={"reducekit": build_reducekit, "torch": build_torch, "torch.compile": build_compile,
-                           "reducekit-unfused": build_unfused},
-                    shapes=list(SHAPES), quick_shapes=list(QUICK), odd_shapes=list(ODD), tolerance=_tolerance,
-                    measure_peak=training))
+    _register_spec(name, _make_probs_inputs, _probs_training_bytes if training else _probs_forward_bytes, reference,
+                   training, build_reducekit, build_torch, build_compile, build_unfused)
 
 
 _register_probs("cross_entropy_probs", training=False)

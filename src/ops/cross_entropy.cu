@@ -62,6 +62,16 @@ Status plan_logits(const TensorView& logits, const char* name, const TensorView&
   return check_dense_vector(target, "target", DType::kInt64, plan->rows, "one per row");
 }
 
+// The per-row vectors of a call (loss, lse, grad_loss, ...): `rows` values each, contiguous, in
+// the logits' accumulation dtype; a null view is skipped.
+Status check_row_values(std::initializer_list<NamedView> vectors, const TensorView& logits, int64_t rows) {
+  for (const NamedView& v : vectors)
+    if (v.view != nullptr)
+      REDUCEKIT_RETURN_IF_ERROR(
+          check_dense_vector(*v.view, v.name, accumulation_dtype(logits.dtype), rows, "one per row"));
+  return Status::ok();
+}
+
 // dlogits: the shape and dtype of logits, rows that do not overlap; the logits themselves only
 // where the kernel writes over them (`over_logits`), otherwise sharing no memory with them.
 Status plan_dlogits(const TensorView& logits, const TensorView& dlogits, bool over_logits, RowwisePlan* out_plan) {
@@ -305,9 +315,7 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
                              cudaStream_t stream) {
   RowwisePlan plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  const DType values = accumulation_dtype(logits.dtype);
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&loss, "loss"}, {&lse, "lse"}}, logits, plan.rows));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}},
                                            {{&logits, "logits"}, {&target, "target"}, {weight, "weight"}}));
   if (plan.rows == 0) return Status::ok();
@@ -333,9 +341,7 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
                               const TensorView& dlogits, cudaStream_t stream) {
   RowwisePlan plan, out_plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  const DType values = accumulation_dtype(logits.dtype);
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&lse, "lse"}, {&grad_loss, "grad_loss"}}, logits, plan.rows));
   REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, false, &out_plan));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}}, {{&target, "target"}, {weight, "weight"},
                                                                      {&lse, "lse"}, {&grad_loss, "grad_loss"}}));
@@ -357,10 +363,8 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
                            const TensorView& lse, const TensorView& dlogits, cudaStream_t stream) {
   RowwisePlan plan, out_plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  const DType values = accumulation_dtype(logits.dtype);
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
+  REDUCEKIT_RETURN_IF_ERROR(
+      check_row_values({{&grad_loss, "grad_loss"}, {&loss, "loss"}, {&lse, "lse"}}, logits, plan.rows));
   REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, true, &out_plan));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}, {&dlogits, "dlogits"}},
                                            {{&target, "target"}, {weight, "weight"}, {&grad_loss, "grad_loss"}}));
@@ -396,10 +400,7 @@ Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& t
     RowwisePlan plan;
     kernels::ProbsArgs<T> a;
     REDUCEKIT_RETURN_IF_ERROR(plan_probs<T>(logits, target, weight, options, &plan, &a));
-    const DType values = accumulation_dtype(logits.dtype);
-    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(loss, "loss", values, plan.rows, "one per row"));
-    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
-    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(mass, "mass", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&loss, "loss"}, {&lse, "lse"}, {&mass, "mass"}}, logits, plan.rows));
     REDUCEKIT_RETURN_IF_ERROR(
         check_disjoint({{&loss, "loss"}, {&lse, "lse"}, {&mass, "mass"}},
                        {{&logits, "logits"}, {&target, "target"}, {weight, "weight"}}));
@@ -423,10 +424,8 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
     RowwisePlan plan, out_plan, target_out_plan;
     kernels::ProbsArgs<T> a;
     REDUCEKIT_RETURN_IF_ERROR(plan_probs<T>(logits, target, weight, options, &plan, &a));
-    const DType values = accumulation_dtype(logits.dtype);
-    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(lse, "lse", values, plan.rows, "one per row"));
-    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(mass, "mass", values, plan.rows, "one per row"));
-    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", values, plan.rows, "one per row"));
+    REDUCEKIT_RETURN_IF_ERROR(
+        check_row_values({{&lse, "lse"}, {&mass, "mass"}, {&grad_loss, "grad_loss"}}, logits, plan.rows));
     REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, false, &out_plan));
     REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}, {dtarget, "dtarget"}},
                                              {{&target, "target"}, {weight, "weight"}, {&lse, "lse"},
