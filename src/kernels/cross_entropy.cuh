@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/numeric.cuh"
 #include "kernels/row_engine.cuh"
@@ -96,10 +97,20 @@ __device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int6
 // The (soft-capped) logits of a vector inside the row.
 template <typename T, int VEC, typename Acc>
 __device__ __forceinline__ void values_whole(const Bytes16& b, Acc softcap, Acc* z) {
-  T raw[VEC];
-  memcpy(raw, &b, 16);
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Acc, float>) {
+    // A word's two bfloat16 values are the high halves of two floats: one shift or mask each
+    // (a conversion each took an extract and a shift for the upper one); the same values.
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) z[e] = soft_capped(to_acc<Acc>(raw[e]), softcap);
+    for (int k = 0; k < 4; ++k) {
+      z[2 * k] = soft_capped(__uint_as_float(b.w[k] << 16), softcap);
+      z[2 * k + 1] = soft_capped(__uint_as_float(b.w[k] & 0xffff0000u), softcap);
+    }
+  } else {
+    T raw[VEC];
+    memcpy(raw, &b, 16);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) z[e] = soft_capped(to_acc<Acc>(raw[e]), softcap);
+  }
 }
 
 // The (soft-capped) logits of vector v, elements past the row's end replaced by `pad`.
@@ -131,6 +142,34 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
   // The step from v0 lies inside the row: its last vector is whole.
   __device__ __forceinline__ static bool whole_step(int64_t v0, int64_t whole_vectors) {
     return v0 + int64_t(U - 1) * blockDim.x < whole_vectors;
+  }
+  // The step from v0 lies past the row's first vector and a vector short of its end, so a shifted
+  // vector's two granules lie inside the row too (load_vector16's funnel case for each).
+  __device__ __forceinline__ static bool inside_step(int64_t v0, int64_t whole_vectors) {
+    return v0 > 0 && v0 + int64_t(U - 1) * kCrossEntropyThreads + 2 <= whole_vectors;
+  }
+  // An inside step's vectors (CTAs of kCrossEntropyThreads): one address a step, the vectors'
+  // offsets immediates, the row's shift tested once a step; the bytes load() reads.
+  template <int kShift> __device__ __forceinline__ void load_inside(const T* row, int64_t v0) {
+    constexpr int kStride = kCrossEntropyThreads * 16;
+    const char* p = reinterpret_cast<const char*>(row + v0 * VEC);
+    if constexpr (kShift == 0) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) raw[u] = load_aligned16(p + u * kStride);
+    } else if constexpr (kShift > 0) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) raw[u] = load_pieces<kShift>(p + u * kStride - kShift);
+    } else {
+      const int shift = misalignment16(row);
+      if (shift == 0) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) raw[u] = load_aligned16(p + u * kStride);
+      } else {
+        const char* g = p - shift;
+#pragma unroll
+        for (int u = 0; u < U; ++u) raw[u] = funnel16(load_aligned16(g + u * kStride), load_aligned16(g + u * kStride + 16), shift);
+      }
+    }
   }
 };
 
@@ -204,6 +243,9 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     // an element, which cost a third of its loop's instructions; the same values. float32 rows,
     // whose loop issues half as many conversions a byte, did not gain from them.
     constexpr bool kWholeSteps = !kExtras && sizeof(T) == 2;
+    // Inside steps load from one address a step (load_inside) where that costs no CTA an SM: the
+    // float32 kernel reading each row's shift went 63 -> 65 registers with it.
+    constexpr bool kInsideLoads = sizeof(T) == 2 || kShift >= 0;
     const int64_t whole_vectors = a.classes / VEC;
     using Batch = VectorBatch<T>;
     Batch cur, next;
@@ -217,7 +259,13 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         chunk_step = 0;
       }
       ++chunk_step;
-      if (v0 + step < v_end) next.template load<kShift>(x, v0 + step, vectors, a.classes);
+      if (v0 + step < v_end) {
+        if (kInsideLoads && Batch::inside_step(v0 + step, whole_vectors)) {
+          next.template load_inside<kShift>(x, v0 + step);
+        } else {
+          next.template load<kShift>(x, v0 + step, vectors, a.classes);
+        }
+      }
       Acc z[U * VEC];
       if (kWholeSteps && Batch::whole_step(v0, whole_vectors)) {
 #pragma unroll
@@ -306,10 +354,17 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     const Acc fill = bad ? Acc(NAN) : Acc(0);  // ignored rows: 0; bad targets: NaN
     constexpr int UG = kStoreShift > 0 && !kExtras ? kGradientShiftedUnroll : U;
     const int64_t gstep = int64_t(UG) * blockDim.x;
-    VectorBatch<T, UG> cur, next;
+    using Batch = VectorBatch<T, UG>;
+    Batch cur, next;
     cur.template load<kShift>(x, v_begin + threadIdx.x, vectors, a.classes);
     for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += gstep) {
-      if (v0 + gstep < v_end) next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
+      if (v0 + gstep < v_end) {
+        if ((sizeof(T) == 2 || kShift >= 0) && Batch::inside_step(v0 + gstep, a.classes / VEC)) {
+          next.template load_inside<kShift>(x, v0 + gstep);
+        } else {
+          next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
+        }
+      }
 #pragma unroll
       for (int u = 0; u < UG; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
