@@ -165,10 +165,26 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
 #pragma unroll
         for (int u = 0; u < U; ++u) raw[u] = load_aligned16(p + u * kStride);
       } else {
-        const char* g = p - shift;
-#pragma unroll
-        for (int u = 0; u < U; ++u) raw[u] = funnel16(load_aligned16(g + u * kStride), load_aligned16(g + u * kStride + 16), shift);
+        // The shift's word offset as a constant (one branch a step), its bytes as a funnel's count
+        switch (shift >> 2) {
+          case 0: load_funnelled<0>(p - shift, shift); break;
+          case 1: load_funnelled<1>(p - shift, shift); break;
+          case 2: load_funnelled<2>(p - shift, shift); break;
+          default: load_funnelled<3>(p - shift, shift); break;
+        }
       }
+    }
+  }
+  // funnel16 of each vector's two granules from g, the shift's word offset kWords known.
+  template <int kWords> __device__ __forceinline__ void load_funnelled(const char* g, int shift) {
+    constexpr int kStride = kCrossEntropyThreads * 16;
+    const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const Bytes16 lo = load_aligned16(g + u * kStride), hi = load_aligned16(g + u * kStride + 16);
+      const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) raw[u].w[j] = __funnelshift_r(w[j + kWords], w[j + kWords + 1], bits);
     }
   }
 };
