@@ -88,34 +88,50 @@ template <typename T> struct ProbsRow {
 
   // The logits z of vector v (past the row: -inf) and its weighted smoothed targets wq (past the
   // row: 0), from the vectors' raw bytes.
-  __device__ __forceinline__ void values(const Bytes16& xb, const Bytes16& pb, int64_t v, Acc (&z)[VEC],
+  // A vector inside the row (`whole`) skips the tests an element.
+  __device__ __forceinline__ void values(const Bytes16& xb, const Bytes16& pb, int64_t v, bool whole, Acc (&z)[VEC],
                                          Acc (&wq)[VEC]) const {
-    values_of<T, VEC>(xb, v, a.classes, a.softcap, negative_infinity<Acc>(), z);
-    T raw[VEC];
-    memcpy(raw, &pb, 16);
     const Acc keep = Acc(1) - a.smoothing, spread = a.smoothing / Acc(a.classes);
+    Acc q[VEC];
+    values_whole<T, VEC>(pb, Acc(0), q);
+    if (whole) {
+      values_whole<T, VEC>(xb, a.softcap, z);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const int64_t j = v * VEC + e;
-      const Acc q = keep * to_acc<Acc>(raw[e]) + spread;
-      wq[e] = j < a.classes ? (a.weight ? a.weight[j] : Acc(1)) * q : Acc(0);
+      for (int e = 0; e < VEC; ++e) wq[e] = (a.weight ? a.weight[v * VEC + e] : Acc(1)) * (keep * q[e] + spread);
+    } else {
+      values_of<T, VEC>(xb, v, a.classes, a.softcap, negative_infinity<Acc>(), z);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int64_t j = v * VEC + e;
+        wq[e] = j < a.classes ? (a.weight ? a.weight[j] : Acc(1)) * (keep * q[e] + spread) : Acc(0);
+      }
     }
   }
 
-  // body(v, z, wq) for each of this thread's vectors v of the row, a step's U vectors of each
-  // input loaded before the first is used.
+  // body(v, whole, z, wq) for each of this thread's vectors v of the row (whole: inside it), a
+  // step's U vectors of each input loaded before the first is used; inside steps from one address
+  // an input (VectorBatch::load_inside).
   template <class Body> __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
+    static_assert(kProbsThreads == kCrossEntropyThreads, "load_inside strides by kCrossEntropyThreads");
+    using Batch = VectorBatch<T, U>;
+    const int64_t whole_vectors = a.classes / VEC;
     for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
-      VectorBatch<T, U> xs, ps;
-      xs.template load<-1>(x, v0, vectors, a.classes);
-      ps.template load<-1>(p, v0, vectors, a.classes);
+      Batch xs, ps;
+      if (Batch::inside_step(v0, whole_vectors)) {
+        xs.template load_inside<-1>(x, v0);
+        ps.template load_inside<-1>(p, v0);
+      } else {
+        xs.template load<-1>(x, v0, vectors, a.classes);
+        ps.template load<-1>(p, v0, vectors, a.classes);
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
         if (v >= vectors) break;
+        const bool whole = v < whole_vectors;
         Acc z[VEC], wq[VEC];
-        values(xs.raw[u], ps.raw[u], v, z, wq);
-        body(v, z, wq);
+        values(xs.raw[u], ps.raw[u], v, whole, z, wq);
+        body(v, whole, z, wq);
       }
     }
   }
@@ -124,13 +140,13 @@ template <typename T> struct ProbsRow {
   __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
     Acc m = negative_infinity<Acc>(), s = Acc(0), spread = Acc(0), mass = Acc(0);
     for_vectors(a.logits + row * a.logits_stride, a.target + row * a.target_stride,
-                [&](int64_t v, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+                [&](int64_t v, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
                   const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
                   const Acc base = Op::base(top);
                   // fmax skips NaN; the sum of exp catches it. Elements past the row add nothing.
                   s = s * fast_exp(m - base) + fold_chains<VEC>(Plus{}, [&](int e) { return fast_exp(z[e] - base); });
                   spread = (spread - mass * (base - Op::base(m))) + fold_chains<VEC>(Plus{}, [&](int e) {
-                             return v * VEC + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
+                             return whole || v * VEC + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
                            });
                   mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
                   m = top;
@@ -156,7 +172,7 @@ template <typename T> struct ProbsRow {
     const Acc lse = a.saved_lse[row], g = a.grad[row];
     const Acc p_factor = g * (a.saved_mass[row] + Acc(2) * a.z_scale * lse);
     const Acc target_factor = -g * (Acc(1) - a.smoothing);
-    for_vectors(x, p, [&](int64_t v, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+    for_vectors(x, p, [&](int64_t v, bool, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
       T out[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
