@@ -371,9 +371,14 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     constexpr int UG = kStoreShift > 0 && !kExtras ? kGradientShiftedUnroll : U;
     const int64_t gstep = int64_t(UG) * blockDim.x;
     using Batch = VectorBatch<T, UG>;
+    // A warp's step whose vectors all lie whole inside [v_begin, v_end) stores through
+    // store_warp_vector16 (every lane in it, the lanes' vectors consecutive).
+    const int64_t whole_end = min(a.classes / VEC, v_end);
+    const int64_t warp_last = int64_t(31 - threadIdx.x % 32) + int64_t(UG - 1) * blockDim.x;
     Batch cur, next;
     cur.template load<kShift>(x, v_begin + threadIdx.x, vectors, a.classes);
     for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += gstep) {
+      const bool warp_whole = v0 + warp_last < whole_end;
       if (v0 + gstep < v_end) {
         if ((sizeof(T) == 2 || kShift >= 0) && Batch::inside_step(v0 + gstep, a.classes / VEC)) {
           next.template load_inside<kShift>(x, v0 + gstep);
@@ -388,6 +393,10 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         const int64_t e0 = v * VEC;
         Acc z[VEC];
         values_of<T, VEC>(cur.raw[u], v, a.classes, softcap, Acc(0), z);
+        // The target's place in this vector (out of [0, VEC) where it is elsewhere): a 32-bit
+        // test an element, not a 64-bit one.
+        const int64_t t_at = t - e0;
+        const int t_here = t_at >= 0 && t_at < VEC ? static_cast<int>(t_at) : -1;
         T out[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -395,7 +404,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
           Acc d = fill;
           if (!ignored && !bad) {
             d = fast_exp(z[e] - lse) * p_factor;
-            if (j == t) d -= target_part;
+            if (sizeof(T) == 8 ? j == t : e == t_here) d -= target_part;
             if (smooth) d -= smooth_part * (a.weight ? (j < a.classes ? a.weight[j] : Acc(0)) : Acc(1));
             if constexpr (kExtras)
               if (softcap > Acc(0)) d *= Acc(1) - (z[e] / softcap) * (z[e] / softcap);
@@ -405,7 +414,8 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         if (e0 + VEC <= a.classes) {
           Bytes16 b;
           memcpy(&b, out, 16);
-          store_vector16_at<sizeof(T), kStoreShift>(dx + e0, b);
+          if (sizeof(T) <= 4 && warp_whole) store_warp_vector16<sizeof(T), kStoreShift>(dx + e0, b);
+          else store_vector16_at<sizeof(T), kStoreShift>(dx + e0, b);
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)

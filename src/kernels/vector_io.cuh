@@ -198,6 +198,28 @@ template <int kShift> __device__ __forceinline__ void store_shifted(char* base, 
   if (tail) store_pieces<kShift, 16, kShift + 16>(base, b);
 }
 
+// Bytes [kOff, kOff + 16) of lo followed by hi, kOff a compile-time constant.
+template <int kOff> __device__ __forceinline__ Bytes16 funnel16_at(const Bytes16& lo, const Bytes16& hi) {
+  const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
+  Bytes16 r;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    r.w[j] = kOff % 4 == 0 ? w[j + kOff / 4] : __funnelshift_r(w[j + kOff / 4], w[j + kOff / 4 + 1], kOff % 4 * 8);
+  return r;
+}
+
+// A warp's vectors at shift kShift (lane l's vector b from base + kShift + 16 l): lane l < 31
+// writes the granule after its floor one whole (its tail, lane l + 1's head); lane 0 its head
+// and lane 31 its tail as pieces.
+template <int kShift> __device__ __forceinline__ void store_warp_shifted(char* base, const Bytes16& b) {
+  const int lane = threadIdx.x % 32;
+  Bytes16 next;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) next.w[w] = __shfl_down_sync(0xffffffffu, b.w[w], 1);
+  if (lane != 31) store_aligned16(base + 16, funnel16_at<16 - kShift>(b, next));
+  store_shifted<kShift>(base, b, lane == 0, lane == 31);
+}
+
 }  // namespace detail
 
 // Writes 16 bytes to dst, aligned to kElemBytes (2, 4 or 8): one store when dst is 16-byte
@@ -225,6 +247,33 @@ template <int kElemBytes, int kShift> __device__ __forceinline__ void store_vect
   if constexpr (kShift < 0) store_vector16<kElemBytes>(dst, b);
   else if constexpr (kShift == 0) store_aligned16(dst, b);
   else detail::store_shifted<kShift>(static_cast<char*>(dst) - kShift, b, true, true);
+}
+
+// store_vector16 for a whole warp's 32 consecutive vectors (lane l's at dst + 16 l bytes, every
+// lane calling it): a shifted warp's granules go out whole, each from a lane's tail and its right
+// neighbour's head (a shuffle), only the warp's first head and last tail as pieces. A shifted
+// 16-bit vector is up to four stores a lane, each over a warp's 16 sectors; this is one.
+// kShift: dst's misalignment16 where the launch knows it, else -1.
+template <int kElemBytes, int kShift = -1> __device__ __forceinline__ void store_warp_vector16(void* dst, const Bytes16& b) {
+  if constexpr (kShift == 0) {
+    store_aligned16(dst, b);
+  } else if constexpr (kShift > 0) {
+    detail::store_warp_shifted<kShift>(static_cast<char*>(dst) - kShift, b);
+  } else {
+    const int shift = misalignment16(dst);
+    char* base = static_cast<char*>(dst) - shift;
+    switch (shift) {
+      case 0: store_aligned16(dst, b); break;
+      case 8: detail::store_warp_shifted<8>(base, b); break;
+      case 4: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<4>(base, b); break;
+      case 12: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<12>(base, b); break;
+      case 2: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<2>(base, b); break;
+      case 6: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<6>(base, b); break;
+      case 10: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<10>(base, b); break;
+      case 14: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<14>(base, b); break;
+      default: break;  // not a multiple of the element size: no such pointer
+    }
+  }
 }
 
 }  // namespace reducekit::kernels
