@@ -124,6 +124,52 @@ TEST(VectorIo, ShiftedVectorPairsLoadExactly) {
   check_copy_vector_pairs<uint64_t>();
 }
 
+// Warp w stores vectors 32 w .. 32 w + 31 of an aligned source at dst (store_warp_vector16: whole
+// granules from neighbouring lanes' vectors, the warp's ends as pieces); kShift as the kernels pass
+// it (dst's misalignment16, or -1: read at run time).
+template <typename T, int kShift>
+__global__ void warp_store_vectors_kernel(const T* src, T* dst) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t e0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+  kernels::store_warp_vector16<sizeof(T), kShift>(dst + e0, kernels::load_aligned16(src + e0));
+}
+
+// Every destination shift, one warp and several: the warps' vectors arrive bit for bit, and no
+// byte around them changes (the pieces at each warp's ends stay inside its vectors).
+template <typename T, int kShift> void check_warp_stores(int dst_shift) {
+  constexpr int VEC = 16 / sizeof(T);
+  SCOPED_TRACE(testing::Message() << "element bytes " << sizeof(T) << " dst shift " << dst_shift << " kShift "
+                                  << kShift);
+  for (int warps : {1, 3, 8}) {
+    const int64_t len = int64_t(warps) * 32 * VEC;
+    std::vector<T> src(len), dst(dst_shift + len + VEC);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(0x9E3779B97F4A7C15ull * (i + 5) >> 13);
+    for (std::size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<T>(~i);
+    DeviceBuffer dsrc(src), ddst(dst);
+    ASSERT_NE(dsrc.get(), nullptr);
+    ASSERT_NE(ddst.get(), nullptr);
+    warp_store_vectors_kernel<T, kShift><<<static_cast<unsigned>(warps), 32>>>(
+        static_cast<const T*>(dsrc.get()), static_cast<T*>(ddst.get()) + dst_shift);
+    REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+    std::vector<T> got(dst.size());
+    REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), ddst.get(), got.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<T> want = dst;
+    std::copy(src.begin(), src.end(), want.begin() + dst_shift);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0) << warps << " warps";
+  }
+}
+
+TEST(VectorIo, WarpStoresWriteExactly) {
+  REDUCEKIT_REQUIRE_GPU();
+  for (int shift = 0; shift < 8; ++shift) check_warp_stores<uint16_t, -1>(shift);
+  for (int shift = 0; shift < 4; ++shift) check_warp_stores<uint32_t, -1>(shift);
+  // The launch's shift a constant, as the float32 class launches pass it.
+  check_warp_stores<uint32_t, 0>(0);
+  check_warp_stores<uint32_t, 4>(1);
+  check_warp_stores<uint32_t, 8>(2);
+  check_warp_stores<uint32_t, 12>(3);
+}
+
 // ---- row-wise ops: the same bits at every alignment -------------------------------------------
 
 enum class RowOp { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLayerNorm, kRmsNorm, kAddLayerNorm, kSumRows, kVarColumns };
