@@ -206,6 +206,9 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   using Acc = acc_t<T>;
   using Lse = SoftmaxForwardOp<T, false>;  // its (max, sum of exp) statistic and merge
   static constexpr int VEC = 16 / sizeof(T), U = kCrossEntropyUnroll;
+  // Inside steps load from one address a step (VectorBatch::load_inside) where that costs no CTA
+  // an SM: the float32 kernel reading each row's shift went 63 -> 65 registers with it.
+  template <int kShift> static constexpr bool kInsideLoads = sizeof(T) == 2 || kShift >= 0;
   // A thread's fold of its vectors: softmax's statistic and, with label smoothing, sum_j w[j] z[j].
   struct Fold {
     typename Lse::Stat stat;
@@ -259,9 +262,6 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     // an element, which cost a third of its loop's instructions; the same values. float32 rows,
     // whose loop issues half as many conversions a byte, did not gain from them.
     constexpr bool kWholeSteps = !kExtras && sizeof(T) == 2;
-    // Inside steps load from one address a step (load_inside) where that costs no CTA an SM: the
-    // float32 kernel reading each row's shift went 63 -> 65 registers with it.
-    constexpr bool kInsideLoads = sizeof(T) == 2 || kShift >= 0;
     const int64_t whole_vectors = a.classes / VEC;
     using Batch = VectorBatch<T>;
     Batch cur, next;
@@ -276,7 +276,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
       }
       ++chunk_step;
       if (v0 + step < v_end) {
-        if (kInsideLoads && Batch::inside_step(v0 + step, whole_vectors)) {
+        if (kInsideLoads<kShift> && Batch::inside_step(v0 + step, whole_vectors)) {
           next.template load_inside<kShift>(x, v0 + step);
         } else {
           next.template load<kShift>(x, v0 + step, vectors, a.classes);
@@ -380,7 +380,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += gstep) {
       const bool warp_whole = v0 + warp_last < whole_end;
       if (v0 + gstep < v_end) {
-        if ((sizeof(T) == 2 || kShift >= 0) && Batch::inside_step(v0 + gstep, a.classes / VEC)) {
+        if (kInsideLoads<kShift> && Batch::inside_step(v0 + gstep, a.classes / VEC)) {
           next.template load_inside<kShift>(x, v0 + gstep);
         } else {
           next.template load<kShift>(x, v0 + gstep, vectors, a.classes);
@@ -394,7 +394,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         Acc z[VEC];
         values_of<T, VEC>(cur.raw[u], v, a.classes, softcap, Acc(0), z);
         // The target's place in this vector (out of [0, VEC) where it is elsewhere): a 32-bit
-        // test an element, not a 64-bit one.
+        // test an element, not a 64-bit one (float64 keeps its own: ptxas spilled 32 B on this).
         const int64_t t_at = t - e0;
         const int t_here = t_at >= 0 && t_at < VEC ? static_cast<int>(t_at) : -1;
         T out[VEC];
