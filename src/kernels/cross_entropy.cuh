@@ -175,17 +175,13 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
       }
     }
   }
-  // funnel16 of each vector's two granules from g, the shift's word offset kWords known.
+  // Each vector out of its two granules from g, the shift's word offset kWords known.
   template <int kWords> __device__ __forceinline__ void load_funnelled(const char* g, int shift) {
     constexpr int kStride = kCrossEntropyThreads * 16;
     const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const Bytes16 lo = load_aligned16(g + u * kStride), hi = load_aligned16(g + u * kStride + 16);
-      const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) raw[u].w[j] = __funnelshift_r(w[j + kWords], w[j + kWords + 1], bits);
-    }
+    for (int u = 0; u < U; ++u)
+      raw[u] = funnel16_words<kWords>(load_aligned16(g + u * kStride), load_aligned16(g + u * kStride + 16), bits);
   }
 };
 
@@ -351,7 +347,9 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
   // only its own vectors, so dlogits may be the logits themselves.
   // kStoreShift: dlogits rows' misalignment16 where the launch knows it (kShift: they share the
-  // logits' offsets), or -1. Their stores, as naturally aligned pieces, hold more registers: the
+  // logits' offsets), or -1. A warp's step wholly inside the row stores whole granules
+  // (store_warp_vector16); the others, and float64 rows (ptxas spilled 16 B on the warp stores),
+  // store each vector as its naturally aligned pieces. Shifted stores hold more registers: the
   // lean kernel's shifted rows take fewer vectors a step (the bits are elementwise, the same at
   // any step; the kExtras kernels stay under 64 registers at the full step).
   // Vectors [v_begin, v_end) of the row: all of it, or one chunk of a split row (kStoreShift -1,
@@ -373,14 +371,14 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     using Batch = VectorBatch<T, UG>;
     // A warp's step whose vectors all lie whole inside [v_begin, v_end) stores through
     // store_warp_vector16 (every lane in it, the lanes' vectors consecutive).
-    const int64_t whole_end = min(a.classes / VEC, v_end);
+    const int64_t whole_vectors = a.classes / VEC, whole_end = min(whole_vectors, v_end);
     const int64_t warp_last = int64_t(31 - threadIdx.x % 32) + int64_t(UG - 1) * blockDim.x;
     Batch cur, next;
     cur.template load<kShift>(x, v_begin + threadIdx.x, vectors, a.classes);
     for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += gstep) {
       const bool warp_whole = v0 + warp_last < whole_end;
       if (v0 + gstep < v_end) {
-        if (kInsideLoads<kShift> && Batch::inside_step(v0 + gstep, a.classes / VEC)) {
+        if (kInsideLoads<kShift> && Batch::inside_step(v0 + gstep, whole_vectors)) {
           next.template load_inside<kShift>(x, v0 + gstep);
         } else {
           next.template load<kShift>(x, v0 + gstep, vectors, a.classes);

@@ -12,8 +12,9 @@
 // hits L1) and funnel-shift the vector out of them, or, where the shift is a compile-time
 // constant (load_pieces), read the vector's own bytes as naturally aligned pieces; stores write
 // the vector as its natural pieces (2-, 4- and 8-byte stores at their own alignment, at most
-// four). Where a warp holds consecutive vectors the row engine shares granules between lanes by
-// shuffles instead (RowTile in row_engine.cuh): one load and one whole store a vector. A vector
+// four). Where a warp holds consecutive vectors, granules are shared between lanes by shuffles
+// instead: one load and one whole store a vector (RowTile in row_engine.cuh, with bounds and
+// lane groups; store_warp_vector16 for a whole warp inside a row). A vector
 // funnelled as its granules load (load_vector16) waits on them before the next vector's loads
 // issue: RowTile's shared-granule tiles issue every slot's load first, and load_vectors16 issues
 // a batch's granules before funnelling any. The vector a thread holds is the same as for an
@@ -86,6 +87,26 @@ __device__ __forceinline__ Bytes16 funnel16(const Bytes16& lo, const Bytes16& hi
 #pragma unroll
   for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(u[j], u[j + 1], bits);
   return r;
+}
+
+// Bytes [4 kWords + bits / 8, ... + 16) of lo followed by hi: the word offset a compile-time
+// constant (no selects), the bits (0, 8, 16 or 24) a funnel shift's count.
+template <int kWords> __device__ __forceinline__ Bytes16 funnel16_words(const Bytes16& lo, const Bytes16& hi, unsigned bits) {
+  const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
+  Bytes16 r;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(w[j + kWords], w[j + kWords + 1], bits);
+  return r;
+}
+
+// funnel16 at a compile-time byte offset: whole words where it falls on a word (no shifts).
+template <int kOff> __device__ __forceinline__ Bytes16 funnel16_at(const Bytes16& lo, const Bytes16& hi) {
+  if constexpr (kOff % 4 != 0) {
+    return funnel16_words<kOff / 4>(lo, hi, kOff % 4 * 8);
+  } else {
+    const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
+    return {{w[kOff / 4], w[kOff / 4 + 1], w[kOff / 4 + 2], w[kOff / 4 + 3]}};
+  }
 }
 
 namespace detail {
@@ -196,16 +217,6 @@ __device__ __forceinline__ void store_pieces(char* base, const Bytes16& b) {
 template <int kShift> __device__ __forceinline__ void store_shifted(char* base, const Bytes16& b, bool head, bool tail) {
   if (head) store_pieces<kShift, kShift, 16>(base, b);
   if (tail) store_pieces<kShift, 16, kShift + 16>(base, b);
-}
-
-// Bytes [kOff, kOff + 16) of lo followed by hi, kOff a compile-time constant.
-template <int kOff> __device__ __forceinline__ Bytes16 funnel16_at(const Bytes16& lo, const Bytes16& hi) {
-  const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
-  Bytes16 r;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    r.w[j] = kOff % 4 == 0 ? w[j + kOff / 4] : __funnelshift_r(w[j + kOff / 4], w[j + kOff / 4 + 1], kOff % 4 * 8);
-  return r;
 }
 
 // A warp's vectors at shift kShift (lane l's vector b from base + kShift + 16 l): lane l < 31
