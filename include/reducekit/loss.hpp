@@ -11,7 +11,7 @@
 // (ls: label_smoothing, s: lse_square_scale); a row whose target is ignore_index has loss 0. A
 // target outside [0, classes) that is not ignore_index reads and writes nothing out of bounds:
 // its row's loss is NaN (and its gradient NaN). torch's 'mean' reduction is sum(loss) / sum of
-// w[t] over the kept rows, its 'sum' sum(loss): fixed-order sums of the per-row losses.
+// w[t] over the kept rows, its 'sum' sum(loss): cross_entropy_reduce, a fixed-order sum.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,14 +41,15 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
 
 // dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]), the shape and dtype of logits (its own
 // row stride), overlapping neither itself nor logits, target, weight, lse or grad_loss. grad_loss:
-// [rows], the dtype of loss (for torch's 'mean', the upstream gradient over the mean's
-// denominator). lse: the forward's.
+// [rows], or one value for every row (for torch's 'mean', the upstream gradient over the mean's
+// denominator), the dtype of loss. lse: the forward's.
 Status cross_entropy_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
                               const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
                               const TensorView& dlogits, cudaStream_t stream);
 
 // The forward and the backward in one call, for a caller that knows each row's upstream
-// gradient before the forward (training: the mean's 1 / denominator, or 1 for 'sum'): loss, lse
+// gradient before the forward (training: the mean's 1 / denominator, or 1 for 'sum'; grad_loss
+// as cross_entropy_backward's: [rows] or one value for every row): loss, lse
 // and dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]). 16-bit rows that the softmax family
 // stages (16-40, 64-110 and 128-880 KiB), without label smoothing or soft-capping, are read once, staged in shared memory, and their
 // gradient written from there in the same kernel; other rows run cross_entropy_forward's and
@@ -60,6 +61,22 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
 Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
                            const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
                            const TensorView& lse, const TensorView& dlogits, cudaStream_t stream);
+
+enum class LossReduction { kSum, kMean };
+
+// torch's reductions of cross_entropy_forward's per-row losses, in one launch: out = sum(loss)
+// (kSum) or sum(loss) / sum of w[t] over the rows whose target is not ignore_index (kMean; their
+// count without weights; 0 / 0 = NaN where none is kept), converted to out's dtype. Fixed-order
+// sums: the bits depend on the losses and targets alone. target: [rows] int64 and loss: [rows]
+// contiguous, as the forward took and gave them; loss may be null for the denominator alone (a
+// caller that needs it before the losses: cross_entropy_fused's grad_loss). weight: null or
+// [classes], loss's dtype. out: one value of any float dtype whose accumulation dtype is loss's
+// (float32 for 16-bit and float32 out, float64 for float64). denominator: null, or one value in
+// loss's dtype that gets the mean's denominator (1 for kSum), what the backward divides the
+// upstream gradient by. Outputs overlap no input.
+Status cross_entropy_reduce(const TensorView* loss, const TensorView& target, const TensorView* weight,
+                            int64_t ignore_index, LossReduction reduction, const TensorView& out,
+                            const TensorView* denominator, cudaStream_t stream);
 
 // Class-probability targets: target holds a row of probabilities per row of logits (the logits'
 // shape and dtype, the class dim innermost, rows at any stride and alignment). With q = (1 - ls)

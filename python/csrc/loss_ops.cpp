@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, the
 // gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits);
-// for class-probability targets, cross_entropy_probs_forward / _backward.
+// torch's 'mean' or 'sum' of the losses with the forward in one op (cross_entropy_loss; its
+// autograd is in loss_autograd.cpp) or of losses already computed (cross_entropy_reduce); for
+// class-probability targets, cross_entropy_probs_forward / _backward.
 // Thin: outputs come from torch's caching allocator, logits the core cannot read in place
 // (kUnsupported) are retried as a contiguous copy (with_layout_fallback, torch_util.hpp), class
 // weights are cast to the per-row values' dtype, and every check lives in the core.
@@ -20,14 +22,14 @@
 namespace {
 
 using reducekit_torch::check_cuda;
+using reducekit_torch::throw_if_failed;
 using reducekit_torch::device_empty;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 using reducekit_torch::with_layout_fallback;
 
-at::ScalarType row_value_type(const at::Tensor& logits) {
-  return logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
+at::ScalarType row_value_type(at::ScalarType dtype) { return dtype == at::kDouble ? at::kDouble : at::kFloat; }
+at::ScalarType row_value_type(const at::Tensor& logits) { return row_value_type(logits.scalar_type()); }
 
 reducekit::CrossEntropyOptions options_of(int64_t ignore_index, double label_smoothing, double lse_square_scale,
                                           double softcap) {
@@ -48,8 +50,9 @@ struct Inputs {
   at::Tensor target, weight;
   reducekit::TensorView target_view, weight_view;
   bool has_weight = false;
-  // t: int64 class indices, or none (class-probability targets pass theirs apart).
-  Inputs(const at::Tensor& logits, const std::optional<at::Tensor>& t, const std::optional<at::Tensor>& w) {
+  // t: int64 class indices, or none (class-probability targets pass theirs apart); w is cast to
+  // the per-row values' dtype of `values` (float32, float64 for float64: row_value_type).
+  Inputs(at::ScalarType values, const std::optional<at::Tensor>& t, const std::optional<at::Tensor>& w) {
     if (t.has_value()) {
       check_cuda(*t, "target");
       TORCH_CHECK(t->scalar_type() == at::kLong, "target: expected int64 class indices, got ", t->scalar_type());
@@ -58,13 +61,25 @@ struct Inputs {
     }
     if (w.has_value() && w->defined()) {
       check_cuda(*w, "weight");
-      weight = w->to(row_value_type(logits)).contiguous();
+      weight = w->to(values).contiguous();
       weight_view = to_view(weight, "weight");
       has_weight = true;
     }
   }
   const reducekit::TensorView* weight_ptr() const { return has_weight ? &weight_view : nullptr; }
 };
+
+// Each row's loss and lse (the caller holds the device guard).
+std::tuple<at::Tensor, at::Tensor> row_losses(const at::Tensor& logits, const Inputs& in,
+                                              const reducekit::CrossEntropyOptions& o, cudaStream_t stream) {
+  const auto options = logits.options().dtype(row_value_type(logits));
+  at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
+  with_layout_fallback({Operand::in(logits)}, [&](const auto& t, bool) {
+    return reducekit::cross_entropy_forward(to_view(t[0], "logits"), in.target_view, in.weight_ptr(), o,
+                                            to_view(loss, "loss"), to_view(lse, "lse"), stream);
+  });
+  return {loss, lse};
+}
 
 std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& target,
                                                               const std::optional<at::Tensor>& weight,
@@ -73,15 +88,70 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cuda(const at::Tensor& 
   check_cuda(logits, "logits");
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  const Inputs in(logits, target, weight);
-  const auto options = logits.options().dtype(row_value_type(logits));
-  at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
-  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
-  with_layout_fallback({Operand::in(logits)}, [&](const auto& t, bool) {
-    return reducekit::cross_entropy_forward(to_view(t[0], "logits"), in.target_view, in.weight_ptr(), o,
-                                            to_view(loss, "loss"), to_view(lse, "lse"), stream);
-  });
-  return {loss, lse};
+  return row_losses(logits, Inputs(row_value_type(logits), target, weight),
+                    options_of(ignore_index, label_smoothing, lse_square_scale, softcap), stream);
+}
+
+reducekit::LossReduction reduction_of(c10::string_view reduction) {
+  if (reduction == "mean") return reducekit::LossReduction::kMean;
+  TORCH_CHECK(reduction == "sum", "reduction: expected 'mean' or 'sum' (per-row losses: cross_entropy_forward), got '",
+              reduction, "'");
+  return reducekit::LossReduction::kSum;
+}
+
+// out (0-dim, `dtype`) and the mean's denominator (0-dim, the losses' dtype; 1 for 'sum') by
+// cross_entropy_reduce; loss undefined: the denominator alone (the caller holds the guard).
+std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& loss, const Inputs& in, int64_t ignore_index,
+                                               c10::string_view reduction, at::ScalarType dtype, cudaStream_t stream) {
+  const reducekit::LossReduction how = reduction_of(reduction);
+  const at::TensorOptions options = in.target.options().dtype(dtype);
+  const std::vector<int64_t> scalar;
+  at::Tensor out = device_empty(scalar, options);
+  at::Tensor denominator = device_empty(scalar, options.dtype(row_value_type(dtype)));
+  const reducekit::TensorView denominator_view = to_view(denominator, "denominator");
+  const at::Tensor rows = loss.defined() ? loss.reshape(-1) : loss;
+  const reducekit::TensorView loss_view = rows.defined() ? to_view(rows, "loss") : reducekit::TensorView{};
+  throw_if_failed(reducekit::cross_entropy_reduce(rows.defined() ? &loss_view : nullptr, in.target_view,
+                                                  in.weight_ptr(), ignore_index, how, to_view(out, "out"),
+                                                  &denominator_view, stream));
+  return {out, denominator};
+}
+
+// The reduced loss (0-dim, the logits' dtype), each row's lse and the mean's denominator: the
+// forward's kernel, then cross_entropy_reduce's. lse and the denominator are what the backward
+// reads (cross_entropy_backward with grad / denominator for every row: loss_autograd.cpp).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_loss_cuda(
+    const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight, int64_t ignore_index,
+    c10::string_view reduction, double label_smoothing, double lse_square_scale, double softcap) {
+  reduction_of(reduction);  // before any launch
+  check_cuda(logits, "logits");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(row_value_type(logits), target, weight);
+  auto [loss, lse] =
+      row_losses(logits, in, options_of(ignore_index, label_smoothing, lse_square_scale, softcap), stream);
+  auto [out, denominator] = reduce_rows(loss, in, ignore_index, reduction, logits.scalar_type(), stream);
+  return {out, lse, denominator};
+}
+
+// torch's 'mean' / 'sum' of per-row losses already computed (loss: cross_entropy_forward's or
+// cross_entropy_fused's, or None for the mean's denominator alone), as out in `dtype`.
+std::tuple<at::Tensor, at::Tensor> cross_entropy_reduce_cuda(const std::optional<at::Tensor>& loss,
+                                                             const at::Tensor& target,
+                                                             const std::optional<at::Tensor>& weight,
+                                                             int64_t ignore_index, c10::string_view reduction,
+                                                             at::ScalarType dtype) {
+  check_cuda(target, "target");
+  TORCH_CHECK(at::isFloatingType(dtype), "dtype: expected a floating-point dtype, got ", dtype);
+  const c10::cuda::CUDAGuard guard(target.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(target.get_device()).stream();
+  const Inputs in(row_value_type(dtype), target, weight);
+  at::Tensor rows;
+  if (loss.has_value() && loss->defined()) {
+    check_cuda(*loss, "loss");
+    rows = loss->contiguous();
+  }
+  return reduce_rows(rows, in, ignore_index, reduction, dtype, stream);
 }
 
 at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tensor& target,
@@ -91,7 +161,7 @@ at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tenso
   check_cuda(logits, "logits");
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  const Inputs in(logits, target, weight);
+  const Inputs in(row_value_type(logits), target, weight);
   const at::Tensor lse_c = lse.contiguous(), grad_c = grad_loss.to(row_value_type(logits)).contiguous();
   at::Tensor dlogits = device_empty(logits.sizes(), logits.options());
   const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
@@ -116,7 +186,7 @@ struct FusedCall {
             double softcap)
       : guard((check_cuda(logits, "logits"), logits.device())),
         stream(c10::cuda::getCurrentCUDAStream(logits.get_device()).stream()),
-        in(logits, target, weight),
+        in(row_value_type(logits), target, weight),
         loss(device_empty(row_shape(logits), logits.options().dtype(row_value_type(logits)))),
         lse(device_empty(loss.sizes(), loss.options())),
         grad(grad_loss.to(row_value_type(logits)).contiguous()),
@@ -159,7 +229,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_forward_cuda(
   check_cuda(target, "target");
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  const Inputs in(logits, std::nullopt, weight);
+  const Inputs in(row_value_type(logits), std::nullopt, weight);
   const auto options = logits.options().dtype(row_value_type(logits));
   at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
   at::Tensor mass = device_empty(row_shape(logits), options);
@@ -181,7 +251,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_probs_backward_cuda(
   check_cuda(target, "target");
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
-  const Inputs in(logits, std::nullopt, weight);
+  const Inputs in(row_value_type(logits), std::nullopt, weight);
   const at::Tensor lse_c = lse.contiguous(), mass_c = mass.contiguous();
   const at::Tensor grad_c = grad_loss.to(row_value_type(logits)).contiguous();
   at::Tensor dlogits = device_empty(logits.sizes(), logits.options());
@@ -223,6 +293,20 @@ std::tuple<at::Tensor, at::Tensor> reject_cpu_fused_inplace(at::Tensor& logits, 
   return {logits, logits};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_loss(const at::Tensor& logits, const at::Tensor&,
+                                                               const std::optional<at::Tensor>&, int64_t,
+                                                               c10::string_view, double, double, double) {
+  check_cuda(logits, "logits");
+  return {logits, logits, logits};
+}
+
+std::tuple<at::Tensor, at::Tensor> reject_cpu_reduce(const std::optional<at::Tensor>&, const at::Tensor& target,
+                                                     const std::optional<at::Tensor>&, int64_t, c10::string_view,
+                                                     at::ScalarType) {
+  check_cuda(target, "target");
+  return {target, target};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_probs_forward(const at::Tensor& logits, const at::Tensor&,
                                                                         const std::optional<at::Tensor>&, double,
                                                                         double, double) {
@@ -244,6 +328,11 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " float label_smoothing=0.0, float lse_square_scale=0.0, float softcap=0.0) -> (Tensor, Tensor)");
   m.def("cross_entropy_backward(Tensor logits, Tensor target, Tensor? weight, Tensor lse, Tensor grad_loss,"
         " int ignore_index, float label_smoothing, float lse_square_scale, float softcap) -> Tensor");
+  m.def("cross_entropy_loss(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100,"
+        " str reduction='mean', float label_smoothing=0.0, float lse_square_scale=0.0, float softcap=0.0)"
+        " -> (Tensor, Tensor, Tensor)");
+  m.def("cross_entropy_reduce(Tensor? loss, Tensor target, Tensor? weight, int ignore_index, str reduction,"
+        " ScalarType dtype) -> (Tensor, Tensor)");
   m.def("cross_entropy_fused(Tensor logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor, Tensor)");
   m.def("cross_entropy_fused_(Tensor(a!) logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
@@ -258,6 +347,8 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
 TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("cross_entropy_forward", &cross_entropy_forward_cuda);
   m.impl("cross_entropy_backward", &cross_entropy_backward_cuda);
+  m.impl("cross_entropy_loss", &cross_entropy_loss_cuda);
+  m.impl("cross_entropy_reduce", &cross_entropy_reduce_cuda);
   m.impl("cross_entropy_fused", &cross_entropy_fused_cuda);
   m.impl("cross_entropy_fused_", &cross_entropy_fused_inplace_cuda);
   m.impl("cross_entropy_probs_forward", &cross_entropy_probs_forward_cuda);
@@ -267,6 +358,8 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
 TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
   m.impl("cross_entropy_forward", &reject_cpu_forward);
   m.impl("cross_entropy_backward", &reject_cpu_backward);
+  m.impl("cross_entropy_loss", &reject_cpu_loss);
+  m.impl("cross_entropy_reduce", &reject_cpu_reduce);
   m.impl("cross_entropy_fused", &reject_cpu_fused);
   m.impl("cross_entropy_fused_", &reject_cpu_fused_inplace);
   m.impl("cross_entropy_probs_forward", &reject_cpu_probs_forward);

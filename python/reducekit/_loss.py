@@ -9,8 +9,10 @@ the class indices (check_targets), on reducekit's kernels.
 
 Class-index targets run the fused kernels (torch.ops.reducekit.cross_entropy_forward /
 _backward, python/csrc/loss_ops.cpp), which give each row's loss and logsumexp in float32
-(float64 for float64 logits); 'sum' and 'mean' add the rows with reducekit.sum (a fixed-order
-sum: deterministic, no atomics), 'mean' over the kept rows' class weights as torch. A target
+(float64 for float64 logits). 'sum' and 'mean' are one op, torch.ops.reducekit.cross_entropy_loss:
+the forward kernel, then one CTA that adds the rows in a fixed order (deterministic, no atomics),
+'mean' over the kept rows' class weights as torch; its autograd is C++ (loss_autograd.cpp), whose
+backward hands the backward kernel one upstream gradient for every row. A target
 outside [0, classes) that is not ignore_index makes its row's loss NaN (torch raises a
 device-side assert instead, which kills the context); check_targets=True raises instead.
 
@@ -39,8 +41,12 @@ _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _FUSED_PROBABILITY_TARGETS = True
 
 
+def _values_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _row_values_dtype(logits):
-    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return _values_dtype(logits.dtype)
 
 
 @torch.library.register_fake("reducekit::cross_entropy_forward")
@@ -71,6 +77,18 @@ def _backward(ctx, grad_loss, grad_lse):
 
 
 torch.library.register_autograd("reducekit::cross_entropy_forward", _backward, setup_context=_setup)
+
+
+@torch.library.register_fake("reducekit::cross_entropy_loss")
+def _loss_fake(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+               lse_square_scale=0.0, softcap=0.0):
+    dtype = _row_values_dtype(logits)
+    return logits.new_empty(()), logits.new_empty(logits.shape[:-1], dtype=dtype), logits.new_empty((), dtype=dtype)
+
+
+@torch.library.register_fake("reducekit::cross_entropy_reduce")
+def _reduce_fake(loss, target, weight, ignore_index, reduction, dtype):
+    return target.new_empty((), dtype=dtype), target.new_empty((), dtype=_values_dtype(dtype))
 
 
 @torch.library.register_fake("reducekit::cross_entropy_fused")
@@ -258,17 +276,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         _check_class_indices(target, logits.shape[-1], int(ignore_index))
     values = _row_values_dtype(input)
     w = None if weight is None else weight.to(values)
-    loss, _ = _ops.cross_entropy_forward(logits, rows, w, int(ignore_index), float(label_smoothing),
-                                         float(lse_square_scale), float(softcap))
+    options = (float(label_smoothing), float(lse_square_scale), float(softcap))
     if reduction == "none":
+        loss, _ = _ops.cross_entropy_forward(logits, rows, w, int(ignore_index), *options)
         return loss.reshape(target.shape).to(input.dtype)
-    total = _sum(loss)
-    if reduction == "sum":
-        return total.to(input.dtype)
-    kept = (rows != ignore_index).to(values)
-    if w is not None:
-        kept = kept * w[rows.clamp(0, w.numel() - 1)]
-    return (total / _sum(kept)).to(input.dtype)
+    return _ops.cross_entropy_loss(logits, rows, w, int(ignore_index), reduction, *options)[0]
 
 
 
@@ -303,19 +315,17 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
     values = _row_values_dtype(input)
     w = None if weight is None else weight.to(values)
     options = (int(ignore_index), float(label_smoothing), float(lse_square_scale), float(softcap))
-    if reduction == "mean":
-        kept = (rows != ignore_index).to(values)
-        if w is not None:
-            kept = kept * w[rows.clamp(0, w.numel() - 1)]
-        denominator = _sum(kept)
-        grad_loss = (grad_scale / denominator).to(values).expand(rows.shape[0])
+    if reduction == "mean":  # the denominator before the losses: the one cross_entropy's mean divides by
+        denominator = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values)[1]
+        grad_loss = (grad_scale / denominator).to(values).reshape(1)  # one value serves every row
     elif torch.is_tensor(grad_scale):
         if reduction == "sum" and grad_scale.numel() != 1:
             raise ValueError("grad_scale: expected a number or a one-element tensor for reduction 'sum'")
-        grad_loss = grad_scale.to(device=input.device, dtype=values).reshape(-1).expand(rows.shape[0])
+        grad_loss = grad_scale.to(device=input.device, dtype=values).reshape(-1)
+        if grad_loss.numel() != 1:
+            grad_loss = grad_loss.expand(rows.shape[0]).contiguous()
     else:
-        grad_loss = torch.full((rows.shape[0],), float(grad_scale), dtype=values, device=input.device)
-    grad_loss = grad_loss.contiguous()
+        grad_loss = torch.full((1,), float(grad_scale), dtype=values, device=input.device)
     with torch.no_grad():  # the gradient is the output here, not something autograd records
         if inplace:
             loss, _ = _ops.cross_entropy_fused_(logits, rows, w, grad_loss, *options)
@@ -325,10 +335,7 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
             grad = grad.reshape(input.shape)
     if reduction == "none":
         return loss.reshape(target.shape).to(input.dtype), grad
-    total = _sum(loss)
-    if reduction == "sum":
-        return total.to(input.dtype), grad
-    return (total / denominator).to(input.dtype), grad
+    return _ops.cross_entropy_reduce(loss, rows, w, int(ignore_index), reduction, input.dtype)[0], grad
 
 
 __all__ = ["cross_entropy", "cross_entropy_with_grad"]

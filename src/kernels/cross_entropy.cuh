@@ -61,9 +61,11 @@ template <typename T> struct CrossEntropyArgs {
   Acc* loss;      // forward: [rows]
   Acc* lse;       // forward: [rows]
   const Acc* saved_lse;  // backward: [rows]
-  const Acc* grad;       // backward: [rows]
+  const Acc* grad;       // backward: [rows], or one value for every row
+  int64_t grad_stride;   // 1, or 0 where one value serves every row
   T* dlogits;            // backward
   int64_t dlogits_stride;
+  __device__ __forceinline__ Acc grad_of(int64_t row) const { return grad[row * grad_stride]; }
 };
 
 template <typename Acc> __device__ __forceinline__ Acc soft_capped(Acc x, Acc softcap) {
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   constexpr int kStoreShift = kStoresShifted ? kShift : -1;
   for_rows(a.rows, first_row, row_period,
            [&](int64_t row) {
-             r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad[row], 0, r.vectors);
+             r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad_of(row), 0, r.vectors);
            });
 }
 
@@ -509,7 +511,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
   const int64_t row = blockIdx.x / chunks;
   const int64_t v_begin = (blockIdx.x % chunks) * r.chunk_vectors;
-  r.template gradient<-1, -1>(row, a.saved_lse[row], a.grad[row], v_begin, min(r.vectors, v_begin + r.chunk_vectors));
+  r.template gradient<-1, -1>(row, a.saved_lse[row], a.grad_of(row), v_begin, min(r.vectors, v_begin + r.chunk_vectors));
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged
@@ -568,7 +570,7 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
   const int64_t t = a.target[row];
   const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
   const Acc w_t = a.weight && !ignored && !bad ? a.weight[t] : Acc(1);
-  const Acc g = kGradient ? a.grad[row] : Acc(0);
+  const Acc g = kGradient ? a.grad_of(row) : Acc(0);
   const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, &cluster_slot);
   const Acc log_sum = precise_log(stat.w[1]);
   const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// cross_entropy_forward / _backward / _fused and the class-probability cross_entropy_probs_*:
-// argument checks, row planning and dtype dispatch; the kernels are in kernels/cross_entropy.cuh
-// and kernels/cross_entropy_probs.cuh.
+// cross_entropy_forward / _backward / _fused, the class-probability cross_entropy_probs_* and the
+// losses' reduction cross_entropy_reduce: argument checks, row planning and dtype dispatch; the
+// kernels are in kernels/cross_entropy.cuh, cross_entropy_probs.cuh and cross_entropy_reduce.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,6 +11,7 @@
 
 #include "kernels/cross_entropy.cuh"
 #include "kernels/cross_entropy_probs.cuh"
+#include "kernels/cross_entropy_reduce.cuh"
 #include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
 #include "plan/reduction_plan.hpp"
@@ -70,6 +71,14 @@ Status check_row_values(std::initializer_list<NamedView> vectors, const TensorVi
       REDUCEKIT_RETURN_IF_ERROR(
           check_dense_vector(*v.view, v.name, accumulation_dtype(logits.dtype), rows, "one per row"));
   return Status::ok();
+}
+
+// grad_loss: one upstream gradient a row in the logits' accumulation dtype, or one value for
+// every row (a mean's upstream gradient over its denominator); *stride: the kernels' grad_stride.
+Status check_grad_loss(const TensorView& grad_loss, const TensorView& logits, int64_t rows, int64_t* stride) {
+  *stride = grad_loss.numel() == 1 ? 0 : 1;
+  return check_dense_vector(grad_loss, "grad_loss", accumulation_dtype(logits.dtype), *stride != 0 ? rows : 1,
+                            "one per row, or one for every row");
 }
 
 // dlogits: the shape and dtype of logits, rows that do not overlap; the logits themselves only
@@ -341,7 +350,9 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
                               const TensorView& dlogits, cudaStream_t stream) {
   RowwisePlan plan, out_plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&lse, "lse"}, {&grad_loss, "grad_loss"}}, logits, plan.rows));
+  int64_t grad_stride = 1;
+  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&lse, "lse"}}, logits, plan.rows));
+  REDUCEKIT_RETURN_IF_ERROR(check_grad_loss(grad_loss, logits, plan.rows, &grad_stride));
   REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, false, &out_plan));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}}, {{&target, "target"}, {weight, "weight"},
                                                                      {&lse, "lse"}, {&grad_loss, "grad_loss"}}));
@@ -352,6 +363,7 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
     kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
     a.saved_lse = static_cast<const Acc*>(lse.data);
     a.grad = static_cast<const Acc*>(grad_loss.data);
+    a.grad_stride = grad_stride;
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
     return launch_rows<false>(a, options, stream, "cross_entropy_backward");
@@ -363,8 +375,9 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
                            const TensorView& lse, const TensorView& dlogits, cudaStream_t stream) {
   RowwisePlan plan, out_plan;
   REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
-  REDUCEKIT_RETURN_IF_ERROR(
-      check_row_values({{&grad_loss, "grad_loss"}, {&loss, "loss"}, {&lse, "lse"}}, logits, plan.rows));
+  int64_t grad_stride = 1;
+  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&loss, "loss"}, {&lse, "lse"}}, logits, plan.rows));
+  REDUCEKIT_RETURN_IF_ERROR(check_grad_loss(grad_loss, logits, plan.rows, &grad_stride));
   REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, true, &out_plan));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}, {&dlogits, "dlogits"}},
                                            {{&target, "target"}, {weight, "weight"}, {&grad_loss, "grad_loss"}}));
@@ -377,6 +390,7 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
     a.loss = static_cast<Acc*>(loss.data);
     a.lse = static_cast<Acc*>(lse.data);
     a.grad = static_cast<const Acc*>(grad_loss.data);
+    a.grad_stride = grad_stride;
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
     RowKernelConfig c;
@@ -449,6 +463,43 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
     const auto kernel = kernels::cross_entropy_probs_backward_kernel<T>;
     kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);
     return launched("cross_entropy_probs_backward");
+  });
+}
+
+Status cross_entropy_reduce(const TensorView* loss, const TensorView& target, const TensorView* weight,
+                            int64_t ignore_index, LossReduction reduction, const TensorView& out,
+                            const TensorView* denominator, cudaStream_t stream) {
+  if (reduction != LossReduction::kSum && reduction != LossReduction::kMean)
+    return Status::invalid_argument("reduction: expected kSum or kMean");
+  REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(out, "out"));
+  const DType acc = accumulation_dtype(out.dtype);
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(out, "out", out.dtype, 1, "one value"));
+  const int64_t rows = target.numel();
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(target, "target", DType::kInt64, rows, "one per row"));
+  if (loss != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*loss, "loss", acc, rows, "one per target"));
+  if (weight != nullptr) {
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*weight, "weight", acc, weight->numel(), "one per class"));
+    if (weight->numel() == 0) return Status::invalid_argument("weight: no classes");
+  }
+  if (denominator != nullptr)
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*denominator, "denominator", acc, 1, "one value"));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&out, "out"}, {denominator, "denominator"}},
+                                           {{loss, "loss"}, {&target, "target"}, {weight, "weight"}}));
+  return by_dtype(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = kernels::acc_t<T>;
+    kernels::CrossEntropyReduceArgs<T> a{};
+    a.loss = loss != nullptr ? static_cast<const Acc*>(loss->data) : nullptr;
+    a.target = static_cast<const int64_t*>(target.data);
+    a.weight = weight != nullptr ? static_cast<const Acc*>(weight->data) : nullptr;
+    a.classes = weight != nullptr ? weight->numel() : 0;
+    a.rows = rows;
+    a.ignore_index = ignore_index;
+    a.mean = reduction == LossReduction::kMean;
+    a.out = static_cast<T*>(out.data);
+    a.denominator = denominator != nullptr ? static_cast<Acc*>(denominator->data) : nullptr;
+    kernels::cross_entropy_reduce_kernel<T><<<1, kernels::kCrossEntropyReduceThreads, 0, stream>>>(a);
+    return launched("cross_entropy_reduce");
   });
 }
 

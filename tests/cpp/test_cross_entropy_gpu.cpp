@@ -3,7 +3,8 @@
 // residues mod 8 (odd vocabularies), sliced and offset rows, ignored and out-of-range targets,
 // class weights, label smoothing, z-loss and soft-capping, forward and backward; bitwise
 // determinism and batch invariance; the fused forward and backward (into its own dlogits and over
-// the logits) against the two apart, bit for bit; argument errors. Class-probability targets
+// the logits) against the two apart, bit for bit; one upstream gradient for every row;
+// cross_entropy_reduce's sum and mean against the oracle; argument errors. Class-probability targets
 // (cross_entropy_probs_*) against the oracle, forward and both gradients, rows at independent
 // alignments; their determinism, batch invariance and argument errors.
 #include <gtest/gtest.h>
@@ -509,6 +510,113 @@ TEST(CrossEntropyGpu, OutOfRangeTargetsGiveNaNRows) {
   }
 }
 
+// cross_entropy_reduce over the forward's losses against the oracle's kSum / kMean (row 1
+// ignored, with and without class weights), in out's dtype; the same bits twice; the denominator
+// alone (no losses) the same bits as beside them and out then 0.
+template <typename T> void check_reduce(int64_t rows, bool weighted, LossReduction how) {
+  using Acc = AccOf<T>;
+  const int64_t classes = 37;
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " rows " << rows << (weighted ? " weighted" : "")
+                                  << (how == LossReduction::kMean ? " mean" : " sum"));
+  const std::vector<double> values = make_values(rows * classes, "randn", 95);
+  std::vector<T> x(rows * classes);
+  std::vector<double> logits(rows * classes);
+  for (int64_t i = 0; i < rows * classes; ++i) logits[i] = to_double(x[i] = from_double<T>(3.0 * values[i]));
+  const std::vector<int64_t> targets = targets_for(rows, classes);
+  const std::vector<double> weight = weights_for(classes);
+  DeviceBuffer dx(x), dt(targets), dw(std::vector<Acc>(weight.begin(), weight.end()));
+  DeviceBuffer loss(rows * sizeof(Acc) + 1), lse(rows * sizeof(Acc) + 1), out(4 * sizeof(T)), den(4 * sizeof(Acc));
+  const TensorView xv = row_view(dx.get(), dtype_of<T>(), {rows, classes, classes, 0});
+  const TensorView tv = vector_view<int64_t>(dt.get(), rows), wv = vector_view<Acc>(dw.get(), classes);
+  const TensorView lossv = vector_view<Acc>(loss.get(), rows), lsev = vector_view<Acc>(lse.get(), rows);
+  const TensorView* w = weighted ? &wv : nullptr;
+  ASSERT_TRUE(cross_entropy_forward(xv, tv, w, {}, lossv, lsev, nullptr).is_ok());
+  for (int k = 0; k < 3; ++k) {  // out and denominator k; k = 2: the denominator alone
+    const TensorView denv = vector_view<Acc>(static_cast<Acc*>(den.get()) + k, 1);
+    const Status s = cross_entropy_reduce(k < 2 ? &lossv : nullptr, tv, w, -100, how,
+                                          vector_view<T>(static_cast<T*>(out.get()) + k, 1), &denv, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  const std::vector<T> got = copy_back<T>(out, 3);
+  const std::vector<Acc> denominators = copy_back<Acc>(den, 3);
+  reference::CrossEntropyOptions ro;
+  ro.reduction = how == LossReduction::kMean ? reference::LossReduction::kMean : reference::LossReduction::kSum;
+  ro.weight = weighted ? weight.data() : nullptr;
+  double want = 0;
+  ASSERT_TRUE(reference::cross_entropy_forward(logits.data(), targets.data(), &want, rows, classes, ro));
+  double kept = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets[r] != -100) kept += weighted ? weight[targets[r]] : 1.0;
+  const double tol = (sizeof(T) == 2 ? 8e-3 : sizeof(T) == 4 ? 1e-5 : 1e-12) * (std::abs(want) + 1e-3);
+  if (kept > 0 || how == LossReduction::kSum) EXPECT_NEAR(to_double(got[0]), want, tol);
+  else EXPECT_TRUE(std::isnan(to_double(got[0]))) << "a mean over no kept row";
+  EXPECT_EQ(std::memcmp(&got[0], &got[1], sizeof(T)), 0) << "two calls differ";
+  EXPECT_EQ(std::memcmp(&denominators[0], &denominators[1], sizeof(Acc)), 0) << "two calls differ";
+  EXPECT_EQ(std::memcmp(&denominators[0], &denominators[2], sizeof(Acc)), 0) << "the denominator alone differs";
+  EXPECT_NEAR(static_cast<double>(denominators[0]), how == LossReduction::kMean ? kept : 1.0, 1e-6 * (kept + 1));
+  if (kept > 0) EXPECT_EQ(to_double(got[2]), 0.0) << "out of the denominator alone";
+}
+
+TEST(CrossEntropyGpu, ReduceMatchesTheOracle) {
+  REDUCEKIT_REQUIRE_GPU();
+  for (int64_t rows : {0, 1, 2, 3, 515, 5000})
+    for (bool weighted : {false, true})
+      for (LossReduction how : {LossReduction::kSum, LossReduction::kMean}) {
+        check_reduce<float>(rows, weighted, how);
+        check_reduce<__nv_bfloat16>(rows, weighted, how);
+        check_reduce<__half>(rows, weighted, how);
+        check_reduce<double>(rows, weighted, how);
+        if (testing::Test::HasFailure()) return;
+      }
+}
+
+// grad_loss of one value serves every row: the backward's and the fused op's bits those of the
+// same value repeated a row, on the row kernels (4099 classes), the staged rows (16-bit 32000)
+// and the split rows (2 rows of 50257).
+template <typename T> void check_one_upstream_gradient(int64_t rows, int64_t classes) {
+  using Acc = AccOf<T>;
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " rows " << rows << " classes " << classes);
+  const std::vector<double> values = make_values(rows * classes, "randn", 96);
+  std::vector<T> x(rows * classes);
+  for (int64_t i = 0; i < rows * classes; ++i) x[i] = from_double<T>(3.0 * values[i]);
+  const Acc g = static_cast<Acc>(0.375);
+  DeviceBuffer dx(x), dt(targets_for(rows, classes)), one(std::vector<Acc>{g}), each(std::vector<Acc>(rows, g));
+  DeviceBuffer loss(rows * sizeof(Acc)), lse(rows * sizeof(Acc)), loss2(rows * sizeof(Acc)), lse2(rows * sizeof(Acc));
+  const std::size_t bytes = rows * classes * sizeof(T);
+  DeviceBuffer d_one(bytes), d_each(bytes), f_one(bytes), f_each(bytes);
+  const RowLayout layout{rows, classes, classes, 0};
+  const TensorView xv = row_view(dx.get(), dtype_of<T>(), layout), tv = vector_view<int64_t>(dt.get(), rows);
+  const TensorView lv = vector_view<Acc>(loss.get(), rows), sv = vector_view<Acc>(lse.get(), rows);
+  const TensorView lv2 = vector_view<Acc>(loss2.get(), rows), sv2 = vector_view<Acc>(lse2.get(), rows);
+  const TensorView onev = vector_view<Acc>(one.get(), 1), eachv = vector_view<Acc>(each.get(), rows);
+  ASSERT_TRUE(cross_entropy_forward(xv, tv, nullptr, {}, lv, sv, nullptr).is_ok());
+  ASSERT_TRUE(cross_entropy_backward(xv, tv, nullptr, sv, onev, {}, row_view(d_one.get(), dtype_of<T>(), layout),
+                                     nullptr).is_ok());
+  ASSERT_TRUE(cross_entropy_backward(xv, tv, nullptr, sv, eachv, {}, row_view(d_each.get(), dtype_of<T>(), layout),
+                                     nullptr).is_ok());
+  ASSERT_TRUE(cross_entropy_fused(xv, tv, nullptr, onev, {}, lv2, sv2, row_view(f_one.get(), dtype_of<T>(), layout),
+                                  nullptr).is_ok());
+  ASSERT_TRUE(cross_entropy_fused(xv, tv, nullptr, eachv, {}, lv2, sv2, row_view(f_each.get(), dtype_of<T>(), layout),
+                                  nullptr).is_ok());
+  const int64_t n = rows * classes;
+  const std::vector<T> a = copy_back<T>(d_one, n), b = copy_back<T>(d_each, n);
+  const std::vector<T> c = copy_back<T>(f_one, n), d = copy_back<T>(f_each, n);
+  EXPECT_TRUE(same_bits(a, b)) << "cross_entropy_backward";
+  EXPECT_TRUE(same_bits(c, d)) << "cross_entropy_fused";
+  double nonzero = 0;
+  for (const T& v : a) nonzero += to_double(v) != 0.0;
+  EXPECT_GT(nonzero, 0.5 * static_cast<double>(n)) << "a gradient was written";
+}
+
+TEST(CrossEntropyGpu, OneUpstreamGradientServesEveryRow) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_one_upstream_gradient<float>(9, 4099);
+  check_one_upstream_gradient<__nv_bfloat16>(9, 4099);
+  check_one_upstream_gradient<__nv_bfloat16>(5, 32000);
+  check_one_upstream_gradient<float>(2, 50257);
+  check_one_upstream_gradient<double>(7, 1001);
+}
+
 TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   REDUCEKIT_REQUIRE_GPU();
   const int64_t rows = 4, classes = 10;
@@ -550,6 +658,35 @@ TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   fails(cross_entropy_fused(xv, tv, nullptr, vector_view<float>(gl.get(), rows - 1), {}, lv, sv, gdv, nullptr),
         "grad_loss");
   fails(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, lv, gdv, nullptr), "loss");
+  EXPECT_TRUE(cross_entropy_fused(xv, tv, nullptr, vector_view<float>(gl.get(), 1), {}, lv, sv, gdv, nullptr).is_ok())
+      << "one upstream gradient for every row";
+  fails(cross_entropy_backward(xv, tv, nullptr, sv, vector_view<float>(gl.get(), 2), {}, gdv, nullptr), "grad_loss");
+  // cross_entropy_reduce: out and the denominator one value each, in float dtypes matching loss's.
+  DeviceBuffer one(16);
+  const TensorView outv = vector_view<float>(one.get(), 1);
+  const TensorView denv = vector_view<float>(static_cast<float*>(one.get()) + 1, 1);
+  EXPECT_TRUE(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kMean, outv, &denv, nullptr).is_ok());
+  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, static_cast<LossReduction>(7), outv, &denv, nullptr),
+        "reduction");
+  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<int64_t>(one.get(), 1), nullptr,
+                             nullptr),
+        "out");
+  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<float>(one.get(), 2), nullptr,
+                             nullptr),
+        "out");
+  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<double>(one.get(), 1), nullptr,
+                             nullptr),
+        "loss");
+  fails(cross_entropy_reduce(&lv, vector_view<int64_t>(t.get(), rows - 1), nullptr, -100, LossReduction::kSum, outv,
+                             nullptr, nullptr),
+        "loss");
+  const TensorView double_denominator = vector_view<double>(one.get(), 1);
+  fails(cross_entropy_reduce(&lv, tv, &short_weight, -100, LossReduction::kMean, outv, &double_denominator, nullptr),
+        "denominator");
+  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, lv, nullptr, nullptr), "out");
+  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<float>(f.get(), 1), nullptr,
+                             nullptr),
+        "out");
   fails(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, row_view(gd.get(), DType::kFloat16,
                                                                       {rows, classes, classes, 0}), nullptr),
         "dlogits");

@@ -233,6 +233,61 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.reducekit.cross_entropy_forward.default, (x.requires_grad_(), t, w, -100, 0.1, 1e-4, 0.0))
 
 
+def test_loss_and_reduce_opcheck():
+    x, t = _inputs(8, 100, torch.float32, seed=7)
+    w = torch.rand(100, device=DEV)
+    for reduction in ("mean", "sum"):
+        torch.library.opcheck(torch.ops.reducekit.cross_entropy_loss.default,
+                              (x.clone().requires_grad_(), t, w, -100, reduction, 0.1, 1e-4, 0.0))
+        loss, _ = torch.ops.reducekit.cross_entropy_forward(x, t, w, -100, 0.1, 1e-4, 0.0)
+        for given in (loss, None):
+            torch.library.opcheck(torch.ops.reducekit.cross_entropy_reduce.default,
+                                  (given, t, w, -100, reduction, torch.bfloat16))
+    with pytest.raises(RuntimeError, match="reduction"):
+        torch.ops.reducekit.cross_entropy_loss(x, t, None, -100, "none")
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.ops.reducekit.cross_entropy_reduce(None, t, None, -100, "sum", torch.int64)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_reduced_loss_is_the_reduce_of_the_row_losses(reduction, weighted):
+    """'mean' / 'sum' (one op, torch.ops.reducekit.cross_entropy_loss) against the per-row losses
+    reduced by cross_entropy_reduce, bit for bit; the backward (one upstream gradient, the loss's
+    over the denominator, for every row) against the per-row losses' backward with that value
+    repeated a row, bit for bit."""
+    x, t = _inputs(300, 1003, torch.float32, seed=16)
+    w = torch.rand(1003, device=DEV) + 0.5 if weighted else None
+    a = x.clone().requires_grad_()
+    loss = reducekit.cross_entropy(a, t, w, reduction=reduction, label_smoothing=0.1)
+    loss.backward(torch.tensor(0.75, device=DEV))
+    b = x.clone().requires_grad_()
+    rows = reducekit.cross_entropy(b, t, w, reduction="none", label_smoothing=0.1)
+    want, denominator = torch.ops.reducekit.cross_entropy_reduce(rows.detach(), t, w, -100, reduction, torch.float32)
+    assert torch.equal(loss, want)
+    kept = (t != -100).double() * (w.double()[t.clamp(0)] if weighted else 1.0)
+    assert denominator.item() == pytest.approx(kept.sum().item() if reduction == "mean" else 1.0, rel=1e-6)
+    rows.backward(torch.full_like(rows, 0.75) / denominator)
+    assert torch.equal(a.grad, b.grad)
+
+
+def test_compile_backward():
+    torch._dynamo.reset()
+    x, t = _inputs(16, 257, torch.bfloat16, seed=17)
+    w = torch.rand(257, device=DEV) + 0.5
+
+    def loss(x, t, w):
+        return reducekit.cross_entropy(x, t, w, label_smoothing=0.1) + reducekit.cross_entropy(x, t, reduction="sum")
+
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got = torch.compile(loss, fullgraph=True)(a, t, w)
+    want = loss(b, t, w)
+    got.backward()
+    want.backward()
+    assert torch.equal(got, want)
+    assert torch.equal(a.grad, b.grad)
+
+
 def test_nn_module():
     x, t = _inputs(16, 50, torch.float32, seed=8)
     w = torch.rand(50, device=DEV) + 0.5
