@@ -27,9 +27,14 @@ using reducekit_torch::find_op;
 
 bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
 
+// What backward says to class weights that require a gradient, as torch's F.cross_entropy does.
+constexpr const char* kNoWeightGradient =
+    "weight: the gradient of cross_entropy with class-index targets with respect to the class weights is not "
+    "implemented (torch's is not either)";
+
 // Inputs as apply() takes them: (logits, target, weight, ignore_index, reduction, label_smoothing,
-// lse_square_scale, softcap); backward returns one grad per argument, the logits' alone (the
-// class weights get none, as with cross_entropy_forward).
+// lse_square_scale, softcap); backward returns one grad per argument, the logits' alone (class
+// weights that require one are an error, as in torch).
 class CrossEntropyLossAutograd : public torch::autograd::Function<CrossEntropyLossAutograd> {
  public:
   static variable_list run(const Tensor& logits, const Tensor& target, const OptionalTensor& weight,
@@ -64,6 +69,7 @@ class CrossEntropyLossAutograd : public torch::autograd::Function<CrossEntropyLo
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &logits = saved[0], &target = saved[1], &weight = saved[2], &lse = saved[3],
                  &denominator = saved[4];
+    TORCH_CHECK(!ctx->needs_input_grad(2), kNoWeightGradient);
     variable_list none(8);
     if (!grads[0].defined()) return none;  // the loss was not used
     // The row losses' upstream gradient, one value for every row, in the denominator's dtype

@@ -71,6 +71,9 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, grad_loss, grad_lse):
+    if ctx.needs_input_grad[2]:  # as torch's F.cross_entropy and loss_autograd.cpp
+        raise RuntimeError("weight: the gradient of cross_entropy with class-index targets with respect to the class "
+                           "weights is not implemented (torch's is not either)")
     logits, target, weight, lse = ctx.saved_tensors
     dlogits = _ops.cross_entropy_backward(logits, target, weight, lse, grad_loss.contiguous(), *ctx.options)
     return dlogits, None, None, None, None, None, None

@@ -271,6 +271,19 @@ def test_reduced_loss_is_the_reduce_of_the_row_losses(reduction, weighted):
     assert torch.equal(a.grad, b.grad)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_class_weights_requiring_a_gradient_raise_in_backward_as_torch(reduction):
+    x, t = _inputs(8, 100, torch.float32, seed=18)
+    w = (torch.rand(100, device=DEV) + 0.5).requires_grad_()
+    with pytest.raises(RuntimeError, match="weight"):
+        F.cross_entropy(x.clone().requires_grad_(), t, w, reduction=reduction).sum().backward()
+    with pytest.raises(RuntimeError, match="weight: the gradient"):
+        reducekit.cross_entropy(x.clone().requires_grad_(), t, w, reduction=reduction).sum().backward()
+    a = x.clone().requires_grad_()
+    reducekit.cross_entropy(a, t, w.detach(), reduction=reduction).sum().backward()
+    assert a.grad is not None
+
+
 def test_compile_backward():
     torch._dynamo.reset()
     x, t = _inputs(16, 257, torch.bfloat16, seed=17)
