@@ -177,16 +177,11 @@ def _register_probs(name, training):
     step = _with_grad if training else (lambda fn: fn)
 
     def build_reducekit(ctx: BuildContext, inputs):
-        # The fused kernels themselves (as reducekit.cross_entropy calls them for a target of the
-        # logits' dtype), the rows' mean by reducekit.sum.
-        if ctx.reducekit is None or not hasattr(torch.ops.reducekit, "cross_entropy_probs_forward"):
-            raise NotApplicable("torch.ops.reducekit.cross_entropy_probs_forward is not built")
-        forward, total = torch.ops.reducekit.cross_entropy_probs_forward, ctx.reducekit.sum
-
-        def loss(x, probs):
-            rows = forward(x, probs, None, 0.0, 0.0, 0.0)[0]
-            return total(rows) / rows.shape[0]
-        return Impl(step(loss))
+        # reducekit.cross_entropy as a user calls it: a target of the logits' dtype runs the fused
+        # kernels, the mean in the same op (cross_entropy_probs_loss, C++ autograd).
+        if ctx.reducekit is None or not hasattr(torch.ops.reducekit, "cross_entropy_probs_loss"):
+            raise NotApplicable("torch.ops.reducekit.cross_entropy_probs_loss is not built")
+        return Impl(step(ctx.reducekit.cross_entropy))
 
     def build_unfused(ctx, inputs):
         # reducekit.cross_entropy's composed path: log-probabilities written out, then the product

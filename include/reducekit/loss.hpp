@@ -64,17 +64,19 @@ Status cross_entropy_fused(const TensorView& logits, const TensorView& target, c
 
 enum class LossReduction { kSum, kMean };
 
-// torch's reductions of cross_entropy_forward's per-row losses, in one launch: out = sum(loss)
-// (kSum) or sum(loss) / sum of w[t] over the rows whose target is not ignore_index (kMean; their
-// count without weights; 0 / 0 = NaN where none is kept), converted to out's dtype. Fixed-order
-// sums: the bits depend on the losses and targets alone. target: [rows] int64 and loss: [rows]
-// contiguous, as the forward took and gave them; loss may be null for the denominator alone (a
-// caller that needs it before the losses: cross_entropy_fused's grad_loss). weight: null or
-// [classes], loss's dtype. out: one value of any float dtype whose accumulation dtype is loss's
-// (float32 for 16-bit and float32 out, float64 for float64). denominator: null, or one value in
-// loss's dtype that gets the mean's denominator (1 for kSum), what the backward divides the
-// upstream gradient by. Outputs overlap no input.
-Status cross_entropy_reduce(const TensorView* loss, const TensorView& target, const TensorView* weight,
+// torch's reductions of per-row cross-entropy losses, in one launch: out = sum(loss) (kSum) or
+// sum(loss) / the mean's denominator (kMean), converted to out's dtype. The denominator: with
+// class-index targets, sum of w[t] over the rows whose target is not ignore_index (their count
+// without weights; 0 / 0 = NaN where none is kept); with target null (class-probability losses,
+// cross_entropy_probs_forward's), the rows. Fixed-order sums: the bits depend on the losses and
+// targets alone. target: null or [rows] int64, loss: [rows], contiguous, as the forward took and
+// gave them; loss may be null for the denominator alone (a caller that needs it before the
+// losses: cross_entropy_fused's grad_loss), but not both. weight: null or [classes], loss's
+// dtype, with class-index targets only. out: one value of any float dtype whose accumulation
+// dtype is loss's (float32 for 16-bit and float32 out, float64 for float64). denominator: null,
+// or one value in loss's dtype that gets the mean's denominator (1 for kSum), what the backward
+// divides the upstream gradient by. Outputs overlap no input.
+Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
                             int64_t ignore_index, LossReduction reduction, const TensorView& out,
                             const TensorView* denominator, cudaStream_t stream);
 
@@ -90,7 +92,8 @@ Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& t
                                    const CrossEntropyOptions& options, const TensorView& loss, const TensorView& lse,
                                    const TensorView& mass, cudaStream_t stream);
 
-// dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]) and, where dtarget is not null,
+// dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]) (grad_loss: [rows] or one value for
+// every row, as cross_entropy_backward's) and, where dtarget is not null,
 // dtarget = grad_loss[row] * d(loss[row]) / d(target[row]) = -grad_loss (1 - ls) w[j] (z[j] - lse);
 // both of logits' shape and dtype (each its own row stride), overlapping none of the inputs or
 // each other. lse and mass: the forward's.

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Autograd of cross_entropy_loss (torch's 'mean' / 'sum' of the class-index losses) in C++, as
-// for the norms (norm_autograd.cpp): the step that composed the reduction from torch's elementwise
-// ops and a Python autograd node spent about 400 us of host time against torch's 120 (LOG.md).
+// Autograd of cross_entropy_loss and cross_entropy_probs_loss (torch's 'mean' / 'sum' of the
+// class-index and class-probability losses) in C++, as for the norms (norm_autograd.cpp): a step
+// that composed the reduction from torch's elementwise ops under a Python autograd node spent
+// about 700 us of host time against torch's 160 (LOG.md, runs 226 and 228).
 //
 //   out, lse, denominator = cross_entropy_loss(logits, target, ...)
 //   backward: dlogits = cross_entropy_backward(..., grad_loss = d out / denominator, one value
 //             for every row); lse and the denominator are not differentiable.
+//   out, lse, mass, denominator = cross_entropy_probs_loss(logits, target, ...)
+//   backward: dlogits, dtarget = cross_entropy_probs_backward(..., d out / denominator, ...).
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -82,6 +85,58 @@ class CrossEntropyLossAutograd : public torch::autograd::Function<CrossEntropyLo
   }
 };
 
+// Inputs: (logits, target, weight, reduction, label_smoothing, lse_square_scale, softcap, dtype); the
+// grads of the logits and, where it requires one, of the target (class probabilities). Weights
+// that require a gradient never come here: Python composes that case from ops with autograd.
+class ProbabilityLossAutograd : public torch::autograd::Function<ProbabilityLossAutograd> {
+ public:
+  static variable_list run(const Tensor& logits, const Tensor& target, const OptionalTensor& weight,
+                           c10::string_view reduction, double smoothing, double z_scale, double softcap,
+                           std::optional<at::ScalarType> dtype) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto op =
+        find_op<std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const OptionalTensor&,
+                                                           c10::string_view, double, double, double,
+                                                           std::optional<at::ScalarType>)>(
+            "reducekit::cross_entropy_probs_loss");
+    auto [out, lse, mass, denominator] =
+        op.call(logits, target, weight, reduction, smoothing, z_scale, softcap, dtype);
+    return {out, lse, mass, denominator};
+  }
+
+  static variable_list forward(AutogradContext* ctx, const Tensor& logits, const Tensor& target,
+                               const OptionalTensor& weight, c10::string_view reduction, double smoothing,
+                               double z_scale, double softcap, std::optional<at::ScalarType> dtype) {
+    variable_list out = run(logits, target, weight, reduction, smoothing, z_scale, softcap, dtype);
+    ctx->mark_non_differentiable({out[1], out[2], out[3]});
+    ctx->save_for_backward({logits, target, weight.value_or(Tensor()), out[1], out[2], out[3]});
+    ctx->saved_data["options"] = std::vector<double>{smoothing, z_scale, softcap};
+    ctx->set_materialize_grads(false);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = find_op<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const OptionalTensor&,
+                                                              const Tensor&, const Tensor&, const Tensor&, double,
+                                                              double, double, bool)>(
+        "reducekit::cross_entropy_probs_backward");
+    TORCH_CHECK(!ctx->needs_input_grad(2), "weight: class weights that require a gradient take the composed path");
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &logits = saved[0], &target = saved[1], &weight = saved[2], &lse = saved[3], &mass = saved[4],
+                 &denominator = saved[5];
+    variable_list none(8);
+    if (!grads[0].defined()) return none;
+    const Tensor grad_rows = at::div(grads[0], denominator).reshape({1});  // as CrossEntropyLossAutograd's
+    const std::vector<double> o = ctx->saved_data["options"].toDoubleVector();
+    const bool target_grad = ctx->needs_input_grad(1);
+    auto [dlogits, dtarget] = op.call(logits, target, weight.defined() ? OptionalTensor(weight) : std::nullopt, lse,
+                                      mass, grad_rows, o[0], o[1], o[2], target_grad);
+    none[0] = dlogits;
+    if (target_grad) none[1] = dtarget;
+    return none;
+  }
+};
+
 // A call with nothing to record (grad mode off, or no input that needs a gradient) runs the op
 // below autograd at once, as the norms do.
 std::tuple<Tensor, Tensor, Tensor> cross_entropy_loss_autograd(const Tensor& logits, const Tensor& target,
@@ -98,6 +153,20 @@ std::tuple<Tensor, Tensor, Tensor> cross_entropy_loss_autograd(const Tensor& log
   return {out[0], out[1], out[2]};
 }
 
+std::tuple<Tensor, Tensor, Tensor, Tensor> cross_entropy_probs_loss_autograd(
+    const Tensor& logits, const Tensor& target, const OptionalTensor& weight, c10::string_view reduction,
+    double smoothing, double z_scale, double softcap, std::optional<at::ScalarType> dtype) {
+  const bool records = at::GradMode::is_enabled() && (logits.requires_grad() || target.requires_grad() ||
+                                                      (given(weight) && weight->requires_grad()));
+  const variable_list out =
+      records ? ProbabilityLossAutograd::apply(logits, target, weight, reduction, smoothing, z_scale, softcap, dtype)
+              : ProbabilityLossAutograd::run(logits, target, weight, reduction, smoothing, z_scale, softcap, dtype);
+  return {out[0], out[1], out[2], out[3]};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(reducekit, Autograd, m) { m.impl("cross_entropy_loss", &cross_entropy_loss_autograd); }
+TORCH_LIBRARY_IMPL(reducekit, Autograd, m) {
+  m.impl("cross_entropy_loss", &cross_entropy_loss_autograd);
+  m.impl("cross_entropy_probs_loss", &cross_entropy_probs_loss_autograd);
+}

@@ -3,7 +3,7 @@
 // gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits);
 // torch's 'mean' or 'sum' of the losses with the forward in one op (cross_entropy_loss; its
 // autograd is in loss_autograd.cpp) or of losses already computed (cross_entropy_reduce); for
-// class-probability targets, cross_entropy_probs_forward / _backward.
+// class-probability targets, cross_entropy_probs_forward / _backward / _loss.
 // Thin: outputs come from torch's caching allocator, logits the core cannot read in place
 // (kUnsupported) are retried as a contiguous copy (with_layout_fallback, torch_util.hpp), class
 // weights are cast to the per-row values' dtype, and every check lives in the core.
@@ -67,6 +67,7 @@ struct Inputs {
     }
   }
   const reducekit::TensorView* weight_ptr() const { return has_weight ? &weight_view : nullptr; }
+  const reducekit::TensorView* target_ptr() const { return target.defined() ? &target_view : nullptr; }
 };
 
 // Each row's loss and lse (the caller holds the device guard).
@@ -100,20 +101,23 @@ reducekit::LossReduction reduction_of(c10::string_view reduction) {
 }
 
 // out (0-dim, `dtype`) and the mean's denominator (0-dim, the losses' dtype; 1 for 'sum') by
-// cross_entropy_reduce; loss undefined: the denominator alone (the caller holds the guard).
+// cross_entropy_reduce over the class-index targets and weights of `in`, or over the rows where
+// `in` holds no targets (class probabilities); loss undefined: the denominator alone. The caller
+// holds the device guard.
 std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& loss, const Inputs& in, int64_t ignore_index,
                                                c10::string_view reduction, at::ScalarType dtype, cudaStream_t stream) {
   const reducekit::LossReduction how = reduction_of(reduction);
-  const at::TensorOptions options = in.target.options().dtype(dtype);
+  const at::TensorOptions options = (loss.defined() ? loss : in.target).options().dtype(dtype);
   const std::vector<int64_t> scalar;
   at::Tensor out = device_empty(scalar, options);
   at::Tensor denominator = device_empty(scalar, options.dtype(row_value_type(dtype)));
   const reducekit::TensorView denominator_view = to_view(denominator, "denominator");
   const at::Tensor rows = loss.defined() ? loss.reshape(-1) : loss;
   const reducekit::TensorView loss_view = rows.defined() ? to_view(rows, "loss") : reducekit::TensorView{};
-  throw_if_failed(reducekit::cross_entropy_reduce(rows.defined() ? &loss_view : nullptr, in.target_view,
-                                                  in.weight_ptr(), ignore_index, how, to_view(out, "out"),
-                                                  &denominator_view, stream));
+  const reducekit::TensorView* target = in.target_ptr();
+  throw_if_failed(reducekit::cross_entropy_reduce(rows.defined() ? &loss_view : nullptr, target,
+                                                  target != nullptr ? in.weight_ptr() : nullptr, ignore_index, how,
+                                                  to_view(out, "out"), &denominator_view, stream));
   return {out, denominator};
 }
 
@@ -221,7 +225,23 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
   return {call.loss, call.lse};
 }
 
-// Class-probability targets (target: logits' shape and dtype): loss, lse and mass per row.
+// Class-probability targets (target: logits' shape and dtype): loss, lse and mass per row (the
+// caller holds the device guard).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> probs_row_values(const at::Tensor& logits, const at::Tensor& target,
+                                                                const Inputs& in,
+                                                                const reducekit::CrossEntropyOptions& o,
+                                                                cudaStream_t stream) {
+  const auto options = logits.options().dtype(row_value_type(logits));
+  at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
+  at::Tensor mass = device_empty(row_shape(logits), options);
+  with_layout_fallback({Operand::in(logits), Operand::in(target)}, [&](const auto& t, bool) {
+    return reducekit::cross_entropy_probs_forward(to_view(t[0], "logits"), to_view(t[1], "target"), in.weight_ptr(), o,
+                                                  to_view(loss, "loss"), to_view(lse, "lse"), to_view(mass, "mass"),
+                                                  stream);
+  });
+  return {loss, lse, mass};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_forward_cuda(
     const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
     double label_smoothing, double lse_square_scale, double softcap) {
@@ -229,17 +249,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_forward_cuda(
   check_cuda(target, "target");
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  return probs_row_values(logits, target, Inputs(row_value_type(logits), std::nullopt, weight),
+                          options_of(-100, label_smoothing, lse_square_scale, softcap), stream);
+}
+
+// torch's 'mean' (over the rows) or 'sum' of the class-probability losses (0-dim, in `dtype`:
+// torch's promotion of the logits', the target's and the weights'; the logits' where none), each
+// row's lse and mass, and the mean's denominator: what cross_entropy_loss is for
+// class indices (its backward, cross_entropy_probs_backward with grad / denominator for every
+// row, is in loss_autograd.cpp).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_loss_cuda(
+    const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    c10::string_view reduction, double label_smoothing, double lse_square_scale, double softcap,
+    std::optional<at::ScalarType> dtype) {
+  const at::ScalarType out_dtype = dtype.value_or(logits.scalar_type());
+  TORCH_CHECK(row_value_type(out_dtype) == row_value_type(logits),
+              "dtype: expected one whose accumulation dtype is the logits' (", row_value_type(logits), "), got ",
+              out_dtype);
+  reduction_of(reduction);  // before any launch
+  check_cuda(logits, "logits");
+  check_cuda(target, "target");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
   const Inputs in(row_value_type(logits), std::nullopt, weight);
-  const auto options = logits.options().dtype(row_value_type(logits));
-  at::Tensor loss = device_empty(row_shape(logits), options), lse = device_empty(row_shape(logits), options);
-  at::Tensor mass = device_empty(row_shape(logits), options);
-  const auto o = options_of(-100, label_smoothing, lse_square_scale, softcap);
-  with_layout_fallback({Operand::in(logits), Operand::in(target)}, [&](const auto& t, bool) {
-    return reducekit::cross_entropy_probs_forward(to_view(t[0], "logits"), to_view(t[1], "target"), in.weight_ptr(), o,
-                                                  to_view(loss, "loss"), to_view(lse, "lse"), to_view(mass, "mass"),
-                                                  stream);
-  });
-  return {loss, lse, mass};
+  auto [loss, lse, mass] =
+      probs_row_values(logits, target, in, options_of(-100, label_smoothing, lse_square_scale, softcap), stream);
+  auto [out, denominator] = reduce_rows(loss, in, -100, reduction, out_dtype, stream);
+  return {out, lse, mass, denominator};
 }
 
 // dlogits, and dtarget where target_grad (else an empty tensor).
@@ -307,6 +343,16 @@ std::tuple<at::Tensor, at::Tensor> reject_cpu_reduce(const std::optional<at::Ten
   return {target, target};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> reject_cpu_probs_loss(const at::Tensor& logits,
+                                                                                const at::Tensor&,
+                                                                                const std::optional<at::Tensor>&,
+                                                                                c10::string_view, double, double,
+                                                                                double,
+                                                                                std::optional<at::ScalarType>) {
+  check_cuda(logits, "logits");
+  return {logits, logits, logits, logits};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_probs_forward(const at::Tensor& logits, const at::Tensor&,
                                                                         const std::optional<at::Tensor>&, double,
                                                                         double, double) {
@@ -339,6 +385,9 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor)");
   m.def("cross_entropy_probs_forward(Tensor logits, Tensor target, Tensor? weight=None, float label_smoothing=0.0,"
         " float lse_square_scale=0.0, float softcap=0.0) -> (Tensor, Tensor, Tensor)");
+  m.def("cross_entropy_probs_loss(Tensor logits, Tensor target, Tensor? weight=None, str reduction='mean',"
+        " float label_smoothing=0.0, float lse_square_scale=0.0, float softcap=0.0, ScalarType? dtype=None)"
+        " -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("cross_entropy_probs_backward(Tensor logits, Tensor target, Tensor? weight, Tensor lse, Tensor mass,"
         " Tensor grad_loss, float label_smoothing, float lse_square_scale, float softcap, bool target_grad)"
         " -> (Tensor, Tensor)");
@@ -352,6 +401,7 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("cross_entropy_fused", &cross_entropy_fused_cuda);
   m.impl("cross_entropy_fused_", &cross_entropy_fused_inplace_cuda);
   m.impl("cross_entropy_probs_forward", &cross_entropy_probs_forward_cuda);
+  m.impl("cross_entropy_probs_loss", &cross_entropy_probs_loss_cuda);
   m.impl("cross_entropy_probs_backward", &cross_entropy_probs_backward_cuda);
 }
 
@@ -363,5 +413,6 @@ TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
   m.impl("cross_entropy_fused", &reject_cpu_fused);
   m.impl("cross_entropy_fused_", &reject_cpu_fused_inplace);
   m.impl("cross_entropy_probs_forward", &reject_cpu_probs_forward);
+  m.impl("cross_entropy_probs_loss", &reject_cpu_probs_loss);
   m.impl("cross_entropy_probs_backward", &reject_cpu_probs_backward);
 }

@@ -19,7 +19,7 @@ device-side assert instead, which kills the context); check_targets=True raises 
 Class-probability targets (a floating-point target of the input's shape, as torch decides) of
 the input's dtype run on fused kernels (torch.ops.reducekit.cross_entropy_probs_forward /
 _backward: one pass over the logits and the target for each row's loss, one more for the
-gradients of both). Other target dtypes, and class weights that require a gradient, are composed
+gradients of both; 'mean' and 'sum' as one op, cross_entropy_probs_loss, with C++ autograd). Other target dtypes, and class weights that require a gradient, are composed
 from reducekit ops: reducekit.log_softmax over the class dim, a product with the (smoothed)
 target and the weights in torch's elementwise ops, reducekit.sum over the class dim; autograd
 runs through those ops (gradients reach the target too).
@@ -112,6 +112,13 @@ def _probs_forward_fake(logits, target, weight=None, label_smoothing=0.0, lse_sq
     return tuple(logits.new_empty(rows, dtype=dtype) for _ in range(3))
 
 
+@torch.library.register_fake("reducekit::cross_entropy_probs_loss")
+def _probs_loss_fake(logits, target, weight=None, reduction="mean", label_smoothing=0.0, lse_square_scale=0.0,
+                     softcap=0.0, dtype=None):
+    _, lse, mass = _probs_forward_fake(logits, target)
+    return logits.new_empty((), dtype=dtype or logits.dtype), lse, mass, lse.new_empty(())
+
+
 @torch.library.register_fake("reducekit::cross_entropy_probs_backward")
 def _probs_backward_fake(logits, target, weight, lse, mass, grad_loss, label_smoothing, lse_square_scale, softcap,
                          target_grad):
@@ -190,12 +197,15 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
         else:  # [N, C, d1, ...]: classes last, a row per position (copies)
             logits, probs = input.movedim(1, -1).reshape(-1, classes), target.movedim(1, -1).reshape(-1, classes)
         w = None if weight is None else weight.to(_row_values_dtype(input))
-        loss, _, _ = _ops.cross_entropy_probs_forward(logits, probs, w, label_smoothing, lse_square_scale, softcap)
+        options = (label_smoothing, lse_square_scale, softcap)
         if reduction == "none":
+            loss, _, _ = _ops.cross_entropy_probs_forward(logits, probs, w, *options)
             shape = [n for d, n in enumerate(input.shape) if d != class_dim]
             return loss.reshape(shape).to(out_dtype)
-        total = _sum(loss)
-        return (total if reduction == "sum" else total / count).to(out_dtype)
+        # One op with C++ autograd, the mean over the rows in its kernel; the result in out_dtype
+        # where the logits' accumulation dtype holds it (float64 weights on 16-bit logits: cast).
+        dtype = out_dtype if _values_dtype(out_dtype) == _row_values_dtype(input) else None
+        return _ops.cross_entropy_probs_loss(logits, probs, w, reduction, *options, dtype)[0].to(out_dtype)
 
     z = input if softcap == 0.0 else softcap * torch.tanh(input / softcap)
     logp = _log_softmax(z, class_dim)

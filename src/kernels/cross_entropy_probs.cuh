@@ -44,11 +44,13 @@ template <typename T> struct ProbsArgs {
   Acc* mass;      // forward: [rows], sum_j w_j q_j
   const Acc* saved_lse;   // backward: [rows]
   const Acc* saved_mass;  // backward: [rows]
-  const Acc* grad;        // backward: [rows]
+  const Acc* grad;        // backward: [rows], or one value for every row
+  int64_t grad_stride;    // 1, or 0 where one value serves every row
   T* dlogits;             // backward
   int64_t dlogits_stride;
   T* dtarget;  // backward: null, or the gradient with respect to the target
   int64_t dtarget_stride;
+  __device__ __forceinline__ Acc grad_of(int64_t row) const { return grad[row * grad_stride]; }
 };
 
 // (max, sum of exp(z - max), spread, mass); spread is relative to base(max). The merge picks the
@@ -169,7 +171,7 @@ template <typename T> struct ProbsRow {
     const T* p = a.target + row * a.target_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
     T* dp = a.dtarget ? a.dtarget + row * a.dtarget_stride : nullptr;
-    const Acc lse = a.saved_lse[row], g = a.grad[row];
+    const Acc lse = a.saved_lse[row], g = a.grad_of(row);
     const Acc p_factor = g * (a.saved_mass[row] + Acc(2) * a.z_scale * lse);
     const Acc target_factor = -g * (Acc(1) - a.smoothing);
     for_vectors(x, p, [&](int64_t v, bool, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {

@@ -18,7 +18,7 @@ constexpr int kCrossEntropyReduceThreads = 512;
 template <typename T> struct CrossEntropyReduceArgs {
   using Acc = acc_t<T>;
   const Acc* loss;       // [rows], or null (the denominator alone; out gets 0 / it)
-  const int64_t* target;  // [rows]
+  const int64_t* target;  // [rows], or null (class probabilities: every row counts 1)
   const Acc* weight;     // [classes], or null (every class weighs 1)
   int64_t classes;
   int64_t rows;
@@ -36,7 +36,9 @@ __global__ void __launch_bounds__(kCrossEntropyReduceThreads)
 #pragma unroll 4
   for (int64_t row = threadIdx.x; row < a.rows; row += kCrossEntropyReduceThreads) {
     if (a.loss != nullptr) total += a.loss[row];
-    if (a.mean) {
+    if (a.mean && a.target == nullptr) {
+      kept += Acc(1);
+    } else if (a.mean) {
       const int64_t t = a.target[row];
       // A target outside [0, classes) has a NaN loss already: its weight only has to be readable.
       if (t != a.ignore_index) kept += a.weight != nullptr ? a.weight[t < 0 ? 0 : min(t, a.classes - 1)] : Acc(1);

@@ -438,8 +438,9 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
     RowwisePlan plan, out_plan, target_out_plan;
     kernels::ProbsArgs<T> a;
     REDUCEKIT_RETURN_IF_ERROR(plan_probs<T>(logits, target, weight, options, &plan, &a));
-    REDUCEKIT_RETURN_IF_ERROR(
-        check_row_values({{&lse, "lse"}, {&mass, "mass"}, {&grad_loss, "grad_loss"}}, logits, plan.rows));
+    int64_t grad_stride = 1;
+    REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&lse, "lse"}, {&mass, "mass"}}, logits, plan.rows));
+    REDUCEKIT_RETURN_IF_ERROR(check_grad_loss(grad_loss, logits, plan.rows, &grad_stride));
     REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, false, &out_plan));
     REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dlogits, "dlogits"}, {dtarget, "dtarget"}},
                                              {{&target, "target"}, {weight, "weight"}, {&lse, "lse"},
@@ -454,6 +455,7 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
     a.saved_lse = static_cast<const Acc*>(lse.data);
     a.saved_mass = static_cast<const Acc*>(mass.data);
     a.grad = static_cast<const Acc*>(grad_loss.data);
+    a.grad_stride = grad_stride;
     a.dlogits = static_cast<T*>(dlogits.data);
     a.dlogits_stride = out_plan.row_stride;
     if (dtarget != nullptr) {
@@ -466,31 +468,36 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
   });
 }
 
-Status cross_entropy_reduce(const TensorView* loss, const TensorView& target, const TensorView* weight,
+Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
                             int64_t ignore_index, LossReduction reduction, const TensorView& out,
                             const TensorView* denominator, cudaStream_t stream) {
   if (reduction != LossReduction::kSum && reduction != LossReduction::kMean)
     return Status::invalid_argument("reduction: expected kSum or kMean");
+  if (loss == nullptr && target == nullptr) return Status::invalid_argument("loss: null, and so is target");
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(out, "out"));
   const DType acc = accumulation_dtype(out.dtype);
   REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(out, "out", out.dtype, 1, "one value"));
-  const int64_t rows = target.numel();
-  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(target, "target", DType::kInt64, rows, "one per row"));
+  const int64_t rows = target != nullptr ? target->numel() : loss->numel();
+  if (target != nullptr)
+    REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*target, "target", DType::kInt64, rows, "one per row"));
   if (loss != nullptr) REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*loss, "loss", acc, rows, "one per target"));
   if (weight != nullptr) {
+    if (target == nullptr)
+      return Status::invalid_argument("weight: class weights go with class-index targets (a class-probability "
+                                      "mean divides by the rows)");
     REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*weight, "weight", acc, weight->numel(), "one per class"));
     if (weight->numel() == 0) return Status::invalid_argument("weight: no classes");
   }
   if (denominator != nullptr)
     REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*denominator, "denominator", acc, 1, "one value"));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&out, "out"}, {denominator, "denominator"}},
-                                           {{loss, "loss"}, {&target, "target"}, {weight, "weight"}}));
+                                           {{loss, "loss"}, {target, "target"}, {weight, "weight"}}));
   return by_dtype(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     using Acc = kernels::acc_t<T>;
     kernels::CrossEntropyReduceArgs<T> a{};
     a.loss = loss != nullptr ? static_cast<const Acc*>(loss->data) : nullptr;
-    a.target = static_cast<const int64_t*>(target.data);
+    a.target = target != nullptr ? static_cast<const int64_t*>(target->data) : nullptr;
     a.weight = weight != nullptr ? static_cast<const Acc*>(weight->data) : nullptr;
     a.classes = weight != nullptr ? weight->numel() : 0;
     a.rows = rows;

@@ -531,14 +531,14 @@ template <typename T> void check_reduce(int64_t rows, bool weighted, LossReducti
   const TensorView lossv = vector_view<Acc>(loss.get(), rows), lsev = vector_view<Acc>(lse.get(), rows);
   const TensorView* w = weighted ? &wv : nullptr;
   ASSERT_TRUE(cross_entropy_forward(xv, tv, w, {}, lossv, lsev, nullptr).is_ok());
-  for (int k = 0; k < 3; ++k) {  // out and denominator k; k = 2: the denominator alone
+  for (int k = 0; k < 4; ++k) {  // out and denominator k; k = 2: the denominator alone; 3: no targets
     const TensorView denv = vector_view<Acc>(static_cast<Acc*>(den.get()) + k, 1);
-    const Status s = cross_entropy_reduce(k < 2 ? &lossv : nullptr, tv, w, -100, how,
-                                          vector_view<T>(static_cast<T*>(out.get()) + k, 1), &denv, nullptr);
+    const Status s = cross_entropy_reduce(k == 2 ? nullptr : &lossv, k == 3 ? nullptr : &tv, k == 3 ? nullptr : w,
+                                          -100, how, vector_view<T>(static_cast<T*>(out.get()) + k, 1), &denv, nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
-  const std::vector<T> got = copy_back<T>(out, 3);
-  const std::vector<Acc> denominators = copy_back<Acc>(den, 3);
+  const std::vector<T> got = copy_back<T>(out, 4);
+  const std::vector<Acc> denominators = copy_back<Acc>(den, 4);
   reference::CrossEntropyOptions ro;
   ro.reduction = how == LossReduction::kMean ? reference::LossReduction::kMean : reference::LossReduction::kSum;
   ro.weight = weighted ? weight.data() : nullptr;
@@ -547,14 +547,23 @@ template <typename T> void check_reduce(int64_t rows, bool weighted, LossReducti
   double kept = 0;
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] != -100) kept += weighted ? weight[targets[r]] : 1.0;
-  const double tol = (sizeof(T) == 2 ? 8e-3 : sizeof(T) == 4 ? 1e-5 : 1e-12) * (std::abs(want) + 1e-3);
-  if (kept > 0 || how == LossReduction::kSum) EXPECT_NEAR(to_double(got[0]), want, tol);
+  const double rel = sizeof(T) == 2 ? 8e-3 : sizeof(T) == 4 ? 1e-5 : 1e-12;
+  const auto tol = [rel](double v) { return rel * (std::abs(v) + 1e-3); };
+  if (kept > 0 || how == LossReduction::kSum) EXPECT_NEAR(to_double(got[0]), want, tol(want));
   else EXPECT_TRUE(std::isnan(to_double(got[0]))) << "a mean over no kept row";
   EXPECT_EQ(std::memcmp(&got[0], &got[1], sizeof(T)), 0) << "two calls differ";
   EXPECT_EQ(std::memcmp(&denominators[0], &denominators[1], sizeof(Acc)), 0) << "two calls differ";
   EXPECT_EQ(std::memcmp(&denominators[0], &denominators[2], sizeof(Acc)), 0) << "the denominator alone differs";
   EXPECT_NEAR(static_cast<double>(denominators[0]), how == LossReduction::kMean ? kept : 1.0, 1e-6 * (kept + 1));
   if (kept > 0) EXPECT_EQ(to_double(got[2]), 0.0) << "out of the denominator alone";
+  // Without targets (class-probability losses) the mean divides by the rows.
+  EXPECT_EQ(static_cast<double>(denominators[3]), how == LossReduction::kMean ? static_cast<double>(rows) : 1.0);
+  double total = 0;
+  ro.reduction = reference::LossReduction::kSum;
+  ASSERT_TRUE(reference::cross_entropy_forward(logits.data(), targets.data(), &total, rows, classes, ro));
+  const double want_rows = how == LossReduction::kMean ? total / static_cast<double>(rows) : total;
+  if (rows > 0) EXPECT_NEAR(to_double(got[3]), want_rows, tol(want_rows)) << "without targets";
+  else if (how == LossReduction::kMean) EXPECT_TRUE(std::isnan(to_double(got[3]))) << "a mean over no row";
 }
 
 TEST(CrossEntropyGpu, ReduceMatchesTheOracle) {
@@ -665,26 +674,28 @@ TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   DeviceBuffer one(16);
   const TensorView outv = vector_view<float>(one.get(), 1);
   const TensorView denv = vector_view<float>(static_cast<float*>(one.get()) + 1, 1);
-  EXPECT_TRUE(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kMean, outv, &denv, nullptr).is_ok());
-  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, static_cast<LossReduction>(7), outv, &denv, nullptr),
+  EXPECT_TRUE(cross_entropy_reduce(&lv, &tv, nullptr, -100, LossReduction::kMean, outv, &denv, nullptr).is_ok());
+  fails(cross_entropy_reduce(&lv, &tv, nullptr, -100, static_cast<LossReduction>(7), outv, &denv, nullptr),
         "reduction");
-  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<int64_t>(one.get(), 1), nullptr,
+  fails(cross_entropy_reduce(&lv, &tv, nullptr, -100, LossReduction::kSum, vector_view<int64_t>(one.get(), 1), nullptr,
                              nullptr),
         "out");
-  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<float>(one.get(), 2), nullptr,
+  fails(cross_entropy_reduce(&lv, &tv, nullptr, -100, LossReduction::kSum, vector_view<float>(one.get(), 2), nullptr,
                              nullptr),
         "out");
-  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<double>(one.get(), 1), nullptr,
+  fails(cross_entropy_reduce(&lv, &tv, nullptr, -100, LossReduction::kSum, vector_view<double>(one.get(), 1), nullptr,
                              nullptr),
         "loss");
-  fails(cross_entropy_reduce(&lv, vector_view<int64_t>(t.get(), rows - 1), nullptr, -100, LossReduction::kSum, outv,
-                             nullptr, nullptr),
-        "loss");
+  const TensorView short_target = vector_view<int64_t>(t.get(), rows - 1);
+  fails(cross_entropy_reduce(&lv, &short_target, nullptr, -100, LossReduction::kSum, outv, nullptr, nullptr), "loss");
+  fails(cross_entropy_reduce(nullptr, nullptr, nullptr, -100, LossReduction::kSum, outv, nullptr, nullptr), "loss");
+  fails(cross_entropy_reduce(&lv, nullptr, &short_weight, -100, LossReduction::kMean, outv, nullptr, nullptr),
+        "weight");
   const TensorView double_denominator = vector_view<double>(one.get(), 1);
-  fails(cross_entropy_reduce(&lv, tv, &short_weight, -100, LossReduction::kMean, outv, &double_denominator, nullptr),
+  fails(cross_entropy_reduce(&lv, &tv, &short_weight, -100, LossReduction::kMean, outv, &double_denominator, nullptr),
         "denominator");
-  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, lv, nullptr, nullptr), "out");
-  fails(cross_entropy_reduce(&lv, tv, nullptr, -100, LossReduction::kSum, vector_view<float>(f.get(), 1), nullptr,
+  fails(cross_entropy_reduce(&lv, &tv, nullptr, -100, LossReduction::kSum, lv, nullptr, nullptr), "out");
+  fails(cross_entropy_reduce(&lv, &tv, nullptr, -100, LossReduction::kSum, vector_view<float>(f.get(), 1), nullptr,
                              nullptr),
         "out");
   fails(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, row_view(gd.get(), DType::kFloat16,

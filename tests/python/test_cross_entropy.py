@@ -620,16 +620,45 @@ def test_fused_probability_path_calls_the_fused_kernels(monkeypatch, fused_proba
     monkeypatch.setattr(reducekit._loss, "_ops", Counting())
     x, p, w = _prob_inputs((4, 10), torch.float32)
     reducekit.cross_entropy(x, p, w)
+    assert "cross_entropy_probs_loss" in called  # 'mean': forward and reduction in one op
+    called.clear()
+    reducekit.cross_entropy(x, p, w, reduction="none")
     assert "cross_entropy_probs_forward" in called
     called.clear()
     reducekit.cross_entropy(x, p.double())  # a target of another dtype: composed
-    assert "cross_entropy_probs_forward" not in called
+    assert not any(name.startswith("cross_entropy_probs") for name in called)
 
 
 def test_probability_targets_opcheck():
     x, p, w = _prob_inputs((8, 100), torch.float32, seed=26)
     torch.library.opcheck(torch.ops.reducekit.cross_entropy_probs_forward.default,
-                          (x.requires_grad_(), p.requires_grad_(), w, 0.1, 1e-4, 0.0))
+                          (x.clone().requires_grad_(), p.clone().requires_grad_(), w, 0.1, 1e-4, 0.0))
+    for reduction in ("mean", "sum"):
+        torch.library.opcheck(torch.ops.reducekit.cross_entropy_probs_loss.default,
+                              (x.clone().requires_grad_(), p.clone().requires_grad_(), w, reduction, 0.1, 1e-4, 0.0))
+    xb, pb, _ = _prob_inputs((8, 100), torch.bfloat16, seed=26)
+    out = torch.ops.reducekit.cross_entropy_probs_loss(xb, pb, w, "mean", 0.1, 1e-4, 0.0, torch.float32)[0]
+    assert out.dtype == torch.float32 and out.dim() == 0
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.ops.reducekit.cross_entropy_probs_loss(xb, pb, w, "mean", 0.1, 1e-4, 0.0, torch.float64)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_probability_reduced_loss_is_the_reduce_of_the_row_losses(reduction, fused_probabilities):
+    """'mean' / 'sum' of class probabilities (one op, cross_entropy_probs_loss) against the
+    per-row losses summed in float64; the gradients of logits and target against the per-row
+    losses' backward with the loss's upstream gradient over the rows repeated a row, bit for bit."""
+    x, p, w = _prob_inputs((300, 1003), torch.float32, seed=27)
+    a, pa = x.clone().requires_grad_(), p.clone().requires_grad_()
+    loss = reducekit.cross_entropy(a, pa, w, reduction=reduction, label_smoothing=0.1)
+    loss.backward(torch.tensor(0.75, device=DEV))
+    b, pb = x.clone().requires_grad_(), p.clone().requires_grad_()
+    rows = reducekit.cross_entropy(b, pb, w, reduction="none", label_smoothing=0.1)
+    want = rows.double().sum() / (300 if reduction == "mean" else 1)
+    torch.testing.assert_close(loss.double(), want, rtol=1e-6, atol=0)
+    denominator = torch.tensor(300.0 if reduction == "mean" else 1.0, device=DEV)
+    rows.backward(torch.full_like(rows, 0.75) / denominator)
+    assert torch.equal(a.grad, b.grad) and torch.equal(pa.grad, pb.grad)
 
 
 # cross_entropy_with_grad: the loss and its gradient from one kernel, against cross_entropy and its
