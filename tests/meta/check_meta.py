@@ -58,6 +58,12 @@ def cases(dtype):
         ("cross_entropy", lambda: reducekit.cross_entropy(logits, target), lambda: F.cross_entropy(logits, target)),
         ("cross_entropy none", lambda: reducekit.cross_entropy(logits, target, reduction="none"),
          lambda: F.cross_entropy(logits, target, reduction="none")),
+        ("cross_entropy sum", lambda: reducekit.cross_entropy(logits, target, reduction="sum"),
+         lambda: F.cross_entropy(logits, target, reduction="sum")),
+        ("cross_entropy probabilities", lambda: reducekit.cross_entropy(logits, logits),
+         lambda: F.cross_entropy(logits, logits)),
+        ("cross_entropy probabilities sum", lambda: reducekit.cross_entropy(logits, logits, reduction="sum"),
+         lambda: F.cross_entropy(logits, logits, reduction="sum")),
         ("batch_norm inference", lambda: reducekit.batch_norm(c, rm, rv, training=False),
          lambda: F.batch_norm(c, rm, rv, training=False)),
     ]
