@@ -30,6 +30,12 @@ using reducekit_torch::find_op;
 
 bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
 
+// Whether backward is asked for the class weights' gradient. needs_input_grad counts the tensors
+// given (logits, target, then the weights where given), so the weights' edge is 2 only then.
+bool weight_wanted(AutogradContext* ctx, const Tensor& saved_weight) {
+  return saved_weight.defined() && ctx->needs_input_grad(2);
+}
+
 // What backward says to class weights that require a gradient, as torch's F.cross_entropy does.
 constexpr const char* kNoWeightGradient =
     "weight: the gradient of cross_entropy with class-index targets with respect to the class weights is not "
@@ -72,7 +78,7 @@ class CrossEntropyLossAutograd : public torch::autograd::Function<CrossEntropyLo
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &logits = saved[0], &target = saved[1], &weight = saved[2], &lse = saved[3],
                  &denominator = saved[4];
-    TORCH_CHECK(!ctx->needs_input_grad(2), kNoWeightGradient);
+    TORCH_CHECK(!weight_wanted(ctx, weight), kNoWeightGradient);
     variable_list none(8);
     if (!grads[0].defined()) return none;  // the loss was not used
     // The row losses' upstream gradient, one value for every row, in the denominator's dtype
@@ -120,10 +126,10 @@ class ProbabilityLossAutograd : public torch::autograd::Function<ProbabilityLoss
                                                               const Tensor&, const Tensor&, const Tensor&, double,
                                                               double, double, bool)>(
         "reducekit::cross_entropy_probs_backward");
-    TORCH_CHECK(!ctx->needs_input_grad(2), "weight: class weights that require a gradient take the composed path");
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &logits = saved[0], &target = saved[1], &weight = saved[2], &lse = saved[3], &mass = saved[4],
                  &denominator = saved[5];
+    TORCH_CHECK(!weight_wanted(ctx, weight), "weight: class weights that require a gradient take the composed path");
     variable_list none(8);
     if (!grads[0].defined()) return none;
     const Tensor grad_rows = at::div(grads[0], denominator).reshape({1});  // as CrossEntropyLossAutograd's

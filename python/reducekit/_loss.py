@@ -71,7 +71,8 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, grad_loss, grad_lse):
-    if ctx.needs_input_grad[2]:  # as torch's F.cross_entropy and loss_autograd.cpp
+    # needs_input_grad holds the arguments the call passed: none for a weight left at its default
+    if len(ctx.needs_input_grad) > 2 and ctx.needs_input_grad[2]:  # as torch's F.cross_entropy
         raise RuntimeError("weight: the gradient of cross_entropy with class-index targets with respect to the class "
                            "weights is not implemented (torch's is not either)")
     logits, target, weight, lse = ctx.saved_tensors

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Python package without a GPU: every functional op on meta tensors against torch's own op
 on meta tensors (shape and dtype), which runs the Python wrappers, their argument handling and the
-fake kernels (meta tensors dispatch to them) over the compiled operators; and a few bad calls,
-which must raise torch's exception types. scripts/check_torch_ops.sh runs it over the package it
+fake kernels (meta tensors dispatch to them) over the compiled operators; backward through the
+autograd nodes (C++ and Python) on meta tensors; and a few bad calls, which must raise torch's
+exception types. scripts/check_torch_ops.sh runs it over the package it
 assembles from the source tree's Python files and the libraries it built; the GPU suites
 (tests/python) check the values.
 
@@ -74,6 +75,29 @@ def signature(out):
     return [(tuple(t.shape), t.dtype) for t in outs]
 
 
+def grad_cases():
+    """(name, reducekit's loss of x, torch's): backward on meta tensors through the C++ autograd
+    nodes (the losses' 'mean' / 'sum', the norms) and the Python ones, the gradient's shape and
+    dtype against torch's."""
+    target = torch.zeros(16, dtype=torch.long, device="meta")
+    return [
+        ("cross_entropy mean", lambda x: reducekit.cross_entropy(x, target), lambda x: F.cross_entropy(x, target)),
+        ("cross_entropy sum", lambda x: reducekit.cross_entropy(x, target, reduction="sum"),
+         lambda x: F.cross_entropy(x, target, reduction="sum")),
+        ("cross_entropy none", lambda x: reducekit.cross_entropy(x, target, reduction="none").sum(),
+         lambda x: F.cross_entropy(x, target, reduction="none").sum()),
+        ("cross_entropy probabilities", lambda x: reducekit.cross_entropy(x, meta(16, 10, dtype=x.dtype)),
+         lambda x: F.cross_entropy(x, meta(16, 10, dtype=x.dtype))),
+        ("layer_norm", lambda x: reducekit.layer_norm(x, [10]).sum(), lambda x: F.layer_norm(x, [10]).sum()),
+    ]
+
+
+def grad_signature(loss_of, dtype):
+    x = meta(16, 10, dtype=dtype).requires_grad_()
+    loss_of(x).backward()
+    return tuple(x.grad.shape), x.grad.dtype
+
+
 def bad_calls():
     """(name, call, exception type torch raises for it)."""
     x = meta(4, 8)
@@ -98,6 +122,16 @@ def main():
                 continue
             if got != want:
                 failures.append(f"{name} ({dtype}): {got}, torch's {want}")
+    for dtype in (torch.float32, torch.bfloat16):
+        for name, ours, theirs in grad_cases():
+            checked += 1
+            try:
+                got, want = grad_signature(ours, dtype), grad_signature(theirs, dtype)
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"{name} backward ({dtype}): {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                continue
+            if got != want:
+                failures.append(f"{name} backward ({dtype}): {got}, torch's {want}")
     for name, call, expected in bad_calls():
         checked += 1
         try:
