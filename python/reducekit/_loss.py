@@ -19,10 +19,11 @@ device-side assert instead, which kills the context); check_targets=True raises 
 Class-probability targets (a floating-point target of the input's shape, as torch decides) of
 the input's dtype run on fused kernels (torch.ops.reducekit.cross_entropy_probs_forward /
 _backward: one pass over the logits and the target for each row's loss, one more for the
-gradients of both; 'mean' and 'sum' as one op, cross_entropy_probs_loss, with C++ autograd). Other target dtypes, and class weights that require a gradient, are composed
-from reducekit ops: reducekit.log_softmax over the class dim, a product with the (smoothed)
-target and the weights in torch's elementwise ops, reducekit.sum over the class dim; autograd
-runs through those ops (gradients reach the target too).
+gradients of both; 'mean' and 'sum' as one op, cross_entropy_probs_loss, with C++ autograd).
+Other target dtypes, and class weights that require a gradient, are composed from reducekit ops:
+reducekit.log_softmax over the class dim, a product with the (smoothed) target and the weights
+in torch's elementwise ops, reducekit.sum over the class dim; autograd runs through those ops
+(gradients reach the target too).
 """
 import math
 
@@ -329,7 +330,7 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
     values = _row_values_dtype(input)
     w = None if weight is None else weight.to(values)
     options = (int(ignore_index), float(label_smoothing), float(lse_square_scale), float(softcap))
-    if reduction == "mean":  # the denominator before the losses: the one cross_entropy's mean divides by
+    if reduction == "mean":  # the denominator before the losses, as cross_entropy's mean has it
         denominator = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values)[1]
         grad_loss = (grad_scale / denominator).to(values).reshape(1)  # one value serves every row
     elif torch.is_tensor(grad_scale):
