@@ -23,14 +23,13 @@
 namespace {
 
 using at::Tensor;
-using OptionalTensor = std::optional<Tensor>;
+using reducekit_torch::OptionalTensor;
 using reducekit_torch::check_cuda;
 using reducekit_torch::device_empty;
 using reducekit_torch::find_op;
+using reducekit_torch::given;
 using reducekit_torch::throw_if_failed;
 using reducekit_torch::to_view;
-
-bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
 
 at::ScalarType channel_type(const Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 

@@ -18,17 +18,16 @@
 #include <tuple>
 #include <vector>
 
-#include "find_op.hpp"
+#include "torch_util.hpp"
 
 namespace {
 
 using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptionalTensor = std::optional<Tensor>;
+using reducekit_torch::OptionalTensor;
 using reducekit_torch::find_op;
-
-bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
+using reducekit_torch::given;
 
 // Whether backward is asked for the class weights' gradient. needs_input_grad counts the tensors
 // given (logits, target, then the weights where given), so the weights' edge is 2 only then.

@@ -105,8 +105,7 @@ reducekit::LossReduction reduction_of(c10::string_view reduction) {
 // `in` holds no targets (class probabilities); loss undefined: the denominator alone. The caller
 // holds the device guard.
 std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& loss, const Inputs& in, int64_t ignore_index,
-                                               c10::string_view reduction, at::ScalarType dtype, cudaStream_t stream) {
-  const reducekit::LossReduction how = reduction_of(reduction);
+                                               reducekit::LossReduction how, at::ScalarType dtype, cudaStream_t stream) {
   const at::TensorOptions options = (loss.defined() ? loss : in.target).options().dtype(dtype);
   const std::vector<int64_t> scalar;
   at::Tensor out = device_empty(scalar, options);
@@ -127,14 +126,14 @@ std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& loss, const Inp
 std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_loss_cuda(
     const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight, int64_t ignore_index,
     c10::string_view reduction, double label_smoothing, double lse_square_scale, double softcap) {
-  reduction_of(reduction);  // before any launch
+  const reducekit::LossReduction how = reduction_of(reduction);  // checked before any launch
   check_cuda(logits, "logits");
   const c10::cuda::CUDAGuard guard(logits.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
   const Inputs in(row_value_type(logits), target, weight);
   auto [loss, lse] =
       row_losses(logits, in, options_of(ignore_index, label_smoothing, lse_square_scale, softcap), stream);
-  auto [out, denominator] = reduce_rows(loss, in, ignore_index, reduction, logits.scalar_type(), stream);
+  auto [out, denominator] = reduce_rows(loss, in, ignore_index, how, logits.scalar_type(), stream);
   return {out, lse, denominator};
 }
 
@@ -155,7 +154,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_reduce_cuda(const std::optional
     check_cuda(*loss, "loss");
     rows = loss->contiguous();
   }
-  return reduce_rows(rows, in, ignore_index, reduction, dtype, stream);
+  return reduce_rows(rows, in, ignore_index, reduction_of(reduction), dtype, stream);
 }
 
 at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tensor& target,
@@ -266,7 +265,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_l
   TORCH_CHECK(row_value_type(out_dtype) == row_value_type(logits),
               "dtype: expected one whose accumulation dtype is the logits' (", row_value_type(logits), "), got ",
               out_dtype);
-  reduction_of(reduction);  // before any launch
+  const reducekit::LossReduction how = reduction_of(reduction);  // checked before any launch
   check_cuda(logits, "logits");
   check_cuda(target, "target");
   const c10::cuda::CUDAGuard guard(logits.device());
@@ -274,7 +273,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> cross_entropy_probs_l
   const Inputs in(row_value_type(logits), std::nullopt, weight);
   auto [loss, lse, mass] =
       probs_row_values(logits, target, in, options_of(-100, label_smoothing, lse_square_scale, softcap), stream);
-  auto [out, denominator] = reduce_rows(loss, in, -100, reduction, out_dtype, stream);
+  auto [out, denominator] = reduce_rows(loss, in, -100, how, out_dtype, stream);
   return {out, lse, mass, denominator};
 }
 

@@ -22,10 +22,9 @@ using at::IntArrayRef;
 using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptionalTensor = std::optional<Tensor>;
+using reducekit_torch::OptionalTensor;
 using reducekit_torch::find_op;
-
-bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
+using reducekit_torch::given;
 
 // dweight / dbias come back in the parameters' dtype (float32 parameters with 16-bit x).
 at::ScalarType param_dtype(const Tensor& x, const OptionalTensor& weight, const OptionalTensor& bias) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the torch.ops.reducekit adapters: at::Tensor -> TensorView, a failed Status
-// -> a Python exception carrying the core's message (which names the argument), workspaces, and
-// the one fallback for layouts the core cannot read in place (with_layout_fallback).
+// Helpers shared by the torch.ops.reducekit adapters: optional tensor arguments (given), at::Tensor
+// -> TensorView, a failed Status -> a Python exception carrying the core's message (which names the
+// argument), workspaces, and the one fallback for layouts the core cannot read in place
+// (with_layout_fallback).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,12 +13,18 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "find_op.hpp"
 #include "reducekit/reducekit.hpp"
 
 namespace reducekit_torch {
+
+using OptionalTensor = std::optional<at::Tensor>;
+
+// An optional tensor argument that holds a tensor (Tensor? given, not None or undefined).
+inline bool given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
 
 // A fresh contiguous tensor from the CUDA caching allocator without a trip through the dispatcher
 // (at::empty is about a microsecond of host time a call, and an op makes up to four); elsewhere
