@@ -32,7 +32,6 @@ namespace reducekit::kernels {
 
 constexpr int kCrossEntropyThreads = 256;
 constexpr int kCrossEntropyUnroll = 4;
-constexpr int kGradientShiftedUnroll = 3;
 // The lean 16-bit forward at 64 registers: four CTAs an SM (at 65-72, three).
 constexpr int kCrossEntropyLeanCtasPerSm = 4;
 // A row's fold in at most this many chunks: a portable cluster's CTAs, one chunk each.
@@ -346,35 +345,59 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
     finish(row, fold<kShift>(a.logits + row * a.logits_stride, 0, vectors), t, target_logit);
   }
 
-  // dlogits of the row from its lse and upstream gradient g. Each thread reads and then writes
-  // only its own vectors, so dlogits may be the logits themselves.
-  // kStoreShift: dlogits rows' misalignment16 where the launch knows it (kShift: they share the
-  // logits' offsets), or -1. A warp's step wholly inside the row stores whole granules
-  // (store_warp_vector16); the others, and float64 rows (ptxas spilled 16 B on the warp stores),
-  // store each vector as its naturally aligned pieces. Shifted stores hold more registers: the
-  // lean kernel's shifted rows take fewer vectors a step (the bits are elementwise, the same at
-  // any step; the kExtras kernels stay under 64 registers at the full step).
-  // Vectors [v_begin, v_end) of the row: all of it, or one chunk of a split row (kStoreShift -1,
-  // whose steps are the fold's: a step never straddles two chunks).
-  template <int kShift, int kStoreShift>
+  // A row's gradient terms: d loss / d z_j = p_j * (target + smooth * W + 2 s g lse) - target [j == t]
+  // - smooth * w[j], with target = g (1 - ls) w[t], smooth = g ls / classes, W = sum_j w[j],
+  // p_j = exp(z_j - lse); rows without a target in range take `fill` (ignored: 0, bad: NaN).
+  struct GradientTerms {
+    int64_t t;
+    bool live;
+    Acc lse, target_part, smooth_part, p_factor, fill;
+  };
+  __device__ __forceinline__ GradientTerms gradient_terms(int64_t row, Acc lse, Acc g) const {
+    GradientTerms r;
+    r.t = a.target[row];
+    const bool ignored = r.t == a.ignore_index, bad = !ignored && (r.t < 0 || r.t >= a.classes);
+    r.live = !ignored && !bad;
+    r.lse = lse;
+    r.target_part = r.live ? g * (Acc(1) - a.smoothing) * (a.weight ? a.weight[r.t] : Acc(1)) : Acc(0);
+    r.smooth_part = g * a.smoothing / Acc(a.classes);
+    r.p_factor = r.target_part + r.smooth_part * weight_sum + Acc(2) * a.z_scale * g * lse;
+    r.fill = bad ? Acc(NAN) : Acc(0);
+    return r;
+  }
+  // Element j's gradient from its (soft-capped) logit z; j may lie outside the row (an element
+  // that is not stored): no weight is read there.
+  __device__ __forceinline__ Acc element_gradient(const GradientTerms& r, Acc z, bool is_target, int64_t j) const {
+    Acc d = r.fill;
+    if (r.live) {
+      d = fast_exp(z - r.lse) * r.p_factor;
+      if (is_target) d -= r.target_part;
+      if (smooth)
+        d -= r.smooth_part * (a.weight ? (uint64_t(j) < uint64_t(a.classes) ? a.weight[j] : Acc(0)) : Acc(1));
+      if constexpr (kExtras)
+        if (softcap > Acc(0)) d *= Acc(1) - (z / softcap) * (z / softcap);
+    }
+    return d;
+  }
+
+  // dlogits of the row from its lse and upstream gradient g, the vectors in the fold's layout
+  // (for dlogits rows at other offsets in a granule than the logits rows, and split rows' chunks).
+  // Each thread reads and then writes only its own vectors, so dlogits may be the logits themselves.
+  // A warp's step wholly inside the row stores whole granules (store_warp_vector16); the others,
+  // and float64 rows (ptxas spilled 16 B on the warp stores), store each vector as its naturally
+  // aligned pieces. Vectors [v_begin, v_end) of the row: all of it, or one chunk of a split row
+  // (whose steps are the fold's: a step never straddles two chunks).
+  template <int kShift>
   __device__ __forceinline__ void gradient(int64_t row, Acc lse, Acc g, int64_t v_begin, int64_t v_end) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
-    const int64_t t = a.target[row];
-    const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
-    // d loss / d z_j = p_j * (target + smooth * W + 2 s g lse) - target [j == t] - smooth * w[j],
-    // with target = g (1 - ls) w[t], smooth = g ls / classes, W = sum_j w[j], p_j = exp(z_j - lse).
-    const Acc target_part = ignored || bad ? Acc(0) : g * (Acc(1) - a.smoothing) * (a.weight ? a.weight[t] : Acc(1));
-    const Acc smooth_part = g * a.smoothing / Acc(a.classes);
-    const Acc p_factor = target_part + smooth_part * weight_sum + Acc(2) * a.z_scale * g * lse;
-    const Acc fill = bad ? Acc(NAN) : Acc(0);  // ignored rows: 0; bad targets: NaN
-    constexpr int UG = kStoreShift > 0 && !kExtras ? kGradientShiftedUnroll : U;
-    const int64_t gstep = int64_t(UG) * blockDim.x;
-    using Batch = VectorBatch<T, UG>;
+    const GradientTerms r = gradient_terms(row, lse, g);
+    const int64_t gstep = int64_t(U) * blockDim.x;
+    using Batch = VectorBatch<T>;
     // A warp's step whose vectors all lie whole inside [v_begin, v_end) stores through
     // store_warp_vector16 (every lane in it, the lanes' vectors consecutive).
     const int64_t whole_vectors = a.classes / VEC, whole_end = min(whole_vectors, v_end);
-    const int64_t warp_last = int64_t(31 - threadIdx.x % 32) + int64_t(UG - 1) * blockDim.x;
+    const int64_t warp_last = int64_t(31 - threadIdx.x % 32) + int64_t(U - 1) * blockDim.x;
     Batch cur, next;
     cur.template load<kShift>(x, v_begin + threadIdx.x, vectors, a.classes);
     for (int64_t v0 = v_begin + threadIdx.x; v0 < v_end; v0 += gstep) {
@@ -387,7 +410,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         }
       }
 #pragma unroll
-      for (int u = 0; u < UG; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
         if (v >= vectors) break;
         const int64_t e0 = v * VEC;
@@ -395,27 +418,17 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         values_of<T, VEC>(cur.raw[u], v, a.classes, softcap, Acc(0), z);
         // The target's place in this vector (out of [0, VEC) where it is elsewhere): a 32-bit
         // test an element, not a 64-bit one (float64 keeps its own: ptxas spilled 32 B on this).
-        const int64_t t_at = t - e0;
+        const int64_t t_at = r.t - e0;
         const int t_here = t_at >= 0 && t_at < VEC ? static_cast<int>(t_at) : -1;
         T out[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const int64_t j = e0 + e;
-          Acc d = fill;
-          if (!ignored && !bad) {
-            d = fast_exp(z[e] - lse) * p_factor;
-            if (sizeof(T) == 8 ? j == t : e == t_here) d -= target_part;
-            if (smooth) d -= smooth_part * (a.weight ? (j < a.classes ? a.weight[j] : Acc(0)) : Acc(1));
-            if constexpr (kExtras)
-              if (softcap > Acc(0)) d *= Acc(1) - (z[e] / softcap) * (z[e] / softcap);
-          }
-          out[e] = from_acc<T>(d);
-        }
+        for (int e = 0; e < VEC; ++e)
+          out[e] = from_acc<T>(element_gradient(r, z[e], sizeof(T) == 8 ? e0 + e == r.t : e == t_here, e0 + e));
         if (e0 + VEC <= a.classes) {
           Bytes16 b;
           memcpy(&b, out, 16);
-          if (sizeof(T) <= 4 && warp_whole) store_warp_vector16<sizeof(T), kStoreShift>(dx + e0, b);
-          else store_vector16_at<sizeof(T), kStoreShift>(dx + e0, b);
+          if (sizeof(T) <= 4 && warp_whole) store_warp_vector16<sizeof(T)>(dx + e0, b);
+          else store_vector16<sizeof(T)>(dx + e0, b);
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
@@ -423,6 +436,74 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
         }
       }
       cur = next;
+    }
+  }
+
+  // dlogits of a row whose dlogits row starts at its logits row's offset in a 16-byte granule:
+  // the threads take the granules the row touches, granule k holding elements k * VEC - s ..
+  // k * VEC - s + VEC - 1 of a row that starts s elements into its first granule, so every load
+  // and store is an aligned 16 bytes at any row length; only the row's partial first and last
+  // granules go element by element (the neighbouring rows' CTAs own their other bytes). The
+  // gradient is elementwise, so its bits are gradient()'s; dlogits may be the logits themselves.
+  __device__ __forceinline__ void gradient_granules(int64_t row, Acc lse, Acc g) const {
+    const int s = misalignment16(a.logits + row * a.logits_stride) / static_cast<int>(sizeof(T));
+    const T* x = a.logits + row * a.logits_stride - s;  // the row's first granule
+    T* dx = a.dlogits + row * a.dlogits_stride - s;
+    const GradientTerms r = gradient_terms(row, lse, g);
+    const int64_t span = a.classes + s, granules = (span + VEC - 1) / VEC;
+    const int64_t first_whole = s > 0 ? 1 : 0, end_whole = span / VEC;
+    const auto whole = [&](int64_t k) { return k >= first_whole && k < end_whole; };
+    constexpr int kStride = kCrossEntropyThreads * VEC;  // elements between a thread's granules
+    const auto load = [&](Bytes16 (&raw)[U], int64_t k0) {
+      if (whole(k0) && k0 + int64_t(U - 1) * kCrossEntropyThreads < end_whole) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) raw[u] = load_aligned16(x + k0 * VEC + u * kStride);
+        return;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k = k0 + int64_t(u) * kCrossEntropyThreads;
+        if (whole(k)) {
+          raw[u] = load_aligned16(x + k * VEC);
+        } else if (k < granules) {
+          T part[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const int64_t j = k * VEC + e - s;
+            part[e] = j >= 0 && j < a.classes ? x[k * VEC + e] : from_acc<T>(Acc(0));
+          }
+          memcpy(&raw[u], part, 16);
+        }
+      }
+    };
+    const int64_t step = int64_t(U) * kCrossEntropyThreads;
+    Bytes16 cur[U], next[U];
+    load(cur, threadIdx.x);
+    for (int64_t k0 = threadIdx.x; k0 < granules; k0 += step) {
+      if (k0 + step < granules) load(next, k0 + step);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k = k0 + int64_t(u) * kCrossEntropyThreads;
+        if (k >= granules) break;
+        Acc z[VEC];
+        values_whole<T, VEC>(cur[u], softcap, z);
+        const int64_t t_at = r.t + s - k * VEC;  // the target's place in this granule
+        const int t_here = t_at >= 0 && t_at < VEC ? static_cast<int>(t_at) : -1;
+        T out[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = from_acc<T>(element_gradient(r, z[e], e == t_here, k * VEC + e - s));
+        if (whole(k)) {
+          Bytes16 b;
+          memcpy(&b, out, 16);
+          store_aligned16(dx + k * VEC, b);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            if (const int64_t j = k * VEC + e - s; j >= 0 && j < a.classes) dx[k * VEC + e] = out[e];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[u] = next[u];
     }
   }
 };
@@ -452,17 +533,23 @@ __global__ void __launch_bounds__(kCrossEntropyThreads, !kExtras && sizeof(T) ==
   for_rows(a.rows, first_row, row_period, [&](int64_t row) { r.template forward<kShift>(row); });
 }
 
-// kStoresShifted: dlogits rows start at the logits rows' offsets, so the stores take kShift too.
-template <typename T, bool kExtras, int kShift, bool kStoresShifted>
+// Rows whose dlogits rows lie at other offsets in a granule than their logits rows.
+template <typename T, bool kExtras, int kShift>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_backward_kernel(CrossEntropyArgs<T> a, int64_t first_row, int row_period) {
   __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
-  constexpr int kStoreShift = kStoresShifted ? kShift : -1;
   for_rows(a.rows, first_row, row_period,
-           [&](int64_t row) {
-             r.template gradient<kShift, kStoreShift>(row, a.saved_lse[row], a.grad_of(row), 0, r.vectors);
-           });
+           [&](int64_t row) { r.template gradient<kShift>(row, a.saved_lse[row], a.grad_of(row), 0, r.vectors); });
+}
+
+// Rows whose dlogits rows start at their logits rows' offsets in a granule (the host checks the
+// strides and the bases): aligned granules at any row length.
+template <typename T, bool kExtras>
+__global__ void __launch_bounds__(kCrossEntropyThreads) cross_entropy_backward_granules_kernel(CrossEntropyArgs<T> a) {
+  __shared__ StatVec<acc_t<T>, 1> sum_slots[33];
+  const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
+  for_rows(a.rows, 0, 1, [&](int64_t row) { r.gradient_granules(row, a.saved_lse[row], a.grad_of(row)); });
 }
 
 // Split rows, for batches of too few rows to fill the device: row blockIdx.x / C on a cluster of
@@ -511,8 +598,8 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
   const int64_t row = blockIdx.x / chunks;
   const int64_t v_begin = (blockIdx.x % chunks) * r.chunk_vectors;
-  r.template gradient<-1, -1>(row, a.saved_lse[row], a.grad_of(row), v_begin,
-                              min(r.vectors, v_begin + r.chunk_vectors));
+  r.template gradient<-1>(row, a.saved_lse[row], a.grad_of(row), v_begin,
+                      min(r.vectors, v_begin + r.chunk_vectors));
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged

@@ -253,13 +253,6 @@ __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b, bool
   }
 }
 
-// store_vector16 where the launch knows dst's shift (kShift >= 0): no branch on it.
-template <int kElemBytes, int kShift> __device__ __forceinline__ void store_vector16_at(void* dst, const Bytes16& b) {
-  if constexpr (kShift < 0) store_vector16<kElemBytes>(dst, b);
-  else if constexpr (kShift == 0) store_aligned16(dst, b);
-  else detail::store_shifted<kShift>(static_cast<char*>(dst) - kShift, b, true, true);
-}
-
 // store_vector16 for a whole warp's 32 consecutive vectors (lane l's at dst + 16 l bytes, every
 // lane calling it): a shifted warp's granules go out whole, each from a lane's tail and its right
 // neighbour's head (a shuffle), only the warp's first head and last tail as pieces. A shifted

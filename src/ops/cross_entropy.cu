@@ -166,32 +166,26 @@ Status launched(const char* name) {
   return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
 }
 
-template <typename T, bool kForward, bool kExtras, int kShift, bool kStoresShifted> constexpr auto row_kernel() {
+template <typename T, bool kForward, bool kExtras, int kShift> constexpr auto row_kernel() {
   if constexpr (kForward) return kernels::cross_entropy_forward_kernel<T, kExtras, kShift>;
-  else return kernels::cross_entropy_backward_kernel<T, kExtras, kShift, kStoresShifted>;
+  else return kernels::cross_entropy_backward_kernel<T, kExtras, kShift>;
 }
 
-template <typename T, bool kForward, bool kExtras, int kShift> auto row_kernel_storing(bool stores_shifted) {
-  if constexpr (!kForward)
-    if (stores_shifted) return row_kernel<T, kForward, kExtras, kShift, true>();
-  return row_kernel<T, kForward, kExtras, kShift, false>();
-}
-
-// The row kernel for float32 rows that all start `shift` bytes into a granule (the backward's
-// stores at that shift too where dlogits rows share it), and for other dtypes' rows at any
-// alignment (-1): there the aligned loop's extra registers (16-bit: 64 -> 72) would cost a CTA an SM.
-template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift, bool stores_shifted) {
+// The row kernel for float32 rows that all start `shift` bytes into a granule, and for other
+// dtypes' rows at any alignment (-1): there the aligned loop's extra registers (16-bit: 64 -> 72)
+// would cost a CTA an SM.
+template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift) {
   if constexpr (sizeof(T) == 4) {
     switch (shift) {
-      case 0: return row_kernel_storing<T, kForward, kExtras, 0>(stores_shifted);
-      case 4: return row_kernel_storing<T, kForward, kExtras, 4>(stores_shifted);
-      case 8: return row_kernel_storing<T, kForward, kExtras, 8>(stores_shifted);
-      case 12: return row_kernel_storing<T, kForward, kExtras, 12>(stores_shifted);
-      default: return row_kernel<T, kForward, kExtras, -1, false>();  // none: check_element_aligned rejects them
+      case 0: return row_kernel<T, kForward, kExtras, 0>();
+      case 4: return row_kernel<T, kForward, kExtras, 4>();
+      case 8: return row_kernel<T, kForward, kExtras, 8>();
+      case 12: return row_kernel<T, kForward, kExtras, 12>();
+      default: return row_kernel<T, kForward, kExtras, -1>();  // none: check_element_aligned rejects them
     }
   } else {
-    (void)shift, (void)stores_shifted;
-    return row_kernel<T, kForward, kExtras, -1, false>();
+    (void)shift;
+    return row_kernel<T, kForward, kExtras, -1>();
   }
 }
 
@@ -245,24 +239,29 @@ template <typename T, bool kForward, bool kExtras>
 Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t stream, const char* name) {
   if (const int chunks = split_chunks(a); chunks > 0)
     return launch_split<T, kForward, kExtras>(a, chunks, stream, name);
+  if constexpr (!kForward) {
+    // dlogits rows at the logits rows' offsets in a granule (both dense alike, padded alike, or in
+    // place): the backward moves whole aligned granules. Unsigned differences: mod 16 holds
+    // through their wrap-around.
+    const uint64_t stride_gap =
+        (static_cast<uint64_t>(a.dlogits_stride) - static_cast<uint64_t>(a.logits_stride)) * sizeof(T);
+    if (stride_gap % 16 == 0 && (reinterpret_cast<uintptr_t>(a.dlogits) - reinterpret_cast<uintptr_t>(a.logits)) % 16 == 0) {
+      const auto kernel = kernels::cross_entropy_backward_granules_kernel<T, kExtras>;
+      kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+      return launched(name);
+    }
+  }
   const int64_t from_bytes = tuning("cross_entropy_classes_from_bytes").value_or(kClassLaunchFromBytes);
   int period = shift_period(a.logits_stride, static_cast<int>(sizeof(T)));
   if (sizeof(T) != 4 || (period > 1 && a.rows * a.classes * int64_t(sizeof(T)) < from_bytes)) period = 0;
-  // dlogits rows at the logits rows' offsets (both dense alike, padded alike, or in place): one
-  // shift for both. Unsigned differences: mod 16 holds through their wrap-around.
-  const uint64_t stride_gap =
-      (static_cast<uint64_t>(a.dlogits_stride) - static_cast<uint64_t>(a.logits_stride)) * sizeof(T);
-  const bool stores_shifted =
-      !kForward && stride_gap % 16 == 0 &&
-      (reinterpret_cast<uintptr_t>(a.dlogits) - reinterpret_cast<uintptr_t>(a.logits)) % 16 == 0;
   if (period == 0) {  // one launch, every row
-    const auto kernel = row_kernel_for<T, kForward, kExtras>(-1, false);
+    const auto kernel = row_kernel_for<T, kForward, kExtras>(-1);
     kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, 0, 1);
     return launched(name);
   }
   for (int c = 0; c < period && c < a.rows; ++c) {
     const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(a.logits + c * a.logits_stride)) & 15);
-    const auto kernel = row_kernel_for<T, kForward, kExtras>(shift, stores_shifted);
+    const auto kernel = row_kernel_for<T, kForward, kExtras>(shift);
     const int64_t class_rows = (a.rows - c + period - 1) / period;
     kernel<<<grid_for(kernel, class_rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, c, period);
     REDUCEKIT_RETURN_IF_ERROR(launched(name));

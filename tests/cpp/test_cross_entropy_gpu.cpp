@@ -423,6 +423,66 @@ TEST(CrossEntropyGpu, SplitRowsKeepTheRowKernelsBits) {
   check_split_rows<double>();
 }
 
+// The backward's two layouts give the same bits: dlogits rows at the logits rows' offsets in their
+// granules (whole aligned granules at any row length) and at other offsets (the forward's vector
+// layout); rows of a few elements to a vocabulary, lean and with the extras, ignored and
+// out-of-range targets; the elements around the rows stay as they were. (Split rows take the
+// forward's layout: SplitRowsKeepTheRowKernelsBits.)
+template <typename T> void check_gradient_layouts() {
+  constexpr int64_t kVec = 16 / sizeof(T), kIn = 1;  // the logits rows start an element into a granule
+  const ScopedTuning row_loop("cross_entropy_split_below_rows", 0);  // a few rows, not split
+  for (const int64_t classes : {int64_t(3), int64_t(kVec + 1), int64_t(4099), int64_t(50257)}) {
+    for (const bool extras : {false, true}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " classes " << classes
+                                      << (extras ? " smoothing, softcap, z-loss" : ""));
+      const int64_t rows = 5, count = rows * classes;
+      const std::vector<double> v = make_values(count, "randn", 101);
+      std::vector<T> x(count + kIn);
+      for (int64_t i = 0; i < count; ++i) x[i + kIn] = from_double<T>(3 * v[i]);
+      std::vector<int64_t> targets = targets_for(rows, classes);
+      targets[3] = -1;  // out of range: a NaN row
+      CrossEntropyOptions o;
+      if (extras) o.label_smoothing = 0.1, o.softcap = 20, o.lse_square_scale = 1e-3;
+      const RowLayout at{rows, classes, classes, 0};
+      DeviceBuffer dx(x), dt(targets), grad(std::vector<AccOf<T>>(rows, AccOf<T>(0.5)));
+      DeviceBuffer loss(rows * sizeof(AccOf<T>)), lse(rows * sizeof(AccOf<T>));
+      const TensorView xv = row_view(static_cast<T*>(dx.get()) + kIn, dtype_of<T>(), at);
+      const TensorView tv = vector_view<int64_t>(dt.get(), rows), sv = vector_view<AccOf<T>>(lse.get(), rows);
+      const Status st =
+          cross_entropy_forward(xv, tv, nullptr, o, vector_view<AccOf<T>>(loss.get(), rows), sv, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      // dlogits `offset` elements into a buffer of sentinels: the rows' gradient bits
+      const auto gradient_at = [&](int64_t offset) {
+        const T sentinel = from_double<T>(7.0);
+        DeviceBuffer dl(std::vector<T>(count + 2 * kVec, sentinel));
+        const Status s = cross_entropy_backward(xv, tv, nullptr, sv, vector_view<AccOf<T>>(grad.get(), rows), o,
+                                                row_view(static_cast<T*>(dl.get()) + offset, dtype_of<T>(), at), nullptr);
+        EXPECT_TRUE(s.is_ok()) << s.message();
+        const std::vector<T> image = copy_back<T>(dl, count + 2 * kVec);
+        for (int64_t i = 0; i < int64_t(image.size()); ++i)
+          if ((i < offset || i >= offset + count) && to_double(image[i]) != 7.0) {
+            ADD_FAILURE() << "dlogits at offset " << offset << ": element " << i << " around the rows was written";
+            break;
+          }
+        return std::vector<T>(image.begin() + offset, image.begin() + offset + count);
+      };
+      const std::vector<T> granules = gradient_at(kIn), shifted = gradient_at(kIn + 1);
+      EXPECT_TRUE(same_bits(granules, shifted)) << "dlogits at the logits' offsets against one element on";
+      EXPECT_TRUE(same_bits(granules, gradient_at(kIn + kVec))) << "a granule on";
+      EXPECT_TRUE(std::isnan(to_double(granules[3 * classes]))) << "row 3's target is out of range";
+      EXPECT_EQ(to_double(granules[1 * classes]), 0.0) << "row 1 is ignored";
+    }
+  }
+}
+
+TEST(CrossEntropyGpu, GradientBitsAtAnyDlogitsOffset) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_gradient_layouts<__nv_bfloat16>();
+  check_gradient_layouts<float>();
+  check_gradient_layouts<__half>();
+  check_gradient_layouts<double>();
+}
+
 // 16-bit rows of the staged bands (256-thread CTAs, one 512-thread CTA, a cluster), more of them
 // than the device holds at once: the fused op's bits are the same in two calls, for a row alone
 // as in the batch, and at another alignment;
