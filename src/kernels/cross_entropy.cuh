@@ -95,6 +95,50 @@ __device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int6
   return b;
 }
 
+// A row in the granules it touches: the row starts `shift` elements into granule 0, so granule k
+// holds its elements k * VEC - shift .. k * VEC - shift + VEC - 1. Every granule but a partial
+// first and last lies whole inside the row: an aligned 16 bytes to load and store at any row length.
+template <int VEC> struct RowGranules {
+  int shift;
+  int64_t count, first_whole, end_whole;  // granules [first_whole, end_whole) lie whole inside
+  __device__ __forceinline__ RowGranules(int elem_shift, int64_t len)
+      : shift(elem_shift), count((len + elem_shift + VEC - 1) / VEC), first_whole(elem_shift > 0 ? 1 : 0),
+        end_whole((len + elem_shift) / VEC) {}
+  __device__ __forceinline__ bool whole(int64_t k) const { return k >= first_whole && k < end_whole; }
+  __device__ __forceinline__ int64_t first_element(int64_t k) const { return k * VEC - shift; }
+};
+
+// Granule k of `row` (its elements from first_element(k)): one aligned load where whole, else
+// element by element, inside the row only (zeros elsewhere).
+template <typename T, int VEC>
+__device__ __forceinline__ Bytes16 load_row_granule(const T* row, const RowGranules<VEC>& g, int64_t k, int64_t len) {
+  const int64_t e0 = g.first_element(k);
+  if (g.whole(k)) return load_aligned16(row + e0);
+  T part[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    part[e] = uint64_t(e0 + e) < uint64_t(len) ? row[e0 + e] : from_acc<T>(acc_t<T>(0));
+  Bytes16 b;
+  memcpy(&b, part, 16);
+  return b;
+}
+
+// Writes out[] to `row` from element e0: one 16-byte store where `whole` (kAligned: at an aligned
+// address; else at any), else the elements inside the row one by one.
+template <bool kAligned, typename T, int VEC>
+__device__ __forceinline__ void store_row_elements(T* row, int64_t e0, bool whole, const T (&out)[VEC], int64_t len) {
+  if (whole) {
+    Bytes16 b;
+    memcpy(&b, out, 16);
+    if constexpr (kAligned) store_aligned16(row + e0, b);
+    else store_vector16<sizeof(T)>(row + e0, b);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      if (uint64_t(e0 + e) < uint64_t(len)) row[e0 + e] = out[e];
+  }
+}
+
 // The (soft-capped) logits of a vector inside the row.
 template <typename T, int VEC, typename Acc>
 __device__ __forceinline__ void values_whole(const Bytes16& b, Acc softcap, Acc* z) {
@@ -440,67 +484,46 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   }
 
   // dlogits of a row whose dlogits row starts at its logits row's offset in a 16-byte granule:
-  // the threads take the granules the row touches, granule k holding elements k * VEC - s ..
-  // k * VEC - s + VEC - 1 of a row that starts s elements into its first granule, so every load
-  // and store is an aligned 16 bytes at any row length; only the row's partial first and last
-  // granules go element by element (the neighbouring rows' CTAs own their other bytes). The
-  // gradient is elementwise, so its bits are gradient()'s; dlogits may be the logits themselves.
+  // the threads take the granules the row touches (RowGranules), aligned 16-byte loads and stores
+  // at any row length, the partial first and last granules element by element (the neighbouring
+  // rows' CTAs own their other bytes). The gradient is elementwise, so its bits are gradient()'s;
+  // dlogits may be the logits themselves.
   __device__ __forceinline__ void gradient_granules(int64_t row, Acc lse, Acc g) const {
-    const int s = misalignment16(a.logits + row * a.logits_stride) / static_cast<int>(sizeof(T));
-    const T* x = a.logits + row * a.logits_stride - s;  // the row's first granule
-    T* dx = a.dlogits + row * a.dlogits_stride - s;
+    const T* x = a.logits + row * a.logits_stride;
+    T* dx = a.dlogits + row * a.dlogits_stride;
+    const RowGranules<VEC> rg(misalignment16(x) / static_cast<int>(sizeof(T)), a.classes);
     const GradientTerms r = gradient_terms(row, lse, g);
-    const int64_t span = a.classes + s, granules = (span + VEC - 1) / VEC;
-    const int64_t first_whole = s > 0 ? 1 : 0, end_whole = span / VEC;
-    const auto whole = [&](int64_t k) { return k >= first_whole && k < end_whole; };
-    constexpr int kStride = kCrossEntropyThreads * VEC;  // elements between a thread's granules
+    constexpr int kStride = kCrossEntropyThreads * VEC;  // elements between a thread's granules in a step
     const auto load = [&](Bytes16 (&raw)[U], int64_t k0) {
-      if (whole(k0) && k0 + int64_t(U - 1) * kCrossEntropyThreads < end_whole) {
+      if (rg.whole(k0) && rg.whole(k0 + int64_t(U - 1) * kCrossEntropyThreads)) {
+        const T* first = x + rg.first_element(k0);
 #pragma unroll
-        for (int u = 0; u < U; ++u) raw[u] = load_aligned16(x + k0 * VEC + u * kStride);
-        return;
-      }
+        for (int u = 0; u < U; ++u) raw[u] = load_aligned16(first + u * kStride);
+      } else {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t k = k0 + int64_t(u) * kCrossEntropyThreads;
-        if (whole(k)) {
-          raw[u] = load_aligned16(x + k * VEC);
-        } else if (k < granules) {
-          T part[VEC];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const int64_t j = k * VEC + e - s;
-            part[e] = j >= 0 && j < a.classes ? x[k * VEC + e] : from_acc<T>(Acc(0));
-          }
-          memcpy(&raw[u], part, 16);
-        }
+        for (int u = 0; u < U; ++u)
+          if (const int64_t k = k0 + int64_t(u) * kCrossEntropyThreads; k < rg.count)
+            raw[u] = load_row_granule(x, rg, k, a.classes);
       }
     };
     const int64_t step = int64_t(U) * kCrossEntropyThreads;
     Bytes16 cur[U], next[U];
     load(cur, threadIdx.x);
-    for (int64_t k0 = threadIdx.x; k0 < granules; k0 += step) {
-      if (k0 + step < granules) load(next, k0 + step);
+    for (int64_t k0 = threadIdx.x; k0 < rg.count; k0 += step) {
+      if (k0 + step < rg.count) load(next, k0 + step);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t k = k0 + int64_t(u) * kCrossEntropyThreads;
-        if (k >= granules) break;
+        if (k >= rg.count) break;
+        const int64_t e0 = rg.first_element(k);
         Acc z[VEC];
         values_whole<T, VEC>(cur[u], softcap, z);
-        const int64_t t_at = r.t + s - k * VEC;  // the target's place in this granule
+        const int64_t t_at = r.t - e0;  // the target's place in this granule
         const int t_here = t_at >= 0 && t_at < VEC ? static_cast<int>(t_at) : -1;
         T out[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = from_acc<T>(element_gradient(r, z[e], e == t_here, k * VEC + e - s));
-        if (whole(k)) {
-          Bytes16 b;
-          memcpy(&b, out, 16);
-          store_aligned16(dx + k * VEC, b);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            if (const int64_t j = k * VEC + e - s; j >= 0 && j < a.classes) dx[k * VEC + e] = out[e];
-        }
+        for (int e = 0; e < VEC; ++e) out[e] = from_acc<T>(element_gradient(r, z[e], e == t_here, e0 + e));
+        store_row_elements<true>(dx, e0, rg.whole(k), out, a.classes);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) cur[u] = next[u];

@@ -88,38 +88,51 @@ template <typename T> struct ProbsRow {
     step = int64_t(U) * blockDim.x;
   }
 
-  // The logits z of vector v (past the row: -inf) and its weighted smoothed targets wq (past the
-  // row: 0), from the vectors' raw bytes.
+  // The logits z of the vector from element e0 (outside the row: -inf) and its weighted smoothed
+  // targets wq (outside the row: 0), from the vectors' raw bytes.
   // A vector inside the row (`whole`) skips the tests an element.
-  __device__ __forceinline__ void values(const Bytes16& xb, const Bytes16& pb, int64_t v, bool whole, Acc (&z)[VEC],
+  __device__ __forceinline__ void values(const Bytes16& xb, const Bytes16& pb, int64_t e0, bool whole, Acc (&z)[VEC],
                                          Acc (&wq)[VEC]) const {
     const Acc keep = Acc(1) - a.smoothing, spread = a.smoothing / Acc(a.classes);
     Acc q[VEC];
     values_whole<T, VEC>(pb, Acc(0), q);
+    values_whole<T, VEC>(xb, a.softcap, z);
     if (whole) {
-      values_whole<T, VEC>(xb, a.softcap, z);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) wq[e] = (a.weight ? a.weight[v * VEC + e] : Acc(1)) * (keep * q[e] + spread);
+      for (int e = 0; e < VEC; ++e) wq[e] = (a.weight ? a.weight[e0 + e] : Acc(1)) * (keep * q[e] + spread);
     } else {
-      values_of<T, VEC>(xb, v, a.classes, a.softcap, negative_infinity<Acc>(), z);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const int64_t j = v * VEC + e;
-        wq[e] = j < a.classes ? (a.weight ? a.weight[j] : Acc(1)) * (keep * q[e] + spread) : Acc(0);
+        const int64_t j = e0 + e;
+        const bool inside = uint64_t(j) < uint64_t(a.classes);
+        wq[e] = inside ? (a.weight ? a.weight[j] : Acc(1)) * (keep * q[e] + spread) : Acc(0);
+        if (!inside) z[e] = negative_infinity<Acc>();
       }
     }
   }
 
-  // body(v, whole, z, wq) for each of this thread's vectors v of the row (whole: inside it), a
-  // step's U vectors of each input loaded before the first is used; inside steps from one address
-  // an input (VectorBatch::load_inside).
-  template <class Body> __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
+  // body(e0, whole, z, wq) for each of this thread's vectors of the row (e0: its first element;
+  // whole: inside the row), a step's U vectors of each input loaded before the first is used.
+  // kGranules: the vectors are the granules the rows touch (RowGranules; logits and target rows at
+  // the same offsets in their granules), aligned loads at any row length; else the fold's layout,
+  // vectors v = tid, tid + threads, ... from the row's start, inside steps from one address an
+  // input (VectorBatch::load_inside). The forward keeps the fold's layout: its sums' order.
+  template <bool kGranules, class Body>
+  __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
     static_assert(kProbsThreads == kCrossEntropyThreads, "load_inside strides by kCrossEntropyThreads");
     using Batch = VectorBatch<T, U>;
-    const int64_t whole_vectors = a.classes / VEC;
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += step) {
+    const RowGranules<VEC> rg(kGranules ? misalignment16(x) / static_cast<int>(sizeof(T)) : 0, a.classes);
+    const int64_t whole_vectors = a.classes / VEC, count = kGranules ? rg.count : vectors;
+    for (int64_t v0 = threadIdx.x; v0 < count; v0 += step) {
       Batch xs, ps;
-      if (Batch::inside_step(v0, whole_vectors)) {
+      if constexpr (kGranules) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (const int64_t k = v0 + int64_t(u) * blockDim.x; k < count) {
+            xs.raw[u] = load_row_granule(x, rg, k, a.classes);
+            ps.raw[u] = load_row_granule(p, rg, k, a.classes);
+          }
+      } else if (Batch::inside_step(v0, whole_vectors)) {
         xs.template load_inside<-1>(x, v0);
         ps.template load_inside<-1>(p, v0);
       } else {
@@ -129,11 +142,12 @@ template <typename T> struct ProbsRow {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
-        if (v >= vectors) break;
-        const bool whole = v < whole_vectors;
+        if (v >= count) break;
+        const bool whole = kGranules ? rg.whole(v) : v < whole_vectors;
+        const int64_t e0 = kGranules ? rg.first_element(v) : v * VEC;
         Acc z[VEC], wq[VEC];
-        values(xs.raw[u], ps.raw[u], v, whole, z, wq);
-        body(v, whole, z, wq);
+        values(xs.raw[u], ps.raw[u], e0, whole, z, wq);
+        body(e0, whole, z, wq);
       }
     }
   }
@@ -141,14 +155,14 @@ template <typename T> struct ProbsRow {
   // Folds a vector at a time, the vector's max first: one exp an element and one rescale a vector.
   __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
     Acc m = negative_infinity<Acc>(), s = Acc(0), spread = Acc(0), mass = Acc(0);
-    for_vectors(a.logits + row * a.logits_stride, a.target + row * a.target_stride,
-                [&](int64_t v, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+    for_vectors<false>(a.logits + row * a.logits_stride, a.target + row * a.target_stride,
+                [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
                   const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
                   const Acc base = Op::base(top);
                   // fmax skips NaN; the sum of exp catches it. Elements past the row add nothing.
                   s = s * fast_exp(m - base) + fold_chains<VEC>(Plus{}, [&](int e) { return fast_exp(z[e] - base); });
                   spread = (spread - mass * (base - Op::base(m))) + fold_chains<VEC>(Plus{}, [&](int e) {
-                             return whole || v * VEC + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
+                             return whole || e0 + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
                            });
                   mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
                   m = top;
@@ -165,8 +179,9 @@ template <typename T> struct ProbsRow {
     }
   }
 
-  // Each thread reads and writes only its own vectors.
-  __device__ __forceinline__ void gradient(int64_t row) const {
+  // Each thread reads and writes only its own vectors. kGranules: every row of the four inputs
+  // starts at the logits row's offset in a granule (for_vectors).
+  template <bool kGranules> __device__ __forceinline__ void gradient(int64_t row) const {
     const T* x = a.logits + row * a.logits_stride;
     const T* p = a.target + row * a.target_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
@@ -174,7 +189,7 @@ template <typename T> struct ProbsRow {
     const Acc lse = a.saved_lse[row], g = a.grad_of(row);
     const Acc p_factor = g * (a.saved_mass[row] + Acc(2) * a.z_scale * lse);
     const Acc target_factor = -g * (Acc(1) - a.smoothing);
-    for_vectors(x, p, [&](int64_t v, bool, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+    for_vectors<kGranules>(x, p, [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
       T out[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -182,32 +197,17 @@ template <typename T> struct ProbsRow {
         if (a.softcap > Acc(0)) d *= Acc(1) - (z[e] / a.softcap) * (z[e] / a.softcap);
         out[e] = from_acc<T>(d);
       }
-      store_row_vector(dx, v, out);
+      store_row_elements<kGranules>(dx, e0, whole, out, a.classes);
       if (dp) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const int64_t j = v * VEC + e;
-          const Acc w = a.weight && j < a.classes ? a.weight[j] : Acc(1);
+          const int64_t j = e0 + e;
+          const Acc w = a.weight && uint64_t(j) < uint64_t(a.classes) ? a.weight[j] : Acc(1);
           out[e] = from_acc<T>(target_factor * w * (z[e] - lse));
         }
-        store_row_vector(dp, v, out);
+        store_row_elements<kGranules>(dp, e0, whole, out, a.classes);
       }
     });
-  }
-
-  // Vector v of a row: one 16-byte store (as aligned pieces off its granule), or element by
-  // element at the row's end.
-  __device__ __forceinline__ void store_row_vector(T* row, int64_t v, const T (&out)[VEC]) const {
-    const int64_t e0 = v * VEC;
-    if (e0 + VEC <= a.classes) {
-      Bytes16 b;
-      memcpy(&b, out, 16);
-      store_vector16<sizeof(T)>(row + e0, b);
-    } else {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        if (e0 + e < a.classes) row[e0 + e] = out[e];
-    }
   }
 };
 
@@ -218,10 +218,10 @@ __global__ void __launch_bounds__(kProbsThreads) cross_entropy_probs_forward_ker
   for_rows(a.rows, 0, 1, [&](int64_t row) { r.forward(row, slots); });
 }
 
-template <typename T>
+template <typename T, bool kGranules>
 __global__ void __launch_bounds__(kProbsThreads) cross_entropy_probs_backward_kernel(ProbsArgs<T> a) {
   const ProbsRow<T> r(a);
-  for_rows(a.rows, 0, 1, [&](int64_t row) { r.gradient(row); });
+  for_rows(a.rows, 0, 1, [&](int64_t row) { r.template gradient<kGranules>(row); });
 }
 
 }  // namespace reducekit::kernels

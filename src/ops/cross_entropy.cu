@@ -189,6 +189,14 @@ template <typename T, bool kForward, bool kExtras> auto row_kernel_for(int shift
   }
 }
 
+// Whether every row of p starts at the same offset in a 16-byte granule as the same row of q
+// (both dense alike, padded alike, or the same rows): the backward kernels then move whole aligned
+// granules. Unsigned differences: mod 16 holds through their wrap-around.
+template <typename T> bool same_granule_offsets(const T* p, int64_t p_stride, const T* q, int64_t q_stride) {
+  const uint64_t stride_gap = (static_cast<uint64_t>(p_stride) - static_cast<uint64_t>(q_stride)) * sizeof(T);
+  return stride_gap % 16 == 0 && (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(q)) % 16 == 0;
+}
+
 // Row-loop kernels (one CTA a row). Float32 rows run a launch a shift class (rows c, c + p,
 // c + 2p, ...: shift_period), each on the kernel for its shift; float32 logits under
 // kClassLaunchFromBytes whose rows start at several offsets, and other dtypes, one launch on the
@@ -240,12 +248,7 @@ Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t st
   if (const int chunks = split_chunks(a); chunks > 0)
     return launch_split<T, kForward, kExtras>(a, chunks, stream, name);
   if constexpr (!kForward) {
-    // dlogits rows at the logits rows' offsets in a granule (both dense alike, padded alike, or in
-    // place): the backward moves whole aligned granules. Unsigned differences: mod 16 holds
-    // through their wrap-around.
-    const uint64_t stride_gap =
-        (static_cast<uint64_t>(a.dlogits_stride) - static_cast<uint64_t>(a.logits_stride)) * sizeof(T);
-    if (stride_gap % 16 == 0 && (reinterpret_cast<uintptr_t>(a.dlogits) - reinterpret_cast<uintptr_t>(a.logits)) % 16 == 0) {
+    if (same_granule_offsets(a.dlogits, a.dlogits_stride, a.logits, a.logits_stride)) {
       const auto kernel = kernels::cross_entropy_backward_granules_kernel<T, kExtras>;
       kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
       return launched(name);
@@ -461,7 +464,11 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
       a.dtarget = static_cast<T*>(dtarget->data);
       a.dtarget_stride = target_out_plan.row_stride;
     }
-    const auto kernel = kernels::cross_entropy_probs_backward_kernel<T>;
+    const bool granules = same_granule_offsets(a.target, a.target_stride, a.logits, a.logits_stride) &&
+                          same_granule_offsets<T>(a.dlogits, a.dlogits_stride, a.logits, a.logits_stride) &&
+                          (a.dtarget == nullptr || same_granule_offsets<T>(a.dtarget, a.dtarget_stride, a.logits, a.logits_stride));
+    const auto kernel = granules ? kernels::cross_entropy_probs_backward_kernel<T, true>
+                                 : kernels::cross_entropy_probs_backward_kernel<T, false>;
     kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);
     return launched("cross_entropy_probs_backward");
   });

@@ -427,7 +427,8 @@ TEST(CrossEntropyGpu, SplitRowsKeepTheRowKernelsBits) {
 // granules (whole aligned granules at any row length) and at other offsets (the forward's vector
 // layout); rows of a few elements to a vocabulary, lean and with the extras, ignored and
 // out-of-range targets; the elements around the rows stay as they were. (Split rows take the
-// forward's layout: SplitRowsKeepTheRowKernelsBits.)
+// forward's layout: SplitRowsKeepTheRowKernelsBits.) The same for class-probability targets, whose
+// rows share the logits' offsets.
 template <typename T> void check_gradient_layouts() {
   constexpr int64_t kVec = 16 / sizeof(T), kIn = 1;  // the logits rows start an element into a granule
   const ScopedTuning row_loop("cross_entropy_split_below_rows", 0);  // a few rows, not split
@@ -471,6 +472,38 @@ template <typename T> void check_gradient_layouts() {
       EXPECT_TRUE(same_bits(granules, gradient_at(kIn + kVec))) << "a granule on";
       EXPECT_TRUE(std::isnan(to_double(granules[3 * classes]))) << "row 3's target is out of range";
       EXPECT_EQ(to_double(granules[1 * classes]), 0.0) << "row 1 is ignored";
+
+      // Class-probability targets at the logits' offsets: dlogits and dtarget both ways.
+      std::vector<T> q(count + kIn);
+      for (int64_t i = 0; i < count; ++i) q[i + kIn] = from_double<T>(1.0 / double(classes) * (1 + 0.5 * v[count - 1 - i]));
+      DeviceBuffer dq(q), mass(rows * sizeof(AccOf<T>));
+      const TensorView qv = row_view(static_cast<T*>(dq.get()) + kIn, dtype_of<T>(), at);
+      const TensorView mv = vector_view<AccOf<T>>(mass.get(), rows);
+      ASSERT_TRUE(
+          cross_entropy_probs_forward(xv, qv, nullptr, o, vector_view<AccOf<T>>(loss.get(), rows), sv, mv, nullptr)
+              .is_ok());
+      const auto probs_gradients_at = [&](int64_t offset) {
+        const T sentinel = from_double<T>(7.0);
+        DeviceBuffer dl(std::vector<T>(count + 2 * kVec, sentinel)), dt_out(std::vector<T>(count + 2 * kVec, sentinel));
+        const TensorView dtv = row_view(static_cast<T*>(dt_out.get()) + offset, dtype_of<T>(), at);
+        const Status s = cross_entropy_probs_backward(xv, qv, nullptr, sv, mv, vector_view<AccOf<T>>(grad.get(), rows),
+                                                      o, row_view(static_cast<T*>(dl.get()) + offset, dtype_of<T>(), at),
+                                                      &dtv, nullptr);
+        EXPECT_TRUE(s.is_ok()) << s.message();
+        std::vector<T> both;
+        for (const DeviceBuffer* b : {&dl, &dt_out}) {
+          const std::vector<T> image = copy_back<T>(*b, count + 2 * kVec);
+          for (int64_t i = 0; i < int64_t(image.size()); ++i)
+            if ((i < offset || i >= offset + count) && to_double(image[i]) != 7.0) {
+              ADD_FAILURE() << "probability gradients at offset " << offset << ": element " << i << " was written";
+              break;
+            }
+          both.insert(both.end(), image.begin() + offset, image.begin() + offset + count);
+        }
+        return both;
+      };
+      EXPECT_TRUE(same_bits(probs_gradients_at(kIn), probs_gradients_at(kIn + 1)))
+          << "probability gradients at the logits' offsets against one element on";
     }
   }
 }
@@ -883,7 +916,8 @@ template <typename T> void check_every_probs_case() {
   for (const ProbsCase& c : {ProbsCase{5, 1}, ProbsCase{37, 7, 1, 0, 3}, ProbsCase{16, 1000, 0, 1, 1},
                              ProbsCase{6, 50257, 3, 5, 1}, ProbsCase{4, 32000, 0, 0, 0, 0.1, 0, 0, true},
                              ProbsCase{8, 4099, 2, 7, 5, 0.2, 1e-3, 30.0, true}, ProbsCase{3, 131073, 1, 0, 0, 0, 1e-4, 0},
-                             ProbsCase{8, 4096, 0, 0, 0, 1.0, 0, 0, true}}) {
+                             ProbsCase{8, 4096, 0, 0, 0, 1.0, 0, 0, true}, ProbsCase{7, 50257},
+                             ProbsCase{9, 4099, 0, 0, 0, 0.1, 1e-3, 20.0, true}}) {
     check_probs_case<T>(c);
     if (testing::Test::HasFailure()) return;
   }
