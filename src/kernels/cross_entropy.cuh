@@ -95,15 +95,19 @@ __device__ __forceinline__ Bytes16 load_row_vector(const T* row, int64_t v, int6
   return b;
 }
 
-// A row in the granules it touches: the row starts `shift` elements into granule 0, so granule k
-// holds its elements k * VEC - shift .. k * VEC - shift + VEC - 1. Every granule but a partial
-// first and last lies whole inside the row: an aligned 16 bytes to load and store at any row length.
+// A row in the 16-byte granules counted from the 512-byte block it starts in (a warp's 32
+// granules: each warp's step then covers whole 32-byte sectors): the row starts `shift` elements
+// into the block, so granule k holds its elements k * VEC - shift .. k * VEC - shift + VEC - 1.
+// Every granule but a partial first and last lies whole inside the row or wholly before it: an
+// aligned 16 bytes to load and store at any row length (granules before the row touch nothing).
 template <int VEC> struct RowGranules {
+  static constexpr int kBlockBytes = 512;
   int shift;
   int64_t count, first_whole, end_whole;  // granules [first_whole, end_whole) lie whole inside
-  __device__ __forceinline__ RowGranules(int elem_shift, int64_t len)
-      : shift(elem_shift), count((len + elem_shift + VEC - 1) / VEC), first_whole(elem_shift > 0 ? 1 : 0),
-        end_whole((len + elem_shift) / VEC) {}
+  template <typename T>
+  __device__ __forceinline__ RowGranules(const T* row, int64_t len)
+      : shift(static_cast<int>(reinterpret_cast<uintptr_t>(row) % kBlockBytes) / static_cast<int>(sizeof(T))),
+        count((len + shift + VEC - 1) / VEC), first_whole((shift + VEC - 1) / VEC), end_whole((len + shift) / VEC) {}
   __device__ __forceinline__ bool whole(int64_t k) const { return k >= first_whole && k < end_whole; }
   __device__ __forceinline__ int64_t first_element(int64_t k) const { return k * VEC - shift; }
 };
@@ -491,7 +495,7 @@ template <typename T, bool kExtras> struct CrossEntropyRow {
   __device__ __forceinline__ void gradient_granules(int64_t row, Acc lse, Acc g) const {
     const T* x = a.logits + row * a.logits_stride;
     T* dx = a.dlogits + row * a.dlogits_stride;
-    const RowGranules<VEC> rg(misalignment16(x) / static_cast<int>(sizeof(T)), a.classes);
+    const RowGranules<VEC> rg(x, a.classes);
     const GradientTerms r = gradient_terms(row, lse, g);
     constexpr int kStride = kCrossEntropyThreads * VEC;  // elements between a thread's granules in a step
     const auto load = [&](Bytes16 (&raw)[U], int64_t k0) {

@@ -121,7 +121,7 @@ template <typename T> struct ProbsRow {
   __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
     static_assert(kProbsThreads == kCrossEntropyThreads, "load_inside strides by kCrossEntropyThreads");
     using Batch = VectorBatch<T, U>;
-    const RowGranules<VEC> rg(kGranules ? misalignment16(x) / static_cast<int>(sizeof(T)) : 0, a.classes);
+    const RowGranules<VEC> rg(x, a.classes);  // kGranules only
     const int64_t whole_vectors = a.classes / VEC, count = kGranules ? rg.count : vectors;
     for (int64_t v0 = threadIdx.x; v0 < count; v0 += step) {
       Batch xs, ps;
