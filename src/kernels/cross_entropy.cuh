@@ -625,8 +625,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const CrossEntropyRow<T, kExtras> r(a, nullptr, sum_slots, nullptr);
   const int64_t row = blockIdx.x / chunks;
   const int64_t v_begin = (blockIdx.x % chunks) * r.chunk_vectors;
-  r.template gradient<-1>(row, a.saved_lse[row], a.grad_of(row), v_begin,
-                      min(r.vectors, v_begin + r.chunk_vectors));
+  r.template gradient<-1>(row, a.saved_lse[row], a.grad_of(row), v_begin, min(r.vectors, v_begin + r.chunk_vectors));
 }
 
 // The gradient of a staged row's granule (no label smoothing, no soft-capping: the staged

@@ -155,18 +155,18 @@ template <typename T> struct ProbsRow {
   // Folds a vector at a time, the vector's max first: one exp an element and one rescale a vector.
   __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
     Acc m = negative_infinity<Acc>(), s = Acc(0), spread = Acc(0), mass = Acc(0);
-    for_vectors<false>(a.logits + row * a.logits_stride, a.target + row * a.target_stride,
-                [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
-                  const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
-                  const Acc base = Op::base(top);
-                  // fmax skips NaN; the sum of exp catches it. Elements past the row add nothing.
-                  s = s * fast_exp(m - base) + fold_chains<VEC>(Plus{}, [&](int e) { return fast_exp(z[e] - base); });
-                  spread = (spread - mass * (base - Op::base(m))) + fold_chains<VEC>(Plus{}, [&](int e) {
-                             return whole || e0 + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
-                           });
-                  mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
-                  m = top;
-                });
+    const auto fold = [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+      const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
+      const Acc base = Op::base(top);
+      // fmax skips NaN; the sum of exp catches it. Elements past the row add nothing.
+      s = s * fast_exp(m - base) + fold_chains<VEC>(Plus{}, [&](int e) { return fast_exp(z[e] - base); });
+      spread = (spread - mass * (base - Op::base(m))) + fold_chains<VEC>(Plus{}, [&](int e) {
+                 return whole || e0 + e < a.classes ? wq[e] * (z[e] - base) : Acc(0);
+               });
+      mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
+      m = top;
+    };
+    for_vectors<false>(a.logits + row * a.logits_stride, a.target + row * a.target_stride, fold);
     const typename Op::Stat stat = block_butterfly_reduce<Op>({{m, s, spread, mass}}, slots);
     if (threadIdx.x == 0) {
       const Acc log_sum = precise_log(stat.w[1]);

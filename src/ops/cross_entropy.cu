@@ -464,9 +464,12 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
       a.dtarget = static_cast<T*>(dtarget->data);
       a.dtarget_stride = target_out_plan.row_stride;
     }
-    const bool granules = same_granule_offsets(a.target, a.target_stride, a.logits, a.logits_stride) &&
-                          same_granule_offsets<T>(a.dlogits, a.dlogits_stride, a.logits, a.logits_stride) &&
-                          (a.dtarget == nullptr || same_granule_offsets<T>(a.dtarget, a.dtarget_stride, a.logits, a.logits_stride));
+    const auto at_logits_offsets = [&](const T* p, int64_t stride) {
+      return same_granule_offsets(p, stride, a.logits, a.logits_stride);
+    };
+    const bool granules = at_logits_offsets(a.target, a.target_stride) &&
+                          at_logits_offsets(a.dlogits, a.dlogits_stride) &&
+                          (a.dtarget == nullptr || at_logits_offsets(a.dtarget, a.dtarget_stride));
     const auto kernel = granules ? kernels::cross_entropy_probs_backward_kernel<T, true>
                                  : kernels::cross_entropy_probs_backward_kernel<T, false>;
     kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);

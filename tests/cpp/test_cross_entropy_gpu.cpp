@@ -475,7 +475,8 @@ template <typename T> void check_gradient_layouts() {
 
       // Class-probability targets at the logits' offsets: dlogits and dtarget both ways.
       std::vector<T> q(count + kIn);
-      for (int64_t i = 0; i < count; ++i) q[i + kIn] = from_double<T>(1.0 / double(classes) * (1 + 0.5 * v[count - 1 - i]));
+      for (int64_t i = 0; i < count; ++i)
+        q[i + kIn] = from_double<T>(1.0 / double(classes) * (1 + 0.5 * v[count - 1 - i]));
       DeviceBuffer dq(q), mass(rows * sizeof(AccOf<T>));
       const TensorView qv = row_view(static_cast<T*>(dq.get()) + kIn, dtype_of<T>(), at);
       const TensorView mv = vector_view<AccOf<T>>(mass.get(), rows);
