@@ -11,7 +11,8 @@ layer_norm float32 4096x32768/"` profiles the timed launch only).
 --op: softmax, log_softmax, layer_norm (weight and bias, over the last dim), rms_norm (weight),
 add_layer_norm (layer_norm of x + residual, a random residual; y and s), add_rms_norm (likewise, weight),
 sum_col (sum over dim 0), sum_row / mean_row / amax_row (over the last dim), cross_entropy (the
-per-row loss, random targets), cross_entropy_step (the fused loss and gradient).
+per-row loss, random targets), cross_entropy_step (the fused loss and gradient), cross_entropy_probs (the
+per-row loss against class-probability targets).
 Each launch is inside an NVTX range "impl op dtype shape". --tune NAME=VALUE profiles reducekit
 under a planner override, as bench.py's.
 Peers that lack the op (seed Triton has no rms_norm or column sum) are left out.
@@ -37,7 +38,7 @@ def main():
     p.add_argument("--op", default="softmax", choices=["softmax", "log_softmax", "layer_norm", "rms_norm",
                                                         "add_layer_norm", "add_rms_norm", "sum_col",
                                                         "sum_row", "mean_row", "amax_row", "cross_entropy",
-                                                        "cross_entropy_step"])
+                                                        "cross_entropy_step", "cross_entropy_probs"])
     args = p.parse_args()
     peers.load_reducekit()  # registers torch.ops.reducekit
     seed, _ = peers.load_seed_triton(peers.default_seed_triton_path())
@@ -64,6 +65,12 @@ def main():
         if key not in params:
             params[key] = (torch.randint(0, x.shape[-1], x.shape[:-1], device="cuda"),
                            torch.full(x.shape[:-1], 1.0 / x.shape[0], device="cuda"))
+        return params[key]
+
+    def probabilities(x):  # class-probability targets of x's dtype, per shape
+        key = ("probabilities", x.dtype, x.shape)
+        if key not in params:
+            params[key] = torch.randn_like(x).softmax(-1)
         return params[key]
 
     eps = 1e-5
@@ -98,6 +105,9 @@ def main():
                           "torch": lambda x: torch.nn.functional.cross_entropy(x, targets(x)[0], reduction="none")},
         "cross_entropy_step": {"reducekit": lambda x: ops.cross_entropy_fused(x, targets(x)[0], None, targets(x)[1],
                                                                               -100, 0.0, 0.0, 0.0)},
+        "cross_entropy_probs": {
+            "reducekit": lambda x: ops.cross_entropy_probs_forward(x, probabilities(x), None, 0.0, 0.0, 0.0),
+            "torch": lambda x: torch.nn.functional.cross_entropy(x, probabilities(x), reduction="none")},
     }[args.op]
     for dtype in args.dtypes.split(","):
         for shape in args.shapes.split(","):
