@@ -257,26 +257,19 @@ __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b, bool
 // lane calling it): a shifted warp's granules go out whole, each from a lane's tail and its right
 // neighbour's head (a shuffle), only the warp's first head and last tail as pieces. A shifted
 // 16-bit vector is up to four stores a lane, each over a warp's 16 sectors; this is one.
-// kShift: dst's misalignment16 where the launch knows it, else -1.
-template <int kElemBytes, int kShift = -1> __device__ __forceinline__ void store_warp_vector16(void* dst, const Bytes16& b) {
-  if constexpr (kShift == 0) {
-    store_aligned16(dst, b);
-  } else if constexpr (kShift > 0) {
-    detail::store_warp_shifted<kShift>(static_cast<char*>(dst) - kShift, b);
-  } else {
-    const int shift = misalignment16(dst);
-    char* base = static_cast<char*>(dst) - shift;
-    switch (shift) {
-      case 0: store_aligned16(dst, b); break;
-      case 8: detail::store_warp_shifted<8>(base, b); break;
-      case 4: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<4>(base, b); break;
-      case 12: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<12>(base, b); break;
-      case 2: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<2>(base, b); break;
-      case 6: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<6>(base, b); break;
-      case 10: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<10>(base, b); break;
-      case 14: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<14>(base, b); break;
-      default: break;  // not a multiple of the element size: no such pointer
-    }
+template <int kElemBytes> __device__ __forceinline__ void store_warp_vector16(void* dst, const Bytes16& b) {
+  const int shift = misalignment16(dst);
+  char* base = static_cast<char*>(dst) - shift;
+  switch (shift) {
+    case 0: store_aligned16(dst, b); break;
+    case 8: detail::store_warp_shifted<8>(base, b); break;
+    case 4: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<4>(base, b); break;
+    case 12: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<12>(base, b); break;
+    case 2: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<2>(base, b); break;
+    case 6: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<6>(base, b); break;
+    case 10: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<10>(base, b); break;
+    case 14: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<14>(base, b); break;
+    default: break;  // not a multiple of the element size: no such pointer
   }
 }
 
