@@ -42,7 +42,9 @@ Status cross_entropy_forward(const TensorView& logits, const TensorView& target,
 // dlogits = grad_loss[row] * d(loss[row]) / d(logits[row]), the shape and dtype of logits (its own
 // row stride), overlapping neither itself nor logits, target, weight, lse or grad_loss. grad_loss:
 // [rows], or one value for every row (for torch's 'mean', the upstream gradient over the mean's
-// denominator), the dtype of loss. lse: the forward's.
+// denominator), the dtype of loss. lse: the forward's. Fastest where each dlogits row starts at
+// the same offset in a 16-byte granule as its logits row (both dense, for one): the kernel then
+// moves whole aligned granules at any row length; the bits are the same either way.
 Status cross_entropy_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
                               const TensorView& lse, const TensorView& grad_loss, const CrossEntropyOptions& options,
                               const TensorView& dlogits, cudaStream_t stream);
@@ -96,7 +98,8 @@ Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& t
 // every row, as cross_entropy_backward's) and, where dtarget is not null,
 // dtarget = grad_loss[row] * d(loss[row]) / d(target[row]) = -grad_loss (1 - ls) w[j] (z[j] - lse);
 // both of logits' shape and dtype (each its own row stride), overlapping none of the inputs or
-// each other. lse and mass: the forward's.
+// each other. lse and mass: the forward's. Fastest where the target, dlogits and dtarget rows start
+// at their logits rows' offsets in a 16-byte granule (cross_entropy_backward's note).
 Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& target, const TensorView* weight,
                                     const TensorView& lse, const TensorView& mass, const TensorView& grad_loss,
                                     const CrossEntropyOptions& options, const TensorView& dlogits,
