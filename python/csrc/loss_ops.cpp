@@ -24,6 +24,7 @@ namespace {
 using reducekit_torch::check_cuda;
 using reducekit_torch::throw_if_failed;
 using reducekit_torch::device_empty;
+using reducekit_torch::given;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 using reducekit_torch::with_layout_fallback;
@@ -59,7 +60,7 @@ struct Inputs {
       target = t->contiguous();
       target_view = to_view(target, "target");
     }
-    if (w.has_value() && w->defined()) {
+    if (given(w)) {
       check_cuda(*w, "weight");
       weight = w->to(values).contiguous();
       weight_view = to_view(weight, "weight");
@@ -150,7 +151,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_reduce_cuda(const std::optional
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(target.get_device()).stream();
   const Inputs in(row_value_type(dtype), target, weight);
   at::Tensor rows;
-  if (loss.has_value() && loss->defined()) {
+  if (given(loss)) {
     check_cuda(*loss, "loss");
     rows = loss->contiguous();
   }

@@ -21,6 +21,7 @@ namespace {
 
 using reducekit_torch::check_cuda;
 using reducekit_torch::device_empty;
+using reducekit_torch::given;
 using reducekit_torch::Operand;
 using reducekit_torch::to_view;
 using reducekit_torch::with_layout_fallback;
@@ -47,7 +48,7 @@ struct OptionalParam {
   at::Tensor tensor;
   reducekit::TensorView view;
   OptionalParam(const std::optional<at::Tensor>& t, const char* name) {
-    if (t.has_value() && t->defined()) {
+    if (given(t)) {
       check_cuda(*t, name);
       tensor = t->contiguous();
       view = to_view(tensor, name);

@@ -186,10 +186,7 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
         if weight.dim() != 1 or weight.shape[0] != classes:
             raise RuntimeError(f"weight: expected one value a class ({classes}), got shape {tuple(weight.shape)}")
         out_dtype = torch.promote_types(out_dtype, weight.dtype)
-    values = torch.float64 if out_dtype == torch.float64 else torch.float32
-    # torch's rule for probability targets: 'mean' is over the batch elements, not over weights
-    # (no elements: 0 / 0 = NaN, as torch)
-    count = input.numel() // classes if classes > 0 else 0
+    values = _values_dtype(out_dtype)
 
     fused = (_FUSED_PROBABILITY_TARGETS and target.dtype == input.dtype and input.dtype in _FUSED_DTYPES
              and classes > 0 and not (weight is not None and weight.requires_grad))
@@ -206,7 +203,7 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
             return loss.reshape(shape).to(out_dtype)
         # One op with C++ autograd, the mean over the rows in its kernel; the result in out_dtype
         # where the logits' accumulation dtype holds it (float64 weights on 16-bit logits: cast).
-        dtype = out_dtype if _values_dtype(out_dtype) == _row_values_dtype(input) else None
+        dtype = out_dtype if values == _row_values_dtype(input) else None
         return _ops.cross_entropy_probs_loss(logits, probs, w, reduction, *options, dtype)[0].to(out_dtype)
 
     z = input if softcap == 0.0 else softcap * torch.tanh(input / softcap)
@@ -224,7 +221,12 @@ def _probability_loss(input, target, weight, ignore_index, reduction, label_smoo
     if reduction == "none":
         return rows.to(out_dtype)
     total = _sum(rows)
-    return (total if reduction == "sum" else total / count).to(out_dtype)
+    if reduction == "sum":
+        return total.to(out_dtype)
+    # torch's rule for probability targets: 'mean' is over the batch elements, not over weights
+    # (no elements: 0 / 0 = NaN, as torch)
+    count = input.numel() // classes if classes > 0 else 0
+    return (total / count).to(out_dtype)
 
 
 def _check_index_target_shape(input, target):
