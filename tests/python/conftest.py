@@ -7,10 +7,12 @@ path instead, and leave sys.path alone. Every test module here needs torch, a CU
 built reducekit; when one is missing, each module is reported as skipped with the reason,
 instead of failing at import.
 """
+import fcntl
 import functools
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,25 @@ def _seeded():
     import torch
     torch.manual_seed(1234)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _one_large_test_at_a_time(request):
+    """Tests marked large run one at a time across the pytest processes that scripts/test.sh
+    starts side by side (a file lock), and hand their cached GPU memory back when done: their
+    tensors of several GB each would not fit on one GPU together."""
+    if request.node.get_closest_marker("large") is None:
+        yield
+        return
+    import torch
+    with open(os.path.join(tempfile.gettempdir(), "reducekit-large-tests.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            torch.cuda.empty_cache()
+            yield
+        finally:
+            torch.cuda.empty_cache()
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -311,6 +311,91 @@ def test_large(dtype, layout):
     check_backward(shape, dtype, layout, training=True)
 
 
+def channel_view(x):
+    """x as [N, C, S] over the same memory (S: every dim past C; channels-last in the strides)."""
+    n, c = x.shape[:2]
+    if x.is_contiguous():
+        return x.view(n, c, -1)
+    return x.permute(0, *range(2, x.dim()), 1).reshape(n, -1, c).transpose(1, 2)
+
+
+def channel_fold64(fn, views, fold=torch.Tensor.sum, chunk=2**24):
+    """fold (sum or amax) over dims 0 and 2 of fn(float64 chunks of the [N, C, S] views), per
+    channel, chunk by chunk of S: no float64 copy of a whole tensor."""
+    n, c, s = views[0].shape
+    step = max(1, chunk // (n * c))
+    parts = [fold(fn(*(v[:, :, s0:s0 + step].double() for v in views)), (0, 2)) for s0 in range(0, s, step)]
+    return fold(torch.stack(parts), 0)
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("case", [((2, 1, 2**30 + 5), "nchw"), ((2**15 + 1, 8, 64, 128), "nhwc")], ids=case_id)
+def test_more_than_2_31_elements(case):
+    """bfloat16 x of more than 2^31 elements (one channel of 2^31 + 10; channels-last, 2^28 a
+    channel): the training forward (y, the running statistics) and backward (dx, dweight, dbias)
+    against their float64 formulas. Per-channel sums come by chunks; y and dx are checked at each
+    channel's first, middle and last elements (the last lie past element 2^31 in memory)."""
+    shape, layout = case
+    numel = math.prod(shape)
+    need = 5 * numel * 2  # x, y, dy, dx and room, in bfloat16
+    if torch.cuda.mem_get_info()[0] < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free GPU memory")
+    g = torch.Generator(device=DEV).manual_seed(41)
+    order = [0, *range(2, len(shape)), 1] if layout == "nhwc" else list(range(len(shape)))
+    back = [order.index(d) for d in range(len(shape))]
+
+    def make():  # randn in the layout's memory order, seen in (N, C, ...) order
+        return torch.randn([shape[d] for d in order], device=DEV, dtype=torch.bfloat16, generator=g).permute(back)
+
+    x = make().mul_(2).add_(3)
+    dy = make()
+    c, count = shape[1], numel // shape[1]
+    w, b = (t.requires_grad_(True) for t in make_params(c, torch.float32))
+    rm, rv = make_running(c, torch.float32)
+    rm0, rv0 = rm.clone(), rv.clone()
+    xl = x.detach().requires_grad_(True)
+    y = reducekit.batch_norm(xl, rm, rv, w, b, training=True, momentum=0.1, eps=EPS)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert_same_format(y, x)
+    y.backward(dy)
+    xv, yv, dyv, dxv = (channel_view(t) for t in (x, y.detach(), dy, xl.grad))
+
+    mean = channel_fold64(lambda t: t, [xv]) / count
+    cm = mean.view(1, -1, 1)
+    var = channel_fold64(lambda t: (t - cm).square(), [xv]) / count
+    invstd = 1 / (var + EPS).sqrt()
+    ci = invstd.view(1, -1, 1)
+    amax = channel_fold64(lambda t: t.abs(), [xv], fold=torch.Tensor.amax)
+    mean_abs = channel_fold64(lambda t: t.abs(), [xv]) / count
+    assert_running_close(rm, 0.9 * rm0.double() + 0.1 * mean, torch.float32, 0.1 * amax, "running_mean")
+    assert_running_close(rv, 0.9 * rv0.double() + 0.1 * var * count / (count - 1), torch.float32, 0.4 * var,
+                         "running_var")
+
+    def xs(t):  # |xhat| and what it rounds at
+        return (t.abs() + cm.abs()) * ci
+
+    sum_dy = channel_fold64(lambda d: d, [dyv])
+    sum_dy_xhat = channel_fold64(lambda t, d: d * (t - cm) * ci, [xv, dyv])
+    g_sum = channel_fold64(lambda d: d.abs(), [dyv])
+    gxs_sum = channel_fold64(lambda t, d: d.abs() * xs(t), [xv, dyv])
+    assert_close(b.grad, sum_dy, torch.float32, g_sum, "dbias")
+    assert_close(w.grad, sum_dy_xhat, torch.float32, gxs_sum, "dweight")
+
+    n, s = xv.shape[0], xv.shape[2]
+    ch = torch.arange(c, device=DEV).repeat_interleave(3)
+    at_n = torch.tensor([0, n // 2, n - 1], device=DEV).repeat(c)
+    at_s = torch.tensor([0, s // 2, s - 1], device=DEV).repeat(c)
+    xp, dyp = xv[at_n, ch, at_s].double(), dyv[at_n, ch, at_s].double()
+    wp, bp, mp, ip = w.detach().double()[ch], b.detach().double()[ch], mean[ch], invstd[ch]
+    xhat = (xp - mp) * ip
+    y_scale_p = (xp.abs() + mp.abs() + mean_abs[ch]) * ip * wp.abs() + bp.abs()
+    assert_close(yv[at_n, ch, at_s], xhat * wp + bp, torch.bfloat16, y_scale_p, "y")
+    want_dx = wp * ip * (dyp - sum_dy[ch] / count - xhat * sum_dy_xhat[ch] / count)
+    xsp = (xp.abs() + mp.abs()) * ip
+    dx_scale = wp.abs() * ip * (dyp.abs() + g_sum[ch] / count + xsp * gxs_sum[ch] / count)
+    assert_close(dxv[at_n, ch, at_s], want_dx, torch.bfloat16, dx_scale, "dx")
+
+
 # ----------------------------------------------------------------------------- running statistics
 
 RUNNING_CASES = [((8, 12, 10, 10), "nchw"), ((8, 12, 10, 10), "nhwc"), ((50, 12), "nchw")]

@@ -739,3 +739,70 @@ def test_with_grad_opcheck():
     g = torch.rand(8, device=DEV)
     torch.library.opcheck(torch.ops.reducekit.cross_entropy_fused.default, (x, t, w, g, -100, 0.1, 1e-4, 0.0))
     torch.library.opcheck(torch.ops.reducekit.cross_entropy_fused_.default, (x.clone(), t, w, g, -100, 0.1, 1e-4, 0.0))
+
+
+# ----------------------------------------------------------------------------- sizes: 2^20 classes, 2^31 logits
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows", [3, 150])
+def test_vocabulary_past_2_20(dtype, rows):
+    """Rows of 2^20 + 3 classes (odd: every row but the first off its granules), split over CTAs
+    at 3 rows and on the row loop at 150: the loss and its gradient against torch in float64."""
+    classes = 2**20 + 3
+    x, t = _inputs(rows, classes, dtype, seed=31)
+    a = x.clone().requires_grad_()
+    loss = reducekit.cross_entropy(a, t, reduction="sum")
+    loss.backward()
+    b = x.double().requires_grad_()
+    want = F.cross_entropy(b, t, reduction="sum")
+    want.backward()
+    _close(loss, want, dtype)
+    assert_grad_close(a.grad, b.grad, x, t, None, torch.ones((), device=DEV, dtype=torch.float64), "sum", 0.0,
+                      f"{rows}x{classes}")
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("shape", [(2**31 // 50257 + 2, 50257), (2**20 + 3, 2049)], ids=str)
+def test_more_than_2_31_logits(shape, fused_probabilities):
+    """More than 2^31 bfloat16 logits (the last rows start past element 2^31; the second shape has
+    more than 2^20 rows): the row losses, the autograd gradient and the in-place fused gradient of
+    picked rows against torch in float64 on those rows alone (a row's values depend on no other
+    row); at 50257 classes class-probability targets too."""
+    rows, classes = shape
+    numel = rows * classes
+    need = 4 * numel * 2  # logits, gradient, targets and room, in bfloat16
+    if torch.cuda.mem_get_info()[0] < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free GPU memory")
+    g = torch.Generator(device=DEV).manual_seed(32)
+    x = torch.randn(rows, classes, device=DEV, dtype=torch.bfloat16, generator=g)
+    t = torch.randint(0, classes, (rows,), device=DEV, generator=g)
+    t[rows - 2] = -100
+    picked = torch.tensor([0, 1, rows // 2, rows - 2, rows - 1], device=DEV)
+    xp = x[picked].double().requires_grad_()
+    want = F.cross_entropy(xp, t[picked], reduction="none")
+    want.sum().backward()
+
+    a = x.detach().requires_grad_()
+    loss = reducekit.cross_entropy(a, t, reduction="none")
+    _close(loss[picked], want, torch.bfloat16)
+    loss.sum().backward()
+    _close(a.grad[picked], xp.grad, torch.bfloat16)
+    del a, loss
+
+    if classes == 50257:
+        p = torch.rand(rows, classes, device=DEV, dtype=torch.bfloat16, generator=g).div_(classes)
+        pp = p[picked].double()
+        xq = x[picked].double().requires_grad_()
+        want_p = F.cross_entropy(xq, pp, reduction="none")
+        want_p.sum().backward()
+        a = x.detach().requires_grad_()
+        loss = reducekit.cross_entropy(a, p, reduction="none")
+        _close(loss[picked], want_p, torch.bfloat16)
+        loss.sum().backward()
+        _close(a.grad[picked], xq.grad, torch.bfloat16)
+        del a, loss, p
+
+    loss, grad = reducekit.cross_entropy_with_grad(x, t, reduction="none", inplace=True)
+    assert grad.data_ptr() == x.data_ptr()
+    _close(loss[picked], want, torch.bfloat16)
+    _close(grad[picked], xp.grad, torch.bfloat16)
