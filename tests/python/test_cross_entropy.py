@@ -323,6 +323,60 @@ def test_errors():
         reducekit.cross_entropy(x, t.float())
 
 
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "weighted": True},
+                                     {"lse_square_scale": 1e-2, "softcap": 3.0}], ids=["plain", "ls_w", "z_cap"])
+def test_gradcheck(reduction, options):
+    """Class-index targets in float64 (one row ignored) against numerical derivatives."""
+    options = dict(options)
+    x, t = _inputs(5, 7, torch.float64, seed=33)
+    w = torch.rand(7, device=DEV, dtype=torch.float64) + 0.5 if options.pop("weighted", False) else None
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: reducekit.cross_entropy(x, t, w, reduction=reduction, **options), (x,))
+
+
+@pytest.mark.parametrize("targets", ["indices", "probabilities"])
+def test_cuda_graph_replays(targets, fused_probabilities):
+    """A training step (the 'mean' loss and its autograd backward; for class indices also
+    cross_entropy_with_grad) captured in a CUDA graph and replayed on new logits gives an eager
+    step's bits: no host sync and no allocation outside torch's allocator on the way."""
+    rows, classes = 64, 50257
+    x, t = _inputs(rows, classes, torch.bfloat16, seed=34)
+    if targets == "probabilities":
+        t = torch.softmax(torch.randn(rows, classes, device=DEV), 1).to(torch.bfloat16)
+    leaf = x.detach().requires_grad_()
+
+    def step():
+        leaf.grad = None
+        loss = reducekit.cross_entropy(leaf, t)
+        loss.backward()
+        fused = reducekit.cross_entropy_with_grad(x, t) if targets == "indices" else None
+        return loss, leaf.grad, fused
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the capture, as torch.cuda.graph's docs ask
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    leaf.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss, grad, fused = step()
+    for seed in (35, 36):
+        x.copy_(_inputs(rows, classes, torch.bfloat16, seed=seed)[0])
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = x.detach().requires_grad_()
+        want = reducekit.cross_entropy(eager, t)
+        want.backward()
+        assert torch.equal(loss, want.detach()), "the replayed loss"
+        assert torch.equal(grad, eager.grad), "the replayed gradient"
+        if fused is not None:
+            want_fused = reducekit.cross_entropy_with_grad(x, t)
+            assert torch.equal(fused[0], want_fused[0]) and torch.equal(fused[1], want_fused[1]), \
+                "the replayed cross_entropy_with_grad"
+
+
 # ----------------------------------------------------------------------------- check_targets
 
 @pytest.mark.parametrize("bad", [10, 11, 12345, -1, -101])
