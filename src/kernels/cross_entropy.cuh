@@ -27,23 +27,13 @@
 #include "kernels/row_staged.cuh"
 #include "kernels/softmax_ops.cuh"
 #include "kernels/vector_io.cuh"
+#include "plan/cross_entropy_plan.hpp"
 
 namespace reducekit::kernels {
 
-constexpr int kCrossEntropyThreads = 256;
-constexpr int kCrossEntropyUnroll = 4;
+// kCrossEntropyThreads, kCrossEntropyUnroll, the chunks of a split row: plan/cross_entropy_plan.hpp.
 // The lean 16-bit forward at 64 registers: four CTAs an SM (at 65-72, three).
 constexpr int kCrossEntropyLeanCtasPerSm = 4;
-// A row's fold in at most this many chunks: a portable cluster's CTAs, one chunk each.
-constexpr int kCrossEntropyChunks = 8;
-
-// Vectors a chunk of a row of `vectors` 16-byte vectors: whole steps of the row loop
-// (kCrossEntropyUnroll vectors a thread), as few as keep the chunks to kCrossEntropyChunks.
-__host__ __device__ constexpr int64_t cross_entropy_chunk_vectors(int64_t vectors) {
-  const int64_t step = int64_t(kCrossEntropyUnroll) * kCrossEntropyThreads;
-  const int64_t steps = vectors > step ? (vectors + step - 1) / step : 1;
-  return (steps + kCrossEntropyChunks - 1) / kCrossEntropyChunks * step;
-}
 
 template <typename T> struct CrossEntropyArgs {
   using Acc = acc_t<T>;

@@ -14,6 +14,7 @@
 #include "kernels/cross_entropy_reduce.cuh"
 #include "ops/checks.hpp"
 #include "ops/row_launch.cuh"
+#include "plan/cross_entropy_plan.hpp"
 #include "plan/reduction_plan.hpp"
 #include "reducekit/loss.hpp"
 #include "reducekit/tuning.hpp"
@@ -98,7 +99,7 @@ Status plan_dlogits(const TensorView& logits, const TensorView& dlogits, bool ov
 // As many CTAs as fit on the device at once (each loops over its rows), at most one a row.
 template <class Kernel> int grid_for(Kernel kernel, int64_t rows) {
   int ctas = 0;
-  if (!detail::resident_ctas(reinterpret_cast<const void*>(kernel), kernels::kCrossEntropyThreads, 0, &ctas).is_ok()) {
+  if (!detail::resident_ctas(reinterpret_cast<const void*>(kernel), kCrossEntropyThreads, 0, &ctas).is_ok()) {
     cudaGetLastError();
     ctas = 132 * 2;
   }
@@ -197,79 +198,61 @@ template <typename T> bool same_granule_offsets(const T* p, int64_t p_stride, co
   return stride_gap % 16 == 0 && (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(q)) % 16 == 0;
 }
 
-// Row-loop kernels (one CTA a row). Float32 rows run a launch a shift class (rows c, c + p,
-// c + 2p, ...: shift_period), each on the kernel for its shift; float32 logits under
-// kClassLaunchFromBytes whose rows start at several offsets, and other dtypes, one launch on the
-// kernel reading each row's shift (where p - 1 more launches would cost more than they save).
-// Every kernel gives a row the same bits, so the choice may depend on the batch.
-constexpr int64_t kClassLaunchFromBytes = int64_t(32) << 20;
-
-// Split rows (cross_entropy_split_forward_kernel / _backward_kernel, the row kernels' bits) where
-// the batch has fewer rows than half the SMs (tuning "cross_entropy_split_below_rows"): the row
-// loop would leave most SMs idle. On an H100 the forward's kernel split 1.2-2.8x faster up to 64
-// rows of 50257 / 128256 classes, and 22-40% slower from 128 (LOG.md). The chunks a row,
-// or 0 where it does not split: a row of one step, or label smoothing over class weights (each
-// CTA would read every weight for their sum).
-template <typename T> int split_chunks(const kernels::CrossEntropyArgs<T>& a) {
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const int64_t vectors = (a.classes + kVec - 1) / kVec;
-  const int64_t chunk_vectors = kernels::cross_entropy_chunk_vectors(vectors);
-  const int64_t chunks = (vectors + chunk_vectors - 1) / chunk_vectors;
-  if (chunks < 2 || (a.smoothing > 0 && a.weight != nullptr) || a.rows > int64_t(0x7fffffff) / chunks) return 0;
-  int64_t below = 0;
-  if (const auto knob = tuning("cross_entropy_split_below_rows")) {
-    below = *knob;
-  } else {
-    DeviceAttributes device;
-    if (!current_device_attributes(&device).is_ok()) return 0;  // the row loop then reports the error
-    below = device.sms / 2;
-  }
-  return a.rows < below ? static_cast<int>(chunks) : 0;
-}
-
 template <typename T, bool kForward, bool kExtras>
 Status launch_split(const kernels::CrossEntropyArgs<T>& a, int chunks, cudaStream_t stream, const char* name) {
   if constexpr (kForward) {
     RowKernelConfig c;
-    c.threads = kernels::kCrossEntropyThreads;
+    c.threads = kCrossEntropyThreads;
     c.smem_bytes = 0;
     c.cluster = chunks;
     return detail::launch_blocks(kernels::cross_entropy_split_forward_kernel<T, kExtras>, a.rows * chunks, c, stream,
                                  name, a);
   } else {
     kernels::cross_entropy_split_backward_kernel<T, kExtras>
-        <<<static_cast<unsigned>(a.rows * chunks), kernels::kCrossEntropyThreads, 0, stream>>>(a, chunks);
+        <<<static_cast<unsigned>(a.rows * chunks), kCrossEntropyThreads, 0, stream>>>(a, chunks);
     return launched(name);
   }
 }
 
+// The row kernels of the batch as plan_cross_entropy_rows places them (the split rows' threshold
+// and the shift classes' bytes overridable by tuning).
 template <typename T, bool kForward, bool kExtras>
 Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t stream, const char* name) {
-  if (const int chunks = split_chunks(a); chunks > 0)
-    return launch_split<T, kForward, kExtras>(a, chunks, stream, name);
+  CrossEntropyRowsQuery q;
+  q.elem_bytes = static_cast<int>(sizeof(T));
+  q.rows = a.rows;
+  q.classes = a.classes;
+  q.row_stride = a.logits_stride;
+  q.backward = !kForward;
+  if constexpr (!kForward)
+    q.gradient_at_logits_offsets = same_granule_offsets(a.dlogits, a.dlogits_stride, a.logits, a.logits_stride);
+  q.smoothing_over_weights = a.smoothing > 0 && a.weight != nullptr;
+  q.split_below_rows = tuning("cross_entropy_split_below_rows");
+  q.class_launch_from_bytes = tuning("cross_entropy_classes_from_bytes");
+  DeviceAttributes device;
+  if (!q.split_below_rows && current_device_attributes(&device).is_ok()) q.sms = device.sms;  // else no split
+  const CrossEntropyRowsPlan plan = plan_cross_entropy_rows(q);
+  if (plan.kind == CrossEntropyRows::kSplit) return launch_split<T, kForward, kExtras>(a, plan.chunks, stream, name);
   if constexpr (!kForward) {
-    if (same_granule_offsets(a.dlogits, a.dlogits_stride, a.logits, a.logits_stride)) {
+    if (plan.kind == CrossEntropyRows::kGranules) {
       const auto kernel = kernels::cross_entropy_backward_granules_kernel<T, kExtras>;
-      kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a);
+      kernel<<<grid_for(kernel, a.rows), kCrossEntropyThreads, 0, stream>>>(a);
       return launched(name);
     }
   }
-  const int64_t from_bytes = tuning("cross_entropy_classes_from_bytes").value_or(kClassLaunchFromBytes);
-  int period = shift_period(a.logits_stride, static_cast<int>(sizeof(T)));
-  if (sizeof(T) != 4 || (period > 1 && a.rows * a.classes * int64_t(sizeof(T)) < from_bytes)) period = 0;
-  if (period == 0) {  // one launch, every row
-    const auto kernel = row_kernel_for<T, kForward, kExtras>(-1);
-    kernel<<<grid_for(kernel, a.rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, 0, 1);
-    return launched(name);
+  if (plan.kind == CrossEntropyRows::kShiftClasses) {
+    for (int c = 0; c < plan.period && c < a.rows; ++c) {
+      const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(a.logits + c * a.logits_stride)) & 15);
+      const auto kernel = row_kernel_for<T, kForward, kExtras>(shift);
+      const int64_t class_rows = (a.rows - c + plan.period - 1) / plan.period;
+      kernel<<<grid_for(kernel, class_rows), kCrossEntropyThreads, 0, stream>>>(a, c, plan.period);
+      REDUCEKIT_RETURN_IF_ERROR(launched(name));
+    }
+    return Status::ok();
   }
-  for (int c = 0; c < period && c < a.rows; ++c) {
-    const int shift = static_cast<int>((reinterpret_cast<uintptr_t>(a.logits + c * a.logits_stride)) & 15);
-    const auto kernel = row_kernel_for<T, kForward, kExtras>(shift);
-    const int64_t class_rows = (a.rows - c + period - 1) / period;
-    kernel<<<grid_for(kernel, class_rows), kernels::kCrossEntropyThreads, 0, stream>>>(a, c, period);
-    REDUCEKIT_RETURN_IF_ERROR(launched(name));
-  }
-  return Status::ok();
+  const auto kernel = row_kernel_for<T, kForward, kExtras>(-1);  // one launch, every row
+  kernel<<<grid_for(kernel, a.rows), kCrossEntropyThreads, 0, stream>>>(a, 0, 1);
+  return launched(name);
 }
 
 // The lean kernels unless label smoothing or soft-capping.
