@@ -377,6 +377,36 @@ def test_cuda_graph_replays(targets, fused_probabilities):
                 "the replayed cross_entropy_with_grad"
 
 
+@pytest.mark.parametrize("targets", ["indices", "probabilities"])
+def test_peak_memory_of_a_training_step(targets, fused_probabilities):
+    """Issue 16's memory bounds: forward and backward hold nothing of the logits' size beyond
+    the gradient (O(rows) floats besides), and cross_entropy_with_grad(inplace=True) nothing of
+    it at all (torch's step holds its log-probabilities and their gradient besides)."""
+    rows, classes = 2048, 50257
+    x, t = _inputs(rows, classes, torch.bfloat16, seed=37)
+    if targets == "probabilities":
+        t = torch.softmax(torch.randn(rows, classes, device=DEV), 1).to(torch.bfloat16)
+    small = 64 * rows + (1 << 20)  # per-row values (loss, lse, mass, upstream gradients) and workspaces
+    leaf = x.detach().requires_grad_()
+
+    def peak_beyond(run):
+        run()  # workspaces come from the caching allocator once
+        leaf.grad = None
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        run()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+
+    extra = peak_beyond(lambda: reducekit.cross_entropy(leaf, t).backward()) - leaf.grad.nbytes
+    assert extra <= small, f"forward + backward: {extra / 2**20:.1f} MiB beyond the gradient"
+    if targets == "indices":
+        logits = x.clone()
+        extra = peak_beyond(lambda: reducekit.cross_entropy_with_grad(logits, t, inplace=True))
+        assert extra <= small, f"the in-place step: {extra / 2**20:.1f} MiB beyond its inputs"
+
+
 # ----------------------------------------------------------------------------- check_targets
 
 @pytest.mark.parametrize("bad", [10, 11, 12345, -1, -101])
