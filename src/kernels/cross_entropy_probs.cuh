@@ -89,25 +89,28 @@ template <typename T> struct ProbsRow {
   }
 
   // The logits z of the vector from element e0 (outside the row: -inf) and its weighted smoothed
-  // targets wq (outside the row: 0), from the vectors' raw bytes.
-  // A vector inside the row (`whole`) skips the tests an element.
+  // targets wq (outside the row: 0), from the vectors' raw bytes. The soft-cap and the class
+  // weights are tested once a vector, and a vector inside the row (`whole`) skips the tests an
+  // element: tested an element, they cost a branch or a predicated load and a multiply each.
   __device__ __forceinline__ void values(const Bytes16& xb, const Bytes16& pb, int64_t e0, bool whole, Acc (&z)[VEC],
                                          Acc (&wq)[VEC]) const {
     const Acc keep = Acc(1) - a.smoothing, spread = a.smoothing / Acc(a.classes);
     Acc q[VEC];
     values_whole<T, VEC>(pb, Acc(0), q);
-    values_whole<T, VEC>(xb, a.softcap, z);
-    if (whole) {
+    if (a.softcap > Acc(0)) values_whole<T, VEC>(xb, a.softcap, z);
+    else values_whole<T, VEC>(xb, Acc(0), z);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) wq[e] = (a.weight ? a.weight[e0 + e] : Acc(1)) * (keep * q[e] + spread);
-    } else {
+    for (int e = 0; e < VEC; ++e) wq[e] = keep * q[e] + spread;
+    const auto inside = [&](int e) { return whole || uint64_t(e0 + e) < uint64_t(a.classes); };
+    if (a.weight) {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const int64_t j = e0 + e;
-        const bool inside = uint64_t(j) < uint64_t(a.classes);
-        wq[e] = inside ? (a.weight ? a.weight[j] : Acc(1)) * (keep * q[e] + spread) : Acc(0);
-        if (!inside) z[e] = negative_infinity<Acc>();
-      }
+      for (int e = 0; e < VEC; ++e)
+        if (inside(e)) wq[e] = a.weight[e0 + e] * wq[e];
+    }
+    if (!whole) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (!inside(e)) wq[e] = Acc(0), z[e] = negative_infinity<Acc>();
     }
   }
 
@@ -117,14 +120,14 @@ template <typename T> struct ProbsRow {
   // the same offsets in their granules), aligned loads at any row length; else the fold's layout,
   // vectors v = tid, tid + threads, ... from the row's start, inside steps from one address an
   // input (VectorBatch::load_inside). The forward keeps the fold's layout: its sums' order.
-  template <bool kGranules, class Body>
+  // kPrefetch: the next step's vectors load before this step's are used (twice the registers).
+  template <bool kGranules, bool kPrefetch, class Body>
   __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
     static_assert(kProbsThreads == kCrossEntropyThreads, "load_inside strides by kCrossEntropyThreads");
     using Batch = VectorBatch<T, U>;
     const RowGranules<VEC> rg(x, a.classes);  // kGranules only
     const int64_t whole_vectors = a.classes / VEC, count = kGranules ? rg.count : vectors;
-    for (int64_t v0 = threadIdx.x; v0 < count; v0 += step) {
-      Batch xs, ps;
+    const auto load = [&](Batch& xs, Batch& ps, int64_t v0) {
       if constexpr (kGranules) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -139,6 +142,12 @@ template <typename T> struct ProbsRow {
         xs.template load<-1>(x, v0, vectors, a.classes);
         ps.template load<-1>(p, v0, vectors, a.classes);
       }
+    };
+    Batch xs, ps, xn, pn;
+    if (kPrefetch) load(xs, ps, threadIdx.x);
+    for (int64_t v0 = threadIdx.x; v0 < count; v0 += step) {
+      if (!kPrefetch) load(xs, ps, v0);
+      else if (v0 + step < count) load(xn, pn, v0 + step);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t v = v0 + int64_t(u) * blockDim.x;
@@ -149,6 +158,7 @@ template <typename T> struct ProbsRow {
         values(xs.raw[u], ps.raw[u], e0, whole, z, wq);
         body(e0, whole, z, wq);
       }
+      if (kPrefetch) xs = xn, ps = pn;
     }
   }
 
@@ -166,7 +176,9 @@ template <typename T> struct ProbsRow {
       mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
       m = top;
     };
-    for_vectors<false>(a.logits + row * a.logits_stride, a.target + row * a.target_stride, fold);
+    // The 16-bit forward prefetches: the fold's instructions a step would otherwise leave the warp
+    // with no loads in flight (float32 rows would lose a CTA an SM to it).
+    for_vectors<false, sizeof(T) == 2>(a.logits + row * a.logits_stride, a.target + row * a.target_stride, fold);
     const typename Op::Stat stat = block_butterfly_reduce<Op>({{m, s, spread, mass}}, slots);
     if (threadIdx.x == 0) {
       const Acc log_sum = precise_log(stat.w[1]);
@@ -189,7 +201,7 @@ template <typename T> struct ProbsRow {
     const Acc lse = a.saved_lse[row], g = a.grad_of(row);
     const Acc p_factor = g * (a.saved_mass[row] + Acc(2) * a.z_scale * lse);
     const Acc target_factor = -g * (Acc(1) - a.smoothing);
-    for_vectors<kGranules>(x, p, [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+    for_vectors<kGranules, false>(x, p, [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
       T out[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -212,7 +224,7 @@ template <typename T> struct ProbsRow {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kProbsThreads) cross_entropy_probs_forward_kernel(ProbsArgs<T> a) {
+__global__ void __launch_bounds__(kProbsThreads, sizeof(T) == 2 ? 3 : sizeof(T) == 8 ? 2 : 0) cross_entropy_probs_forward_kernel(ProbsArgs<T> a) {
   __shared__ typename ProbsStatOp<acc_t<T>>::Stat slots[33];
   const ProbsRow<T> r(a);
   for_rows(a.rows, 0, 1, [&](int64_t row) { r.forward(row, slots); });
