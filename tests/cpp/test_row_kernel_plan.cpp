@@ -646,15 +646,18 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 }
 
 // The cross-entropy step's bands (cross_entropy_staged_bands), 16-bit and float32 rows by bytes:
-// the softmax's first and third, and one 512-thread CTA for every row of 40-128 KiB; the
-// forward's second band ends at the softmax's, 110 KiB.
+// the softmax's third, one 256-thread CTA for every row of 16-72 KiB and one 512-thread CTA for
+// every row of 72-128 KiB; the forward's second band ends at the softmax's, 110 KiB.
 TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
   struct Want { int64_t n; int elem, threads, ctas; };
-  for (const Want w : {Want{10000, 4, kStagedSmallThreads, 1}, Want{12000, 4, kStagedThreads, 1},
+  for (const Want w : {Want{10000, 4, kStagedSmallThreads, 1}, Want{12000, 4, kStagedSmallThreads, 1},
+                       Want{18432, 4, kStagedSmallThreads, 1}, Want{18433, 4, kStagedThreads, 1},
                        Want{28000, 4, kStagedThreads, 1}, Want{32000, 4, kStagedThreads, 1},
                        Want{32768, 4, kStagedThreads, 1}, Want{32769, 4, kStagedThreads, 2},
                        Want{50257, 4, kStagedThreads, 2}, Want{225280, 4, kStagedThreads, 8},
-                       Want{32000, 2, kStagedThreads, 1}, Want{61440, 2, kStagedThreads, 1},
+                       Want{20481, 2, kStagedSmallThreads, 1}, Want{32000, 2, kStagedSmallThreads, 1},
+                       Want{36864, 2, kStagedSmallThreads, 1}, Want{36865, 2, kStagedThreads, 1},
+                       Want{61440, 2, kStagedThreads, 1},
                        Want{65536, 2, kStagedThreads, 1}, Want{65537, 2, kStagedThreads, 2}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
     RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, w.elem);
