@@ -223,7 +223,8 @@ template <typename T> void check_every_case() {
                         Case{4, 131073, 0, 0, 5}, Case{40, 1000, 0, 0, 0, 0.1, 0, 0, true},
                         Case{12, 4099, 5, 2, 7, 0.2, 1e-3, 30.0, true}, Case{12, 4099, 0, 0, 0, 0, 1e-4, 0},
                         Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true},
-                        Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true}, Case{6, 30001, 1, 3, 0, 0, 1e-4, 0, true},
+                        Case{6, 14001, 1, 3, 0, 0, 1e-4, 0, true}, Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true},
+                        Case{6, 30001, 1, 3, 0, 0, 1e-4, 0, true},
                         Case{3, 32768}, Case{3, 61440, 1, 3, 0}}) {
     check_case<T>(c);
     if (testing::Test::HasFailure()) return;
@@ -517,12 +518,12 @@ TEST(CrossEntropyGpu, GradientBitsAtAnyDlogitsOffset) {
   check_gradient_layouts<double>();
 }
 
-// 16-bit rows of the staged bands (256-thread CTAs, one 512-thread CTA, a cluster), more of them
-// than the device holds at once: the fused op's bits are the same in two calls, for a row alone
-// as in the batch, and at another alignment;
+// Rows of the staged bands (one 256-thread CTA up to 72 KiB, one 512-thread CTA, a cluster), more
+// of them than the device holds at once: the fused op's bits are the same in two calls, for a row
+// alone as in the batch, and at another alignment;
 // out-of-range targets give NaN rows, ignored ones zero, and the other rows are untouched.
 template <typename T> void check_staged_rows() {
-  for (const int64_t classes : {20000, 50257, 131073}) {
+  for (const int64_t classes : {12001, 20000, 28001, 50257, 131073}) {
     SCOPED_TRACE(testing::Message() << "classes " << classes);
     const int64_t rows = classes > 100000 ? 120 : 300;  // more rows than CTAs (clusters) resident at once
     const std::vector<double> v = make_values(rows * classes, "randn", 95);
