@@ -223,8 +223,12 @@ template <typename T> struct ProbsRow {
   }
 };
 
+// CTAs an SM the forward's registers are held to (16-bit three, float64 two; float32 unbounded).
+template <typename T> constexpr int kProbsForwardCtasPerSm = sizeof(T) == 2 ? 3 : sizeof(T) == 8 ? 2 : 0;
+
 template <typename T>
-__global__ void __launch_bounds__(kProbsThreads, sizeof(T) == 2 ? 3 : sizeof(T) == 8 ? 2 : 0) cross_entropy_probs_forward_kernel(ProbsArgs<T> a) {
+__global__ void __launch_bounds__(kProbsThreads, kProbsForwardCtasPerSm<T>)
+    cross_entropy_probs_forward_kernel(ProbsArgs<T> a) {
   __shared__ typename ProbsStatOp<acc_t<T>>::Stat slots[33];
   const ProbsRow<T> r(a);
   for_rows(a.rows, 0, 1, [&](int64_t row) { r.forward(row, slots); });
