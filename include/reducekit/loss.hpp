@@ -72,15 +72,17 @@ enum class LossReduction { kSum, kMean };
 // without weights; 0 / 0 = NaN where none is kept); with target null (class-probability losses,
 // cross_entropy_probs_forward's), the rows. Fixed-order sums: the bits depend on the losses and
 // targets alone. target: null or [rows] int64, loss: [rows], contiguous, as the forward took and
-// gave them; loss may be null for the denominator alone (a caller that needs it before the
-// losses: cross_entropy_fused's grad_loss), but not both. weight: null or [classes], loss's
+// gave them; loss may be null (not with target null) for the denominator alone, before the
+// losses: out then gets numerator / denominator, which with a step's upstream gradient as the
+// numerator is cross_entropy_fused's grad_loss, divided as the reduced loss's backward divides
+// (numerator ignored where loss is given). weight: null or [classes], loss's
 // dtype, with class-index targets only. out: one value of any float dtype whose accumulation
 // dtype is loss's (float32 for 16-bit and float32 out, float64 for float64). denominator: null,
 // or one value in loss's dtype that gets the mean's denominator (1 for kSum), what the backward
 // divides the upstream gradient by. Outputs overlap no input.
 Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
                             int64_t ignore_index, LossReduction reduction, const TensorView& out,
-                            const TensorView* denominator, cudaStream_t stream);
+                            const TensorView* denominator, cudaStream_t stream, double numerator = 0.0);
 
 // Class-probability targets: target holds a row of probabilities per row of logits (the logits'
 // shape and dtype, the class dim innermost, rows at any stride and alignment). With q = (1 - ls)

@@ -92,7 +92,7 @@ def _loss_fake(logits, target, weight=None, ignore_index=-100, reduction="mean",
 
 
 @torch.library.register_fake("reducekit::cross_entropy_reduce")
-def _reduce_fake(loss, target, weight, ignore_index, reduction, dtype):
+def _reduce_fake(loss, target, weight, ignore_index, reduction, dtype, numerator=0.0):
     return target.new_empty((), dtype=dtype), target.new_empty((), dtype=_values_dtype(dtype))
 
 
@@ -332,12 +332,19 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
     values = _row_values_dtype(input)
     w = None if weight is None else weight.to(values)
     options = (int(ignore_index), float(label_smoothing), float(lse_square_scale), float(softcap))
-    if reduction == "mean":  # the denominator before the losses, as cross_entropy's mean has it
-        denominator = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values)[1]
-        grad_loss = (grad_scale / denominator).to(values).reshape(1)  # one value serves every row
+    if reduction != "none" and torch.is_tensor(grad_scale) and grad_scale.numel() != 1:
+        raise ValueError(f"grad_scale: expected a number or a one-element tensor for reduction {reduction!r}")
+    if reduction == "mean":
+        # grad_scale over the mean's denominator (taken before the losses), one value for every
+        # row: a true division, as the reduced loss's backward divides (x / d, not x * (1 / d)).
+        if torch.is_tensor(grad_scale):
+            denominator = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values)[1]
+            grad_loss = torch.div(grad_scale.to(device=input.device, dtype=values).reshape(()), denominator)
+        else:  # one launch: the denominator's kernel divides
+            grad_loss = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values,
+                                                  float(grad_scale))[0]
+        grad_loss = grad_loss.reshape(1)
     elif torch.is_tensor(grad_scale):
-        if reduction == "sum" and grad_scale.numel() != 1:
-            raise ValueError("grad_scale: expected a number or a one-element tensor for reduction 'sum'")
         grad_loss = grad_scale.to(device=input.device, dtype=values).reshape(-1)
         if grad_loss.numel() != 1:
             grad_loss = grad_loss.expand(rows.shape[0]).contiguous()

@@ -17,13 +17,14 @@ constexpr int kCrossEntropyReduceThreads = 512;
 
 template <typename T> struct CrossEntropyReduceArgs {
   using Acc = acc_t<T>;
-  const Acc* loss;       // [rows], or null (the denominator alone; out gets 0 / it)
+  const Acc* loss;       // [rows], or null (the denominator alone; out gets numerator / it)
   const int64_t* target;  // [rows], or null (class probabilities: every row counts 1)
   const Acc* weight;     // [classes], or null (every class weighs 1)
   int64_t classes;
   int64_t rows;
   int64_t ignore_index;
   bool mean;         // divide by the kept rows' weights (their count without weights)
+  Acc numerator;     // with loss null: out = numerator / denominator
   T* out;            // one value
   Acc* denominator;  // one value (1 for the sum), or null
 };
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kCrossEntropyReduceThreads)
   kept = BlockSum(storage).Sum(kept);
   if (threadIdx.x == 0) {
     const Acc denominator = a.mean ? kept : Acc(1);
-    *a.out = from_acc<T>(total / denominator);
+    *a.out = from_acc<T>((a.loss != nullptr ? total : a.numerator) / denominator);
     if (a.denominator != nullptr) *a.denominator = denominator;
   }
 }

@@ -462,7 +462,7 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
 
 Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
                             int64_t ignore_index, LossReduction reduction, const TensorView& out,
-                            const TensorView* denominator, cudaStream_t stream) {
+                            const TensorView* denominator, cudaStream_t stream, double numerator) {
   if (reduction != LossReduction::kSum && reduction != LossReduction::kMean)
     return Status::invalid_argument("reduction: expected kSum or kMean");
   if (loss == nullptr && target == nullptr) return Status::invalid_argument("loss: null, and so is target");
@@ -495,6 +495,7 @@ Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, co
     a.rows = rows;
     a.ignore_index = ignore_index;
     a.mean = reduction == LossReduction::kMean;
+    a.numerator = static_cast<Acc>(numerator);
     a.out = static_cast<T*>(out.data);
     a.denominator = denominator != nullptr ? static_cast<Acc*>(denominator->data) : nullptr;
     kernels::cross_entropy_reduce_kernel<T><<<1, kernels::kCrossEntropyReduceThreads, 0, stream>>>(a);

@@ -607,7 +607,7 @@ TEST(CrossEntropyGpu, OutOfRangeTargetsGiveNaNRows) {
 
 // cross_entropy_reduce over the forward's losses against the oracle's kSum / kMean (row 1
 // ignored, with and without class weights), in out's dtype; the same bits twice; the denominator
-// alone (no losses) the same bits as beside them and out then 0.
+// alone (no losses) the same bits as beside them and out then the numerator over it, divided.
 template <typename T> void check_reduce(int64_t rows, bool weighted, LossReduction how) {
   using Acc = AccOf<T>;
   const int64_t classes = 37;
@@ -629,7 +629,8 @@ template <typename T> void check_reduce(int64_t rows, bool weighted, LossReducti
   for (int k = 0; k < 4; ++k) {  // out and denominator k; k = 2: the denominator alone; 3: no targets
     const TensorView denv = vector_view<Acc>(static_cast<Acc*>(den.get()) + k, 1);
     const Status s = cross_entropy_reduce(k == 2 ? nullptr : &lossv, k == 3 ? nullptr : &tv, k == 3 ? nullptr : w,
-                                          -100, how, vector_view<T>(static_cast<T*>(out.get()) + k, 1), &denv, nullptr);
+                                          -100, how, vector_view<T>(static_cast<T*>(out.get()) + k, 1), &denv, nullptr,
+                                          /*numerator=*/0.75);  // ignored beside losses
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
   const std::vector<T> got = copy_back<T>(out, 4);
@@ -650,7 +651,8 @@ template <typename T> void check_reduce(int64_t rows, bool weighted, LossReducti
   EXPECT_EQ(std::memcmp(&denominators[0], &denominators[1], sizeof(Acc)), 0) << "two calls differ";
   EXPECT_EQ(std::memcmp(&denominators[0], &denominators[2], sizeof(Acc)), 0) << "the denominator alone differs";
   EXPECT_NEAR(static_cast<double>(denominators[0]), how == LossReduction::kMean ? kept : 1.0, 1e-6 * (kept + 1));
-  if (kept > 0) EXPECT_EQ(to_double(got[2]), 0.0) << "out of the denominator alone";
+  const T scale = from_double<T>(static_cast<double>(Acc(0.75) / denominators[2]));  // the step's grad_loss
+  EXPECT_EQ(std::memcmp(&got[2], &scale, sizeof(T)), 0) << "out of the denominator alone: 0.75 / it";
   // Without targets (class-probability losses) the mean divides by the rows.
   EXPECT_EQ(static_cast<double>(denominators[3]), how == LossReduction::kMean ? static_cast<double>(rows) : 1.0);
   double total = 0;
