@@ -187,6 +187,12 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
   __device__ __forceinline__ static bool inside_step(int64_t v0, int64_t whole_vectors) {
     return v0 > 0 && v0 + int64_t(U - 1) * kCrossEntropyThreads + 2 <= whole_vectors;
   }
+  // inside_step for every lane of the thread's warp (whose lanes hold consecutive vectors), so
+  // the whole warp takes the step together: load_inside_shared's shuffles need it.
+  __device__ __forceinline__ static bool warp_inside_step(int64_t v0, int64_t whole_vectors) {
+    const int64_t warp_first = v0 - threadIdx.x % 32;
+    return inside_step(warp_first, whole_vectors) && inside_step(warp_first + 31, whole_vectors);
+  }
   // An inside step's vectors (CTAs of kCrossEntropyThreads): one address a step, the vectors'
   // offsets immediates, the row's shift tested once a step; the bytes load() reads.
   template <int kShift> __device__ __forceinline__ void load_inside(const T* row, int64_t v0) {
@@ -212,6 +218,44 @@ template <typename T, int U = kCrossEntropyUnroll> struct VectorBatch {
           default: load_funnelled<3>(p - shift, shift); break;
         }
       }
+    }
+  }
+  // load_inside<-1> for a warp_inside_step with each granule read once a warp, not twice: a
+  // lane's second granule is its right neighbour's first (a shuffle), the warp's last lane loads
+  // its own. Two stages, so that every input's loads issue before a shuffle waits on one:
+  // load_granules, then share_granules (`tail`: the last lane's second granules).
+  __device__ __forceinline__ void load_granules(const T* row, int64_t v0, Bytes16 (&tail)[U]) {
+    constexpr int kStride = kCrossEntropyThreads * 16;
+    const int shift = misalignment16(row);
+    const char* g = reinterpret_cast<const char*>(row + v0 * VEC) - shift;
+#pragma unroll
+    for (int u = 0; u < U; ++u) raw[u] = load_aligned16(g + u * kStride);
+    if (shift != 0 && threadIdx.x % 32 == 31) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) tail[u] = load_aligned16(g + u * kStride + 16);
+    }
+  }
+  __device__ __forceinline__ void share_granules(const T* row, const Bytes16 (&tail)[U]) {
+    const int shift = misalignment16(row);
+    switch (shift >> 2) {  // the word offset as a constant, the bytes as a funnel's count
+      case 0: if (shift != 0) funnel_shared<0>(tail, shift); break;
+      case 1: funnel_shared<1>(tail, shift); break;
+      case 2: funnel_shared<2>(tail, shift); break;
+      default: funnel_shared<3>(tail, shift); break;
+    }
+  }
+  template <int kWords> __device__ __forceinline__ void funnel_shared(const Bytes16 (&tail)[U], int shift) {
+    const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
+    const bool last_lane = threadIdx.x % 32 == 31;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      Bytes16 hi = {};  // the funnel reads its words 0 .. kWords only
+#pragma unroll
+      for (int w = 0; w <= kWords; ++w) {
+        const uint32_t next = __shfl_down_sync(0xffffffffu, raw[u].w[w], 1);  // every lane, then a select
+        hi.w[w] = last_lane ? tail[u].w[w] : next;
+      }
+      raw[u] = funnel16_words<kWords>(raw[u], hi, bits);
     }
   }
   // Each vector out of its two granules from g, the shift's word offset kWords known.

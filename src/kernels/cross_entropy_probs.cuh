@@ -119,9 +119,10 @@ template <typename T> struct ProbsRow {
   // kGranules: the vectors are the granules the rows touch (RowGranules; logits and target rows at
   // the same offsets in their granules), aligned loads at any row length; else the fold's layout,
   // vectors v = tid, tid + threads, ... from the row's start, inside steps from one address an
-  // input (VectorBatch::load_inside). The forward keeps the fold's layout: its sums' order.
+  // input (VectorBatch::load_inside), or with kShareGranules each granule read once a warp
+  // (load_granules, share_granules). The forward keeps the fold's layout: its sums' order.
   // kPrefetch: the next step's vectors load before this step's are used (twice the registers).
-  template <bool kGranules, bool kPrefetch, class Body>
+  template <bool kGranules, bool kPrefetch, bool kShareGranules, class Body>
   __device__ __forceinline__ void for_vectors(const T* x, const T* p, Body body) const {
     static_assert(kProbsThreads == kCrossEntropyThreads, "load_inside strides by kCrossEntropyThreads");
     using Batch = VectorBatch<T, U>;
@@ -135,7 +136,13 @@ template <typename T> struct ProbsRow {
             xs.raw[u] = load_row_granule(x, rg, k, a.classes);
             ps.raw[u] = load_row_granule(p, rg, k, a.classes);
           }
-      } else if (Batch::inside_step(v0, whole_vectors)) {
+      } else if (kShareGranules && Batch::warp_inside_step(v0, whole_vectors)) {
+        Bytes16 x_tail[U], p_tail[U];
+        xs.load_granules(x, v0, x_tail);
+        ps.load_granules(p, v0, p_tail);
+        xs.share_granules(x, x_tail);
+        ps.share_granules(p, p_tail);
+      } else if (!kShareGranules && Batch::inside_step(v0, whole_vectors)) {
         xs.template load_inside<-1>(x, v0);
         ps.template load_inside<-1>(p, v0);
       } else {
@@ -163,7 +170,8 @@ template <typename T> struct ProbsRow {
   }
 
   // Folds a vector at a time, the vector's max first: one exp an element and one rescale a vector.
-  __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
+  // The same bits with kShareGranules or without: only the loads differ.
+  template <bool kShareGranules> __device__ __forceinline__ void forward(int64_t row, typename Op::Stat* slots) const {
     Acc m = negative_infinity<Acc>(), s = Acc(0), spread = Acc(0), mass = Acc(0);
     const auto fold = [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
       const Acc top = fmax(m, fold_chains<VEC>(Max{}, [&](int e) { return z[e]; }));
@@ -176,9 +184,12 @@ template <typename T> struct ProbsRow {
       mass += fold_chains<VEC>(Plus{}, [&](int e) { return wq[e]; });
       m = top;
     };
-    // The 16-bit forward prefetches: the fold's instructions a step would otherwise leave the warp
-    // with no loads in flight (float32 rows would lose a CTA an SM to it).
-    for_vectors<false, sizeof(T) == 2>(a.logits + row * a.logits_stride, a.target + row * a.target_stride, fold);
+    // 16-bit rows: aligned ones prefetch (the fold's instructions a step would otherwise leave the
+    // warp with no loads in flight), misaligned ones (kShareGranules) read each granule once a
+    // warp; both in one kernel spilled. Float32 rows would lose a CTA an SM to either.
+    constexpr bool kHalf = sizeof(T) == 2;
+    for_vectors<false, kHalf && !kShareGranules, kHalf && kShareGranules>(a.logits + row * a.logits_stride,
+                                                                       a.target + row * a.target_stride, fold);
     const typename Op::Stat stat = block_butterfly_reduce<Op>({{m, s, spread, mass}}, slots);
     if (threadIdx.x == 0) {
       const Acc log_sum = precise_log(stat.w[1]);
@@ -201,7 +212,7 @@ template <typename T> struct ProbsRow {
     const Acc lse = a.saved_lse[row], g = a.grad_of(row);
     const Acc p_factor = g * (a.saved_mass[row] + Acc(2) * a.z_scale * lse);
     const Acc target_factor = -g * (Acc(1) - a.smoothing);
-    for_vectors<kGranules, false>(x, p, [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
+    for_vectors<kGranules, false, false>(x, p, [&](int64_t e0, bool whole, const Acc(&z)[VEC], const Acc(&wq)[VEC]) {
       T out[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -226,12 +237,12 @@ template <typename T> struct ProbsRow {
 // CTAs an SM the forward's registers are held to (16-bit three, float64 two; float32 unbounded).
 template <typename T> constexpr int kProbsForwardCtasPerSm = sizeof(T) == 2 ? 3 : sizeof(T) == 8 ? 2 : 0;
 
-template <typename T>
+template <typename T, bool kShareGranules>
 __global__ void __launch_bounds__(kProbsThreads, kProbsForwardCtasPerSm<T>)
     cross_entropy_probs_forward_kernel(ProbsArgs<T> a) {
   __shared__ typename ProbsStatOp<acc_t<T>>::Stat slots[33];
   const ProbsRow<T> r(a);
-  for_rows(a.rows, 0, 1, [&](int64_t row) { r.forward(row, slots); });
+  for_rows(a.rows, 0, 1, [&](int64_t row) { r.template forward<kShareGranules>(row, slots); });
 }
 
 template <typename T, bool kGranules>

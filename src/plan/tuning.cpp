@@ -29,8 +29,9 @@ constexpr const char* kNames[] = {
     // fused norm backward
     "norm_bwd_max_vpt", "norm_bwd_ctas_per_sm",
     // cross-entropy row kernels: float32 logits of at least this many bytes launch by shift class;
-    // batches of fewer rows split each row over a cluster
-    "cross_entropy_classes_from_bytes", "cross_entropy_split_below_rows",
+    // batches of fewer rows split each row over a cluster; 0: the class-probability forward's
+    // 16-bit rows off their granules on the prefetching kernel too
+    "cross_entropy_classes_from_bytes", "cross_entropy_split_below_rows", "cross_entropy_probs_shared_granules",
     // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile)
     "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes",
     // reduce engine (ReduceKnobs): the row path, the column path

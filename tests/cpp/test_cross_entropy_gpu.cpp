@@ -914,6 +914,18 @@ template <typename T> void check_probs_case(const ProbsCase& c) {
   ASSERT_TRUE(s.is_ok()) << s.message();
   REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(same_bits(copy_back<Acc>(one_loss, 1), std::vector<Acc>{loss[last]})) << "row alone";
+  // The batch with every row on the prefetching forward (16-bit rows off their granules otherwise
+  // read each granule once a warp): the same bits.
+  const ScopedTuning prefetch_only("cross_entropy_probs_shared_granules", 0);
+  DeviceBuffer again_loss(c.rows * sizeof(Acc)), again_lse(c.rows * sizeof(Acc)), again_mass(c.rows * sizeof(Acc));
+  s = cross_entropy_probs_forward(xv, pv, w, o, vector_view<Acc>(again_loss.get(), c.rows),
+                                  vector_view<Acc>(again_lse.get(), c.rows), vector_view<Acc>(again_mass.get(), c.rows),
+                                  nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(copy_back<Acc>(again_loss, c.rows), loss)) << "the prefetching forward's losses";
+  EXPECT_TRUE(same_bits(copy_back<Acc>(again_lse, c.rows), copy_back<Acc>(dlse, c.rows))) << "its lse";
+  EXPECT_TRUE(same_bits(copy_back<Acc>(again_mass, c.rows), copy_back<Acc>(dmass, c.rows))) << "its mass";
 }
 
 template <typename T> void check_every_probs_case() {
