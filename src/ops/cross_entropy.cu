@@ -198,12 +198,6 @@ template <typename T> bool same_granule_offsets(const T* p, int64_t p_stride, co
   return stride_gap % 16 == 0 && (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(q)) % 16 == 0;
 }
 
-// Whether every one of `rows` rows of p starts on a 16-byte granule.
-template <typename T> bool rows_on_granules(const T* p, int64_t stride, int64_t rows) {
-  const bool every_row_as_the_first = rows == 1 || shift_period(stride, static_cast<int>(sizeof(T))) == 1;
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && every_row_as_the_first;
-}
-
 template <typename T, bool kForward, bool kExtras>
 Status launch_split(const kernels::CrossEntropyArgs<T>& a, int chunks, cudaStream_t stream, const char* name) {
   if constexpr (kForward) {
@@ -417,8 +411,8 @@ Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& t
     // bits, each form in its own kernel's registers.
     const auto kernel = [&] {
       if constexpr (sizeof(T) == 2) {
-        const bool on_granules =
-            rows_on_granules(a.logits, a.logits_stride, a.rows) && rows_on_granules(a.target, a.target_stride, a.rows);
+        const bool on_granules = rows_on_granules(a.logits, a.rows, a.logits_stride, 2) &&
+                                 rows_on_granules(a.target, a.rows, a.target_stride, 2);
         if (!on_granules && tuning("cross_entropy_probs_shared_granules").value_or(1) != 0)
           return kernels::cross_entropy_probs_forward_kernel<T, true>;
       }

@@ -100,9 +100,10 @@ template <bool kLayer> Status run_backward(const BackwardCall& c, cudaStream_t s
     return Status::ok();
   }
 
-  const int vec = 16 / static_cast<int>(dtype_size(x.dtype));
+  const int elem_bytes = static_cast<int>(dtype_size(x.dtype));
   bool aligned = aligned_ptr(c.weight);
-  for (int i = 0; i < 3; ++i) aligned = aligned && aligned_rows(views[i]->data, plans[i], vec);
+  for (int i = 0; i < 3; ++i)
+    aligned = aligned && rows_on_granules(views[i]->data, plans[i].rows, plans[i].row_stride, elem_bytes);
   switch (x.dtype) {
     case DType::kFloat32: return NormBackwardKernels<float>::launch(c, plans, kLayer, params_f32, aligned, stream);
     case DType::kFloat16: return NormBackwardKernels<__half>::launch(c, plans, kLayer, params_f32, aligned, stream);

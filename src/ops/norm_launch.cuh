@@ -106,9 +106,6 @@ inline Status plan_norm_rows(const TensorView& t, const char* name, int k, Rowwi
   return Status::ok();
 }
 
-inline bool aligned_rows(const void* data, const RowwisePlan& p, int vec) {
-  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (p.rows <= 1 || p.row_stride % vec == 0);
-}
 inline bool aligned_ptr(const TensorView* t) {
   return t == nullptr || reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
 }
@@ -251,9 +248,9 @@ Status run_forward(const ForwardCall& c, cudaStream_t stream) {
 
   // How bytes move depends on alignment; which thread combines what does not (batch invariance).
   const int elem_bytes = static_cast<int>(dtype_size(x.dtype));
-  const int vec = 16 / elem_bytes;
   bool aligned = aligned_ptr(c.weight) && aligned_ptr(c.bias);
-  for (int i = 0; i < 4; ++i) aligned = aligned && aligned_rows(views[i]->data, plans[i], vec);
+  for (int i = 0; i < 4; ++i)
+    aligned = aligned && rows_on_granules(views[i]->data, plans[i].rows, plans[i].row_stride, elem_bytes);
   RowKernelConfig config;
   REDUCEKIT_RETURN_IF_ERROR((forward_config<OpFor, kResidual>(cols, elem_bytes, &config)));
 

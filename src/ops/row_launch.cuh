@@ -110,6 +110,12 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   return Status::ok();
 }
 
+// Whether every one of `rows` rows (at `row_stride` elements of `elem_bytes`) starts on a 16-byte
+// granule, as whole-vector accesses need.
+inline bool rows_on_granules(const void* data, int64_t rows, int64_t row_stride, int elem_bytes) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (rows <= 1 || row_stride % (16 / elem_bytes) == 0);
+}
+
 namespace detail {
 
 // Elements per 16-byte vector: the planner's and the kernels' unit of work.

@@ -111,11 +111,10 @@ Status run_rowwise(const RowwiseTensors<NIN>& t, int64_t dim, cudaStream_t strea
   // 16-byte accesses need every row start of every array aligned. The plan does not depend
   // on it (results stay batch-invariant); only how the kernel moves bytes does.
   const int elem_bytes = static_cast<int>(dtype_size(t.in[0].dtype));
-  const int vec = 16 / elem_bytes;
   bool aligned = true;
   for (int i = 0; i <= NIN; ++i) {
     const TensorView& v = i < NIN ? t.in[i] : t.out;
-    aligned = aligned && reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (rows == 1 || plans[i].row_stride % vec == 0);
+    aligned = aligned && rows_on_granules(v.data, rows, plans[i].row_stride, elem_bytes);
   }
   RowKernelLimits limits;
   REDUCEKIT_RETURN_IF_ERROR(detail::rowwise_limits(elem_bytes, &limits));
