@@ -84,6 +84,22 @@ Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, co
                             int64_t ignore_index, LossReduction reduction, const TensorView& out,
                             const TensorView* denominator, cudaStream_t stream, double numerator = 0.0);
 
+// A training step of torch's 'mean' or 'sum' in one call: out = the reduced loss, as
+// cross_entropy_reduce gives it over cross_entropy_fused's per-row losses, and dlogits =
+// d(grad_scale * out) / d(logits), as cross_entropy_fused gives it with grad_loss = grad_scale /
+// the mean's denominator (grad_scale for kSum) for every row, that quotient being what
+// cross_entropy_reduce's numerator gives. Three launches, the second and third started behind the
+// one ahead of them (programmatic dependent launch: the fused kernel's rows load while the
+// denominator is summed). loss and lse: [rows] in the accumulation dtype, the per-row values
+// (cross_entropy_fused's); grad_loss: one value of that dtype, written with the upstream gradient
+// of every row; out: one value of any float dtype whose accumulation dtype is logits'. dlogits
+// may be logits itself, as in cross_entropy_fused. Every argument is checked before the first
+// launch.
+Status cross_entropy_step(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                          const CrossEntropyOptions& options, LossReduction reduction, double grad_scale,
+                          const TensorView& out, const TensorView& loss, const TensorView& lse,
+                          const TensorView& grad_loss, const TensorView& dlogits, cudaStream_t stream);
+
 // Class-probability targets: target holds a row of probabilities per row of logits (the logits'
 // shape and dtype, the class dim innermost, rows at any stride and alignment). With q = (1 - ls)
 // target + ls / classes, a row's loss is

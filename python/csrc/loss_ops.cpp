@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch.ops.reducekit cross-entropy: per-row loss and logsumexp over the last dim of logits, the
 // gradient of the per-row losses, and both in one kernel (cross_entropy_fused, _ over the logits);
+// a 'mean' / 'sum' training step in one call (cross_entropy_step, _ over the logits);
 // torch's 'mean' or 'sum' of the losses with the forward in one op (cross_entropy_loss; its
 // autograd is in loss_autograd.cpp) or of losses already computed (cross_entropy_reduce); for
 // class-probability targets, cross_entropy_probs_forward / _backward / _loss.
@@ -226,6 +227,54 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_fused_inplace_cuda(
   return {call.loss, call.lse};
 }
 
+// torch's 'mean' / 'sum' training step in one call (reducekit::cross_entropy_step): the reduced
+// loss (0-dim, the logits' dtype) and d(grad_scale * loss) / d(logits), written into `dlogits`
+// (logits itself for the in-place op). The layout fallback copies before the step's first launch,
+// so its three kernels follow one another with nothing of another's between them.
+at::Tensor step_into(const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                     int64_t ignore_index, c10::string_view reduction, double label_smoothing,
+                     double lse_square_scale, double softcap, double grad_scale, at::Tensor* dlogits) {
+  const reducekit::LossReduction how = reduction_of(reduction);  // checked before any launch
+  check_cuda(logits, "logits");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(logits.get_device()).stream();
+  const Inputs in(row_value_type(logits), target, weight);
+  const auto values = logits.options().dtype(row_value_type(logits));
+  const at::Tensor loss = device_empty(row_shape(logits), values), lse = device_empty(row_shape(logits), values);
+  const at::Tensor grad_loss = device_empty(std::vector<int64_t>{1}, values);
+  at::Tensor out = device_empty(std::vector<int64_t>{}, logits.options());
+  const auto o = options_of(ignore_index, label_smoothing, lse_square_scale, softcap);
+  const bool inplace = dlogits == nullptr;
+  with_layout_fallback({inplace ? Operand::in_out(logits) : Operand::in(logits)}, [&](const auto& t, bool) {
+    return reducekit::cross_entropy_step(to_view(t[0], "logits"), in.target_view, in.weight_ptr(), o, how, grad_scale,
+                                         to_view(out, "out"), to_view(loss, "loss"), to_view(lse, "lse"),
+                                         to_view(grad_loss, "grad_loss"),
+                                         inplace ? to_view(t[0], "logits") : to_view(*dlogits, "dlogits"), stream);
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> cross_entropy_step_cuda(const at::Tensor& logits, const at::Tensor& target,
+                                                           const std::optional<at::Tensor>& weight,
+                                                           int64_t ignore_index, c10::string_view reduction,
+                                                           double label_smoothing, double lse_square_scale,
+                                                           double softcap, double grad_scale) {
+  check_cuda(logits, "logits");
+  at::Tensor dlogits = device_empty(logits.sizes(), logits.options());
+  at::Tensor out = step_into(logits, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale,
+                             softcap, grad_scale, &dlogits);
+  return {out, dlogits};
+}
+
+// As cross_entropy_step, the gradient written over the logits.
+at::Tensor cross_entropy_step_inplace_cuda(at::Tensor& logits, const at::Tensor& target,
+                                           const std::optional<at::Tensor>& weight, int64_t ignore_index,
+                                           c10::string_view reduction, double label_smoothing,
+                                           double lse_square_scale, double softcap, double grad_scale) {
+  return step_into(logits, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale, softcap,
+                   grad_scale, nullptr);
+}
+
 // Class-probability targets (target: logits' shape and dtype): loss, lse and mass per row (the
 // caller holds the device guard).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> probs_row_values(const at::Tensor& logits, const at::Tensor& target,
@@ -330,6 +379,19 @@ std::tuple<at::Tensor, at::Tensor> reject_cpu_fused_inplace(at::Tensor& logits, 
   return {logits, logits};
 }
 
+std::tuple<at::Tensor, at::Tensor> reject_cpu_step(const at::Tensor& logits, const at::Tensor&,
+                                                   const std::optional<at::Tensor>&, int64_t, c10::string_view, double,
+                                                   double, double, double) {
+  check_cuda(logits, "logits");
+  return {logits, logits};
+}
+
+at::Tensor reject_cpu_step_inplace(at::Tensor& logits, const at::Tensor&, const std::optional<at::Tensor>&, int64_t,
+                                   c10::string_view, double, double, double, double) {
+  check_cuda(logits, "logits");
+  return logits;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_loss(const at::Tensor& logits, const at::Tensor&,
                                                                const std::optional<at::Tensor>&, int64_t,
                                                                c10::string_view, double, double, double) {
@@ -384,6 +446,10 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor, Tensor)");
   m.def("cross_entropy_fused_(Tensor(a!) logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor)");
+  m.def("cross_entropy_step(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction,"
+        " float label_smoothing, float lse_square_scale, float softcap, float grad_scale) -> (Tensor, Tensor)");
+  m.def("cross_entropy_step_(Tensor(a!) logits, Tensor target, Tensor? weight, int ignore_index, str reduction,"
+        " float label_smoothing, float lse_square_scale, float softcap, float grad_scale) -> Tensor");
   m.def("cross_entropy_probs_forward(Tensor logits, Tensor target, Tensor? weight=None, float label_smoothing=0.0,"
         " float lse_square_scale=0.0, float softcap=0.0) -> (Tensor, Tensor, Tensor)");
   m.def("cross_entropy_probs_loss(Tensor logits, Tensor target, Tensor? weight=None, str reduction='mean',"
@@ -401,6 +467,8 @@ TORCH_LIBRARY_IMPL(reducekit, CUDA, m) {
   m.impl("cross_entropy_reduce", &cross_entropy_reduce_cuda);
   m.impl("cross_entropy_fused", &cross_entropy_fused_cuda);
   m.impl("cross_entropy_fused_", &cross_entropy_fused_inplace_cuda);
+  m.impl("cross_entropy_step", &cross_entropy_step_cuda);
+  m.impl("cross_entropy_step_", &cross_entropy_step_inplace_cuda);
   m.impl("cross_entropy_probs_forward", &cross_entropy_probs_forward_cuda);
   m.impl("cross_entropy_probs_loss", &cross_entropy_probs_loss_cuda);
   m.impl("cross_entropy_probs_backward", &cross_entropy_probs_backward_cuda);
@@ -413,6 +481,8 @@ TORCH_LIBRARY_IMPL(reducekit, CPU, m) {
   m.impl("cross_entropy_reduce", &reject_cpu_reduce);
   m.impl("cross_entropy_fused", &reject_cpu_fused);
   m.impl("cross_entropy_fused_", &reject_cpu_fused_inplace);
+  m.impl("cross_entropy_step", &reject_cpu_step);
+  m.impl("cross_entropy_step_", &reject_cpu_step_inplace);
   m.impl("cross_entropy_probs_forward", &reject_cpu_probs_forward);
   m.impl("cross_entropy_probs_loss", &reject_cpu_probs_loss);
   m.impl("cross_entropy_probs_backward", &reject_cpu_probs_backward);

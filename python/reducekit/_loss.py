@@ -107,6 +107,18 @@ def _fused_inplace_fake(logits, target, weight, grad_loss, ignore_index, label_s
     return _forward_fake(logits, target)
 
 
+@torch.library.register_fake("reducekit::cross_entropy_step")
+def _step_fake(logits, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale, softcap,
+               grad_scale):
+    return logits.new_empty(()), torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("reducekit::cross_entropy_step_")
+def _step_inplace_fake(logits, target, weight, ignore_index, reduction, label_smoothing, lse_square_scale, softcap,
+                       grad_scale):
+    return logits.new_empty(())
+
+
 @torch.library.register_fake("reducekit::cross_entropy_probs_forward")
 def _probs_forward_fake(logits, target, weight=None, label_smoothing=0.0, lse_square_scale=0.0, softcap=0.0):
     rows = logits.shape[:-1]
@@ -334,21 +346,25 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
     options = (int(ignore_index), float(label_smoothing), float(lse_square_scale), float(softcap))
     if reduction != "none" and torch.is_tensor(grad_scale) and grad_scale.numel() != 1:
         raise ValueError(f"grad_scale: expected a number or a one-element tensor for reduction {reduction!r}")
-    if reduction == "mean":
+    if reduction != "none" and not torch.is_tensor(grad_scale):
+        # One C++ call: the denominator's kernel (grad_scale over it), the fused kernel started
+        # behind it, the losses' reduce behind that; the same kernels and bits as the steps below.
+        args = (rows, w, int(ignore_index), reduction, *options[1:], float(grad_scale))
+        with torch.no_grad():
+            if inplace:
+                return _ops.cross_entropy_step_(logits, *args), input
+            loss, grad = _ops.cross_entropy_step(logits, *args)
+            return loss, grad.reshape(input.shape)
+    if reduction == "mean":  # a one-element tensor grad_scale
         # grad_scale over the mean's denominator (taken before the losses), one value for every
         # row: a true division, as the reduced loss's backward divides (x / d, not x * (1 / d)).
-        if torch.is_tensor(grad_scale):
-            denominator = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values)[1]
-            grad_loss = torch.div(grad_scale.to(device=input.device, dtype=values).reshape(()), denominator)
-        else:  # one launch: the denominator's kernel divides
-            grad_loss = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values,
-                                                  float(grad_scale))[0]
-        grad_loss = grad_loss.reshape(1)
+        denominator = _ops.cross_entropy_reduce(None, rows, w, int(ignore_index), "mean", values)[1]
+        grad_loss = torch.div(grad_scale.to(device=input.device, dtype=values).reshape(()), denominator).reshape(1)
     elif torch.is_tensor(grad_scale):
         grad_loss = grad_scale.to(device=input.device, dtype=values).reshape(-1)
         if grad_loss.numel() != 1:
             grad_loss = grad_loss.expand(rows.shape[0]).contiguous()
-    else:
+    else:  # 'none': one number for every row
         grad_loss = torch.full((1,), float(grad_scale), dtype=values, device=input.device)
     with torch.no_grad():  # the gradient is the output here, not something autograd records
         if inplace:

@@ -718,6 +718,10 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
   const int64_t t = a.target[row];
   const bool ignored = t == a.ignore_index, bad = !ignored && (t < 0 || t >= a.classes);
   const Acc w_t = a.weight && !ignored && !bad ? a.weight[t] : Acc(1);
+  if constexpr (kGradient) allow_next_launch();  // a step's loss reduce, waiting for this grid
+  // A step's upstream gradient comes from the kernel ahead (launched before it ends): wait for it
+  // with the share already on its way.
+  if constexpr (kGradient) wait_for_previous_grid();
   const Acc g = kGradient ? a.grad_of(row) : Acc(0);
   const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, &cluster_slot);
   const Acc log_sum = precise_log(stat.w[1]);

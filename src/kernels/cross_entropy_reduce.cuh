@@ -33,17 +33,26 @@ template <typename T>
 __global__ void __launch_bounds__(kCrossEntropyReduceThreads)
     cross_entropy_reduce_kernel(const CrossEntropyReduceArgs<T> a) {
   using Acc = acc_t<T>;
+  // A training step launches its fused kernel right behind this one, overlapping its tail.
+  allow_next_launch();
   Acc total = Acc(0), kept = Acc(0);
+  if (a.mean) {
 #pragma unroll 4
-  for (int64_t row = threadIdx.x; row < a.rows; row += kCrossEntropyReduceThreads) {
-    if (a.loss != nullptr) total += a.loss[row];
-    if (a.mean && a.target == nullptr) {
-      kept += Acc(1);
-    } else if (a.mean) {
-      const int64_t t = a.target[row];
-      // A target outside [0, classes) has a NaN loss already: its weight only has to be readable.
-      if (t != a.ignore_index) kept += a.weight != nullptr ? a.weight[t < 0 ? 0 : min(t, a.classes - 1)] : Acc(1);
+    for (int64_t row = threadIdx.x; row < a.rows; row += kCrossEntropyReduceThreads) {
+      if (a.target == nullptr) {
+        kept += Acc(1);
+      } else {
+        const int64_t t = a.target[row];
+        // A target outside [0, classes) has a NaN loss already: its weight only has to be readable.
+        if (t != a.ignore_index) kept += a.weight != nullptr ? a.weight[t < 0 ? 0 : min(t, a.classes - 1)] : Acc(1);
+      }
     }
+  }
+  if (a.loss != nullptr) {
+    // The losses may come from the kernel ahead (a step's fused kernel, launched before it ends).
+    wait_for_previous_grid();
+#pragma unroll 4
+    for (int64_t row = threadIdx.x; row < a.rows; row += kCrossEntropyReduceThreads) total += a.loss[row];
   }
   using BlockSum = cub::BlockReduce<Acc, kCrossEntropyReduceThreads>;
   __shared__ typename BlockSum::TempStorage storage;

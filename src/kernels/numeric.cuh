@@ -29,6 +29,21 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, flo
   return __float2bfloat16_rn(v);
 }
 
+// Programmatic dependent launch (a kernel launched with the programmatic stream serialization
+// attribute may start before the one ahead of it ends): the launch of the next kernel may begin,
+// and: wait for the kernel ahead to end with its writes visible. Both do nothing in a kernel
+// launched without the attribute, or with no kernel after it that has it.
+__device__ __forceinline__ void allow_next_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // A value another CTA published (a partial statistic, read after its ticket or counter says it is
 // there), loaded at L2 (ld.global.cg) word by word: L1 is not coherent across SMs.
 template <typename S> __device__ __forceinline__ S load_partial(const S* p) {

@@ -147,7 +147,7 @@ Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropy
 
 template <bool kGradient, typename T>
 Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfig& c, cudaStream_t stream,
-                     const char* name) {
+                     const char* name, bool overlap_previous = false) {
   if constexpr (sizeof(T) <= 4) {
     if (a.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("logits: too many rows for one launch");
     if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
@@ -155,7 +155,7 @@ Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfi
     const auto kernel = c.threads == kStagedSmallThreads
                             ? kernels::cross_entropy_staged_kernel<T, kStagedSmallThreads, kGradient>
                             : kernels::cross_entropy_staged_kernel<T, kStagedThreads, kGradient>;
-    return detail::launch_blocks(kernel, a.rows * c.cluster, c, stream, name, a);
+    return detail::launch_blocks_overlapping(overlap_previous, kernel, a.rows * c.cluster, c, stream, name, a);
   } else {
     return Status::unsupported("logits: staged rows are 16-bit or float32 rows");
   }
@@ -355,39 +355,62 @@ Status cross_entropy_backward(const TensorView& logits, const TensorView& target
   });
 }
 
-Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
-                           const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
-                           const TensorView& lse, const TensorView& dlogits, cudaStream_t stream) {
-  RowwisePlan plan, out_plan;
-  REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &plan));
+namespace {
+
+// cross_entropy_fused's checks, apart from its launches so that a step checks everything first.
+struct FusedPlan {
+  RowwisePlan rows, out;
   int64_t grad_stride = 1;
-  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&loss, "loss"}, {&lse, "lse"}}, logits, plan.rows));
-  REDUCEKIT_RETURN_IF_ERROR(check_grad_loss(grad_loss, logits, plan.rows, &grad_stride));
-  REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, true, &out_plan));
+};
+Status plan_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                  const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
+                  const TensorView& lse, const TensorView& dlogits, FusedPlan* p) {
+  REDUCEKIT_RETURN_IF_ERROR(plan_logits(logits, "logits", target, weight, options, &p->rows));
+  REDUCEKIT_RETURN_IF_ERROR(check_row_values({{&loss, "loss"}, {&lse, "lse"}}, logits, p->rows.rows));
+  REDUCEKIT_RETURN_IF_ERROR(check_grad_loss(grad_loss, logits, p->rows.rows, &p->grad_stride));
+  REDUCEKIT_RETURN_IF_ERROR(plan_dlogits(logits, dlogits, true, &p->out));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}, {&dlogits, "dlogits"}},
                                            {{&target, "target"}, {weight, "weight"}, {&grad_loss, "grad_loss"}}));
-  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&loss, "loss"}, {&lse, "lse"}}, {{&logits, "logits"}}));
-  if (plan.rows == 0) return Status::ok();
+  return check_disjoint({{&loss, "loss"}, {&lse, "lse"}}, {{&logits, "logits"}});
+}
+
+// overlap_previous: staged rows start before the kernel ahead ends (launch_staged), which the
+// library launched itself; they wait for it before reading grad_loss.
+Status launch_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                    const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
+                    const TensorView& lse, const TensorView& dlogits, const FusedPlan& p, cudaStream_t stream,
+                    bool overlap_previous) {
+  if (p.rows.rows == 0) return Status::ok();
   return by_dtype(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     using Acc = kernels::acc_t<T>;
-    kernels::CrossEntropyArgs<T> a = args_of<T>(logits, plan, target, weight, options);
+    kernels::CrossEntropyArgs<T> a = args_of<T>(logits, p.rows, target, weight, options);
     a.loss = static_cast<Acc*>(loss.data);
     a.lse = static_cast<Acc*>(lse.data);
     a.grad = static_cast<const Acc*>(grad_loss.data);
-    a.grad_stride = grad_stride;
+    a.grad_stride = p.grad_stride;
     a.dlogits = static_cast<T*>(dlogits.data);
-    a.dlogits_stride = out_plan.row_stride;
+    a.dlogits_stride = p.out.row_stride;
     RowKernelConfig c;
     bool staged = false;
-    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, plan.cols, options, true, &c, &staged));
-    if (staged) return launch_staged<true>(a, c, stream, "cross_entropy_fused");
+    REDUCEKIT_RETURN_IF_ERROR(plan_staged(logits, p.rows.cols, options, true, &c, &staged));
+    if (staged) return launch_staged<true>(a, c, stream, "cross_entropy_fused", overlap_previous);
     // Other rows: the forward kernel, then the backward kernel over the lse it wrote (faster than
     // one kernel doing both, whose CTAs held twice the registers and re-read the row from L2).
     a.saved_lse = a.lse;
     REDUCEKIT_RETURN_IF_ERROR(launch_rows<true>(a, options, stream, "cross_entropy_fused"));
     return launch_rows<false>(a, options, stream, "cross_entropy_fused");
   });
+}
+
+}  // namespace
+
+Status cross_entropy_fused(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                           const TensorView& grad_loss, const CrossEntropyOptions& options, const TensorView& loss,
+                           const TensorView& lse, const TensorView& dlogits, cudaStream_t stream) {
+  FusedPlan p;
+  REDUCEKIT_RETURN_IF_ERROR(plan_fused(logits, target, weight, grad_loss, options, loss, lse, dlogits, &p));
+  return launch_fused(logits, target, weight, grad_loss, options, loss, lse, dlogits, p, stream, false);
 }
 
 Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& target, const TensorView* weight,
@@ -470,9 +493,10 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
   });
 }
 
-Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
-                            int64_t ignore_index, LossReduction reduction, const TensorView& out,
-                            const TensorView* denominator, cudaStream_t stream, double numerator) {
+namespace {
+
+Status check_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
+                    LossReduction reduction, const TensorView& out, const TensorView* denominator) {
   if (reduction != LossReduction::kSum && reduction != LossReduction::kMean)
     return Status::invalid_argument("reduction: expected kSum or kMean");
   if (loss == nullptr && target == nullptr) return Status::invalid_argument("loss: null, and so is target");
@@ -494,6 +518,15 @@ Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, co
     REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(*denominator, "denominator", acc, 1, "one value"));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&out, "out"}, {denominator, "denominator"}},
                                            {{loss, "loss"}, {target, "target"}, {weight, "weight"}}));
+  return Status::ok();
+}
+
+// overlap_previous: the kernel may start before the one ahead of it ends (the library's own, and
+// writing none of target and weight): it waits for it before reading loss.
+Status launch_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight, int64_t ignore_index,
+                     LossReduction reduction, const TensorView& out, const TensorView* denominator,
+                     cudaStream_t stream, double numerator, bool overlap_previous) {
+  const int64_t rows = target != nullptr ? target->numel() : loss->numel();
   return by_dtype(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     using Acc = kernels::acc_t<T>;
@@ -508,9 +541,50 @@ Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, co
     a.numerator = static_cast<Acc>(numerator);
     a.out = static_cast<T*>(out.data);
     a.denominator = denominator != nullptr ? static_cast<Acc*>(denominator->data) : nullptr;
-    kernels::cross_entropy_reduce_kernel<T><<<1, kernels::kCrossEntropyReduceThreads, 0, stream>>>(a);
-    return launched("cross_entropy_reduce");
+    if (!overlap_previous) {
+      kernels::cross_entropy_reduce_kernel<T><<<1, kernels::kCrossEntropyReduceThreads, 0, stream>>>(a);
+      return launched("cross_entropy_reduce");
+    }
+    cudaLaunchAttribute overlap = detail::overlap_previous_attribute();
+    return detail::launch_with_attributes(kernels::cross_entropy_reduce_kernel<T>, 1,
+                                          kernels::kCrossEntropyReduceThreads, 0, stream, &overlap, 1,
+                                          "cross_entropy_reduce", a);
   });
+}
+
+}  // namespace
+
+Status cross_entropy_reduce(const TensorView* loss, const TensorView* target, const TensorView* weight,
+                            int64_t ignore_index, LossReduction reduction, const TensorView& out,
+                            const TensorView* denominator, cudaStream_t stream, double numerator) {
+  REDUCEKIT_RETURN_IF_ERROR(check_reduce(loss, target, weight, reduction, out, denominator));
+  return launch_reduce(loss, target, weight, ignore_index, reduction, out, denominator, stream, numerator, false);
+}
+
+Status cross_entropy_step(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                          const CrossEntropyOptions& options, LossReduction reduction, double grad_scale,
+                          const TensorView& out, const TensorView& loss, const TensorView& lse,
+                          const TensorView& grad_loss, const TensorView& dlogits, cudaStream_t stream) {
+  if (reduction != LossReduction::kSum && reduction != LossReduction::kMean)
+    return Status::invalid_argument("reduction: expected kSum or kMean (a step of per-row losses is "
+                                    "cross_entropy_fused)");
+  // Every check before the first launch: a bad argument launches nothing.
+  REDUCEKIT_RETURN_IF_ERROR(check_dense_vector(grad_loss, "grad_loss", accumulation_dtype(logits.dtype), 1,
+                                               "one value"));
+  FusedPlan p;
+  REDUCEKIT_RETURN_IF_ERROR(plan_fused(logits, target, weight, grad_loss, options, loss, lse, dlogits, &p));
+  REDUCEKIT_RETURN_IF_ERROR(check_reduce(nullptr, &target, weight, reduction, grad_loss, nullptr));
+  REDUCEKIT_RETURN_IF_ERROR(check_reduce(&loss, &target, weight, reduction, out, nullptr));
+  REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&out, "out"}}, {{&logits, "logits"}, {&dlogits, "dlogits"},
+                                                             {&lse, "lse"}, {&grad_loss, "grad_loss"}}));
+  // grad_loss = grad_scale / the mean's denominator (grad_scale for kSum: over 1), then the fused
+  // kernel and the losses' reduce, each started behind the one ahead (it waits for what it reads).
+  REDUCEKIT_RETURN_IF_ERROR(
+      launch_reduce(nullptr, &target, weight, options.ignore_index, reduction, grad_loss, nullptr, stream, grad_scale,
+                    false));
+  REDUCEKIT_RETURN_IF_ERROR(launch_fused(logits, target, weight, grad_loss, options, loss, lse, dlogits, p, stream,
+                                         true));
+  return launch_reduce(&loss, &target, weight, options.ignore_index, reduction, out, nullptr, stream, 0.0, true);
 }
 
 }  // namespace reducekit

@@ -247,18 +247,20 @@ template <class Kernel> Status allow_smem(Kernel kernel, std::size_t bytes, cons
   return launch_status(name);
 }
 
-// One cudaLaunchKernelEx launch of `grid` CTAs with one launch attribute (a cluster shape, the
-// cooperative flag). A launch error is cleared and returned as the Status.
+// One cudaLaunchKernelEx launch of `grid` CTAs with `count` launch attributes (a cluster shape,
+// the cooperative flag, programmatic serialization). A launch error is cleared and returned as
+// the Status.
 template <class... KernelArgs, class... Args>
-Status launch_with_attribute(void (*kernel)(KernelArgs...), int64_t grid, int threads, std::size_t smem,
-                             cudaStream_t stream, cudaLaunchAttribute attribute, const char* name, Args... args) {
+Status launch_with_attributes(void (*kernel)(KernelArgs...), int64_t grid, int threads, std::size_t smem,
+                              cudaStream_t stream, cudaLaunchAttribute* attributes, int count, const char* name,
+                              Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(static_cast<unsigned>(threads));
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = static_cast<unsigned>(count);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the Status carries the error now
@@ -267,24 +269,53 @@ Status launch_with_attribute(void (*kernel)(KernelArgs...), int64_t grid, int th
   return launch_status(name);
 }
 
-// One launch of a block-family kernel: `grid` CTAs in clusters of c.cluster.
 template <class... KernelArgs, class... Args>
-Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKernelConfig& c, cudaStream_t stream,
-                     const char* name, Args... args) {
+Status launch_with_attribute(void (*kernel)(KernelArgs...), int64_t grid, int threads, std::size_t smem,
+                             cudaStream_t stream, cudaLaunchAttribute attribute, const char* name, Args... args) {
+  return launch_with_attributes(kernel, grid, threads, smem, stream, &attribute, 1, name, args...);
+}
+
+// The attribute that lets a kernel start before the one ahead of it in the stream ends. Only for
+// a kernel that waits (wait_for_previous_grid) before it reads what the kernel ahead writes, and
+// behind a kernel the library launched itself: that one began only after all work before it
+// ended, and touches none of the memory the overlapping kernel accesses before waiting.
+inline cudaLaunchAttribute overlap_previous_attribute() {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
+// One launch of a block-family kernel: `grid` CTAs in clusters of c.cluster; overlap_previous:
+// with overlap_previous_attribute.
+template <class... KernelArgs, class... Args>
+Status launch_blocks_overlapping(bool overlap_previous, void (*kernel)(KernelArgs...), int64_t grid,
+                                 const RowKernelConfig& c, cudaStream_t stream, const char* name, Args... args) {
   REDUCEKIT_RETURN_IF_ERROR(allow_smem(kernel, c.smem_bytes, name));
-  if (c.cluster == 1) {
+  if (c.cluster == 1 && !overlap_previous) {
     // A plain launch: cluster launches schedule CTAs more slowly, which short rows feel.
     kernel<<<static_cast<unsigned>(grid), c.threads, c.smem_bytes, stream>>>(args...);
     return launch_status(name);
   }
-  if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-    return launch_status(name);
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(c.cluster);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  return launch_with_attribute(kernel, grid, c.threads, c.smem_bytes, stream, cluster, name, args...);
+  cudaLaunchAttribute attributes[2] = {};
+  int count = 0;
+  if (c.cluster > 1) {
+    if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+      return launch_status(name);
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = static_cast<unsigned>(c.cluster);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (overlap_previous) attributes[count++] = overlap_previous_attribute();
+  return launch_with_attributes(kernel, grid, c.threads, c.smem_bytes, stream, attributes, count, name, args...);
+}
+
+template <class... KernelArgs, class... Args>
+Status launch_blocks(void (*kernel)(KernelArgs...), int64_t grid, const RowKernelConfig& c, cudaStream_t stream,
+                     const char* name, Args... args) {
+  return launch_blocks_overlapping(false, kernel, grid, c, stream, name, args...);
 }
 
 // The tiles built for an op of family F: the family's (row_tiles), or every one for sweeps.

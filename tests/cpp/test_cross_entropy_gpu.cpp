@@ -4,7 +4,8 @@
 // class weights, label smoothing, z-loss and soft-capping, forward and backward; bitwise
 // determinism and batch invariance; the fused forward and backward (into its own dlogits and over
 // the logits) against the two apart, bit for bit; one upstream gradient for every row;
-// cross_entropy_reduce's sum and mean against the oracle; argument errors. Class-probability targets
+// cross_entropy_reduce's sum and mean against the oracle; cross_entropy_step against its three
+// calls apart; argument errors. Class-probability targets
 // (cross_entropy_probs_*) against the oracle, forward and both gradients, rows at independent
 // alignments; their determinism, batch invariance and argument errors.
 #include <gtest/gtest.h>
@@ -723,6 +724,88 @@ TEST(CrossEntropyGpu, OneUpstreamGradientServesEveryRow) {
   check_one_upstream_gradient<double>(7, 1001);
 }
 
+// cross_entropy_step (its fused kernel started behind the denominator's, the loss reduce behind
+// it) against the same three calls made one after another: the same bits for out, the per-row
+// values and dlogits, into a buffer of its own and over the logits.
+template <typename T>
+void check_step(int64_t rows, int64_t classes, bool weighted, LossReduction how, double smoothing,
+                int64_t ignore_index = -100) {
+  using Acc = AccOf<T>;
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype_of<T>()) << " rows " << rows << " classes " << classes
+                                  << (weighted ? " weighted" : "") << (how == LossReduction::kMean ? " mean" : " sum")
+                                  << " smoothing " << smoothing);
+  const std::vector<double> values = make_values(rows * classes, "randn", 97);
+  // float16's 5-bit exponent flushes a third of the gradients of a 3-sigma spread to zero.
+  const double spread = std::is_same_v<T, __half> ? 1.5 : 3.0;
+  std::vector<T> x(rows * classes);
+  for (int64_t i = 0; i < rows * classes; ++i) x[i] = from_double<T>(spread * values[i]);
+  const std::vector<double> weight = weights_for(classes);
+  DeviceBuffer dx(x), over(x), dt(targets_for(rows, classes)), dw(std::vector<Acc>(weight.begin(), weight.end()));
+  const std::size_t bytes = rows * classes * sizeof(T);
+  DeviceBuffer grad(bytes), grad_ref(bytes), out(2 * sizeof(T)), out_ref(sizeof(T)), scale(2 * sizeof(Acc));
+  DeviceBuffer loss(3 * rows * sizeof(Acc) + 1), lse(3 * rows * sizeof(Acc) + 1);
+  const RowLayout layout{rows, classes, classes, 0};
+  const TensorView xv = row_view(dx.get(), dtype_of<T>(), layout), overv = row_view(over.get(), dtype_of<T>(), layout);
+  const TensorView tv = vector_view<int64_t>(dt.get(), rows), wv = vector_view<Acc>(dw.get(), classes);
+  const TensorView* w = weighted ? &wv : nullptr;
+  const auto at = [rows](const DeviceBuffer& b, int k) { return vector_view<Acc>(static_cast<Acc*>(b.get()) + k * rows, rows); };
+  const auto one = [](const DeviceBuffer& b, int k) { return vector_view<Acc>(static_cast<Acc*>(b.get()) + k, 1); };
+  const auto out_at = [](const DeviceBuffer& b, int k) { return vector_view<T>(static_cast<T*>(b.get()) + k, 1); };
+  CrossEntropyOptions o;
+  o.label_smoothing = smoothing;
+  o.ignore_index = ignore_index;
+  const double grad_scale = 0.75;
+  // The three calls apart.
+  ASSERT_TRUE(cross_entropy_reduce(nullptr, &tv, w, o.ignore_index, how, one(scale, 0), nullptr, nullptr, grad_scale)
+                  .is_ok());
+  ASSERT_TRUE(cross_entropy_fused(xv, tv, w, one(scale, 0), o, at(loss, 0), at(lse, 0),
+                                  row_view(grad_ref.get(), dtype_of<T>(), layout), nullptr).is_ok());
+  const TensorView loss0 = at(loss, 0);
+  ASSERT_TRUE(cross_entropy_reduce(&loss0, &tv, w, o.ignore_index, how, out_at(out_ref, 0), nullptr, nullptr).is_ok());
+  // The step, into dlogits of its own and over the logits.
+  Status s = cross_entropy_step(xv, tv, w, o, how, grad_scale, out_at(out, 0), at(loss, 1), at(lse, 1), one(scale, 1),
+                                row_view(grad.get(), dtype_of<T>(), layout), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  s = cross_entropy_step(overv, tv, w, o, how, grad_scale, out_at(out, 1), at(loss, 2), at(lse, 2), one(scale, 1),
+                         overv, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  const int64_t n = rows * classes;
+  const std::vector<T> want = copy_back<T>(grad_ref, n);
+  EXPECT_TRUE(same_bits(copy_back<T>(grad, n), want)) << "dlogits";
+  EXPECT_TRUE(same_bits(copy_back<T>(over, n), want)) << "dlogits over the logits";
+  const std::vector<T> outs = copy_back<T>(out, 2), want_out = copy_back<T>(out_ref, 1);
+  EXPECT_EQ(std::memcmp(&outs[0], &want_out[0], sizeof(T)), 0) << "out";
+  EXPECT_EQ(std::memcmp(&outs[1], &want_out[0], sizeof(T)), 0) << "out, over the logits";
+  const std::vector<Acc> losses = copy_back<Acc>(loss, 3 * rows), lses = copy_back<Acc>(lse, 3 * rows);
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_EQ(std::memcmp(&losses[k * rows], &losses[0], rows * sizeof(Acc)), 0) << "loss " << k;
+    EXPECT_EQ(std::memcmp(&lses[k * rows], &lses[0], rows * sizeof(Acc)), 0) << "lse " << k;
+  }
+  // The same bits must not be zeros: row 1 is ignored; the kept rows carry a gradient on (almost)
+  // every class, float16 flushing the smallest.
+  int64_t nonzero = 0, ignored_nonzero = 0;
+  for (int64_t i = 0; i < n; ++i) (i / classes == 1 ? ignored_nonzero : nonzero) += to_double(want[i]) != 0.0;
+  EXPECT_EQ(ignored_nonzero, 0) << "the ignored row";
+  EXPECT_GE(nonzero, (rows - 1) * classes * 9 / 10) << "a gradient on the kept rows' classes";
+}
+
+TEST(CrossEntropyGpu, StepEqualsItsThreeCalls) {
+  REDUCEKIT_REQUIRE_GPU();
+  for (LossReduction how : {LossReduction::kMean, LossReduction::kSum}) {
+    check_step<__nv_bfloat16>(37, 32000, true, how, 0.0);   // staged, one CTA a row
+    check_step<__half>(5, 50257, false, how, 0.0);          // staged, odd rows
+    check_step<__nv_bfloat16>(3, 128256, false, how, 0.0);  // staged over a cluster
+    check_step<__nv_bfloat16>(4, 50257, true, how, 0.1);    // label smoothing: the row kernels
+    check_step<float>(9, 4099, true, how, 0.0);
+    check_step<float>(2, 50257, false, how, 0.0);
+    check_step<double>(7, 1001, true, how, 0.0);
+    if (testing::Test::HasFailure()) return;
+  }
+  // A mean over no kept row (row 0's target, 3, is the ignored index): NaN out and gradient, as
+  // the calls apart give.
+  check_step<__nv_bfloat16>(1, 32000, false, LossReduction::kMean, 0.0, 3);
+}
+
 TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   REDUCEKIT_REQUIRE_GPU();
   const int64_t rows = 4, classes = 10;
@@ -755,6 +838,14 @@ TEST(CrossEntropyGpu, ArgumentErrorsNameTheArgument) {
   const TensorView glv = vector_view<float>(gl.get(), rows), gdv = row_view(gd.get(), DType::kFloat32, {rows, classes, classes, 0});
   EXPECT_TRUE(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, gdv, nullptr).is_ok());
   EXPECT_TRUE(cross_entropy_fused(xv, tv, nullptr, glv, {}, lv, sv, xv, nullptr).is_ok());
+  // The step: a reduction it has, one upstream gradient, every check before its first launch.
+  DeviceBuffer so(8);
+  const TensorView sov = vector_view<float>(so.get(), 1), one_gl = vector_view<float>(gl.get(), 1);
+  EXPECT_TRUE(cross_entropy_step(xv, tv, nullptr, {}, LossReduction::kMean, 1.0, sov, lv, sv, one_gl, gdv, nullptr).is_ok());
+  fails(cross_entropy_step(xv, tv, nullptr, {}, static_cast<LossReduction>(7), 1.0, sov, lv, sv, one_gl, gdv, nullptr), "reduction");
+  fails(cross_entropy_step(xv, tv, nullptr, {}, LossReduction::kMean, 1.0, sov, lv, sv, glv, gdv, nullptr), "grad_loss");
+  fails(cross_entropy_step(xv, tv, nullptr, {}, LossReduction::kSum, 1.0, vector_view<float>(gl.get(), 1), lv, sv,
+                           one_gl, gdv, nullptr), "out");
   const TensorView shifted = row_view(static_cast<float*>(x.get()) + 1, DType::kFloat32, {rows - 1, classes, classes, 0});
   const TensorView first_rows = row_view(x.get(), DType::kFloat32, {rows - 1, classes, classes, 0});
   fails(cross_entropy_fused(first_rows, vector_view<int64_t>(t.get(), rows - 1), nullptr,

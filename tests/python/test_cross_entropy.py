@@ -827,6 +827,26 @@ def test_with_grad_opcheck():
     g = torch.rand(8, device=DEV)
     torch.library.opcheck(torch.ops.reducekit.cross_entropy_fused.default, (x, t, w, g, -100, 0.1, 1e-4, 0.0))
     torch.library.opcheck(torch.ops.reducekit.cross_entropy_fused_.default, (x.clone(), t, w, g, -100, 0.1, 1e-4, 0.0))
+    for reduction in ("mean", "sum"):
+        args = (t, w, -100, reduction, 0.1, 1e-4, 0.0, 0.75)
+        torch.library.opcheck(torch.ops.reducekit.cross_entropy_step.default, (x, *args))
+        torch.library.opcheck(torch.ops.reducekit.cross_entropy_step_.default, (x.clone(), *args))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("classes", [32000, 50257, 128256, 4099])
+def test_with_grad_one_call_equals_the_calls_apart(dtype, reduction, classes):
+    """A number for grad_scale takes the one-call step (its kernels started behind one another), a
+    one-element tensor the calls apart: the same bits, and the step's loss that of the reduce."""
+    x, t = _inputs(19, classes, dtype, seed=16)
+    w = torch.rand(classes, device=DEV) + 0.5
+    loss, grad = reducekit.cross_entropy_with_grad(x, t, w, reduction=reduction, grad_scale=0.75)
+    want_loss, want_grad = reducekit.cross_entropy_with_grad(x, t, w, reduction=reduction,
+                                                             grad_scale=torch.tensor(0.75, device=DEV))
+    assert torch.equal(loss, want_loss) and torch.equal(grad, want_grad)
+    with pytest.raises(RuntimeError, match="reduction"):
+        torch.ops.reducekit.cross_entropy_step(x, t, w, -100, "none", 0.0, 0.0, 0.0, 1.0)
 
 
 # ----------------------------------------------------------------------------- sizes: 2^20 classes, 2^31 logits
