@@ -439,6 +439,10 @@ std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands(bool step) {
   // the row kernels float32 +21% at 32000, +48% at 30001, over a cluster of two 110 KiB shares
   // +7..+9%; bfloat16 61440 ties; the forward alone there lost 21-42% (LOG.md)
   if (step) bands[1].max_row_bytes = bands[1].share_bytes = bands[2].min_row_bytes;
+  // and the step's rows past 880 KiB (float32 256000 classes) on clusters of up to eight 200 KiB
+  // shares, one CTA an SM: +21% over the row kernels' three passes there; 128 KiB shares (eight)
+  // gained 8%, 144 KiB (seven) lost 1% (LOG.md).
+  if (step) bands[3] = {bands[2].max_row_bytes, kPortableClusterSize * 200 * 1024, kStagedThreads, 200 * 1024};
   return bands;
 }
 

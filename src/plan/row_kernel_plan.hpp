@@ -106,7 +106,7 @@ struct StagedBand {
   // aligned): the others take the register rows. A function of the length, as every plan is.
   bool ragged_lengths_only = false;
 };
-constexpr int kMaxStagedBands = 3;
+constexpr int kMaxStagedBands = 4;
 
 struct RowKernelLimits {
   int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
@@ -335,7 +335,7 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
 
 // The cross-entropy's staged rows (16-bit and float32 logits alike, by bytes): the 16-bit
 // softmax's bands, the second from the first's end; the step's (loss and gradient in one
-// kernel) second band reaches the third.
+// kernel) second band reaches the third, and a fourth takes rows past the third.
 std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands(bool step);
 
 // The split-row path: rows whose plan streams several tiles per thread (RowKernelConfig::tiles

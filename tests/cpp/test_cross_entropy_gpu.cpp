@@ -226,7 +226,9 @@ template <typename T> void check_every_case() {
                         Case{12, 4099, 0, 0, 0, 0, 0, 15.0}, Case{8, 4096, 0, 0, 0, 1.0, 0, 0, true},
                         Case{6, 14001, 1, 3, 0, 0, 1e-4, 0, true}, Case{6, 20000, 3, 1, 0, 0, 1e-4, 0, true},
                         Case{6, 30001, 1, 3, 0, 0, 1e-4, 0, true},
-                        Case{3, 32768}, Case{3, 61440, 1, 3, 0}}) {
+                        Case{3, 32768}, Case{3, 61440, 1, 3, 0},
+                        // the step's fourth band: float32 past 880 KiB, 16-bit past it at 450561
+                        Case{2, 256001, 1, 3, 0}, Case{2, 450561}}) {
     check_case<T>(c);
     if (testing::Test::HasFailure()) return;
   }
@@ -798,6 +800,7 @@ TEST(CrossEntropyGpu, StepEqualsItsThreeCalls) {
     check_step<__nv_bfloat16>(4, 50257, true, how, 0.1);    // label smoothing: the row kernels
     check_step<float>(9, 4099, true, how, 0.0);
     check_step<float>(2, 50257, false, how, 0.0);
+    check_step<float>(2, 256000, true, how, 0.0);           // staged over five 200 KiB shares
     check_step<double>(7, 1001, true, how, 0.0);
     if (testing::Test::HasFailure()) return;
   }

@@ -646,8 +646,9 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
 }
 
 // The cross-entropy step's bands (cross_entropy_staged_bands), 16-bit and float32 rows by bytes:
-// the softmax's third, one 256-thread CTA for every row of 16-72 KiB and one 512-thread CTA for
-// every row of 72-128 KiB; the forward's second band ends at the softmax's, 110 KiB.
+// the softmax's third, one 256-thread CTA for every row of 16-72 KiB, one 512-thread CTA for
+// every row of 72-128 KiB and clusters of 200 KiB shares from 880 KiB to 1600 KiB; the forward's
+// second band ends at the softmax's, 110 KiB, and it has no fourth.
 TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
   struct Want { int64_t n; int elem, threads, ctas; };
   for (const Want w : {Want{10000, 4, kStagedSmallThreads, 1}, Want{12000, 4, kStagedSmallThreads, 1},
@@ -658,7 +659,10 @@ TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
                        Want{20481, 2, kStagedSmallThreads, 1}, Want{32000, 2, kStagedSmallThreads, 1},
                        Want{36864, 2, kStagedSmallThreads, 1}, Want{36865, 2, kStagedThreads, 1},
                        Want{61440, 2, kStagedThreads, 1},
-                       Want{65536, 2, kStagedThreads, 1}, Want{65537, 2, kStagedThreads, 2}}) {
+                       Want{65536, 2, kStagedThreads, 1}, Want{65537, 2, kStagedThreads, 2},
+                       Want{225281, 4, kStagedThreads, 5}, Want{256000, 4, kStagedThreads, 5},
+                       Want{409600, 4, kStagedThreads, 8}, Want{450561, 2, kStagedThreads, 5},
+                       Want{819200, 2, kStagedThreads, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
     RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, w.elem);
     l.staged = cross_entropy_staged_bands(true);
@@ -668,7 +672,7 @@ TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
     EXPECT_EQ(c.cluster, w.ctas);
     EXPECT_GE(int64_t(c.cluster) * c.smem_bytes, w.n * w.elem) << "the whole row staged";
   }
-  for (const auto [n, elem] : {std::pair<int64_t, int>{4000, 4}, {225281, 4}, {256000, 4}, {8000, 2}, {450561, 2}}) {
+  for (const auto [n, elem] : {std::pair<int64_t, int>{4000, 4}, {409601, 4}, {8000, 2}, {819201, 2}}) {
     RowKernelLimits l = policy_on_h200(RowFamily::kRowwise, elem);
     l.staged = cross_entropy_staged_bands(true);
     EXPECT_NE(plan_row_kernel(n, elem, 1, l).kind, RowKernelKind::kStaged) << n << " x " << elem << " bytes";
@@ -681,6 +685,7 @@ TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
     EXPECT_EQ(forward[b].max_row_bytes, step[b].max_row_bytes);
     EXPECT_EQ(forward[b].share_bytes, step[b].share_bytes);
   }
+  EXPECT_EQ(forward[3].threads, 0) << "the forward alone stages no cluster (cross_entropy_forward)";
 }
 
 // The plain rms_norm forward stages 16-bit rows of 56-110 KiB in one 512-thread CTA and of

@@ -232,7 +232,8 @@ TEST_F(SoftmaxGpu, StagedRowsAtEveryOffset) {
 TEST_F(SoftmaxGpu, RereadRows) {
   const ScopedTuning reread("reread_above_words", 16);
   // The staged bands come first (16-bit rows, and float32 rows of ragged length): off here.
-  const ScopedTuning band0("staged0_threads", 0), band1("staged1_threads", 0), band2("staged2_threads", 0);
+  const ScopedTuning band0("staged0_threads", 0), band1("staged1_threads", 0), band2("staged2_threads", 0),
+      band3("staged3_threads", 0);
   for (const int64_t small : {int64_t(1) << 30, int64_t(0)}) {  // tiles of 16 words, then of one vector
     SCOPED_TRACE(testing::Message() << "small tiles " << small);
     const ScopedTuning small_tiles("reread_small_tiles_from_bytes", small);

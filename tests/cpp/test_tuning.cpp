@@ -26,13 +26,13 @@ TEST(Tuning, OverridesAreSetAndResetByName) {
 
 TEST(Tuning, EveryStagedBandIsNamed) {
   clear_tuning();
-  for (const char* band : {"staged0_", "staged1_", "staged2_"})
+  for (const char* band : {"staged0_", "staged1_", "staged2_", "staged3_"})
     for (const char* field : {"min_bytes", "max_bytes", "threads", "share_bytes"}) {
       const std::string name = std::string(band) + field;
       ASSERT_TRUE(set_tuning(name, 1).is_ok()) << name;
       EXPECT_EQ(tuning(name.c_str()), std::optional<int64_t>(1)) << name;
     }
-  EXPECT_FALSE(set_tuning("staged3_threads", 256).is_ok()) << "three bands, numbered from 0";
+  EXPECT_FALSE(set_tuning("staged4_threads", 256).is_ok()) << "four bands, numbered from 0";
   clear_tuning();
 }
 
