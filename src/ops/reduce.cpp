@@ -39,25 +39,6 @@ Status to_reduce_dims(DimList dims, ReduceDims* out) {
   return Status::ok();
 }
 
-bool reduces_every_dim(const TensorView& x, const ReductionPlan& p) {
-  for (int d = 0; d < x.rank; ++d)
-    if (!p.reduced_mask[d]) return false;
-  return true;
-}
-
-// argmax/argmin index the reduced set row-major in the order of x's dims. A plan that merged
-// several reduced dims in another order (e.g. all dims of a transposed tensor) would count
-// memory order instead, so such layouts take the copy path, whose reduced dims are in order.
-bool reduced_dims_in_memory_order(const TensorView& x, const ReductionPlan& p) {
-  int64_t previous_stride = -1;
-  for (int d = 0; d < x.rank; ++d) {
-    if (!p.reduced_mask[d] || x.sizes[d] <= 1) continue;
-    if (previous_stride >= 0 && x.strides[d] >= previous_stride) return false;
-    previous_stride = x.strides[d];
-  }
-  return true;
-}
-
 Status empty_set_error(ReduceOp op, const TensorView& x, const ReductionPlan& p) {
   for (int d = 0; d < x.rank; ++d)
     if (p.reduced_mask[d] && x.sizes[d] == 0)
@@ -82,29 +63,9 @@ Status prepare(ReduceOp op, const TensorView& x, DimList dims, bool keepdim, Pre
   ReduceDims rd;
   REDUCEKIT_RETURN_IF_ERROR(to_reduce_dims(dims, &rd));
   ReductionPlan& p = prep->plan;
-  REDUCEKIT_RETURN_IF_ERROR(plan_reduction(x, rd, keepdim, &p));
+  // argmax / argmin index the reduced set in x's dim order.
+  REDUCEKIT_RETURN_IF_ERROR(plan_reduction(x, rd, keepdim, &p, reduce_op_gives_indices(op)));
   if (needs_nonempty_set(op) && p.reduced == 0) return empty_set_error(op, x, p);
-  if (reduce_op_gives_indices(op) && !p.needs_copy && !reduced_dims_in_memory_order(x, p)) p.needs_copy = true;
-  // One output of a reduction that keeps some dim (of size 1) is a row, so it gets the row
-  // path's arithmetic: x[i:i+1].sum(-1) equals x.sum(-1)[i] bit for bit.
-  if (p.kind == ReductionKind::kAll && !reduces_every_dim(x, p)) {
-    p.kind = ReductionKind::kRow;
-    p.outer = 1;
-    p.outer_stride = p.reduced;
-  }
-  // Likewise one strided column (x[:, j:j+1] reduced over dim 0) is the column problem with an
-  // inner extent of 1 rather than a copy: it matches x.sum(0)[j] bit for bit.
-  int only_long_dim = -1, long_dims = 0;
-  for (int d = 0; d < x.rank; ++d)
-    if (x.sizes[d] > 1) ++long_dims, only_long_dim = d;
-  if (p.needs_copy && long_dims == 1 && p.reduced_mask[only_long_dim] && !reduces_every_dim(x, p)) {
-    p.needs_copy = false;
-    p.kind = ReductionKind::kColumn;
-    p.outer = 1;
-    p.inner = 1;
-    p.reduced_stride = x.strides[only_long_dim];
-    p.outer_stride = p.reduced * p.reduced_stride;
-  }
   if (!p.needs_copy) prep->config = plan_reduce_kernel(p, static_cast<int>(dtype_size(x.dtype)), reduce_knobs());
   return Status::ok();
 }

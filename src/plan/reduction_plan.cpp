@@ -147,11 +147,28 @@ Status plan_rowwise(const TensorView& x, int64_t dim, RowwisePlan* plan) {
   return Status::ok();
 }
 
-Status plan_reduction(const TensorView& x, const ReduceDims& dims, bool keepdim,
-                      ReductionPlan* plan) {
-  if (plan == nullptr) return Status::invalid_argument("plan: is null");
-  REDUCEKIT_RETURN_IF_ERROR(validate_view(x));
+namespace {
 
+bool reduces_every_dim(const TensorView& x, const ReductionPlan& p) {
+  for (int d = 0; d < x.rank; ++d)
+    if (!p.reduced_mask[d]) return false;
+  return true;
+}
+
+// Whether the plan walks the reduced set row-major in the order of x's dims. A plan that merged
+// several reduced dims in another order (e.g. all dims of a transposed tensor) walks memory order.
+bool reduced_dims_in_memory_order(const TensorView& x, const ReductionPlan& p) {
+  int64_t previous_stride = -1;
+  for (int d = 0; d < x.rank; ++d) {
+    if (!p.reduced_mask[d] || x.sizes[d] <= 1) continue;
+    if (previous_stride >= 0 && x.strides[d] >= previous_stride) return false;
+    previous_stride = x.strides[d];
+  }
+  return true;
+}
+
+// The canonical problem x's layout collapses into as it lies in memory, else a copy.
+Status plan_layout(const TensorView& x, const ReduceDims& dims, bool keepdim, ReductionPlan* plan) {
   ReductionPlan p;
   p.base_aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   if (dims.all) {
@@ -259,6 +276,42 @@ Status plan_reduction(const TensorView& x, const ReduceDims& dims, bool keepdim,
     // The op layer makes a contiguous copy of x permuted by p.permutation; this plan is for it.
     p.needs_copy = true;
     set_dense_problem(out_numel, reduced_numel, &p);
+  }
+  *plan = p;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status plan_reduction(const TensorView& x, const ReduceDims& dims, bool keepdim, ReductionPlan* plan,
+                      bool reduced_in_dim_order) {
+  if (plan == nullptr) return Status::invalid_argument("plan: is null");
+  REDUCEKIT_RETURN_IF_ERROR(validate_view(x));
+  ReductionPlan p;
+  REDUCEKIT_RETURN_IF_ERROR(plan_layout(x, dims, keepdim, &p));
+  if (reduced_in_dim_order && !p.needs_copy && !reduced_dims_in_memory_order(x, p)) {
+    p.needs_copy = true;
+    set_dense_problem(p.out_numel, p.reduced, &p);
+  }
+  // One output of a reduction that keeps some dim (of size 1) is a row, so it gets the row
+  // path's arithmetic: x[i:i+1].sum(-1) equals x.sum(-1)[i] bit for bit.
+  if (p.kind == ReductionKind::kAll && !reduces_every_dim(x, p)) {
+    p.kind = ReductionKind::kRow;
+    p.outer = 1;
+    p.outer_stride = p.reduced;
+  }
+  // Likewise one strided column (x[:, j:j+1] reduced over dim 0) is the column problem with an
+  // inner extent of 1 rather than a copy: it matches x.sum(0)[j] bit for bit.
+  int only_long_dim = -1, long_dims = 0;
+  for (int d = 0; d < x.rank; ++d)
+    if (x.sizes[d] > 1) ++long_dims, only_long_dim = d;
+  if (p.needs_copy && long_dims == 1 && p.reduced_mask[only_long_dim] && !reduces_every_dim(x, p)) {
+    p.needs_copy = false;
+    p.kind = ReductionKind::kColumn;
+    p.outer = 1;
+    p.inner = 1;
+    p.reduced_stride = x.strides[only_long_dim];
+    p.outer_stride = p.reduced * p.reduced_stride;
   }
   *plan = p;
   return Status::ok();

@@ -13,8 +13,8 @@
 //                 +--------------------+
 //
 //   kColumn  [M, K, N], reduce K        x[m * outer_stride + k * reduced_stride + n]   n < N
-//            N > 1 has stride 1 (inner_stride == 1), so a warp's loads coalesce along n
-//            while each thread walks k.
+//            N has stride 1 (inner_stride == 1), so a warp's loads coalesce along n
+//            while each thread walks k; N is 1 only for one strided column (x[:, j:j+1]).
 //            out[m * N + n]
 //
 //                  n ->  0 1 2 ... N-1
@@ -23,6 +23,7 @@
 //            ...         (one such slab per m, +outer_stride per m)
 //
 //   kAll     one segment of everything: x[i], i < numel, dense (stride 1). out[0]
+//            Only where every dim is reduced: one output of a reduction keeping a dim is kRow.
 //
 // The output is always written densely in the order of x's kept dims (row-major), which is why
 // kept dims never change their relative order in a plan, while reduced dims may be merged in
@@ -112,7 +113,7 @@ struct ReductionPlan {
   // output (N for kRow, K for kColumn, numel for kAll); it is 0 for an empty reduction.
   int64_t outer = 1;    // M (1 for kAll); 0 when there are no outputs
   int64_t reduced = 1;  // N for kRow, K for kColumn, every element for kAll
-  int64_t inner = 1;    // N for kColumn (> 1); 1 for kRow and kAll
+  int64_t inner = 1;    // N for kColumn (> 1 but for one strided column); 1 for kRow and kAll
 
   // Element strides. Contract: kRow and kAll have reduced_stride == 1 and inner_stride == 1;
   // kColumn has inner_stride == 1. An extent of 1 that has no stride of its own gets the stride
@@ -144,7 +145,12 @@ struct ReductionPlan {
 // kInvalidArgument naming "dim" (e.g. "dim: 1 appears twice"). Size-1 dims never block merging;
 // zero-size dims plan fine (outer 0: no outputs; reduced 0: empty reduction, the op decides what
 // that means). Negative strides are kUnsupported.
-Status plan_reduction(const TensorView& x, const ReduceDims& dims, bool keepdim,
-                      ReductionPlan* plan);
+// One output of a reduction that keeps some dim is a kRow (not kAll) problem, and one strided
+// column a kColumn problem of inner extent 1 (not a copy), so a sliced input gets the bits of
+// the same rows or columns in the whole tensor. reduced_in_dim_order: the op counts the reduced
+// set row-major in x's dim order (argmax / argmin), so a layout that would walk it in another
+// order is planned as a copy.
+Status plan_reduction(const TensorView& x, const ReduceDims& dims, bool keepdim, ReductionPlan* plan,
+                      bool reduced_in_dim_order = false);
 
 }  // namespace reducekit

@@ -481,7 +481,8 @@ TEST(PlanReduction, SizeOneDimsAnywhereDoNotBlockMerging) {
   expect_problem(plan_ok(x, ReduceDims::of({3})), ReductionKind::kRow, 3, 4, 1, 4, 1, 1, false);
   expect_problem(plan_ok(x, ReduceDims::of({1})), ReductionKind::kColumn, 1, 3, 4, 12, 4, 1,
                  false);
-  expect_problem(plan_ok(x, ReduceDims::of({1, 2, 3})), ReductionKind::kAll, 1, 12, 1, 12, 1, 1,
+  // Kept size-1 dims: one output, a row (the row path's bits), not kAll.
+  expect_problem(plan_ok(x, ReduceDims::of({1, 2, 3})), ReductionKind::kRow, 1, 12, 1, 12, 1, 1,
                  false);
   expect_problem(plan_ok(x, ReduceDims::all_dims()), ReductionKind::kAll, 1, 12, 1, 12, 1, 1,
                  false);
@@ -515,10 +516,40 @@ TEST(PlanReduction, ReducingNothingOfTransposedNeedsCopy) {
   expect_problem(p, ReductionKind::kRow, 32, 1, 1, 1, 1, 1, true);
 }
 
+// A slice keeps the bits of the whole tensor's rows and columns: one row of [4, 8] (x[i:i+1]
+// over dim 1) is kRow, not kAll, and one column (x[:, j:j+1] over dim 0) a kColumn of inner
+// extent 1 at its stride, not a copy.
+TEST(PlanReduction, SlicedRowsAndColumnsKeepTheirKind) {
+  expect_problem(plan_ok(make_view({1, 8}, {8, 1}), ReduceDims::of({1})), ReductionKind::kRow, 1, 8, 1, 8, 1, 1,
+                 false);
+  expect_problem(plan_ok(make_view({1, 8}, {8, 1}), ReduceDims::all_dims()), ReductionKind::kAll, 1, 8, 1, 8, 1, 1,
+                 false);
+  const ReductionPlan c = plan_ok(make_view({6, 1}, {5, 1}), ReduceDims::of({0}));
+  expect_problem(c, ReductionKind::kColumn, 1, 6, 1, 30, 5, 1, false);
+  EXPECT_EQ(out_shape(c), std::vector<int64_t>({1}));
+  // Over every dim the same strided run is a copy: kAll reads one dense segment.
+  EXPECT_TRUE(plan_ok(make_view({6, 1}, {5, 1}), ReduceDims::all_dims()).needs_copy);
+}
+
+// argmax / argmin count the reduced set in x's dim order: a transposed layout whose reduced dims
+// merge in memory order is planned as a copy for them (reduced_in_dim_order), in place otherwise.
+TEST(PlanReduction, IndexOpsKeepTheReducedDimsOrder) {
+  const TensorView t = make_view({4, 5}, {1, 4});  // a transposed [5, 4]
+  ReductionPlan p;
+  ASSERT_TRUE(plan_reduction(t, ReduceDims::all_dims(), false, &p, true).is_ok());
+  EXPECT_TRUE(p.needs_copy);
+  expect_problem(p, ReductionKind::kAll, 1, 20, 1, 20, 1, 1, true);
+  EXPECT_FALSE(plan_ok(t, ReduceDims::all_dims()).needs_copy) << "a sum may walk memory order";
+  ASSERT_TRUE(plan_reduction(dense({4, 5}), ReduceDims::all_dims(), false, &p, true).is_ok());
+  EXPECT_FALSE(p.needs_copy) << "dims already in memory order";
+  ASSERT_TRUE(plan_reduction(t, ReduceDims::of({1}), false, &p, true).is_ok());
+  EXPECT_FALSE(p.needs_copy) << "one reduced dim has one order";
+}
+
 TEST(PlanReduction, AllSizeOneTensor) {
   const TensorView x = make_view({1, 1, 1}, {5, 9, 2});
   const ReductionPlan p = plan_ok(x, ReduceDims::of({1}));
-  expect_problem(p, ReductionKind::kAll, 1, 1, 1, 1, 1, 1, false);
+  expect_problem(p, ReductionKind::kRow, 1, 1, 1, 1, 1, 1, false);
   EXPECT_EQ(out_shape(p), std::vector<int64_t>({1, 1}));
   EXPECT_EQ(p.out_numel, 1);
 }
@@ -859,13 +890,14 @@ TEST(PlanReductionBruteForce, RandomLayoutsReadExactlyTheRightElements) {
         break;
       case ReductionKind::kColumn:
         ASSERT_EQ(p.outer * p.inner, p.out_numel);
-        ASSERT_GT(p.inner, 1);
+        ASSERT_GE(p.inner, 1);
         ASSERT_EQ(p.inner_stride, 1);
         ASSERT_FALSE(p.needs_copy);
         ++columns;
         break;
       case ReductionKind::kAll:
         ASSERT_EQ(p.out_numel, 1);
+        for (int d = 0; d < x.rank; ++d) ASSERT_TRUE(p.reduced_mask[d]) << "kAll keeps no dim";
         ASSERT_EQ(p.outer, 1);
         ASSERT_EQ(p.inner, 1);
         ASSERT_EQ(p.reduced_stride, 1);
