@@ -104,11 +104,11 @@ reducekit::LossReduction reduction_of(c10::string_view reduction) {
 
 // out (0-dim, `dtype`) and the mean's denominator (0-dim, the losses' dtype; 1 for 'sum') by
 // cross_entropy_reduce over the class-index targets and weights of `in`, or over the rows where
-// `in` holds no targets (class probabilities); loss undefined: the denominator alone, out then
-// numerator / it. The caller holds the device guard.
+// `in` holds no targets (class probabilities); loss undefined: the denominator alone (out 0).
+// The caller holds the device guard.
 std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& loss, const Inputs& in, int64_t ignore_index,
-                                               reducekit::LossReduction how, at::ScalarType dtype, cudaStream_t stream,
-                                               double numerator = 0.0) {
+                                               reducekit::LossReduction how, at::ScalarType dtype,
+                                               cudaStream_t stream) {
   const at::TensorOptions options = (loss.defined() ? loss : in.target).options().dtype(dtype);
   const std::vector<int64_t> scalar;
   at::Tensor out = device_empty(scalar, options);
@@ -119,7 +119,7 @@ std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& loss, const Inp
   const reducekit::TensorView* target = in.target_ptr();
   throw_if_failed(reducekit::cross_entropy_reduce(rows.defined() ? &loss_view : nullptr, target,
                                                   target != nullptr ? in.weight_ptr() : nullptr, ignore_index, how,
-                                                  to_view(out, "out"), &denominator_view, stream, numerator));
+                                                  to_view(out, "out"), &denominator_view, stream));
   return {out, denominator};
 }
 
@@ -141,12 +141,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_loss_cuda(
 }
 
 // torch's 'mean' / 'sum' of per-row losses already computed (loss: cross_entropy_forward's or
-// cross_entropy_fused's), as out in `dtype`; loss None: the denominator alone, out numerator / it.
+// cross_entropy_fused's), as out in `dtype`; loss None: the denominator alone.
 std::tuple<at::Tensor, at::Tensor> cross_entropy_reduce_cuda(const std::optional<at::Tensor>& loss,
                                                              const at::Tensor& target,
                                                              const std::optional<at::Tensor>& weight,
                                                              int64_t ignore_index, c10::string_view reduction,
-                                                             at::ScalarType dtype, double numerator) {
+                                                             at::ScalarType dtype) {
   check_cuda(target, "target");
   TORCH_CHECK(at::isFloatingType(dtype), "dtype: expected a floating-point dtype, got ", dtype);
   const c10::cuda::CUDAGuard guard(target.device());
@@ -157,7 +157,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_reduce_cuda(const std::optional
     check_cuda(*loss, "loss");
     rows = loss->contiguous();
   }
-  return reduce_rows(rows, in, ignore_index, reduction_of(reduction), dtype, stream, numerator);
+  return reduce_rows(rows, in, ignore_index, reduction_of(reduction), dtype, stream);
 }
 
 at::Tensor cross_entropy_backward_cuda(const at::Tensor& logits, const at::Tensor& target,
@@ -401,7 +401,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> reject_cpu_loss(const at::Tensor&
 
 std::tuple<at::Tensor, at::Tensor> reject_cpu_reduce(const std::optional<at::Tensor>&, const at::Tensor& target,
                                                      const std::optional<at::Tensor>&, int64_t, c10::string_view,
-                                                     at::ScalarType, double) {
+                                                     at::ScalarType) {
   check_cuda(target, "target");
   return {target, target};
 }
@@ -441,7 +441,7 @@ TORCH_LIBRARY_FRAGMENT(reducekit, m) {
         " str reduction='mean', float label_smoothing=0.0, float lse_square_scale=0.0, float softcap=0.0)"
         " -> (Tensor, Tensor, Tensor)");
   m.def("cross_entropy_reduce(Tensor? loss, Tensor target, Tensor? weight, int ignore_index, str reduction,"
-        " ScalarType dtype, float numerator=0.0) -> (Tensor, Tensor)");
+        " ScalarType dtype) -> (Tensor, Tensor)");
   m.def("cross_entropy_fused(Tensor logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"
         " float label_smoothing, float lse_square_scale, float softcap) -> (Tensor, Tensor, Tensor)");
   m.def("cross_entropy_fused_(Tensor(a!) logits, Tensor target, Tensor? weight, Tensor grad_loss, int ignore_index,"

@@ -92,7 +92,7 @@ def _loss_fake(logits, target, weight=None, ignore_index=-100, reduction="mean",
 
 
 @torch.library.register_fake("reducekit::cross_entropy_reduce")
-def _reduce_fake(loss, target, weight, ignore_index, reduction, dtype, numerator=0.0):
+def _reduce_fake(loss, target, weight, ignore_index, reduction, dtype):
     return target.new_empty((), dtype=dtype), target.new_empty((), dtype=_values_dtype(dtype))
 
 

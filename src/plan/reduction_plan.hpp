@@ -135,7 +135,8 @@ struct ReductionPlan {
   // dims {0, 2} of a contiguous [A, B, C], or a last dim sliced with a step). The op layer then
   // makes a contiguous copy of x permuted by `permutation` (x's kept dims in their order, then its
   // reduced dims in their order) and runs this plan on the copy: all extents and strides above
-  // then describe that copy, a kRow problem [out_numel, reduced] (kAll when out_numel == 1).
+  // then describe that copy, a kRow problem [out_numel, reduced] (kAll when out_numel == 1 and
+  // every dim is reduced).
   // `permutation` is filled for every plan; it only has to be applied when needs_copy is set.
   bool needs_copy = false;
   int permutation[kMaxRank] = {};
