@@ -704,7 +704,7 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
   extern __shared__ __align__(128) unsigned char staged_bytes[];
   __shared__ uint64_t arrived[kStagedMaxChunks];
   __shared__ typename Lse::Stat slots[33];
-  __shared__ typename Lse::Stat cluster_slot;
+  __shared__ typename Lse::Stat cluster_slots[kPortableClusterSize];
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int ctas = static_cast<int>(cluster.num_blocks());
@@ -723,7 +723,7 @@ __global__ void __launch_bounds__(THREADS) cross_entropy_staged_kernel(CrossEntr
   // with the share already on its way.
   if constexpr (kGradient) wait_for_previous_grid();
   const Acc g = kGradient ? a.grad_of(row) : Acc(0);
-  const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, &cluster_slot);
+  const typename Lse::Stat stat = staged_row_stat<T, Lse, THREADS>(staged, ctas, slots, cluster_slots);
   const Acc log_sum = precise_log(stat.w[1]);
   const Acc lse = stat.w[0] + log_sum;  // -inf for an all -inf row
   // The CTA holding the target's logit (in its shared memory, so the row may already be

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(THREADS) norm_staged_kernel(RowArgs<T, 1> args
   extern __shared__ __align__(128) unsigned char staged_bytes[];
   __shared__ uint64_t arrived[kStagedMaxChunks];
   __shared__ typename Sum::Stat slots[33];
-  __shared__ typename Sum::Stat cluster_slot;
+  __shared__ typename Sum::Stat cluster_slots[kPortableClusterSize];
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int ctas = static_cast<int>(cluster.num_blocks());
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(THREADS) norm_staged_kernel(RowArgs<T, 1> args
   const int64_t row = blockIdx.x / ctas;
   const StagedRow<T, Sum> staged =
       stage_share<T, Sum>(args.in[0] + row * args.in_stride[0], args.cols, rank, ctas, staged_bytes, arrived);
-  const typename Sum::Stat squares = staged_row_stat<T, Sum, THREADS>(staged, ctas, slots, &cluster_slot);
+  const typename Sum::Stat squares = staged_row_stat<T, Sum, THREADS>(staged, ctas, slots, cluster_slots);
   const RowSpan at{row, 0, 0, args.cols, false};
   const typename Op::Params params = Op::finalize(extra, at, squares);
   if (rank == 0 && threadIdx.x == 0) Op::row_done(extra, at, params);

@@ -255,17 +255,19 @@ __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, i
 }
 
 // The row's merged statistic in every thread of every CTA of its cluster: the CTA's share folded
-// as it lands, the CTA's threads merged (block_butterfly_reduce), then the cluster's CTAs in rank order.
+// as it lands, the CTA's threads merged (block_butterfly_reduce), then the cluster's CTAs in rank
+// order (cluster_push_reduce into `cluster_slots`, kPortableClusterSize of them: a staged row's
+// one exchange).
 template <typename T, class Op, int THREADS>
 __device__ __forceinline__ typename Op::Stat staged_row_stat(const StagedRow<T, Op>& staged, int ctas,
                                                               typename Op::Stat* slots,
-                                                              typename Op::Stat* cluster_slot) {
+                                                              typename Op::Stat* cluster_slots) {
   constexpr int VEC = 16 / sizeof(T);
   const int vectors = (staged.cols + VEC - 1) / VEC;
   StagedFoldPass<T, Op, THREADS> fold{staged, staged.first, min(staged.first + staged.share, vectors), Op::identity()};
   with_shift(staged.shift, fold);
   typename Op::Stat stat = block_butterfly_reduce<Op>(fold.stat, slots);
-  if (ctas > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+  if (ctas > 1) stat = cluster_push_reduce<Op>(stat, cluster_slots);
   return stat;
 }
 
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   extern __shared__ __align__(128) unsigned char staged_bytes[];
   __shared__ uint64_t arrived[kStagedMaxChunks];
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
+  __shared__ typename Op::Stat cluster_slots[kPortableClusterSize];
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int ctas = static_cast<int>(cluster.num_blocks());
@@ -297,7 +299,7 @@ __global__ void __launch_bounds__(THREADS) row_staged_kernel(RowArgs<T, 1> args)
   const int64_t row = blockIdx.x / ctas;
   const StagedRow<T, Op> staged =
       stage_share<T, Op>(args.in[0] + row * args.in_stride[0], args.cols, rank, ctas, staged_bytes, arrived);
-  const typename Op::Stat stat = staged_row_stat<T, Op, THREADS>(staged, ctas, slots, &cluster_slot);
+  const typename Op::Stat stat = staged_row_stat<T, Op, THREADS>(staged, ctas, slots, cluster_slots);
   const auto local = Op::local_two(Op::finalize(stat));
   const StagedTwoPhaseWriter<Op, decltype(local)> write{Op::first_of(stat), local};
   write_staged_share<T, Op, THREADS>(staged, rank, ctas, args.out + row * args.out_stride, write);
