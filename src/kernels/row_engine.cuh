@@ -614,22 +614,6 @@ __device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s,
   return r;
 }
 
-// The cluster's statistic for a CTA's one and only exchange: each CTA writes its statistic into
-// slot `rank` of every CTA's `slots` (one a CTA of the cluster), one barrier, then each merges its
-// own slots in rank order (cluster_reduce's order: the same bits). No CTA reads a peer's shared
-// memory after the barrier, so none waits for its peers again before leaving; a second exchange
-// over the same slots would need cluster_reduce's second barrier.
-template <class Op>
-__device__ __forceinline__ typename Op::Stat cluster_push_reduce(typename Op::Stat s, typename Op::Stat* slots) {
-  cg::cluster_group cluster = cg::this_cluster();
-  const unsigned ctas = cluster.num_blocks(), rank = cluster.block_rank();
-  if (threadIdx.x < ctas) *cluster.map_shared_rank(slots + rank, threadIdx.x) = s;
-  cluster.sync();
-  typename Op::Stat r = slots[0];
-  for (unsigned q = 1; q < ctas; ++q) r = Op::merge(r, slots[q]);
-  return r;
-}
-
 // Where a thread sits among its row's threads: one CTA, or a cluster of CTAs, per row; groups
 // take rows first, first + groups, ... (the grid holds whole clusters).
 struct RowPlace {
