@@ -69,6 +69,8 @@
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
+#include <cuda/ptx>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -601,17 +603,40 @@ template <typename T, int NIN, int VEC, int VPT, bool kAligned> struct RowTile {
   }
 };
 
-// Combines the per-CTA statistics of a cluster through distributed shared memory, in rank
-// order, identically in every CTA.
+// A cluster row's CTAs merge their statistics through distributed shared memory on one cluster
+// barrier an exchange: each CTA writes its statistic into slot `rank` of every CTA's `set` (one
+// slot a CTA), the barrier, then each merges its own set in rank order (identically in every
+// CTA). A kernel making several exchanges alternates between two sets (kClusterSetSlots slots
+// apart): a CTA writes a set again two exchanges later, past a barrier that every peer reached
+// after reading it. No CTA reads a peer's memory, so none waits for its peers before leaving.
+// A peer's shared memory may be written only once the peer has started: every thread arrives
+// at the kernel's start (cluster_arrive_at_start) and waits on it (cluster_wait_started) before
+// its first exchange.
+constexpr int kClusterSetSlots = kMaxClusterSize;
+__device__ __forceinline__ void cluster_arrive_at_start() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed); }
+__device__ __forceinline__ void cluster_wait_started() { cuda::ptx::barrier_cluster_wait(); }
+
 template <class Op>
-__device__ __forceinline__ typename Op::Stat cluster_reduce(typename Op::Stat s, typename Op::Stat* slot) {
+__device__ __forceinline__ typename Op::Stat cluster_exchange(typename Op::Stat s, typename Op::Stat* set) {
   cg::cluster_group cluster = cg::this_cluster();
-  if (threadIdx.x == 0) *slot = s;
+  const unsigned ctas = cluster.num_blocks(), rank = cluster.block_rank();
+  if (threadIdx.x < ctas) *cluster.map_shared_rank(set + rank, threadIdx.x) = s;
   cluster.sync();
-  typename Op::Stat r = *cluster.map_shared_rank(slot, 0);
-  for (unsigned q = 1; q < cluster.num_blocks(); ++q) r = Op::merge(r, *cluster.map_shared_rank(slot, q));
-  cluster.sync();  // no CTA may leave or reuse its slot while a peer still reads it
+  typename Op::Stat r = set[0];
+  // Rolled: unrolled, the merges' loads took registers the tile needs (ptxas: rms_norm float32's
+  // cluster kernel 64 -> 77, one CTA an SM fewer).
+#pragma unroll 1
+  for (unsigned q = 1; q < ctas; ++q) r = Op::merge(r, set[q]);
   return r;
+}
+// A kernel's next exchange of several: over set `set` of `sets` (2 x kClusterSetSlots slots of a
+// statistic at least P's size), then `set` flips.
+template <class P, class Slot>
+__device__ __forceinline__ typename P::Stat cluster_exchange_next(typename P::Stat s, Slot* sets, int& set) {
+  static_assert(sizeof(typename P::Stat) <= sizeof(Slot), "cluster slots too small");
+  typename P::Stat* const slots = reinterpret_cast<typename P::Stat*>(sets + set * kClusterSetSlots);
+  set ^= 1;
+  return cluster_exchange<P>(s, slots);
 }
 
 // Where a thread sits among its row's threads: one CTA, or a cluster of CTAs, per row; groups
@@ -646,20 +671,24 @@ template <int LANES> struct LaneGroup {
 };
 // kCluster: the row spans a cluster of CTAs. One-CTA rows are compiled without the cluster
 // reduction: its code alone pushed the 64-value layer_norm tile into spills (ptxas: 84 bytes of
-// spill stores with it, 4 without).
+// spill stores with it, 4 without). cluster_set: the slots of the row's one cluster_exchange.
 template <class Op, bool kCluster, bool kAlwaysTwoPhase = false> struct BlockGroup {
+  static_assert(!(kCluster && kAlwaysTwoPhase), "cluster rows reduce the merged statistic once");
   typename Op::Stat* slots;
-  typename Op::Stat* cluster_slot;
   bool two_phase_rows;  // RowArgs::two_phase
-  // A cluster-wide reduction costs a round trip through distributed shared memory and two
-  // cluster barriers, so rows spread over a cluster reduce the merged statistic once instead
-  // of two plain ones (two were slower at 256x262144, LOG.md).
+  typename Op::Stat* cluster_set = nullptr;
+  // A cluster-wide reduction costs a round trip through distributed shared memory and a cluster
+  // barrier, so rows spread over a cluster reduce the merged statistic once instead of two plain
+  // ones (two were slower at 256x262144, LOG.md).
   // kAlwaysTwoPhase: the merged path is not compiled at all (wide rows: their plans take two).
   __device__ __forceinline__ bool two_phase() const { return kAlwaysTwoPhase || (two_phase_rows && !kCluster); }
   template <class P> __device__ __forceinline__ typename P::Stat reduce(typename P::Stat s) const {
     static_assert(sizeof(typename P::Stat) <= sizeof(typename Op::Stat), "reduction slots too small");
     s = block_butterfly_reduce<P>(s, reinterpret_cast<typename P::Stat*>(slots));
-    if constexpr (kCluster) s = cluster_reduce<P>(s, reinterpret_cast<typename P::Stat*>(cluster_slot));
+    if constexpr (kCluster) {
+      cluster_wait_started();
+      s = cluster_exchange<P>(s, reinterpret_cast<typename P::Stat*>(cluster_set));
+    }
     return s;
   }
 };
@@ -714,7 +743,7 @@ row_warp_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int 
 // order, so the ring needs no barrier.
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
-                                              typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
+                                              typename Op::Stat* slots) {
   constexpr int NIN = Op::kInputs;
   constexpr int kRing = kRowRing;  // a constant: cp.async.wait_group takes an immediate
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
@@ -759,7 +788,7 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
     }
 
     const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, cols, tile.values,
-                                                      BlockGroup<Op, false>{slots, cluster_slot, args.two_phase}, me == 0);
+                                                      BlockGroup<Op, false>{slots, args.two_phase}, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store_row<Op>(args.out + row * args.out_stride, out2, cols, me, step, local, extra);
@@ -769,17 +798,15 @@ __device__ __forceinline__ void row_ring_body(RowArgs<T, Op::kInputs> args, cons
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRingMinCtas<VEC * VPT * Op::kInputs>)
 row_ring_kernel(RowArgs<T, Op::kInputs> args) {
-  __shared__ typename Op::Stat slots[33];  // the reduction slots (block_butterfly_reduce, cluster_reduce)
-  __shared__ typename Op::Stat cluster_slot;
-  row_ring_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots, &cluster_slot);
+  __shared__ typename Op::Stat slots[33];  // the reduction slots (block_butterfly_reduce)
+  row_ring_body<T, PlainRowOp<Op>, VEC, VPT, kAligned>(args, NoRowExtra{}, slots);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRingMinCtas<VEC * VPT * Op::kInputs>)
 row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_ring_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
+  row_ring_body<T, Op, VEC, VPT, kAligned>(args, extra, slots);
 }
 
 // One CTA (or cluster: kCluster) per row, the row read once into registers and written from
@@ -789,7 +816,7 @@ row_ring_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // the float32 64-value _ext kernel 120 bytes instead of 4, and those rows ran slower (LOG.md).
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster, bool kAlwaysTwoPhase = false>
 __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
-                                               typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
+                                               typename Op::Stat* slots, typename Op::Stat* cluster_set) {
   constexpr int NIN = Op::kInputs;
   constexpr bool kRowLoop = VEC * VPT * NIN > 32;
   int step = blockDim.x, me = threadIdx.x;
@@ -798,15 +825,15 @@ __device__ __forceinline__ void row_block_body(RowArgs<T, Op::kInputs> args, con
     const RowPlace at = row_place();
     step = at.step, me = at.me, row = at.first, rows_apart = at.groups;
   }
+  if constexpr (kCluster) cluster_arrive_at_start();
   for (; row < args.rows; row += rows_apart) {  // uniform over the row's CTAs
     const T* in[NIN];
 #pragma unroll
     for (int i = 0; i < NIN; ++i) in[i] = args.in[i] + row * args.in_stride[i];
     RowTile<T, NIN, VEC, VPT, kAligned> tile;
     tile.template load<Op>(in, args.cols, me, step);
-    const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                      BlockGroup<Op, kCluster, kAlwaysTwoPhase>{slots, cluster_slot, args.two_phase},
-                                                      me == 0);
+    const BlockGroup<Op, kCluster, kAlwaysTwoPhase> group{slots, args.two_phase, cluster_set};
+    const auto local = one_tile_factors<Op, kAligned>(extra, row, me, step, args.cols, tile.values, group, me == 0);
     T* out2 = nullptr;
     if constexpr (Op::kOutputs == 2) out2 = Op::second_row(extra, row);
     tile.template store_row<Op>(args.out + row * args.out_stride, out2, args.cols, me, step, local, extra);
@@ -818,16 +845,16 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinCtas<sizeof(T), VEC * VPT * Op::kInputs, kCluster>)
 row_block_kernel(RowArgs<T, Op::kInputs> args) {
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kCluster>(args, NoRowExtra{}, slots, &cluster_slot);
+  __shared__ typename Op::Stat cluster_set[kCluster ? kClusterSetSlots : 1];
+  row_block_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kCluster>(args, NoRowExtra{}, slots, cluster_set);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kCluster>
 __global__ void __launch_bounds__(kMaxBlockThreads)
 row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, &cluster_slot);
+  __shared__ typename Op::Stat cluster_set[kCluster ? kClusterSetSlots : 1];
+  row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, cluster_set);
 }
 
 }  // namespace reducekit::kernels

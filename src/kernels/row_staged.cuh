@@ -204,9 +204,9 @@ template <class Op, class Local> struct StagedTwoPhaseWriter {
 
 // CTA `rank` of the `ctas` staging a row of `cols` elements at `in`: thread 0 starts the bulk
 // copies of its mirror slots, threads 1 .. 2 VEC fill the row's partial end granules it holds,
-// and the CTA syncs; with ctas > 1 every thread first arrives (relaxed) on the cluster barrier
-// that staged_row_stat's exchange completes. `staged_bytes`: staged_share_smem_bytes(share) of
-// dynamic shared memory.
+// and the CTA syncs; with ctas > 1 every thread first arrives on the cluster barrier for
+// staged_row_stat's exchange (cluster_arrive_at_start). `staged_bytes`:
+// staged_share_smem_bytes(share) of dynamic shared memory.
 template <typename T, class Op>
 __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, int rank, int ctas,
                                                         unsigned char* staged_bytes, uint64_t* arrived) {
@@ -225,8 +225,7 @@ __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, i
   const int g_lo = max(first - 1, 0);
   const int g_hi = min(first + share + 1, granules - 1);
   const int chunks = (share + 3 + kStagedChunkGranules - 1) / kStagedChunkGranules;
-  // Every thread's arrival on the cluster barrier that cluster_push_reduce waits on.
-  if (ctas > 1) cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed);
+  if (ctas > 1) cluster_arrive_at_start();
 
   if (threadIdx.x == 0) {
     for (int k = 0; k < chunks; ++k) cuda::ptx::mbarrier_init(&arrived[k], 1);
@@ -258,28 +257,9 @@ __device__ __forceinline__ StagedRow<T, Op> stage_share(const T* in, int cols, i
   return {buf, cols, first, chunks, s, arrived, share};
 }
 
-// The cluster's statistic for a CTA's one and only exchange: each CTA writes its statistic into
-// slot `rank` of every CTA's `slots` (one a CTA of the cluster), one barrier, then each merges its
-// own slots in rank order (cluster_reduce's order: the same bits). The wait first completes the
-// arrival stage_share made at the kernel's start: a peer's shared memory may be written only once
-// the peer has started. No CTA reads a peer's shared memory after the barrier, so none waits for
-// its peers again before leaving; a second exchange over the same slots would need
-// cluster_reduce's second barrier.
-template <class Op>
-__device__ __forceinline__ typename Op::Stat cluster_push_reduce(typename Op::Stat s, typename Op::Stat* slots) {
-  cg::cluster_group cluster = cg::this_cluster();
-  const unsigned ctas = cluster.num_blocks(), rank = cluster.block_rank();
-  cuda::ptx::barrier_cluster_wait();
-  if (threadIdx.x < ctas) *cluster.map_shared_rank(slots + rank, threadIdx.x) = s;
-  cluster.sync();
-  typename Op::Stat r = slots[0];
-  for (unsigned q = 1; q < ctas; ++q) r = Op::merge(r, slots[q]);
-  return r;
-}
-
 // The row's merged statistic in every thread of every CTA of its cluster: the CTA's share folded
 // as it lands, the CTA's threads merged (block_butterfly_reduce), then the cluster's CTAs in rank
-// order (cluster_push_reduce into `cluster_slots`, kPortableClusterSize of them: a staged row's
+// order (cluster_exchange into `cluster_slots`, kPortableClusterSize of them: a staged CTA's
 // one exchange).
 template <typename T, class Op, int THREADS>
 __device__ __forceinline__ typename Op::Stat staged_row_stat(const StagedRow<T, Op>& staged, int ctas,
@@ -290,7 +270,10 @@ __device__ __forceinline__ typename Op::Stat staged_row_stat(const StagedRow<T, 
   StagedFoldPass<T, Op, THREADS> fold{staged, staged.first, min(staged.first + staged.share, vectors), Op::identity()};
   with_shift(staged.shift, fold);
   typename Op::Stat stat = block_butterfly_reduce<Op>(fold.stat, slots);
-  if (ctas > 1) stat = cluster_push_reduce<Op>(stat, cluster_slots);
+  if (ctas > 1) {
+    cluster_wait_started();
+    stat = cluster_exchange<Op>(stat, cluster_slots);
+  }
   return stat;
 }
 

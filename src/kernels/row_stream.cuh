@@ -91,7 +91,7 @@ template <class Op> struct OutputFromSecondOf {
 // shifted row's are loaded and stored, a synchronous copy).
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
 __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, const typename Op::Extra& extra,
-                                                typename Op::Stat* slots, typename Op::Stat* cluster_slot, int tiles,
+                                                typename Op::Stat* slots, typename Op::Stat* cluster_sets, int tiles,
                                                 int stash_tiles) {
   constexpr int NIN = Op::kInputs;
   using Tile = RowTile<T, NIN, VEC, VPT, kAligned>;
@@ -108,9 +108,13 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
   auto* stash = reinterpret_cast<typename Tile::PackT*>(stash_bytes);
   auto* bulk = reinterpret_cast<Bytes16*>(stash_bytes);
   __shared__ uint64_t tile_in[kBulkStash ? kMaxBulkStashTiles : 1];
+  static_assert((33 + 2 * kClusterSetSlots) * sizeof(typename Op::Stat) + sizeof(tile_in) <= kRowKernelStaticSmemBytes,
+                "the kernel's statics (its slots, cluster sets and mbarriers) outgrow the planner's reserve");
 
   const RowPlace at = row_place();
   const int cluster_size = at.cluster_size, step = at.step, me = at.me;
+  if (cluster_size > 1) cluster_arrive_at_start();
+  int set = 0;  // cluster_exchange_next's
   const int threads = blockDim.x;
   const int tile_vectors = VPT * step;
   const int stash_stride = NIN * VPT * threads;  // packs per stashed tile
@@ -142,6 +146,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     }
   }
 
+  if (cluster_size > 1) cluster_wait_started();
   for (int64_t row = at.first; row < args.rows; row += at.groups) {
     const T* in[NIN];
 #pragma unroll
@@ -166,7 +171,7 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
           using Sum = RowSum<Acc>;
           typename Sum::Stat first{{Op::tile_sum(tile.values)}};
           first = block_butterfly_reduce<Sum>(first, reinterpret_cast<typename Sum::Stat*>(slots));
-          if (cluster_size > 1) first = cluster_reduce<Sum>(first, reinterpret_cast<typename Sum::Stat*>(cluster_slot));
+          if (cluster_size > 1) first = cluster_exchange_next<Sum>(first, cluster_sets, set);
           const int64_t counted = int64_t(tile_vectors) * VEC < cols ? int64_t(tile_vectors) * VEC : cols;
           shift = first.w[0] / Acc(counted);
         }
@@ -254,13 +259,13 @@ __device__ __forceinline__ void row_stream_body(RowArgs<T, Op::kInputs> args, co
     if constexpr (kShifted) {
       using Pair = typename Op::Shifted;
       sums = block_butterfly_reduce<Pair>(sums, reinterpret_cast<typename Pair::Stat*>(slots));
-      if (cluster_size > 1) sums = cluster_reduce<Pair>(sums, reinterpret_cast<typename Pair::Stat*>(cluster_slot));
+      if (cluster_size > 1) sums = cluster_exchange_next<Pair>(sums, cluster_sets, set);
       const RowSpan span{row, me + (tiles - 1) * tile_vectors, step, cols, kAligned};
       p = Op::finalize_shifted(extra, span, shift, sums);
       if (me == 0) Op::row_done(extra, span, p);
     } else {
       stat = block_butterfly_reduce<Op>(stat, slots);
-      if (cluster_size > 1) stat = cluster_reduce<Op>(stat, cluster_slot);
+      if (cluster_size > 1) stat = cluster_exchange_next<Op>(stat, cluster_sets, set);
       p = finalize_row<Op, kAligned>(extra, row, me + (tiles - 1) * tile_vectors, step, cols, stat, me == 0);
     }
     // The factors of a tile's outputs from its own fold (the shifted rows' come from p alone).
@@ -339,16 +344,16 @@ template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash
 __global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>, int(sizeof(T))>)
 row_stream_kernel(RowArgs<T, Op::kInputs> args, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_stream_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kBulkStash>(args, NoRowExtra{}, slots, &cluster_slot, tiles, stash_tiles);
+  __shared__ typename Op::Stat cluster_sets[2 * kClusterSetSlots];
+  row_stream_body<T, PlainRowOp<Op>, VEC, VPT, kAligned, kBulkStash>(args, NoRowExtra{}, slots, cluster_sets, tiles, stash_tiles);
 }
 
 template <typename T, class Op, int VEC, int VPT, bool kAligned, bool kBulkStash>
 __global__ void __launch_bounds__(kMaxBlockThreads, kStreamMinCtas<kStreamTileWords<T, Op, VEC, VPT>, int(sizeof(T))>)
 row_stream_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra, int tiles, int stash_tiles) {
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  row_stream_body<T, Op, VEC, VPT, kAligned, kBulkStash>(args, extra, slots, &cluster_slot, tiles, stash_tiles);
+  __shared__ typename Op::Stat cluster_sets[2 * kClusterSetSlots];
+  row_stream_body<T, Op, VEC, VPT, kAligned, kBulkStash>(args, extra, slots, cluster_sets, tiles, stash_tiles);
 }
 
 }  // namespace reducekit::kernels

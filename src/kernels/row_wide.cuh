@@ -17,7 +17,7 @@ namespace reducekit::kernels {
 // round trip back to Acc moved the 16-bit kernels' spills (ptxas).
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, const typename Op::Extra& extra,
-                                                  typename Op::Stat* slots, typename Op::Stat* cluster_slot) {
+                                                  typename Op::Stat* slots) {
   using One = typename Op::OneInput;
   using Acc = acc_t<T>;
   const int me = threadIdx.x, step = blockDim.x;
@@ -52,7 +52,7 @@ __device__ __forceinline__ void row_wide_sum_body(const RowArgs<T, 2>& args, con
     }
   }
   const auto local = one_tile_factors<One, kAligned>(extra, row, me, step, args.cols, tile.values,
-                                                     BlockGroup<One, false, true>{slots, cluster_slot, args.two_phase},
+                                                     BlockGroup<One, false, true>{slots, args.two_phase},
                                                      me == 0);
   tile.template store_row<One>(args.out + row * args.out_stride, nullptr, args.cols, me, step, local, extra);
 }
@@ -68,9 +68,8 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(VEC * VPT * (HoldsInputSum<Op>::value ? 1 : Op::kInputs) <= kWideTileValues,
                 "wide tiles take one row a CTA, no loop");
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
-  if constexpr (HoldsInputSum<Op>::value) row_wide_sum_body<T, Op, VEC, VPT, kAligned>(args, extra, slots, &cluster_slot);
-  else row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, &cluster_slot);
+  if constexpr (HoldsInputSum<Op>::value) row_wide_sum_body<T, Op, VEC, VPT, kAligned>(args, extra, slots);
+  else row_block_body<T, Op, VEC, VPT, kAligned, false, true>(args, extra, slots, nullptr);
 }
 
 // Wide rows of 16-bit elements (and of float32 for two-phase ops), aligned rows of whole vectors
@@ -97,7 +96,6 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kIn
   using PackT = typename Tile::PackT;
   constexpr int kColumnGroup = 4;  // parameters a step of the output pass (one 8- or 16-byte load)
   __shared__ typename Op::Stat slots[33];
-  __shared__ typename Op::Stat cluster_slot;
   const int me = threadIdx.x, step = blockDim.x;
   const int64_t row = blockIdx.x;  // the grid holds every row
   const T* const in = args.in[0] + row * args.in_stride[0];
@@ -143,7 +141,7 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kIn
 #pragma unroll
     for (int k = 0; k < VPT; ++k) tile.unpack(0, k, widened(k));
   };
-  const BlockGroup<Op, false, true> group{slots, &cluster_slot, args.two_phase};
+  const BlockGroup<Op, false, true> group{slots, args.two_phase};
   typename Op::Local local;
   if constexpr (IsTwoPhase<Op>::value) {  // row_wide_kernel_ext's path: two phases always
     const RowSpan span{row, me, step, args.cols, true};

@@ -53,8 +53,8 @@ kernels::RowArgs<T, NIN> row_args(const void* const (&in)[NIN], const RowwisePla
 inline Status row_kernel_limits(RowKernelLimits* limits) {
   DeviceAttributes device;
   REDUCEKIT_RETURN_IF_ERROR(current_device_attributes(&device));
-  // Keep 2 KB for the kernel's own reduction slots and the per-CTA reservation.
-  limits->max_smem_per_block = static_cast<std::size_t>(std::max(0, device.smem_optin - 2048));
+  limits->max_smem_per_block =
+      static_cast<std::size_t>(std::max<int64_t>(0, device.smem_optin - int64_t(kRowKernelStaticSmemBytes)));
   limits->max_smem_per_sm = static_cast<std::size_t>(device.smem_per_sm);
   limits->sm_count = device.sms;
   // Overrides a sweep or test set explicitly (reducekit/tuning.hpp); none by default.

@@ -79,8 +79,12 @@ constexpr int row_warp_max_vpt(int elem_bytes, int inputs) {
   return vpt < 1 ? 1 : vpt > kMaxWarpVectors ? kMaxWarpVectors : vpt;
 }
 
-// The largest cluster every sm_90 device launches without opting in.
+// The largest cluster every sm_90 device launches without opting in, and with it (non-portable).
 constexpr int kPortableClusterSize = 8;
+constexpr int kMaxClusterSize = 16;
+// Static shared memory a row kernel may keep beside the planned dynamic bytes (reduction slots,
+// cluster slots, mbarriers): the planner's per-CTA budget is the device's opt-in less this.
+constexpr std::size_t kRowKernelStaticSmemBytes = 2048;
 
 // Staged rows (row_staged.cuh): CTAs of kStagedThreads or kStagedSmallThreads threads, each
 // staging a share of `vectors` 16-byte vectors of one row in shared memory that mirrors the row's
@@ -109,7 +113,7 @@ struct StagedBand {
 constexpr int kMaxStagedBands = 4;
 
 struct RowKernelLimits {
-  int max_cluster = 16;                         // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
+  int max_cluster = kMaxClusterSize;            // CTAs per cluster (8 portable, 16 on sm_90 non-portable)
   int max_block_threads = 512;                  // CTA size cap for kBlock rows (the kernels' bound)
   std::size_t max_smem_per_block = 227 * 1024;  // opt-in dynamic shared memory per CTA
   // Planner knobs: the defaults (and row_policy's) ship; a sweep overrides them by name
