@@ -656,9 +656,10 @@ __device__ __forceinline__ RowPlace row_place() {
 }
 
 // Row groups for one_tile_factors: LANES lanes of a warp, or a CTA / cluster. The CTA's
-// reduction slots (33 of Op::Stat) and its cluster slot serve any policy whose statistic is
-// no larger; consecutive reductions may reuse them (each ends with a barrier after its last
-// write, and the next writes only after its first barrier, which every reader has passed).
+// reduction slots (33 of Op::Stat) serve any policy whose statistic is no larger; consecutive
+// reductions may reuse them (each ends with a barrier after its last write, and the next writes
+// only after its first barrier, which every reader has passed). A cluster row's one exchange
+// takes its own slots (cluster_exchange).
 // LANES 0: the lane count given at run time (`lanes`).
 template <int LANES> struct LaneGroup {
   bool two_phase_rows;  // RowArgs::two_phase
