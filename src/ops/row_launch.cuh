@@ -301,7 +301,8 @@ Status launch_blocks_overlapping(bool overlap_previous, void (*kernel)(KernelArg
   cudaLaunchAttribute attributes[2] = {};
   int count = 0;
   if (c.cluster > 1) {
-    if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+    if (c.cluster > kPortableClusterSize &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
       return launch_status(name);
     attributes[count].id = cudaLaunchAttributeClusterDimension;
     attributes[count].val.clusterDim.x = static_cast<unsigned>(c.cluster);
