@@ -241,6 +241,7 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   int64_t stride;  // between rows k
   int columns;     // columns of this lane inside the inner extent (0..VEC)
   bool vector;     // the lane's VEC columns load as one 16-byte access
+  bool inside;     // shifted rows: both granules around the lane's VEC columns lie in every row
   int64_t col;     // the lane's first column, and the inner extent (a row k of the slab is
   int64_t inner;   // [slab - col + k * stride, + inner): kShifted reads inside it)
 
@@ -249,12 +250,20 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   // (16-bit types) keeps the per-row test: a separate scalar path held every 16-bit value in a
   // register of its own (64 for a chunk) and spilled the Welford kernel.
   // kShifted: VEC columns inside a tensor whose rows are not all aligned: each row as its own
-  // alignment allows (vector_io.cuh).
+  // alignment allows (vector_io.cuh). kShiftedInside: the same for a lane whose columns start a
+  // vector or more into the row and end two short of its end, so the granule below its first
+  // column and the next lie inside every row whatever its shift: two loads a row, no branch.
   static constexpr int kDynamic = 2;
   static constexpr int kShifted = 3;
+  static constexpr int kShiftedInside = 4;
   template <int kVector> __device__ __forceinline__ void load_row(int64_t k, T (&out)[VEC]) const {
     const T* p = slab + k * stride;
-    if constexpr (kVector == kShifted) {
+    if constexpr (kVector == kShiftedInside) {
+      const int shift = misalignment16(p);
+      const char* granule = reinterpret_cast<const char*>(p) - shift;
+      const Bytes16 b = funnel16<sizeof(T)>(load_aligned16(granule), load_aligned16(granule + 16), shift);
+      memcpy(out, &b, 16);
+    } else if constexpr (kVector == kShifted) {
       const Bytes16 b = load_vector16<T, VEC>(p - col, col, inner);
       memcpy(out, &b, 16);
     } else if (kVector == 1 || (kVector == kDynamic && vector)) {
@@ -282,12 +291,44 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
     }
   }
 
+  // Rows [k, k + U) of an inside lane, kInsideBatch rows' granule pairs issued before the first
+  // funnel: all U rows (16 loads in flight a lane) for 16-bit data, two rows for float32.
+  static constexpr int kInsideBatch = sizeof(T) >= 4 ? U / 4 : U;
+  // Where the inside lanes run: statistics of 16 to 32 bytes a lane (16-bit sums and extrema,
+  // float32 logsumexp) on 8 lanes down K. The Welford and argmax kernels sit at the register
+  // cap, float64 logsumexp and short columns (R = 1) spilled, and float32 sums (kernels held to
+  // 80 registers) ran up to 13% slower than on kShifted's loads, which skip the second granule
+  // of an aligned row (LOG.md, run 267).
+  static constexpr bool kInsideLoads = R > 1 && sizeof(T) <= 4 && sizeof(Stat) * VEC > 16 && sizeof(Stat) * VEC <= 32;
+  __device__ __forceinline__ void load_inside_rows(int64_t k, T (&raw)[U][VEC]) const {
+#pragma unroll
+    for (int h = 0; h < U; h += kInsideBatch) {
+      Bytes16 lo[kInsideBatch], hi[kInsideBatch];
+      int shift[kInsideBatch];
+#pragma unroll
+      for (int u = 0; u < kInsideBatch; ++u) {
+        const T* p = slab + (k + h + u) * stride;
+        shift[u] = misalignment16(p);
+        const char* granule = reinterpret_cast<const char*>(p) - shift[u];
+        lo[u] = load_aligned16(granule);
+        hi[u] = load_aligned16(granule + 16);
+      }
+#pragma unroll
+      for (int u = 0; u < kInsideBatch; ++u) {
+        const Bytes16 b = funnel16<sizeof(T)>(lo[u], hi[u], shift[u]);
+        memcpy(raw[h + u], &b, 16);
+      }
+    }
+  }
+
   // Folds rows [k, k + U) when they all lie before `end`, else rows [k, end).
   template <int kVector>
   __device__ __forceinline__ void fold_rows(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
     if (k + U <= end) {
       T raw[U][VEC];
-      if constexpr (kVector == kShifted && kShiftedBatch > 1) {
+      if constexpr (kVector == kShiftedInside) {
+        load_inside_rows(k, raw);
+      } else if constexpr (kVector == kShifted && kShiftedBatch > 1) {
         load_shifted_rows(k, raw);
       } else {
 #pragma unroll
@@ -345,6 +386,12 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   __device__ __forceinline__ void fold_segment(Stat (&s)[VEC], int64_t k, int64_t end, const Acc (&pivot)[VEC]) const {
     if (columns == 0) return;
     if constexpr (!kAligned) {
+      if constexpr (kInsideLoads) {
+        if (inside) {
+          fold_segment_as<false, kShiftedInside>(s, k, end, pivot);
+          return;
+        }
+      }
       if (columns == VEC) {  // one pass at a time: two steps of shifted loads would spill
         fold_segment_as<false, kShifted>(s, k, end, pivot);
         return;
@@ -480,6 +527,7 @@ __global__ void __launch_bounds__(kReduceThreads, (kColumnTwoSteps<P, T> && H ==
     cl.stride = a.reduced_stride;
     cl.columns = left <= 0 ? 0 : (left < VEC ? static_cast<int>(left) : VEC);
     cl.vector = kAligned && cl.columns == VEC;
+    cl.inside = !kAligned && col >= VEC && col + 2 * VEC <= a.inner;
     cl.col = col;
     cl.inner = a.inner;
     Acc pivot[VEC];

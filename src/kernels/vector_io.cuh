@@ -74,18 +74,24 @@ __device__ __forceinline__ void store_aligned16(void* dst, const Bytes16& b) {
                : "memory");
 }
 
-// Bytes [shift, shift + 16) of lo followed by hi; shift in [0, 16). Word selects and funnel
-// shifts, no indexing by a runtime value (that would put the words in local memory).
+// Bytes [shift, shift + 16) of lo followed by hi; shift in [0, 16) and a multiple of
+// kElemBytes. Word selects and funnel shifts, no indexing by a runtime value (that would put the
+// words in local memory); elements of 4 bytes or more need the selects only.
+template <int kElemBytes = 2>
 __device__ __forceinline__ Bytes16 funnel16(const Bytes16& lo, const Bytes16& hi, int shift) {
   const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
   const int q = shift >> 2;
-  const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
   uint32_t u[5];
 #pragma unroll
   for (int i = 0; i < 5; ++i) u[i] = q == 0 ? w[i] : q == 1 ? w[i + 1] : q == 2 ? w[i + 2] : w[i + 3];
   Bytes16 r;
+  if constexpr (kElemBytes >= 4) {
+    memcpy(&r, u, 16);
+  } else {
+    const unsigned bits = static_cast<unsigned>(shift & 3) * 8;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(u[j], u[j + 1], bits);
+    for (int j = 0; j < 4; ++j) r.w[j] = __funnelshift_r(u[j], u[j + 1], bits);
+  }
   return r;
 }
 

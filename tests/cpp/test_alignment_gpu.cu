@@ -164,7 +164,9 @@ TEST(VectorIo, WarpStoresWriteExactly) {
 
 // ---- row-wise ops: the same bits at every alignment -------------------------------------------
 
-enum class RowOp { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLayerNorm, kRmsNorm, kAddLayerNorm, kSumRows, kVarColumns };
+enum class RowOp {
+  kSoftmax, kLogSoftmax, kSoftmaxBackward, kLayerNorm, kRmsNorm, kAddLayerNorm, kSumRows, kVarColumns, kSumColumns
+};
 
 const char* name_of(RowOp op) {
   switch (op) {
@@ -176,6 +178,7 @@ const char* name_of(RowOp op) {
     case RowOp::kAddLayerNorm: return "add_layer_norm";
     case RowOp::kSumRows: return "sum over rows";
     case RowOp::kVarColumns: return "var over columns";
+    case RowOp::kSumColumns: return "sum over columns";
   }
   return "?";
 }
@@ -249,8 +252,9 @@ std::vector<std::vector<T>> run_placed(RowOp op, int64_t rows, int64_t cols, con
       s = add_layer_norm(x.view(), x2.view(), shape, &wv, &bv, 1e-5, y.view(), y2.view(), nullptr, nullptr, nullptr);
       break;
     case RowOp::kSumRows:
-    case RowOp::kVarColumns: {
-      const bool columns = op == RowOp::kVarColumns;
+    case RowOp::kVarColumns:
+    case RowOp::kSumColumns: {
+      const bool columns = op != RowOp::kSumRows;
       const int64_t n = columns ? cols : rows;
       DeviceBuffer result(n * sizeof(T));
       TensorView rv;
@@ -258,13 +262,14 @@ std::vector<std::vector<T>> run_placed(RowOp op, int64_t rows, int64_t cols, con
       ReduceRequirements req;
       const int64_t dim = columns ? 0 : 1;
       const DimList dims = DimList::of(&dim, 1);
-      s = reduce_requirements(columns ? ReduceOp::kVar : ReduceOp::kSum, x.view(), dims, false, &req);
+      const bool variance = op == RowOp::kVarColumns;
+      s = reduce_requirements(variance ? ReduceOp::kVar : ReduceOp::kSum, x.view(), dims, false, &req);
       EXPECT_TRUE(s.is_ok()) << s.message();
       EXPECT_FALSE(req.needs_copy) << "the rows should be read in place";
       DeviceBuffer ws(req.workspace_bytes);
       if (req.workspace_zeroed_bytes > 0) EXPECT_EQ(cudaMemset(ws.get(), 0, req.workspace_zeroed_bytes), cudaSuccess);
       const Workspace wsv{ws.get(), req.workspace_bytes};
-      s = columns ? var(x.view(), dims, 1.0, false, rv, wsv, nullptr) : sum(x.view(), dims, false, rv, wsv, nullptr);
+      s = variance ? var(x.view(), dims, 1.0, false, rv, wsv, nullptr) : sum(x.view(), dims, false, rv, wsv, nullptr);
       EXPECT_TRUE(s.is_ok()) << s.message();
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<T> r(n);
@@ -296,7 +301,9 @@ void expect_same_bits(const std::vector<std::vector<T>>& got, const std::vector<
 // ring rows, re-read rows, clusters) and the reduce engine's row and column kernels.
 template <typename T> void check_same_bits_at_every_alignment(RowOp op, std::initializer_list<int64_t> lengths) {
   for (int64_t cols : lengths) {
-    const int64_t rows = cols > 40000 ? 3 : 9;
+    // Column sums past one 64-row step and a partial one: the 8-lanes-down layout, whose inside
+    // lanes load each row's two granules unconditionally.
+    const int64_t rows = op == RowOp::kSumColumns ? 133 : cols > 40000 ? 3 : 9;
     SCOPED_TRACE(testing::Message() << name_of(op) << " " << dtype_name(dtype_of<T>()) << " rows=" << rows
                                     << " cols=" << cols);
     const auto want = run_placed<T>(op, rows, cols, {(8 - cols % 8) % 8, 0, 0});  // every row aligned
@@ -312,7 +319,7 @@ template <typename T> void check_same_bits_at_every_alignment(RowOp op, std::ini
 TEST(AlignmentGpu, RowOpsGiveTheSameBitsAtEveryOffsetAndStride) {
   REDUCEKIT_REQUIRE_GPU();
   for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kSoftmaxBackward, RowOp::kLayerNorm, RowOp::kRmsNorm,
-                   RowOp::kAddLayerNorm, RowOp::kSumRows, RowOp::kVarColumns}) {
+                   RowOp::kAddLayerNorm, RowOp::kSumRows, RowOp::kVarColumns, RowOp::kSumColumns}) {
     check_same_bits_at_every_alignment<__nv_bfloat16>(op, {5, 62, 259, 1003, 2044, 4098, 12807, 33001, 50257});
     check_same_bits_at_every_alignment<float>(op, {7, 61, 1002, 4100, 8195, 50257});
   }
