@@ -298,7 +298,7 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   // float32 logsumexp) on 8 lanes down K. The Welford and argmax kernels sit at the register
   // cap, float64 logsumexp and short columns (R = 1) spilled, and float32 sums (kernels held to
   // 80 registers) ran up to 13% slower than on kShifted's loads, which skip the second granule
-  // of an aligned row (LOG.md, run 267).
+  // of an aligned row (LOG.md).
   static constexpr bool kInsideLoads = R > 1 && sizeof(T) <= 4 && sizeof(Stat) * VEC > 16 && sizeof(Stat) * VEC <= 32;
   __device__ __forceinline__ void load_inside_rows(int64_t k, T (&raw)[U][VEC]) const {
 #pragma unroll
