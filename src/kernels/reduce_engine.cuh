@@ -251,8 +251,9 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   // register of its own (64 for a chunk) and spilled the Welford kernel.
   // kShifted: VEC columns inside a tensor whose rows are not all aligned: each row as its own
   // alignment allows (vector_io.cuh). kShiftedInside: the same for a lane whose columns start a
-  // vector or more into the row and end two short of its end, so the granule below its first
-  // column and the next lie inside every row whatever its shift: two loads a row, no branch.
+  // vector or more into the row and end a vector or more before its end, so the granule holding
+  // its first column and the next lie inside every row whatever its shift: two loads a row, no
+  // branch.
   static constexpr int kDynamic = 2;
   static constexpr int kShifted = 3;
   static constexpr int kShiftedInside = 4;
