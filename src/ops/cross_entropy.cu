@@ -149,9 +149,7 @@ template <bool kGradient, typename T>
 Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfig& c, cudaStream_t stream,
                      const char* name, bool overlap_previous = false) {
   if constexpr (sizeof(T) <= 4) {
-    if (a.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("logits: too many rows for one launch");
-    if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
-      return Status::unsupported("logits: staged CTAs of an uninstantiated size");
+    REDUCEKIT_RETURN_IF_ERROR(detail::check_staged_launch(c, a.rows, "logits"));
     const auto kernel = c.threads == kStagedSmallThreads
                             ? kernels::cross_entropy_staged_kernel<T, kStagedSmallThreads, kGradient>
                             : kernels::cross_entropy_staged_kernel<T, kStagedThreads, kGradient>;

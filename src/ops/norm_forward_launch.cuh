@@ -13,7 +13,7 @@ template <typename T, class Op>
 Status launch_staged_forward(const kernels::RowArgs<T, Op::kInputs>& args, const RowKernelConfig& c,
                              const kernels::NormExtra<T>& extra, cudaStream_t stream) {
   if constexpr (kernels::IsStagedNorm<Op>::value && sizeof(T) <= 4) {
-    if (args.rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported("x: too many rows for one launch");
+    REDUCEKIT_RETURN_IF_ERROR(detail::check_staged_launch(c, args.rows, "x"));
     // 512-thread CTAs only: 256-thread ones lost at every measured row (bench/results/LOG.md).
     if (c.threads != kStagedThreads) return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
     return detail::launch_blocks(kernels::norm_staged_kernel<T, Op, kStagedThreads>, args.rows * c.cluster, c, stream,

@@ -231,6 +231,19 @@ inline Status no_row_kernel(const char* kernel, int vpt) {
                              "REDUCEKIT_ALL_ROW_TILES builds them all)");
 }
 
+// The staged kernels' launch contract (row_staged.cuh, norm_staged.cuh, cross_entropy.cuh): CTAs
+// of an instantiated size, a cluster of at most kPortableClusterSize CTAs a row (their cluster
+// slots; the planner never stages past it) and one cluster a row in one grid. `tensor` names
+// the input in the answer.
+inline Status check_staged_launch(const RowKernelConfig& c, int64_t rows, const char* tensor) {
+  if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
+    return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
+  if (c.cluster < 1 || c.cluster > kPortableClusterSize)
+    return Status::unsupported("row plan: staged rows span 1 to " + std::to_string(kPortableClusterSize) + " CTAs");
+  if (rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported(std::string(tensor) + ": too many rows for one launch");
+  return Status::ok();
+}
+
 inline Status launch_status(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return Status::ok();
@@ -350,9 +363,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     // Any alignment: kAligned changes nothing here. Only one-input two-phase ops of 16-bit and
     // float32 rows (the softmax forwards) are planned staged (staged_bands_for).
     if constexpr (sizeof(T) <= 4 && sizeof...(Extra) == 0 && Op::kInputs == 1 && kernels::IsTwoPhase<Op>::value) {
-      if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
-      if (c.threads != kStagedSmallThreads && c.threads != kStagedThreads)
-        return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
+      REDUCEKIT_RETURN_IF_ERROR(check_staged_launch(c, args.rows, "x"));
       auto kernel = c.threads == kStagedSmallThreads ? kernels::row_staged_kernel<T, Op, kStagedSmallThreads>
                                                       : kernels::row_staged_kernel<T, Op, kStagedThreads>;
       return launch_blocks(kernel, args.rows * c.cluster, c, stream, "row_staged_kernel", args);
