@@ -293,14 +293,16 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   }
 
   // Rows [k, k + U) of an inside lane, kInsideBatch rows' granule pairs issued before the first
-  // funnel: all U rows (16 loads in flight a lane) for 16-bit data, two rows for float32.
-  static constexpr int kInsideBatch = sizeof(T) >= 4 ? U / 4 : U;
+  // funnel: all U rows (16 loads in flight a lane) for 16-bit data of 4-byte statistics, half
+  // for those of 8-byte statistics (16-bit logsumexp, sums in float64), two rows for float32.
+  static constexpr int kInsideBatch = sizeof(T) >= 4 ? U / 4 : sizeof(Stat) * VEC > 32 ? U / 2 : U;
   // Where the inside lanes run: statistics of 16 to 32 bytes a lane (16-bit sums and extrema,
-  // float32 logsumexp) on 8 lanes down K. The Welford and argmax kernels sit at the register
-  // cap, float64 logsumexp and short columns (R = 1) spilled, and float32 sums (kernels held to
-  // 80 registers) ran up to 13% slower than on kShifted's loads, which skip the second granule
-  // of an aligned row (LOG.md).
-  static constexpr bool kInsideLoads = R > 1 && sizeof(T) <= 4 && sizeof(Stat) * VEC > 16 && sizeof(Stat) * VEC <= 32;
+  // float32 logsumexp), up to 64 for 16-bit data, on 8 lanes down K. The Welford and argmax
+  // kernels sit at the register cap, float64 logsumexp and short columns (R = 1) spilled, and
+  // float32 sums (kernels held to 80 registers) ran up to 13% slower than on kShifted's loads,
+  // which skip the second granule of an aligned row (LOG.md).
+  static constexpr bool kInsideLoads =
+      R > 1 && sizeof(T) <= 4 && sizeof(Stat) * VEC > 16 && sizeof(Stat) * VEC <= (sizeof(T) == 2 ? 64 : 32);
   __device__ __forceinline__ void load_inside_rows(int64_t k, T (&raw)[U][VEC]) const {
 #pragma unroll
     for (int h = 0; h < U; h += kInsideBatch) {
