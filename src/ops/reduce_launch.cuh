@@ -53,7 +53,7 @@ template <class P, typename T, bool kAligned> Status launch_policy_aligned(const
         reduce_column_kernel<P, T, 1, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
         return reduce_launch_status("reduce_column_kernel");
       }
-      if constexpr (kColumnWideFits<P, T>) {
+      if constexpr (kAligned && kColumnWideFits<P, T>) {  // the planner's rule: aligned rows only
         if (c.column_wide) {
           // Twice the columns a CTA: half the plan's tiles (and tickets), the same bits.
           ReduceArgs wide = l.args;

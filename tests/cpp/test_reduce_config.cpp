@@ -143,7 +143,7 @@ TEST(ReduceConfig, ColumnSegmentKnobsBoundTheSegments) {
 
 // The wide layout goes by the inner extent, dtype and alignment (it changes no bits), only where
 // the arithmetic has kColumnRowLanes lanes down K. Shipped: float32 from kColumnWideFromColumns
-// columns, aligned rows only; an explicit knob: any dtype and alignment. GPU test
+// columns, aligned rows only; an explicit knob: any dtype, aligned rows only. GPU test
 // WideColumnLayoutGivesTheSameBits runs these problems.
 TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   ReduceKnobs knobs;
@@ -161,10 +161,11 @@ TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 4, knobs).column_wide) << "0: never";
   knobs.wide_from_columns = 1;
   EXPECT_TRUE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "forced: any dtype";
-  EXPECT_TRUE(plan_reduce_kernel(shifted_base, 4, knobs).column_wide) << "forced: any alignment";
+  EXPECT_FALSE(plan_reduce_kernel(shifted_base, 4, knobs).column_wide) << "forced: never on shifted rows";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20001), 4, knobs).column_wide) << "forced: never on shifted rows";
   // Every way of spreading the work: one CTA per tile, per (tile, group), per (tile, segment).
   const std::pair<ReductionPlan, int64_t> problems[] = {{column(128, 70, 512), 1}, {column(1, 2600, 20000), 8},
-                                                        {column(1, 4096, 130), 16}, {column(1, 700, 4099), 3},
+                                                        {column(1, 4096, 136), 16}, {column(1, 700, 4104), 3},
                                                         {column(37, 1000, 300), 4}};
   for (const auto& [p, parts] : problems) {
     const ReduceConfig c = plan_reduce_kernel(p, 4, knobs);
