@@ -315,6 +315,9 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.wide_fill_above_threads = 512;  // 1024-thread CTAs: 20480-28672 +1..+4%, shifted 24579 +17%
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
+      // float32 rows of whole vectors past one CTA on the held clusters (x read once): +8% at
+      // 50264, +18% at 128256, +4% at 151936, level at 256000; ragged 50257 lost 20% (LOG.md)
+      l.reread_ragged_lengths_only = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
       l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // faster or level where they act (LOG.md)
       // Every re-read row's first pass kept in L2, as compile's first loop: +2..+5% at 20-40 KB rows
@@ -477,9 +480,9 @@ RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const 
   const RowKernelConfig held = plan_held_rows(cols, elem_bytes, inputs, limits);
   if (limits.reread_above_words <= 0 || held.kind == RowKernelKind::kWarp) return held;
   if (cols * elem_bytes * inputs > kRereadMaxRowBytes) return held;
-  if (limits.reread_ragged_lengths_only && whole_vectors) return held;
   const int held_words = held.vpt * held.vec * acc_words(elem_bytes) * inputs;
   const bool one_cta = held.cluster == 1 && held.tiles == 1;
+  if (limits.reread_ragged_lengths_only && whole_vectors && !one_cta) return held;
   const int tile_words = reread_tile_words(cols, elem_bytes, inputs, limits);
   if (one_cta && held_words <= std::max(limits.reread_above_words, tile_words)) return held;
   return reread_plan(held, cols, elem_bytes, inputs, limits);

@@ -164,9 +164,9 @@ struct RowKernelLimits {
   // kRereadPastOneCta: only rows past one CTA). The split path, where planned, still takes the
   // row when the caller gives a workspace, unless reread_over_split (below).
   int reread_above_words = 0;
-  // Re-read only rows whose length is not whole 16-byte vectors (every other row starts shifted
-  // off its vectors): set for float32 residual rows, whose shifted held clusters ran far below
-  // their aligned twins while aligned add_rms_norm rows lost on re-reading (LOG.md).
+  // Past one CTA, re-read only rows whose length is not whole 16-byte vectors (every other row
+  // starts shifted off its vectors): set for float32 layer_norm and residual rows, whose shifted
+  // held clusters ran far below their aligned twins while aligned rows lost on re-reading (LOG.md).
   bool reread_ragged_lengths_only = false;
   // Re-read rows of at least this many bytes (all inputs) take tiles of kRereadSmallTileWords
   // (one 16-byte vector a thread) on CTAs held to 32 registers, four an SM, as torch.compile's

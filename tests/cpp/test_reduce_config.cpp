@@ -164,7 +164,7 @@ TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   EXPECT_FALSE(plan_reduce_kernel(shifted_base, 4, knobs).column_wide) << "forced: never on shifted rows";
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20001), 4, knobs).column_wide) << "forced: never on shifted rows";
   // Every way of spreading the work: one CTA per tile, per (tile, group), per (tile, segment).
-  const std::pair<ReductionPlan, int64_t> problems[] = {{column(128, 70, 512), 1}, {column(1, 2600, 20000), 8},
+  const std::pair<ReductionPlan, int64_t> problems[] = {{column(128, 70, 512), 1}, {column(1, 2600, 16384), 8},
                                                         {column(1, 4096, 136), 16}, {column(1, 700, 4104), 3},
                                                         {column(37, 1000, 300), 4}};
   for (const auto& [p, parts] : problems) {
@@ -247,19 +247,29 @@ TEST(ReduceConfig, FewColumnsSplitSegmentsOverCtas) {
 }
 
 TEST(ReduceConfig, MidColumnsSplitGroupsOverCtas) {
-  // 4096 x 32768 float32: 256 tiles cannot fill the GPU with one CTA each; one CTA per (tile,
+  // 4096 x 16384 float32: 128 tiles cannot fill the GPU with one CTA each; one CTA per (tile,
   // group of segments) instead, 8 partials per column.
-  const ReduceConfig mid = plan_reduce_kernel(column(1, 4096, 32768), 4);
+  const ReduceConfig mid = plan_reduce_kernel(column(1, 4096, 16384), 4);
+  EXPECT_EQ(mid.tiles, 128);
   EXPECT_TRUE(mid.split());
   EXPECT_EQ(mid.parts, kColumnGroups);
   EXPECT_EQ(mid.grid, mid.tiles * kColumnGroups);
   EXPECT_EQ(mid.tickets, mid.tiles);
-  EXPECT_EQ(mid.partials, kColumnGroups * 32768);
+  EXPECT_EQ(mid.partials, kColumnGroups * 16384);
+  // From kColumnGroupsBelowCtas tiles (float32 4096 x 32768: 256) one CTA per tile walks all of K.
+  const ReduceConfig walk = plan_reduce_kernel(column(1, 4096, 32768), 4);
+  EXPECT_EQ(walk.tiles, 256);
+  EXPECT_EQ(walk.parts, 1);
+  EXPECT_FALSE(walk.split());
+  EXPECT_EQ(walk.chunk, mid.chunk) << "the same segments";
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, 50264), 2).parts, 1) << "bf16, 197 tiles";
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, (kColumnGroupsBelowCtas - 1) * 128), 4).parts, kColumnGroups);
+  EXPECT_EQ(plan_reduce_kernel(column(1, 4096, kColumnGroupsBelowCtas * 128), 4).parts, 1);
   const ReduceConfig bf16 = plan_reduce_kernel(column(1, 4096, 32768), 2);
   EXPECT_EQ(bf16.tiles, 32768 / (kReduceThreads / kColumnRowLanes * 8));
   EXPECT_EQ(bf16.parts, kColumnGroups);
   // Fewer segments than groups: one part per segment.
-  const ReduceConfig short_k = plan_reduce_kernel(column(1, 600, 40000), 4);
+  const ReduceConfig short_k = plan_reduce_kernel(column(1, 600, 16384), 4);
   EXPECT_EQ(short_k.chunks, 3);
   EXPECT_EQ(short_k.parts, 3);
 }

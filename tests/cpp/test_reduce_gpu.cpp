@@ -447,7 +447,7 @@ template <typename T> void column_sweep() {
   check_case<T>(columns(200, 40, "constant"));
   if constexpr (sizeof(T) >= 4) check_case<T>(columns(500, 40, "huge"));
   // Many columns: one CTA per (tile, group of segments) for float32 (2 segments: 2 parts).
-  check_case<T>(columns(300, 20000), {ReduceOp::kSum, ReduceOp::kArgmax, ReduceOp::kVarMean, ReduceOp::kLogsumexp});
+  check_case<T>(columns(300, 16384), {ReduceOp::kSum, ReduceOp::kArgmax, ReduceOp::kVarMean, ReduceOp::kLogsumexp});
   // Segment counts that are not a multiple of the 8 groups (256-row segments), every way the
   // work is spread: one CTA per segment (9 and 11 segments), one per group (float32: 9 segments,
   // group 0 folds segments 0 and 8), and one CTA per tile walking all 9 segments (520 outer
@@ -701,12 +701,12 @@ TEST_F(ReduceGpu, ColumnsAreBatchInvariantAcrossEveryWorkSplit) {
 
 // The wide column layout (ReduceConfig::column_wide, forced by its knob) changes no bits: every
 // op over columns run one CTA per tile (a middle dim of 70 over 128 x 512), per group of segments
-// (20000 columns), per segment (136 and 4104 columns, the latter not a whole number of wide
+// (16384 columns), per segment (136 and 4104 columns, the latter not a whole number of wide
 // tiles) and another middle dim, in float32 and bfloat16 (ops whose statistics do not fit the
 // wide layout run the usual kernel either way; shifted rows never take it). Planner test
 // ColumnWideLayoutByTheInnerExtent: these problems plan it, each way.
 template <typename T> void expect_wide_columns_same_bits() {
-  for (const Case& c : {Case{Layout{{128, 70, 512}}, false, {1}, false, "randn"}, columns(2600, 20000),
+  for (const Case& c : {Case{Layout{{128, 70, 512}}, false, {1}, false, "randn"}, columns(2600, 16384),
                         columns(4096, 136), columns(700, 4104, "special"),
                         Case{Layout{{37, 1000, 300}}, false, {1}, false, "randn"}}) {
     SCOPED_TRACE(describe(c));

@@ -443,7 +443,8 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
     EXPECT_TRUE(rereads(plan(family, 65536, 2, inputs)));
     EXPECT_TRUE(rereads(plan(family, 262144, 2, inputs)));
     EXPECT_FALSE(rereads(plan(family, 4096, 2, inputs)));
-    EXPECT_EQ(rereads(plan(family, 65536, 4, inputs)), family == RowFamily::kLayerNormForward);
+    EXPECT_EQ(rereads(plan(family, 65535, 4, inputs)), family == RowFamily::kLayerNormForward || is_residual_family(family));
+    EXPECT_FALSE(rereads(plan(family, 65536, 4, inputs))) << "float32 whole vectors past one CTA: held";
     EXPECT_FALSE(rereads(plan(family, 65536, 8, inputs)));
     EXPECT_FALSE(rereads(plan(family, 1 << 20, 2, inputs))) << "2 MiB rows keep their clusters";
     EXPECT_EQ(reread_above_words_for(family, 8), 0);
@@ -455,7 +456,9 @@ TEST(RowKernelPlan, RereadRowsByFamilyAndElementSize) {
   EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, 32768, 2, 1)));
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 2, 1))) << "one CTA of 64 words stays";
   EXPECT_FALSE(rereads(plan(RowFamily::kRowwise, 32768, 4, 1)));
-  // Float32 residual rows past one CTA re-read where their length is ragged only.
+  // Float32 layer_norm and residual rows past one CTA re-read where their length is ragged only.
+  for (int64_t n : {50257, 100001, 151935}) EXPECT_TRUE(rereads(plan(RowFamily::kLayerNormForward, n, 4, 1))) << n;
+  for (int64_t n : {50264, 128256, 151936}) EXPECT_FALSE(rereads(plan(RowFamily::kLayerNormForward, n, 4, 1))) << n;
   for (RowFamily family : {RowFamily::kResidualLayerNormForward, RowFamily::kResidualRmsNormForward}) {
     for (int64_t n : {32767, 50257, 50263, 100001}) EXPECT_TRUE(rereads(plan(family, n, 4, 2))) << n;
     for (int64_t n : {32768, 50264, 100000}) EXPECT_FALSE(rereads(plan(family, n, 4, 2))) << n;
@@ -542,7 +545,7 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
     EXPECT_EQ(l.wide_mid_max_threads, rms_norm16 ? kWideMidRowThreads : 0);
     const bool rms_norm32 = (w.family == RowFamily::kRmsNormForward || w.family == RowFamily::kRmsNormBiasForward) && w.elem == 4;
     EXPECT_EQ(l.wide_fill_above_threads, bands32 || rms_norm32 ? 512 : 0);
-    EXPECT_EQ(l.reread_ragged_lengths_only, residual && w.elem == 4);
+    EXPECT_EQ(l.reread_ragged_lengths_only, (residual || w.family == RowFamily::kLayerNormForward) && w.elem == 4);
     // The device's fields stay the defaults: row_kernel_limits fills them in.
     EXPECT_EQ(l.sm_count, defaults.sm_count);
     EXPECT_EQ(l.max_cluster, defaults.max_cluster);
@@ -721,8 +724,8 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
 // 16- and 32-bit layer_norm row (0), the other families' rows from 64 KiB.
 TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   struct Want { int64_t n; int elem; };
-  for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40000, 4}, Want{50264, 4},
-                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{32772, 4}}) {
+  for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40001, 4}, Want{50257, 4},
+                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{32771, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
     EXPECT_GT(c.tiles, 1) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
@@ -980,12 +983,12 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   EXPECT_EQ(tile_words(32768, 2), 8) << "16-bit: one 8-element vector";
 
   // float32 layer_norm: small tiles also where the last 16-word tile would be under half full
-  // (the plans of its re-read rows; these lengths of whole vectors take the wide rows by default).
+  // (the plans of its re-read rows; those of whole vectors take the wide rows by default).
   RowKernelLimits ln = policy_on_h200(RowFamily::kLayerNormForward, 4);
   ln.wide_rows = false;
   struct Short { int64_t n; int vpt, tiles; };
   for (const Short& w : {Short{10240, 1, 5}, Short{12800, 4, 2}, Short{16000, 4, 2}, Short{9000, 1, 5},
-                         Short{14336, 4, 2}, Short{40960, 1, 20}}) {
+                         Short{14336, 4, 2}, Short{40958, 1, 20}}) {
     const RowKernelConfig c = plan_row_kernel(w.n, 4, 1, ln);
     EXPECT_EQ(c.vpt, w.vpt) << "n=" << w.n;
     EXPECT_EQ(c.tiles, w.tiles) << "n=" << w.n;
@@ -995,13 +998,13 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
 
   // float32 layer_norm parks three 4-word tiles of its re-read rows (32 KiB budget); the
   // 16-word tiles (32 KiB and more each) none.
-  for (int64_t n : {16384, 24576, 32768, 50264, 262144}) {
+  for (int64_t n : {16384, 24576, 32768, 50257, 262143}) {
     const RowKernelConfig c = plan_row_kernel(n, 4, 1, ln);
     EXPECT_EQ(c.stash_tiles, 3) << "n=" << n;
     EXPECT_EQ(c.smem_bytes, 3u * 513 * 16) << "n=" << n;
   }
   EXPECT_EQ(plan_row_kernel(12288, 4, 1, ln).stash_tiles, 0);
-  for (int64_t n : {16400, 20000, 50264})
+  for (int64_t n : {16400, 20000, 50257})
     EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).stash_tiles, 3) << "shipped, n=" << n;
 
   // loads_ahead (layer_norm's) reaches re-read plans only.
