@@ -37,7 +37,7 @@ constexpr int64_t kColumnMinSegmentRows = 256;  // 4 steps a lane: the segment's
 constexpr int kColumnGroups = kColumnRowLanes;   // segments s = g, g + 8, ... fold into group g (lane ky = g)
 constexpr int64_t kColumnSplitBelowVectors = 4096;  // fewer column vectors: one CTA per segment
 // Fewer CTAs with one per tile: one per (tile, group). From 160 tiles up one CTA per tile walking
-// all of K ran 4-12% faster (float32 160-393 tiles, bf16 160-197); at 128 tiles the two tied.
+// all of K ran 4-12% faster (float32 160-393 tiles, bf16 160-197); at 128 neither won throughout.
 constexpr int64_t kColumnGroupsBelowCtas = 144;
 static_assert(kColumnMinSegmentRows >= kColumnShortBelowRows, "short columns are one segment");
 constexpr int64_t kAllMaxCtas = 512;  // all path: fits one wave at 4 CTAs per SM on 132 SMs
