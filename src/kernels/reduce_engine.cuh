@@ -412,11 +412,11 @@ template <class P, typename T>
 constexpr bool kColumnTwoSteps = sizeof(typename P::Stat) * kVecOf<T> <= 16 && sizeof(T) == 4;
 
 // The wide layout (H = kColumnWideLanesPerThread) holds two lanes' segment and group statistics a
-// thread: only where a lane's statistics are small (sum, mean, prod, amax, amin of float32 and
-// 16-bit data, logsumexp of float32) and carry no index (argmax / argmin); the others keep H = 1,
-// which gives the same bits.
+// thread: float32 data only (16-bit data ran slower on it, float64 was never planned; LOG.md), and
+// only where a lane's statistics are small (sum, mean, prod, amax, amin, logsumexp) and carry no
+// index (argmax / argmin); the others keep H = 1, which gives the same bits.
 template <class P, typename T>
-constexpr bool kColumnWideFits = sizeof(typename P::Stat) * kVecOf<T> <= 32 && !P::kIndexedChunk;
+constexpr bool kColumnWideFits = sizeof(T) == 4 && sizeof(typename P::Stat) * kVecOf<T> <= 32 && !P::kIndexedChunk;
 
 // The last CTA of a split column tile: lane ky = g left-folds the partials of parts g, g + G, ...
 // (G = 8 groups, in that order) into acc. Parts p hold group p % G's fold of segments p,

@@ -73,11 +73,11 @@ void plan_column(const ReductionPlan& p, const ReduceKnobs& knobs, ReduceConfig*
     c->parts = 1;
   }
   c->grid = slices * c->parts;
-  // Shipped for float32; aligned rows only, even when forced: on shifted rows it ran slower
-  // (LOG.md), so no kernel is built for them.
-  const bool shipped = knobs.wide_from_columns == kColumnWideShipped;
-  const int64_t wide_from = shipped ? (c->vec == 4 ? kColumnWideFromColumns : 0) : knobs.wide_from_columns;
-  c->column_wide = c->aligned && c->column_row_lanes == kColumnRowLanes && wide_from > 0 && p.inner >= wide_from;
+  // float32 rows, aligned, even when forced: 16-bit rows and shifted ones ran slower (LOG.md), so
+  // no kernel is built for them.
+  const int64_t wide_from = knobs.wide_from_columns == kColumnWideShipped ? kColumnWideFromColumns : knobs.wide_from_columns;
+  c->column_wide = c->aligned && c->vec == 4 && c->column_row_lanes == kColumnRowLanes && wide_from > 0 &&
+                   p.inner >= wide_from;
   if (c->split()) {
     c->tickets = slices;
     c->partials = c->parts * p.outer * p.inner;

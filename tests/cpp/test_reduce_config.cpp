@@ -143,7 +143,7 @@ TEST(ReduceConfig, ColumnSegmentKnobsBoundTheSegments) {
 
 // The wide layout goes by the inner extent, dtype and alignment (it changes no bits), only where
 // the arithmetic has kColumnRowLanes lanes down K. Shipped: float32 from kColumnWideFromColumns
-// columns, aligned rows only; an explicit knob: any dtype, aligned rows only. GPU test
+// columns, aligned rows only; an explicit knob moves the threshold, still float32 aligned rows. GPU test
 // WideColumnLayoutGivesTheSameBits runs these problems.
 TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   ReduceKnobs knobs;
@@ -160,7 +160,8 @@ TEST(ReduceConfig, ColumnWideLayoutByTheInnerExtent) {
   knobs.wide_from_columns = 0;
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 4, knobs).column_wide) << "0: never";
   knobs.wide_from_columns = 1;
-  EXPECT_TRUE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "forced: any dtype";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 2, knobs).column_wide) << "forced: never 16-bit";
+  EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20000), 8, knobs).column_wide) << "forced: never float64";
   EXPECT_FALSE(plan_reduce_kernel(shifted_base, 4, knobs).column_wide) << "forced: never on shifted rows";
   EXPECT_FALSE(plan_reduce_kernel(column(1, 2600, 20001), 4, knobs).column_wide) << "forced: never on shifted rows";
   // Every way of spreading the work: one CTA per tile, per (tile, group), per (tile, segment).
