@@ -231,6 +231,10 @@ inline Status no_row_kernel(const char* kernel, int vpt) {
                              "REDUCEKIT_ALL_ROW_TILES builds them all)");
 }
 
+// The most CTAs one launch's x dimension takes: the row kernels' grids stop here (the block
+// kernels, one row a CTA or cluster, refuse more rows; the others loop over them).
+constexpr int64_t kMaxRowGrid = 0x7fffffff;
+
 // The staged kernels' launch contract (row_staged.cuh, norm_staged.cuh, cross_entropy.cuh): CTAs
 // of an instantiated size, a cluster of at most kPortableClusterSize CTAs a row (their cluster
 // slots; the planner never stages past it) and one cluster a row in one grid. `tensor` names
@@ -240,7 +244,7 @@ inline Status check_staged_launch(const RowKernelConfig& c, int64_t rows, const 
     return Status::unsupported("row plan: staged CTAs of an uninstantiated size");
   if (c.cluster < 1 || c.cluster > kPortableClusterSize)
     return Status::unsupported("row plan: staged rows span 1 to " + std::to_string(kPortableClusterSize) + " CTAs");
-  if (rows > int64_t(0x7fffffff) / c.cluster) return Status::unsupported(std::string(tensor) + ": too many rows for one launch");
+  if (rows > kMaxRowGrid / c.cluster) return Status::unsupported(std::string(tensor) + ": too many rows for one launch");
   return Status::ok();
 }
 
@@ -348,12 +352,11 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   args.l2_hints = c.l2_hints;
   args.read_back_second = c.read_back_second;
   args.loads_ahead = c.loads_ahead;
-  constexpr int64_t kMaxGrid = 0x7fffffff;
   constexpr int VEC = kVec<T>;
   constexpr RowTiles kTiles = kRowTiles<F, T, Op>;
   if (c.kind == RowKernelKind::kWarp) {
     const int64_t rows_per_block = kernels::kWarpKernelThreads / c.lanes;
-    const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxGrid);
+    const int64_t grid = std::min((args.rows + rows_per_block - 1) / rows_per_block, kMaxRowGrid);
     auto kernel = pick_warp_kernel<T, Op, VEC, kAligned, kTiles.warp, Extra...>(c.lanes, c.vpt);
     if (kernel == nullptr) return no_row_kernel("warp kernel", c.vpt);
     kernel<<<static_cast<unsigned>(grid), kernels::kWarpKernelThreads, 0, stream>>>(args, extra..., c.lanes);
@@ -376,7 +379,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   static_assert(kMaxVpt >= 1 && kMaxVpt <= 16, "pick_tile instantiates tiles of 1 .. 16 vectors");
   if (c.kind == RowKernelKind::kWide) {  // one CTA a row: the grid holds every row
     constexpr int kWideMaxVpt = kWideTileValues / (VEC * (kernels::HoldsInputSum<Op>::value ? 1 : Op::kInputs));
-    if (args.rows > kMaxGrid) return Status::unsupported("x: too many rows for one launch");
+    if (args.rows > kMaxRowGrid) return Status::unsupported("x: too many rows for one launch");
     if (c.threads > kWideRowThreads || c.cluster != 1)
       return Status::unsupported("row plan: wide rows are one CTA of at most " + std::to_string(kWideRowThreads) +
                                  " threads");
@@ -430,7 +433,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
       return launch_blocks(kernel, grid, rc, stream, "row_ring_kernel", args, extra...);
     }
   }
-  const int64_t grid = std::min(args.rows, kMaxGrid / c.cluster) * c.cluster;
+  const int64_t grid = std::min(args.rows, kMaxRowGrid / c.cluster) * c.cluster;
   if (c.tiles > 1) {  // streamed tiles: the largest size, or the re-read rows' small one
     constexpr int kRereadVpt = reread_vpt(kRereadTileWords, VEC, kAccWords, Op::kInputs);
     constexpr int kRereadSmallVpt = reread_vpt(kRereadSmallTileWords, VEC, kAccWords, Op::kInputs);
@@ -453,7 +456,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   }
   // Block kernels take one row a CTA (cluster) and no more: the grid must hold every row.
   // (Unreachable in practice: 2^31 rows of a block kernel's length would be terabytes.)
-  if (args.rows > kMaxGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
+  if (args.rows > kMaxRowGrid / c.cluster) return Status::unsupported("x: too many rows for one launch");
   auto kernel = c.cluster > 1
                     ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kTiles.cluster, kMaxVpt>(c.vpt)
                     : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kTiles.block, kMaxVpt>(c.vpt);
