@@ -105,6 +105,12 @@ template <typename T, class Op> struct StagedRow {
   __device__ __forceinline__ int chunk_of(int m) const { return min((m - first) / kStagedChunkGranules, chunks - 1); }
 };
 
+// Folds whose statistic counts its elements (layer_norm's count, mean and M2) take a partial
+// vector's real elements by count (Op::fold_valid); the others fold its pads, which add nothing.
+template <class Op, class = void> struct FoldsValidCount : std::false_type {};
+template <class Op>
+struct FoldsValidCount<Op, std::void_t<decltype(&Op::template fold_valid<1>)>> : std::true_type {};
+
 // The statistic over this thread's vectors of the share [lo, hi), the op's merged one (softmax:
 // the max with the sum of exp(x - max), one exp an element), folded as the share lands: each
 // chunk is waited for when a vector first reaches into it, and every chunk before the pass ends.
@@ -143,7 +149,10 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
       wait_for<kShifted>(v);
       Acc vals[1][VEC];
       row.template vector_at<kShifted>(v, vals);
-      stat = Op::merge(stat, Op::fold(vals));
+      if constexpr (FoldsValidCount<Op>::value)
+        stat = Op::merge(stat, Op::fold_valid(vals, min(VEC, row.cols - v * VEC)));
+      else
+        stat = Op::merge(stat, Op::fold(vals));
     }
     for (; ready < row.chunks; ++ready) row.wait_chunk(ready);
   }

@@ -7,8 +7,8 @@
 
 namespace reducekit::norm_detail {
 
-// A staged plan's launch (norm_staged.cuh): the plain rms_norm forward of 16-bit and float32
-// rows, any alignment.
+// A staged plan's launch (norm_staged.cuh): the plain rms_norm and layer_norm forwards of 16-bit
+// and float32 rows, any alignment.
 template <typename T, class Op>
 Status launch_staged_forward(const kernels::RowArgs<T, Op::kInputs>& args, const RowKernelConfig& c,
                              const kernels::NormExtra<T>& extra, cudaStream_t stream) {
@@ -19,8 +19,8 @@ Status launch_staged_forward(const kernels::RowArgs<T, Op::kInputs>& args, const
     return detail::launch_blocks(kernels::norm_staged_kernel<T, Op, kStagedThreads>, args.rows * c.cluster, c, stream,
                                  "norm_staged_kernel", args, extra);
   } else {
-    return Status::unsupported("row plan: staged rows are planned for the plain rms_norm forward of 16-bit and "
-                               "float32 x");
+    return Status::unsupported("row plan: staged rows are planned for the plain rms_norm and layer_norm forwards "
+                               "of 16-bit and float32 x");
   }
 }
 

@@ -315,8 +315,8 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
         l.wide_fill_above_threads = 512;  // 1024-thread CTAs: 20480-28672 +1..+4%, shifted 24579 +17%
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
-      // float32 rows of whole vectors past one CTA on the held clusters (x read once): +8% at
-      // 50264, +18% at 128256, +4% at 151936, level at 256000; ragged 50257 lost 20% (LOG.md)
+      // float32 rows of whole vectors past one CTA and past the staged bands (staged_bands_for) on
+      // the held clusters (x read once): level at 256000 values, ragged 50257 lost 20% (LOG.md)
       l.reread_ragged_lengths_only = elem_bytes == 4;
       if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
       l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // faster or level where they act (LOG.md)
@@ -393,9 +393,11 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
 std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int elem_bytes) {
   constexpr std::size_t KiB = 1024;
   const bool rms_norm = family == RowFamily::kRmsNormForward || family == RowFamily::kRmsNormBiasForward;
+  // Past eight 72 KiB shares, float32 norm rows go back to 110 KiB shares (a cluster of 6-8).
+  constexpr std::size_t kSmallShares = kPortableClusterSize * 72 * KiB;
   if (rms_norm && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
-    // clusters beat its register rows (odd rows most); shorter rows and layer_norm's lost (LOG.md).
+    // clusters beat its register rows (odd rows most); shorter rows lost (LOG.md).
     // Between 110 and 128 KiB a cluster of two stages ragged rows only: whole-vector rows
     // re-read 2-9% faster there, ragged ones 12-19% slower (LOG.md); from 144 KiB clusters win.
     if (elem_bytes == 2) {
@@ -406,8 +408,22 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
       }};
     }
     // float32: ragged lengths only, where the register rows' shifted vectors run at half speed;
-    // rows of whole vectors run faster on the register rows (LOG.md).
-    return {{{110 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}, {}, {}}};
+    // rows of whole vectors run faster on the register rows (LOG.md). 72 KiB shares over 110 KiB
+    // ones: +3..+10% at 40001-128257 values (LOG.md).
+    return {{{110 * KiB, kSmallShares, kStagedThreads, 72 * KiB, true},
+             {kSmallShares, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}}};
+  }
+  if (family == RowFamily::kLayerNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
+    // The plain layer_norm forward staged (Chan's count, mean and M2 in one pass, one cluster
+    // exchange) over its re-read and held rows (LOG.md). 16-bit: ragged lengths, +3% at 32769
+    // values, +7..+30% at 40001-256001; whole-vector rows lost 6-19% (50264, 65536, 128256).
+    if (elem_bytes == 2) return {{{56 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}}};
+    // float32, any alignment (whole vectors below 128 KiB stay wide rows): 110 KiB shares +10..+23%
+    // at 24577-50257 values, +8% at whole 50264; 72 KiB shares to 576 KiB, +13..+56% at
+    // 65536-128257 (110 KiB shares gained less); 110 KiB shares again at 151937, +29% (LOG.md).
+    return {{{88 * KiB, 224 * KiB, kStagedThreads, 110 * KiB},
+             {224 * KiB, kSmallShares, kStagedThreads, 72 * KiB},
+             {kSmallShares, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB}}};
   }
   if (family != RowFamily::kRowwise || (elem_bytes != 2 && elem_bytes != 4)) return {};
   // 16-bit softmax / log_softmax rows (LOG.md), other rows as the held and re-read

@@ -833,6 +833,47 @@ TEST_F(NormGpu, DeterministicAndBatchInvariant) {
   }
 }
 
+// layer_norm on staged rows (norm_staged.cuh's Chan fold; layer_norm ships no band, so the knobs
+// set one: rows of 16 to 880 KiB, 110 KiB shares): one CTA and clusters of 2 to 8, whole and ragged
+// lengths, shifted rows, parameters on and off, large means, constant rows (variance 0) and a step
+// against the oracle; then a row alone, in a batch and one element off its granule, bit for bit.
+TEST_F(NormGpu, LayerNormStagedRows) {
+  const ScopedTuning lo("staged0_min_bytes", 16384), hi("staged0_max_bytes", 880 * 1024),
+      threads("staged0_threads", 512), share("staged0_share_bytes", 110 * 1024);
+  check_forward<float, float>({Kind::kLayer, false, true, true, "randn"}, {3, 50257, 50257, 0}, 701);
+  check_forward<float, float>({Kind::kLayer, false, true, false, "large_mean"}, {3, 50264, 50267, 1}, 702);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "randn"}, {4, 50257, 50264, 3}, 703);
+  check_forward<__nv_bfloat16, float>({Kind::kLayer, false, false, false, "constant"}, {4, 11011, 11011, 0}, 704);
+  check_forward<__half, __half>({Kind::kLayer, false, true, true, "large_mean"}, {2, 131075, 131080, 5}, 705);
+  check_forward<float, float>({Kind::kLayer, false, true, true, "step"}, {2, 200003, 200003, 0}, 706);
+  check_forward<__nv_bfloat16, __nv_bfloat16>({Kind::kLayer, false, true, true, "randn"}, {3, 8193, 8193, 1}, 707);
+  const int64_t rows = 9, cols = 50257;
+  const std::vector<double> values = make_values((rows + 1) * cols, "randn", 708);
+  DeviceBuffer x((rows + 1) * cols * 2), y(rows * cols * 2);
+  upload(x, cast_to<__nv_bfloat16>(values));
+  auto run_rows = [&](const DeviceBuffer& from, int64_t first, int64_t count, int64_t shift) {
+    const TensorView xv =
+        dense_view(static_cast<__nv_bfloat16*>(from.get()) + first * cols + shift, DType::kBFloat16, {count, cols});
+    const TensorView yv = dense_view(y.get(), DType::kBFloat16, {count, cols});
+    EXPECT_TRUE(layer_norm(xv, NormShape::of({cols}), nullptr, nullptr, 1e-5, yv, nullptr, nullptr, nullptr).is_ok());
+    std::vector<uint16_t> out(count * cols);
+    EXPECT_EQ(cudaMemcpy(out.data(), y.get(), out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  };
+  const std::vector<uint16_t> batch = run_rows(x, 0, rows, 0);
+  EXPECT_EQ(batch, run_rows(x, 0, rows, 0)) << "two runs differ";
+  for (int64_t r : {int64_t(0), int64_t(4), rows - 1}) {
+    const std::vector<uint16_t> alone = run_rows(x, r, 1, 0);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + r * cols)) << "row " << r << " alone differs";
+  }
+  // The same rows one element on (every row's alignment flipped).
+  DeviceBuffer xs((rows + 1) * cols * 2);
+  std::vector<double> shifted(values.size(), 0.0);
+  std::copy(values.begin(), values.begin() + rows * cols, shifted.begin() + 1);
+  upload(xs, cast_to<__nv_bfloat16>(shifted));
+  EXPECT_EQ(batch, run_rows(xs, 0, rows, 1)) << "rows off their granules differ";
+}
+
 // The fused backward (one-row CTAs; float32 1024 and the single rows of 509 and 1017 run as
 // row lanes, see BackwardRowLanes; 12800 and 40009 take the two-kernel path) with more rows
 // than resident CTAs, so every CTA loops over rows and the prefetch ring wraps; M = 1 (one CTA);

@@ -485,8 +485,8 @@ TEST(RowKernelPlan, PolicyTablePinsEveryFamily) {
       {RowFamily::kRowwise, 2, kRereadPastOneCta, d_block, d_tile, kRereadStashBytes, 32 * K, true, true, false},
       {RowFamily::kRowwise, 4, 0, d_block, d_tile, kRereadStashBytes, 32 * K, true, true, false},
       {RowFamily::kRowwise, 8, 0, d_block, d_tile, kRereadStashBytes, 32 * K, false, true, false},
-      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, false, true, true},
-      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 32 * K, 0, false, true, true},
+      {RowFamily::kLayerNormForward, 2, 16, 16, d_tile, 0, 0, true, true, true},
+      {RowFamily::kLayerNormForward, 4, 16, 16, d_tile, 32 * K, 0, true, true, true},
       {RowFamily::kLayerNormForward, 8, 0, d_block, d_tile, 0, 0, false, true, false},
       {RowFamily::kRmsNormForward, 2, kRereadPastOneCta, d_block, d_tile, 0, 0, true, true, true},
       {RowFamily::kRmsNormForward, 4, 0, 16, 32, 0, 0, true, true, true},
@@ -692,14 +692,15 @@ TEST(RowKernelPlan, CrossEntropyStagesEveryRowBetweenItsBands) {
 }
 
 // The plain rms_norm forward stages 16-bit rows of 56-110 KiB in one 512-thread CTA and of
-// 110-880 KiB over clusters of such shares (whole-vector rows of 110-128 KiB re-read) and float32 rows of 110-880 KiB (clusters) whose length is not
-// a multiple of four; layer_norm, the fused residual forms (two inputs), float64 and rows past
-// eight shares are not staged.
+// 110-880 KiB over clusters of such shares (whole-vector rows of 110-128 KiB re-read) and float32
+// rows of 110-880 KiB whose length is not a multiple of four (72 KiB shares to 576 KiB, then
+// 110 KiB ones); the fused residual forms (two inputs), float64 and rows past eight shares are not
+// staged.
 TEST(RowKernelPlan, RmsNormStagesItsBands) {
   struct Want { int64_t n; int elem, ctas; };
   for (const Want w : {Want{28673, 2, 1}, Want{32776, 2, 1}, Want{50257, 2, 1}, Want{56320, 2, 1}, Want{57345, 2, 2}, Want{65535, 2, 2}, Want{65537, 2, 2},
-                       Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32769, 4, 2}, Want{50257, 4, 2},
-                       Want{50262, 4, 2}, Want{225279, 4, 8}}) {
+                       Want{262144, 2, 5}, Want{28161, 4, 2}, Want{32769, 4, 2}, Want{50257, 4, 3},
+                       Want{50262, 4, 3}, Want{147455, 4, 8}, Want{147457, 4, 6}, Want{225279, 4, 8}}) {
     SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
     const RowKernelConfig c = plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1);
     EXPECT_EQ(c.kind, RowKernelKind::kStaged);
@@ -715,17 +716,51 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
                        Want{50264, 4, 0}, Want{225280, 4, 0}, Want{32768, 8, 0}})
     EXPECT_NE(plan_on_h200(RowFamily::kRmsNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
         << w.n << " x " << w.elem << " bytes";
-  for (int elem : {2, 4, 8})
-    for (const StagedBand& band : staged_bands_for(RowFamily::kLayerNormForward, elem)) EXPECT_EQ(band.threads, 0);
+  for (const StagedBand& band : staged_bands_for(RowFamily::kRmsNormForward, 8)) EXPECT_EQ(band.threads, 0);
   EXPECT_NE(plan_on_h200(RowFamily::kResidualRmsNormForward, 32768, 2, 2).kind, RowKernelKind::kStaged) << "two inputs";
+}
+
+// The plain layer_norm forward stages 16-bit rows of 56-880 KiB whose length is not a multiple of
+// eight (one 512-thread CTA to 110 KiB, then clusters of such shares) and float32 rows of 88-880
+// KiB at any alignment past the wide rows: 110 KiB shares to 224 KiB, 72 KiB shares to 576 KiB,
+// 110 KiB shares past it; the residual form (two inputs), float64 and longer rows are not staged.
+TEST(RowKernelPlan, LayerNormStagesItsBands) {
+  struct Want { int64_t n; int elem, ctas, share_kib; };
+  for (const Want w : {Want{28673, 2, 1, 110}, Want{32769, 2, 1, 110}, Want{50257, 2, 1, 110}, Want{56321, 2, 2, 110},
+                       Want{128257, 2, 3, 110}, Want{450559, 2, 8, 110}, Want{22529, 4, 1, 110},
+                       Want{24577, 4, 1, 110}, Want{32769, 4, 2, 110}, Want{50257, 4, 2, 110},
+                       Want{50264, 4, 2, 110}, Want{57344, 4, 3, 110}, Want{57345, 4, 4, 72},
+                       Want{65536, 4, 4, 72}, Want{128256, 4, 7, 72}, Want{147456, 4, 8, 72},
+                       Want{151936, 4, 6, 110}, Want{225280, 4, 8, 110}}) {
+    SCOPED_TRACE(testing::Message() << "n=" << w.n << " elem=" << w.elem);
+    const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
+    EXPECT_EQ(c.kind, RowKernelKind::kStaged);
+    EXPECT_EQ(c.threads, kStagedThreads);
+    EXPECT_EQ(c.cluster, w.ctas);
+    EXPECT_EQ(c.cluster, (w.n * w.elem + w.share_kib * 1024 - 1) / (w.share_kib * 1024)) << "the band's shares";
+    const int vec = 16 / w.elem;
+    const int64_t vectors = (w.n + vec - 1) / vec, share = (vectors + w.ctas - 1) / w.ctas;
+    EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
+  }
+  for (const Want w : {Want{28671, 2, 0, 0}, Want{11011, 2, 0, 0}, Want{50264, 2, 0, 0}, Want{65536, 2, 0, 0},
+                       Want{128256, 2, 0, 0}, Want{450561, 2, 0, 0}, Want{22527, 4, 0, 0}, Want{11011, 4, 0, 0},
+                       Want{32768, 4, 0, 0}, Want{225281, 4, 0, 0}, Want{256000, 4, 0, 0}, Want{50257, 8, 0, 0}})
+    EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
+        << w.n << " x " << w.elem << " bytes";
+  for (int elem : {2, 4}) {
+    for (const StagedBand& band : staged_bands_for(RowFamily::kResidualLayerNormForward, elem))
+      EXPECT_EQ(band.threads, 0);
+    EXPECT_NE(plan_on_h200(RowFamily::kResidualLayerNormForward, 50257, elem, 2).kind, RowKernelKind::kStaged);
+  }
 }
 
 // L2 eviction hints (row_stream.cuh) on re-read rows of l2_hints_from_bytes and more: every
 // 16- and 32-bit layer_norm row (0), the other families' rows from 64 KiB.
 TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   struct Want { int64_t n; int elem; };
-  for (const Want w : {Want{65536, 2}, Want{50257, 2}, Want{262144, 2}, Want{40001, 4}, Want{50257, 4},
-                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{32771, 4}}) {
+  // (rows the staged bands leave: staged_bands_for)
+  for (const Want w : {Want{65536, 2}, Want{28671, 2}, Want{262144, 2}, Want{20001, 4}, Want{262145, 4},
+                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{22527, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
     EXPECT_GT(c.tiles, 1) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
@@ -986,6 +1021,7 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
   // (the plans of its re-read rows; those of whole vectors take the wide rows by default).
   RowKernelLimits ln = policy_on_h200(RowFamily::kLayerNormForward, 4);
   ln.wide_rows = false;
+  ln.staged = {};
   struct Short { int64_t n; int vpt, tiles; };
   for (const Short& w : {Short{10240, 1, 5}, Short{12800, 4, 2}, Short{16000, 4, 2}, Short{9000, 1, 5},
                          Short{14336, 4, 2}, Short{40958, 1, 20}}) {
@@ -1004,7 +1040,7 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
     EXPECT_EQ(c.smem_bytes, 3u * 513 * 16) << "n=" << n;
   }
   EXPECT_EQ(plan_row_kernel(12288, 4, 1, ln).stash_tiles, 0);
-  for (int64_t n : {16400, 20000, 50257})
+  for (int64_t n : {16400, 20000, 22527})
     EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).stash_tiles, 3) << "shipped, n=" << n;
 
   // loads_ahead (layer_norm's) reaches re-read plans only.
@@ -1405,13 +1441,15 @@ TEST(RowKernelPlanRandom, EveryPlanFitsTheKernelItNames) {
         break;
       case RowKernelKind::kStaged: {
         // row_staged_kernel (softmax forwards, 16-bit rows and float32 rows of ragged length: 256
-        // or 512 threads), norm_staged_kernel (rms_norm: 512), cross_entropy_staged_kernel (256 or 512).
-        const bool rms = f.family == RowFamily::kRmsNormForward || f.family == RowFamily::kRmsNormBiasForward;
+        // or 512 threads), norm_staged_kernel (the plain rms_norm and layer_norm forwards: 512),
+        // cross_entropy_staged_kernel (256 or 512).
+        const bool norm = f.family == RowFamily::kRmsNormForward || f.family == RowFamily::kRmsNormBiasForward ||
+                         f.family == RowFamily::kLayerNormForward;
         const bool softmax_rows = elem == 2 || (elem == 4 && n % vec != 0);
         ASSERT_EQ(f.inputs, 1);
-        ASSERT_TRUE((f.family == RowFamily::kRowwise && (softmax_rows || f.cross_entropy)) || (rms && elem <= 4))
+        ASSERT_TRUE((f.family == RowFamily::kRowwise && (softmax_rows || f.cross_entropy)) || (norm && elem <= 4))
             << "no staged kernel for this family";
-        ASSERT_TRUE(c.threads == kStagedThreads || (!rms && c.threads == kStagedSmallThreads));
+        ASSERT_TRUE(c.threads == kStagedThreads || (!norm && c.threads == kStagedSmallThreads));
         ASSERT_GE(c.cluster, 1);
         ASSERT_LE(c.cluster, std::min(kPortableClusterSize, limits.max_cluster));
         // stage_share: CTA r holds vectors [r P, r P + P) and mirror slots up to P + 3 past its first.
