@@ -15,6 +15,7 @@
 #include "kernels/row_stream.cuh"
 #include "kernels/row_wide.cuh"
 #include "ops/checks.hpp"
+#include "plan/launch_limits.hpp"
 #include "plan/reduction_plan.hpp"
 #include "plan/row_kernel_plan.hpp"
 #include "reducekit/tuning.hpp"
@@ -233,7 +234,7 @@ inline Status no_row_kernel(const char* kernel, int vpt) {
 
 // The most CTAs one launch's x dimension takes: the row kernels' grids stop here (the block
 // kernels, one row a CTA or cluster, refuse more rows; the others loop over them).
-constexpr int64_t kMaxRowGrid = 0x7fffffff;
+constexpr int64_t kMaxRowGrid = kMaxGridX;
 
 // The staged kernels' launch contract (row_staged.cuh, norm_staged.cuh, cross_entropy.cuh): CTAs
 // of an instantiated size, a cluster of at most kPortableClusterSize CTAs a row (their cluster

@@ -11,6 +11,7 @@
 
 #include "kernels/softmax_columns.cuh"
 #include "ops/checks.hpp"
+#include "plan/launch_limits.hpp"
 #include "plan/reduction_plan.hpp"
 #include "plan/softmax_column_plan.hpp"
 #include "reducekit/tuning.hpp"
@@ -109,7 +110,7 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
   // has, changes no arithmetic.
   kernels::ColumnArgs<T> args = a;
   std::size_t smem = plan.smem_bytes;
-  int64_t grid = std::min<int64_t>(a.items, 0x7fffffff);
+  int64_t grid = std::min(a.items, kMaxGridX);
   if (plan.buffers == 2) {
     const int64_t forced = tuning("column_stage_buffers").value_or(0);
     const void* k = reinterpret_cast<const void*>(kernel);

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "plan/launch_limits.hpp"
 #include "reducekit/status.hpp"
 
 namespace reducekit {
@@ -135,7 +136,7 @@ constexpr int64_t batch_norm_flat_grid(int64_t total, int elem_size) {
 inline bool batch_norm_inference_flat(const BatchNormPlan& plan, int elem_size) {
   const int64_t vec = 16 / elem_size, total = plan.n * plan.c * plan.s;
   return plan.layout == BatchNormLayout::kChannelsFirst && total > 0 && total < (int64_t(1) << 50) &&
-         batch_norm_flat_grid(total, elem_size) <= 0x7fffffff && plan.s >= vec &&
+         batch_norm_flat_grid(total, elem_size) <= kMaxGridX && plan.s >= vec &&
          (plan.s % vec != 0 || plan.s * elem_size <= kBatchNormFlatMaxPlaneBytes);
 }
 

@@ -705,7 +705,8 @@ TEST_F(ReduceGpu, ColumnsAreBatchInvariantAcrossEveryWorkSplit) {
 // tiles) and another middle dim, in float32 (ops whose statistics do not fit the wide layout run
 // the usual kernel either way; 16-bit, float64 and shifted rows never take it). Planner test
 // ColumnWideLayoutByTheInnerExtent: these problems plan it, each way.
-template <typename T> void expect_wide_columns_same_bits() {
+TEST_F(ReduceGpu, WideColumnLayoutGivesTheSameBits) {
+  using T = float;
   for (const Case& c : {Case{Layout{{128, 70, 512}}, false, {1}, false, "randn"}, columns(2600, 16384),
                         columns(4096, 136), columns(700, 4104, "special"),
                         Case{Layout{{37, 1000, 300}}, false, {1}, false, "randn"}}) {
@@ -725,8 +726,6 @@ template <typename T> void expect_wide_columns_same_bits() {
     }
   }
 }
-
-TEST_F(ReduceGpu, WideColumnLayoutGivesTheSameBits) { expect_wide_columns_same_bits<float>(); }
 
 TEST_F(ReduceGpu, TicketsApartFromTheWorkspace) {
   // Workspace::tickets: one zeroed ticket buffer serves call after call (the PyTorch layer keeps
