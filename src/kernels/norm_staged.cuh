@@ -8,9 +8,9 @@
 // rows at every measured shape (bench/results/LOG.md).
 //
 // Passes: the row's statistic (rms_norm: the sum of squares) folded as the share lands, then the
-// output, granule by granule of y, with the granule's parameters. Combines run in an order fixed by the row length
-// (vectors as the staged fold lays them out, the CTA's butterfly, the cluster in rank order), so
-// a row's bits do not depend on its alignment or on the other rows.
+// output, granule by granule of y, with the granule's parameters. Combines run in an order fixed
+// by the row length (vectors as the staged fold lays them out, the CTA's butterfly, the cluster in
+// rank order), so a row's bits do not depend on its alignment or on the other rows.
 #pragma once
 
 #include <type_traits>
@@ -65,8 +65,9 @@ template <class Op> struct IsStagedNorm<Op, std::void_t<typename StagedNormFold<
 // move as vectors only when so_elems is 0 (load_columns tests the base pointer's alignment alone).
 template <typename T, class Op> struct StagedNormWriter {
   using Acc = acc_t<T>;
-  // Output granules a thread has in flight: four, but one with a bias, whose 16-bit kernels
-  // spilled at four (a granule's weight and bias take 16 of their 64 registers).
+  // Output granules a thread has in flight: four for the plain rms_norm; one with a bias or
+  // layer_norm's statistic, whose 16-bit kernels spilled at four (a granule's weight and bias
+  // take 16 of their 64 registers).
   static constexpr int kUnroll = std::is_same_v<Op, RmsNormForwardOp<T, false>> ? 4 : 1;
   NormExtra<T> extra;
   typename Op::Local local;

@@ -415,8 +415,9 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
   }
   if (family == RowFamily::kLayerNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain layer_norm forward staged (Chan's count, mean and M2 in one pass, one cluster
-    // exchange) over its re-read and held rows (LOG.md). 16-bit: ragged lengths, +3% at 32769
-    // values, +7..+30% at 40001-256001; whole-vector rows lost 6-19% (50264, 65536, 128256).
+    // exchange) over its re-read and held rows (LOG.md). 16-bit: ragged lengths from 56 KiB (as
+    // rms_norm's), +3% at 32769 values, +7..+30% at 40001-256001; whole-vector rows lost 6-19%
+    // (50264, 65536, 128256).
     if (elem_bytes == 2) return {{{56 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}}};
     // float32, any alignment (whole vectors below 128 KiB stay wide rows): 110 KiB shares +10..+23%
     // at 24577-50257 values, +8% at whole 50264; 72 KiB shares to 576 KiB, +13..+56% at
