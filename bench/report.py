@@ -172,6 +172,7 @@ def summarize(records: List[dict]) -> List[str]:
         if wrong:
             text += f"; WRONG OUTPUT at {len(wrong)}: " + ", ".join(wrong)
         lines.append(text)
+        lines += _odd_rows_lines(op, dtype, points)
         # Eager calls of small problems time Python dispatch too (torch.compile's guards most of all);
         # graph replay takes that away from every implementation alike.
         count, slower = _slower_than_best_peer(points, "graph_gbps")
@@ -180,6 +181,35 @@ def summarize(records: List[dict]) -> List[str]:
             lines.append(text + (": " + ", ".join(slower) if slower else ""))
         lines += peak
     return lines
+
+
+def _padded_twin(shape: tuple) -> Optional[tuple]:
+    """The aligned shape an odd row shape is measured beside (`--odd`): M x N sliced from rows of
+    stride S beside M x N; M x N of a length no 16-byte vector divides beside N padded to 8."""
+    if len(shape) == 3 and shape[2] > shape[1]:
+        return tuple(shape[:2])
+    if len(shape) == 2 and shape[1] % 8 != 0:
+        return (shape[0], -(-shape[1] // 8) * 8)
+    return None
+
+
+def _odd_rows_lines(op, dtype, points) -> List[str]:
+    """Issue 19's odd-row targets where a run has padded twins (`--odd`): reducekit's GB/s at an
+    odd shape against its twin's (within 5%), and against torch eager at every shape that is not
+    itself a twin (at least 1.5 times)."""
+    gbps = {impl: {tuple(s): p[impl]["gbps"] for s, p in points if p.get(impl, {}).get("gbps")} for impl in (OURS, "torch")}
+    ours, eager = gbps[OURS], gbps["torch"]
+    twins = {s: _padded_twin(s) for s in ours if _padded_twin(s) in ours}
+    if not twins:
+        return []
+    within = sum(ours[s] >= 0.95 * ours[t] for s, t in twins.items())
+    text = (f"SUMMARY {op} {dtype} odd rows: within 5% of the padded twin at {within}/{len(twins)} ("
+            + ", ".join(f"{shape_str(s)} {ours[s] / ours[t]:.1%}" for s, t in twins.items()) + ")")
+    ratios = [(s, ours[s] / eager[s]) for s in ours if s not in twins.values() and s in eager]
+    if ratios:
+        text += (f"; at least 1.5x torch eager at {sum(x >= 1.5 for _, x in ratios)}/{len(ratios)} ("
+                 + ", ".join(f"{shape_str(s)} {x:.2f}x" for s, x in ratios) + ")")
+    return [text]
 
 
 def _peak_lines(op, dtype, points) -> List[str]:
