@@ -197,15 +197,17 @@ def _odd_rows_lines(op, dtype, points) -> List[str]:
     """Issue 19's odd-row targets where a run has padded twins (`--odd`): reducekit's GB/s at an
     odd shape against its twin's (within 5%), and against torch eager at every row shape that is
     not itself a twin (at least 1.5 times)."""
-    gbps = {impl: {tuple(s): p[impl]["gbps"] for s, p in points if p.get(impl, {}).get("gbps")} for impl in (OURS, "torch")}
-    ours, eager = gbps[OURS], gbps["torch"]
+    def gbps_of(impl):  # shape -> GB/s where measured
+        return {tuple(s): p[impl]["gbps"] for s, p in points if impl in p and p[impl].get("gbps") is not None}
+    ours, eager = gbps_of(OURS), gbps_of("torch")
     twins = {s: _padded_twin(s) for s in ours if _padded_twin(s) in ours}
     if not twins:
         return []
     within = sum(ours[s] >= 0.95 * ours[t] for s, t in twins.items())
     text = (f"SUMMARY {op} {dtype} odd rows: within 5% of the padded twin at {within}/{len(twins)} ("
-            + ", ".join(f"{shape_str(s)} {ours[s] / ours[t]:.1%}" for s, t in twins.items()) + ")")
-    ratios = [(s, ours[s] / eager[s]) for s in ours if len(s) in (2, 3) and s not in twins.values() and s in eager]
+            + ", ".join(f"{shape_str(s)} {ours[s] / ours[t]:.2%}" for s, t in twins.items()) + ")")
+    rows = [s for s in ours if len(s) in (2, 3) and s not in twins.values() and s in eager]  # not 4-D shapes
+    ratios = [(s, ours[s] / eager[s]) for s in rows]
     if ratios:
         text += (f"; at least 1.5x torch eager at {sum(x >= 1.5 for _, x in ratios)}/{len(ratios)} ("
                  + ", ".join(f"{shape_str(s)} {x:.2f}x" for s, x in ratios) + ")")

@@ -75,7 +75,8 @@ void plan_column(const ReductionPlan& p, const ReduceKnobs& knobs, ReduceConfig*
   c->grid = slices * c->parts;
   // float32 rows, aligned, even when forced: 16-bit rows and shifted ones ran slower (LOG.md), so
   // no kernel is built for them.
-  const int64_t wide_from = knobs.wide_from_columns == kColumnWideShipped ? kColumnWideFromColumns : knobs.wide_from_columns;
+  const int64_t wide_from =
+      knobs.wide_from_columns == kColumnWideShipped ? kColumnWideFromColumns : knobs.wide_from_columns;
   c->column_wide = c->aligned && c->vec == 4 && c->column_row_lanes == kColumnRowLanes && wide_from > 0 &&
                    p.inner >= wide_from;
   if (c->split()) {
