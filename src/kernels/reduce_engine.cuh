@@ -257,12 +257,21 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   static constexpr int kDynamic = 2;
   static constexpr int kShifted = 3;
   static constexpr int kShiftedInside = 4;
+  // An inside lane's two granules of row p (the one holding its first column and the next);
+  // returns the shift that funnel16 takes.
+  __device__ __forceinline__ int load_inside_granules(const T* p, Bytes16& lo, Bytes16& hi) const {
+    const int shift = misalignment16(p);
+    const char* granule = reinterpret_cast<const char*>(p) - shift;
+    lo = load_aligned16(granule);
+    hi = load_aligned16(granule + 16);
+    return shift;
+  }
   template <int kVector> __device__ __forceinline__ void load_row(int64_t k, T (&out)[VEC]) const {
     const T* p = slab + k * stride;
     if constexpr (kVector == kShiftedInside) {
-      const int shift = misalignment16(p);
-      const char* granule = reinterpret_cast<const char*>(p) - shift;
-      const Bytes16 b = funnel16<sizeof(T)>(load_aligned16(granule), load_aligned16(granule + 16), shift);
+      Bytes16 lo, hi;
+      const int shift = load_inside_granules(p, lo, hi);
+      const Bytes16 b = funnel16<sizeof(T)>(lo, hi, shift);
       memcpy(out, &b, 16);
     } else if constexpr (kVector == kShifted) {
       const Bytes16 b = load_vector16<T, VEC>(p - col, col, inner);
@@ -309,13 +318,7 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
       Bytes16 lo[kInsideBatch], hi[kInsideBatch];
       int shift[kInsideBatch];
 #pragma unroll
-      for (int u = 0; u < kInsideBatch; ++u) {
-        const T* p = slab + (k + h + u) * stride;
-        shift[u] = misalignment16(p);
-        const char* granule = reinterpret_cast<const char*>(p) - shift[u];
-        lo[u] = load_aligned16(granule);
-        hi[u] = load_aligned16(granule + 16);
-      }
+      for (int u = 0; u < kInsideBatch; ++u) shift[u] = load_inside_granules(slab + (k + h + u) * stride, lo[u], hi[u]);
 #pragma unroll
       for (int u = 0; u < kInsideBatch; ++u) {
         const Bytes16 b = funnel16<sizeof(T)>(lo[u], hi[u], shift[u]);
