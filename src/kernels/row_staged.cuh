@@ -162,12 +162,23 @@ template <typename T, class Op, int THREADS> struct StagedFoldPass {
 // holds the input bytes at mirror offset 16 g + s - so, i.e. mirror slot g + (base >> 4)
 // shifted by base & 15 with base = s - so + 16 in [1, 31]. write(vals, g, r) turns
 // granule g's input values into its outputs (its element e is column (16 g + e ES - so) / ES).
+// A writer with a Fetched type may load what a granule takes beside its input (fetch(g), where
+// fetches() holds) ahead of the input's shared-memory read; those granules store without the
+// memory clobber, so the next granule's loads may issue ahead of the store.
+template <class W, class = void> struct FetchesBeside : std::false_type {};
+template <class W> struct FetchesBeside<W, std::void_t<typename W::Fetched>> : std::true_type {};
+
 template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPass {
   const StagedRow<T, Op>& row;
   const Writer& write;
   char* out_floor;
   int so, base, lo, hi;
   template <bool kShifted> __device__ __forceinline__ void run() {
+    if constexpr (FetchesBeside<Writer>::value)
+      if (write.fetches()) return granules<kShifted, true>();
+    granules<kShifted, false>();
+  }
+  template <bool kShifted, bool kFetch> __device__ __forceinline__ void granules() {
     using Row = StagedRow<T, Op>;
     constexpr int VEC = Row::VEC;
     constexpr int ES = sizeof(T);
@@ -176,13 +187,20 @@ template <typename T, class Op, int THREADS, class Writer> struct StagedOutputPa
 #pragma unroll(Writer::kUnroll)  // output granules a thread has in flight: the writer's choice
     for (int g = lo + threadIdx.x; g < hi; g += THREADS) {
       typename Op::Acc vals[1][VEC];
-      unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
       typename Op::Acc r[VEC];
-      write(vals, g, r);
+      if constexpr (kFetch) {
+        const typename Writer::Fetched fetched = write.fetch(g);
+        unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
+        write(vals, g, fetched, r);
+      } else {
+        unpack_to_acc(pack_of<typename Row::PackT>(staged_read<kShifted>(row.buf, g + slot_of_granule, base & 15)), vals[0]);
+        write(vals, g, r);
+      }
       const typename Row::PackT o = pack_from_acc<T>(r);
       const int byte_lo = 16 * g;
       if (byte_lo >= so && byte_lo + 16 <= so + row_bytes) {
-        store_aligned16(out_floor + byte_lo, bytes_of(o));
+        if constexpr (kFetch) store_aligned16_unordered(out_floor + byte_lo, bytes_of(o));
+        else store_aligned16(out_floor + byte_lo, bytes_of(o));
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {

@@ -74,6 +74,14 @@ __device__ __forceinline__ void store_aligned16(void* dst, const Bytes16& b) {
                : "memory");
 }
 
+// The same store without the memory clobber, so the compiler may issue later loads ahead of it:
+// for output passes whose loads never read what they store (a staged row's y beside its shared
+// copy of x and the parameters).
+__device__ __forceinline__ void store_aligned16_unordered(void* dst, const Bytes16& b) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]),
+               "r"(b.w[3]));
+}
+
 // Bytes [shift, shift + 16) of lo followed by hi; shift in [0, 16) and a multiple of
 // kElemBytes. Word selects and funnel shifts, no indexing by a runtime value (that would put the
 // words in local memory); elements of 4 bytes or more need the selects only.

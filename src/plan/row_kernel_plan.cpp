@@ -422,7 +422,9 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
     // float32, any alignment (whole vectors below 128 KiB stay wide rows): 110 KiB shares +10..+23%
     // at 24577-50257 values, +8% at whole 50264; 72 KiB shares to 576 KiB, +13..+56% at
     // 65536-128257 (110 KiB shares gained less); 110 KiB shares again at 151937, +29% (LOG.md).
-    return {{{88 * KiB, 224 * KiB, kStagedThreads, 110 * KiB},
+    // Below 88 KiB ragged lengths only: +12% at 16001, +3% at 20001; 12001 (48 KiB) lost 4%.
+    return {{{56 * KiB, 88 * KiB, kStagedThreads, 110 * KiB, true},
+             {88 * KiB, 224 * KiB, kStagedThreads, 110 * KiB},
              {224 * KiB, kSmallShares, kStagedThreads, 72 * KiB},
              {kSmallShares, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB}}};
   }

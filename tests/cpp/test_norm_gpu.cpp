@@ -872,6 +872,39 @@ TEST_F(NormGpu, LayerNormStagedRows) {
   std::copy(values.begin(), values.begin() + rows * cols, shifted.begin() + 1);
   upload(xs, cast_to<__nv_bfloat16>(shifted));
   EXPECT_EQ(batch, run_rows(xs, 0, rows, 1)) << "rows off their granules differ";
+
+  // 16-bit parameters on 16-byte granules are fetched as raw granules (every other y row straddles
+  // them); the same values off their granules or in float32 take the column path: the same bits,
+  // for layer_norm with a bias, rms_norm with one and the plain rms_norm.
+  const std::vector<double> wvals = rounded<__nv_bfloat16>(make_values(cols, "randn", 709)),
+                            bvals = rounded<__nv_bfloat16>(make_values(cols, "randn", 710));
+  auto with_params = [&](auto tag, int64_t shift, int form) {
+    using P = decltype(tag);
+    std::vector<double> wh(cols + 8, 0.0), bh(cols + 8, 0.0);
+    std::copy(wvals.begin(), wvals.end(), wh.begin() + shift);
+    std::copy(bvals.begin(), bvals.end(), bh.begin() + shift);
+    DeviceBuffer pw(wh.size() * sizeof(P)), pb(bh.size() * sizeof(P));
+    upload(pw, cast_to<P>(wh));
+    upload(pb, cast_to<P>(bh));
+    const TensorView wv = dense_view(static_cast<P*>(pw.get()) + shift, dtype_of<P>(), {cols});
+    const TensorView bv = dense_view(static_cast<P*>(pb.get()) + shift, dtype_of<P>(), {cols});
+    const TensorView xv = dense_view(x.get(), DType::kBFloat16, {rows, cols});
+    const TensorView yv = dense_view(y.get(), DType::kBFloat16, {rows, cols});
+    const NormShape shape = NormShape::of({cols});
+    const Status status = form == 0   ? layer_norm(xv, shape, &wv, &bv, 1e-5, yv, nullptr, nullptr, nullptr)
+                          : form == 1 ? rms_norm(xv, shape, &wv, &bv, 1e-5, yv, nullptr, Workspace{}, nullptr)
+                                      : rms_norm(xv, shape, &wv, 1e-5, yv, nullptr, Workspace{}, nullptr);
+    EXPECT_TRUE(status.is_ok()) << status.message();
+    std::vector<uint16_t> out(rows * cols);
+    EXPECT_EQ(cudaMemcpy(out.data(), y.get(), out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  };
+  for (int form : {0, 1, 2}) {
+    SCOPED_TRACE(testing::Message() << "form " << form);
+    const std::vector<uint16_t> fetched = with_params(__nv_bfloat16{}, 0, form);
+    EXPECT_EQ(fetched, with_params(__nv_bfloat16{}, 1, form)) << "parameters off their granules differ";
+    EXPECT_EQ(fetched, with_params(float{}, 0, form)) << "float32 parameters differ";
+  }
 }
 
 // The fused backward (one-row CTAs; float32 1024 and the single rows of 509 and 1017 run as

@@ -721,13 +721,15 @@ TEST(RowKernelPlan, RmsNormStagesItsBands) {
 }
 
 // The plain layer_norm forward stages 16-bit rows of 56-880 KiB whose length is not a multiple of
-// eight (one 512-thread CTA to 110 KiB, then clusters of such shares) and float32 rows of 88-880
-// KiB at any alignment past the wide rows: 110 KiB shares to 224 KiB, 72 KiB shares to 576 KiB,
-// 110 KiB shares past it; the residual form (two inputs), float64 and longer rows are not staged.
+// eight (one 512-thread CTA to 110 KiB, then clusters of such shares), float32 rows of 56-88 KiB
+// whose length is not a multiple of four (one CTA) and float32 rows of 88-880 KiB at any alignment
+// past the wide rows: 110 KiB shares to 224 KiB, 72 KiB shares to 576 KiB, 110 KiB shares past
+// it; the residual form (two inputs), float64 and longer rows are not staged.
 TEST(RowKernelPlan, LayerNormStagesItsBands) {
   struct Want { int64_t n; int elem, ctas, share_kib; };
   for (const Want w : {Want{28673, 2, 1, 110}, Want{32769, 2, 1, 110}, Want{50257, 2, 1, 110}, Want{56321, 2, 2, 110},
-                       Want{128257, 2, 3, 110}, Want{450559, 2, 8, 110}, Want{22529, 4, 1, 110},
+                       Want{128257, 2, 3, 110}, Want{450559, 2, 8, 110}, Want{14337, 4, 1, 110},
+                       Want{16001, 4, 1, 110}, Want{20001, 4, 1, 110}, Want{22527, 4, 1, 110}, Want{22529, 4, 1, 110},
                        Want{24577, 4, 1, 110}, Want{32769, 4, 2, 110}, Want{50257, 4, 2, 110},
                        Want{50264, 4, 2, 110}, Want{57344, 4, 3, 110}, Want{57345, 4, 4, 72},
                        Want{65536, 4, 4, 72}, Want{128256, 4, 7, 72}, Want{147456, 4, 8, 72},
@@ -743,7 +745,8 @@ TEST(RowKernelPlan, LayerNormStagesItsBands) {
     EXPECT_EQ(c.smem_bytes, staged_share_smem_bytes(share));
   }
   for (const Want w : {Want{28671, 2, 0, 0}, Want{11011, 2, 0, 0}, Want{50264, 2, 0, 0}, Want{65536, 2, 0, 0},
-                       Want{128256, 2, 0, 0}, Want{450561, 2, 0, 0}, Want{22527, 4, 0, 0}, Want{11011, 4, 0, 0},
+                       Want{128256, 2, 0, 0}, Want{450561, 2, 0, 0}, Want{14335, 4, 0, 0}, Want{16000, 4, 0, 0},
+                       Want{20480, 4, 0, 0}, Want{12001, 4, 0, 0}, Want{11011, 4, 0, 0},
                        Want{32768, 4, 0, 0}, Want{225281, 4, 0, 0}, Want{256000, 4, 0, 0}, Want{50257, 8, 0, 0}})
     EXPECT_NE(plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1).kind, RowKernelKind::kStaged)
         << w.n << " x " << w.elem << " bytes";
@@ -759,8 +762,8 @@ TEST(RowKernelPlan, LayerNormStagesItsBands) {
 TEST(RowKernelPlan, L2HintsOnLayerNormRowsAndLongRowsElsewhere) {
   struct Want { int64_t n; int elem; };
   // (rows the staged bands leave: staged_bands_for)
-  for (const Want w : {Want{65536, 2}, Want{28671, 2}, Want{262144, 2}, Want{20001, 4}, Want{262145, 4},
-                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{22527, 4}}) {
+  for (const Want w : {Want{65536, 2}, Want{28671, 2}, Want{262144, 2}, Want{14335, 4}, Want{262145, 4},
+                       Want{12801, 4}, Want{12801, 2}, Want{10241, 4}, Want{9001, 4}, Want{13001, 4}}) {
     const RowKernelConfig c = plan_on_h200(RowFamily::kLayerNormForward, w.n, w.elem, 1);
     EXPECT_GT(c.tiles, 1) << "n=" << w.n << " elem=" << w.elem << ": a re-read row";
     EXPECT_TRUE(c.l2_hints) << "n=" << w.n << " elem=" << w.elem;
@@ -1040,7 +1043,7 @@ TEST(RowKernelPlan, RereadSmallTilesHoldOneVectorAThread) {
     EXPECT_EQ(c.smem_bytes, 3u * 513 * 16) << "n=" << n;
   }
   EXPECT_EQ(plan_row_kernel(12288, 4, 1, ln).stash_tiles, 0);
-  for (int64_t n : {16400, 20000, 22527})
+  for (int64_t n : {16400, 20000})
     EXPECT_EQ(plan_on_h200(RowFamily::kLayerNormForward, n, 4, 1).stash_tiles, 3) << "shipped, n=" << n;
 
   // loads_ahead (layer_norm's) reaches re-read plans only.
