@@ -198,6 +198,9 @@ template <typename T, int NIN> struct RowArgs {
   bool l2_hints = false;  // RowKernelConfig::l2_hints
   bool read_back_second = false;  // RowKernelConfig::read_back_second
   int loads_ahead = 0;            // RowKernelConfig::loads_ahead
+  // Rows of in[0] off their granules while out's rows and the op's parameters lie on theirs:
+  // the packed wide rows load such rows by shifted granules (row_wide.cuh) and keep the rest.
+  bool input_alone_shifted = false;
 };
 
 // Where a thread's tile lies: row index, the thread's first vector, the vectors between its

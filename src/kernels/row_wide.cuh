@@ -84,7 +84,43 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // (Op::with_whole_columns): the same values and arithmetic, the same bits.
 // Ops that hold their inputs' sum (HoldsInputSum) load both inputs' packs, sum and round them as
 // row_wide_sum_body does, write s and go on with Op::OneInput over it.
-template <typename T, class RowOp, int VEC, int VPT, bool kWhole = false>
+// A row of x off its granules (RowArgs::input_alone_shifted; rows of whole vectors): each lane
+// loads the granule under its vector's start and takes the next from its right neighbour, the
+// warp's last lane from lanes 0-3, which load a word each of the granule past the warp's last
+// vector; one 16-byte load a vector, as aligned rows. Vectors past the row take `pads`.
+template <typename T, int VEC, int VPT>
+__device__ __forceinline__ void load_shifted_packs(const T* in, int cols, int me, int step, const Bytes16& pads,
+                                                   Bytes16 (&packs)[VPT]) {
+  constexpr int ES = sizeof(T);
+  const int shift = misalignment16(in);
+  const char* const floor = reinterpret_cast<const char*>(in) - shift;
+  const int lane = me % 32;
+  uint32_t past[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int e0 = (me + k * step) * VEC;
+    // ex: the vector after the warp's last, whose floor granule holds the last one's tail (inside
+    // the row when the row is shifted, even at ex == cols)
+    const int ex = e0 + (32 - lane) * VEC;
+    packs[k] = e0 < cols ? load_aligned16(floor + e0 * ES) : Bytes16{};
+    const bool past_inside = lane < 4 && (ex < cols || (shift != 0 && ex == cols));
+    past[k] = past_inside ? reinterpret_cast<const uint32_t*>(floor + ex * ES)[lane] : 0u;
+  }
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    Bytes16 hi;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t next = __shfl_down_sync(0xffffffffu, packs[k].w[w], 1);
+      const uint32_t tail = __shfl_sync(0xffffffffu, past[k], w);
+      hi.w[w] = lane == 31 ? tail : next;
+    }
+    const int e0 = (me + k * step) * VEC;
+    packs[k] = e0 < cols ? funnel16<ES>(packs[k], hi, shift) : pads;
+  }
+}
+
+template <typename T, class RowOp, int VEC, int VPT, bool kWhole = false, bool kShiftedIn = false>
 __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kInputs>& args,
                                                      const typename RowOp::Extra& extra) {
   using Op = typename TileOpOf<RowOp>::type;
@@ -103,6 +139,9 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kIn
 #pragma unroll
   for (int e = 0; e < VEC; ++e) pack_of_pads.v[e] = from_acc<T>(Op::pad(0));
   const Bytes16 pads = bytes_of(pack_of_pads);
+  static_assert(!(kShiftedIn && kSum), "shifted packed rows: one input");
+  Bytes16 shifted[VPT];
+  if constexpr (kShiftedIn) load_shifted_packs<T, VEC, VPT>(in, args.cols, me, step, pads, shifted);
   PackT packed[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
@@ -117,6 +156,8 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kIn
 #pragma unroll
       for (int e = 0; e < VEC; ++e) a[e] = a[e] + b[e];
       packed[k] = pack_from_acc<T>(a);
+    } else if constexpr (kShiftedIn) {
+      packed[k] = pack_of<PackT>(shifted[k]);
     } else {
       packed[k] = pack_of<PackT>(kWhole || e0 < args.cols ? load_aligned16(in + e0) : pads);
     }
@@ -211,33 +252,34 @@ __device__ __forceinline__ void row_wide_packed_body(const RowArgs<T, RowOp::kIn
 
 // The packed body, whole rows (cols = threads x VPT x VEC) apart where kWholeApart: only the
 // kernels with registers to hold both bodies (the lean and 32-register ones spilled, ptxas).
-template <typename T, class Op, int VEC, int VPT, bool kWholeApart>
+template <typename T, class Op, int VEC, int VPT, bool kWholeApart, bool kShiftedIn>
 __device__ __forceinline__ void row_wide_packed_rows(const RowArgs<T, Op::kInputs>& args, const typename Op::Extra& extra) {
   if constexpr (kWholeApart) {
-    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC) return row_wide_packed_body<T, Op, VEC, VPT, true>(args, extra);
+    if (args.cols == static_cast<int>(blockDim.x) * VPT * VEC)
+      return row_wide_packed_body<T, Op, VEC, VPT, true, kShiftedIn>(args, extra);
   }
-  row_wide_packed_body<T, Op, VEC, VPT, false>(args, extra);
+  row_wide_packed_body<T, Op, VEC, VPT, false, kShiftedIn>(args, extra);
 }
 
 // One-statistic ops (rms_norm), by register budget (WideForm): kBase 32 registers, kMid 40,
 // kRoomy 64. A bias's parameters spilled 80-84 bytes at 32, none at 40 (ptxas). Whole rows skip
 // their bounds on the roomy form only: that body spilled 72-76 bytes at 40.
-template <typename T, class Op, int VEC, int VPT, WideForm kForm>
+template <typename T, class Op, int VEC, int VPT, WideForm kForm, bool kShiftedIn = false>
 __global__ void __launch_bounds__(kForm == WideForm::kMid ? kWideMidRowThreads : kWideRowThreads,
                                   kForm == WideForm::kRoomy ? 1 : 2)
 row_wide_packed_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(!IsTwoPhase<Op>::value, "two-phase ops take row_wide_packed_two_phase_kernel_ext");
   static_assert(kForm != WideForm::kLean, "the lean form is the two-phase kernel's");
-  row_wide_packed_rows<T, Op, VEC, VPT, kForm == WideForm::kRoomy>(args, extra);
+  row_wide_packed_rows<T, Op, VEC, VPT, kForm == WideForm::kRoomy, kShiftedIn>(args, extra);
 }
 
 // Two-phase ops (layer_norm, rows of 225-512 threads): 64 registers a thread (24 bytes of spill,
 // ptxas), or in the lean form 48 (28 bytes), one more row an SM for CTAs of up to 416 threads.
-template <typename T, class Op, int VEC, int VPT, bool kLean>
+template <typename T, class Op, int VEC, int VPT, bool kLean, bool kShiftedIn = false>
 __global__ void __maxnreg__(kLean ? 48 : 64)
 row_wide_packed_two_phase_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   static_assert(IsTwoPhase<Op>::value, "one-statistic ops take row_wide_packed_kernel_ext");
-  row_wide_packed_rows<T, Op, VEC, VPT, !kLean>(args, extra);
+  row_wide_packed_rows<T, Op, VEC, VPT, !kLean, kShiftedIn>(args, extra);
 }
 
 }  // namespace reducekit::kernels

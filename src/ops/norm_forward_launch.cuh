@@ -34,7 +34,9 @@ Status launch_forward(const ForwardCall& c, const RowwisePlan (&plans)[4], bool 
   const void* in[NIN];
   in[0] = c.x->data;
   if constexpr (NIN == 2) in[1] = c.residual->data;
-  const kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, c.y->data, plans[2]);
+  kernels::RowArgs<T, NIN> args = row_args<T, NIN>(in, plans, c.y->data, plans[2]);
+  args.input_alone_shifted = !aligned && NIN == 1 && aligned_ptr(c.weight) && aligned_ptr(c.bias) &&
+                             rows_on_granules(c.y->data, plans[2].rows, plans[2].row_stride, sizeof(T));
   kernels::NormExtra<T> extra;
   using Acc = kernels::acc_t<T>;
   extra.weight = c.weight != nullptr ? c.weight->data : nullptr;

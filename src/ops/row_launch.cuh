@@ -194,12 +194,13 @@ template <typename T, class Op, class... Extra> constexpr bool packed_wide_rows(
 }
 // kForm (RowKernelConfig::wide_form): the two-phase kernel has kBase and kLean, the one-statistic
 // one kBase, kMid and kRoomy.
-template <typename T, class Op, int VEC, WideForm kForm, class... Extra> struct WidePackedKernels {
+// kShiftedIn: x's rows off their granules, everything else on them (RowArgs::input_alone_shifted).
+template <typename T, class Op, int VEC, WideForm kForm, bool kShiftedIn, class... Extra> struct WidePackedKernels {
   using Kernel = RowKernel<T, Op, Extra...>;
   template <int VPT> static auto get() {
     if constexpr (kernels::IsTwoPhase<Op>::value)
-      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kForm == WideForm::kLean>;
-    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kForm>;
+      return kernels::row_wide_packed_two_phase_kernel_ext<T, Op, VEC, VPT, kForm == WideForm::kLean, kShiftedIn>;
+    else return kernels::row_wide_packed_kernel_ext<T, Op, VEC, VPT, kForm, kShiftedIn>;
   }
 };
 template <typename T, class Op, int VEC, bool kAligned, class... Extra> struct RingKernels {
@@ -384,10 +385,17 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     if (c.threads > kWideRowThreads || c.cluster != 1)
       return Status::unsupported("row plan: wide rows are one CTA of at most " + std::to_string(kWideRowThreads) +
                                  " threads");
-    if constexpr (kAligned && packed_wide_rows<T, Op, Extra...>()) {
-      if (args.cols % VEC == 0) {  // the same bits as the unpacked kernel below
+    // Rows of whole vectors; x's rows may lie off their granules where nothing else does (one
+    // input). The same bits as the unpacked kernel below.
+    constexpr bool kShiftedIn = !kAligned && !kernels::HoldsInputSum<Op>::value;
+    if constexpr ((kAligned || kShiftedIn) && packed_wide_rows<T, Op, Extra...>()) {
+      // Shifted x on the one-statistic kernels' 32-register form spilled 72-88 bytes (ptxas):
+      // those rows keep the unpacked kernel.
+      const bool shifted_fits = kernels::IsTwoPhase<Op>::value || c.wide_form != WideForm::kBase;
+      if (args.cols % VEC == 0 && (kAligned || (args.input_alone_shifted && shifted_fits))) {
         auto pick = [&](auto form) {
-          return pick_tile<WidePackedKernels<T, Op, VEC, decltype(form)::value, Extra...>, kTiles.wide, kWideMaxVpt>(c.vpt);
+          return pick_tile<WidePackedKernels<T, Op, VEC, decltype(form)::value, kShiftedIn, Extra...>, kTiles.wide,
+                           kWideMaxVpt>(c.vpt);
         };
         using Base = std::integral_constant<WideForm, WideForm::kBase>;
         RowKernel<T, Op, Extra...> packed = nullptr;
@@ -404,9 +412,10 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
           if constexpr (sizeof(T) == 4) {  // float32 (sums held): 32 floats a thread fit the roomy form only
             if (c.wide_form == WideForm::kRoomy) packed = pick(Roomy{});
           } else {
-            packed = c.wide_form == WideForm::kMid     ? pick(Mid{})
-                     : c.wide_form == WideForm::kRoomy ? pick(Roomy{})
-                                                       : pick(Base{});
+            if constexpr (kShiftedIn) packed = c.wide_form == WideForm::kMid ? pick(Mid{}) : pick(Roomy{});
+            else packed = c.wide_form == WideForm::kMid     ? pick(Mid{})
+                          : c.wide_form == WideForm::kRoomy ? pick(Roomy{})
+                                                            : pick(Base{});
           }
         }
         if (packed == nullptr) return no_row_kernel("wide row kernel", c.vpt);

@@ -472,7 +472,8 @@ TEST_F(NormGpu, WideRowsAndThePlansTheyReplace) {
 // packed rows of up to 512 threads run the 64-register kernel: 12800 (416 threads), 14336 (448,
 // a whole row).
 // float32 layer_norm's packed wide rows likewise: whole 32768 and 12288, partial 12800 and 16000;
-// and the fused residual forms (`residual`: y and s), whose wide rows hold s.
+// and the fused residual forms (`residual`: y and s), whose wide rows hold s. Shifted x rows with
+// y on its granules (the packed kernels' shifted loads) too.
 template <typename T>
 void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bool layer_norm_only,
                                          bool residual = false) {
@@ -496,7 +497,10 @@ void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bo
       SCOPED_TRACE(form == kRms ? "rms_norm" : form == kRmsBias ? "rms_norm with a bias" : "layer_norm");
       Strided<T> xa(values, aligned, 0.0), xs(values, shifted, 0.0), ya(poison, aligned, kNaN), ys(poison, shifted, kNaN);
       Strided<T> ra(residuals, aligned, 0.0), rs(residuals, shifted, 0.0), sa(poison, aligned, kNaN), ss(poison, shifted, kNaN);
-      for (const auto& [x, r, y, sum] : {std::tuple{&xa, &ra, &ya, &sa}, std::tuple{&xs, &rs, &ys, &ss}}) {
+      // x shifted, y on its granules: the packed kernels' shifted loads (one input)
+      Strided<T> yx(poison, aligned, kNaN), sx(poison, aligned, kNaN);
+      for (const auto& [x, r, y, sum] :
+           {std::tuple{&xa, &ra, &ya, &sa}, std::tuple{&xs, &rs, &ys, &ss}, std::tuple{&xs, &rs, &yx, &sx}}) {
         const NormShape shape = NormShape::of({cols});
         Status status;
         if (residual)
@@ -518,6 +522,8 @@ void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bo
                                    cols * sizeof(T)))
               << name << " row " << r;
       }
+      EXPECT_EQ(ya.image(), yx.image()) << "y from shifted x rows";
+      if (residual) EXPECT_EQ(sa.image(), sx.image()) << "s from shifted x rows";
     }
   }
 }
