@@ -87,7 +87,8 @@ row_wide_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // A row of x off its granules (RowArgs::input_alone_shifted; rows of whole vectors): each lane
 // loads the granule under its vector's start and takes the next from its right neighbour, the
 // warp's last lane from lanes 0-3, which load a word each of the granule past the warp's last
-// vector; one 16-byte load a vector, as aligned rows. Vectors past the row take `pads`.
+// vector; one 16-byte load a vector, as aligned rows. Vectors past the row take `pads`. CTAs of
+// whole warps (the launcher checks), every lane calling.
 template <typename T, int VEC, int VPT>
 __device__ __forceinline__ void load_shifted_packs(const T* in, int cols, int me, int step, const Bytes16& pads,
                                                    Bytes16 (&packs)[VPT]) {

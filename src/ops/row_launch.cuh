@@ -390,8 +390,10 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     constexpr bool kShiftedIn = !kAligned && !kernels::HoldsInputSum<Op>::value;
     if constexpr ((kAligned || kShiftedIn) && packed_wide_rows<T, Op, Extra...>()) {
       // Shifted x on the one-statistic kernels' 32-register form spilled 72-88 bytes (ptxas):
-      // those rows keep the unpacked kernel.
-      const bool shifted_fits = kernels::IsTwoPhase<Op>::value || c.wide_form != WideForm::kBase;
+      // those rows keep the unpacked kernel, as CTAs of a partial warp (the shifted loads take
+      // the neighbour granule from the next lane of a whole warp).
+      const bool shifted_fits =
+          (kernels::IsTwoPhase<Op>::value || c.wide_form != WideForm::kBase) && c.threads % 32 == 0;
       if (args.cols % VEC == 0 && (kAligned || (args.input_alone_shifted && shifted_fits))) {
         auto pick = [&](auto form) {
           return pick_tile<WidePackedKernels<T, Op, VEC, decltype(form)::value, kShiftedIn, Extra...>, kTiles.wide,
