@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace reducekit::kernels {
 
@@ -120,6 +121,25 @@ template <int kOff> __device__ __forceinline__ Bytes16 funnel16_at(const Bytes16
   } else {
     const uint32_t w[8] = {lo.w[0], lo.w[1], lo.w[2], lo.w[3], hi.w[0], hi.w[1], hi.w[2], hi.w[3]};
     return {{w[kOff / 4], w[kOff / 4 + 1], w[kOff / 4 + 2], w[kOff / 4 + 3]}};
+  }
+}
+
+// Calls f(std::integral_constant<int, shift>()): the row's byte shift (a multiple of kElemBytes in
+// [0, 16)) as a compile-time constant in each branch, so the branch's funnels need no word
+// selects and the shuffles of words its shift never reaches drop out. Uniform where a warp's
+// lanes hold one row.
+template <int kElemBytes, class F> __device__ __forceinline__ void with_shift16(int shift, F&& f) {
+  using std::integral_constant;
+  switch (shift) {
+    case 0: f(integral_constant<int, 0>()); break;
+    case 8: f(integral_constant<int, 8>()); break;
+    case 4: if constexpr (kElemBytes <= 4) f(integral_constant<int, 4>()); break;
+    case 12: if constexpr (kElemBytes <= 4) f(integral_constant<int, 12>()); break;
+    case 2: if constexpr (kElemBytes <= 2) f(integral_constant<int, 2>()); break;
+    case 6: if constexpr (kElemBytes <= 2) f(integral_constant<int, 6>()); break;
+    case 10: if constexpr (kElemBytes <= 2) f(integral_constant<int, 10>()); break;
+    case 14: if constexpr (kElemBytes <= 2) f(integral_constant<int, 14>()); break;
+    default: break;  // not a multiple of the element size: no such pointer
   }
 }
 
@@ -254,17 +274,10 @@ template <int kElemBytes>
 __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b, bool head = true, bool tail = true) {
   const int shift = misalignment16(dst);
   char* base = static_cast<char*>(dst) - shift;
-  switch (shift) {
-    case 0: store_aligned16(dst, b); break;
-    case 8: detail::store_shifted<8>(base, b, head, tail); break;
-    case 4: if constexpr (kElemBytes <= 4) detail::store_shifted<4>(base, b, head, tail); break;
-    case 12: if constexpr (kElemBytes <= 4) detail::store_shifted<12>(base, b, head, tail); break;
-    case 2: if constexpr (kElemBytes <= 2) detail::store_shifted<2>(base, b, head, tail); break;
-    case 6: if constexpr (kElemBytes <= 2) detail::store_shifted<6>(base, b, head, tail); break;
-    case 10: if constexpr (kElemBytes <= 2) detail::store_shifted<10>(base, b, head, tail); break;
-    case 14: if constexpr (kElemBytes <= 2) detail::store_shifted<14>(base, b, head, tail); break;
-    default: break;  // not a multiple of the element size: no such pointer
-  }
+  with_shift16<kElemBytes>(shift, [&](auto s) {
+    if constexpr (decltype(s)::value == 0) store_aligned16(dst, b);
+    else detail::store_shifted<decltype(s)::value>(base, b, head, tail);
+  });
 }
 
 // store_vector16 for a whole warp's 32 consecutive vectors (lane l's at dst + 16 l bytes, every
@@ -274,17 +287,10 @@ __device__ __forceinline__ void store_vector16(void* dst, const Bytes16& b, bool
 template <int kElemBytes> __device__ __forceinline__ void store_warp_vector16(void* dst, const Bytes16& b) {
   const int shift = misalignment16(dst);
   char* base = static_cast<char*>(dst) - shift;
-  switch (shift) {
-    case 0: store_aligned16(dst, b); break;
-    case 8: detail::store_warp_shifted<8>(base, b); break;
-    case 4: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<4>(base, b); break;
-    case 12: if constexpr (kElemBytes <= 4) detail::store_warp_shifted<12>(base, b); break;
-    case 2: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<2>(base, b); break;
-    case 6: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<6>(base, b); break;
-    case 10: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<10>(base, b); break;
-    case 14: if constexpr (kElemBytes <= 2) detail::store_warp_shifted<14>(base, b); break;
-    default: break;  // not a multiple of the element size: no such pointer
-  }
+  with_shift16<kElemBytes>(shift, [&](auto s) {
+    if constexpr (decltype(s)::value == 0) store_aligned16(dst, b);
+    else detail::store_warp_shifted<decltype(s)::value>(base, b);
+  });
 }
 
 }  // namespace reducekit::kernels
