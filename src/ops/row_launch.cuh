@@ -391,7 +391,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     if constexpr ((kAligned || kShiftedIn) && packed_wide_rows<T, Op, Extra...>()) {
       // Shifted x on the one-statistic kernels' 32-register form spilled 72-88 bytes (ptxas), and
       // their 40-register form's shifted rows came out with other bits than the aligned rows
-      // (rms_norm bf16 24576; cause not found, LOG.md run 283): those rows keep the unpacked
+      // (rms_norm bf16 24576; cause not found, bench/results/LOG.md): those rows keep the unpacked
       // kernel, as CTAs of a partial warp (the shifted loads take the neighbour granule from the
       // next lane of a whole warp).
       const bool shifted_fits =
