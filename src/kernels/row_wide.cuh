@@ -100,8 +100,10 @@ __device__ __forceinline__ void load_shifted_packs(const T* in, int cols, int me
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int e0 = (me + k * step) * VEC;
-    // ex: the vector after the warp's last, whose floor granule holds the last one's tail (inside
-    // the row when the row is shifted, even at ex == cols)
+    // ex: the vector after the warp's last, whose floor granule holds the last one's tail. At the
+    // row's end (ex == cols) only that granule's first `shift` bytes lie inside the row, yet lanes
+    // 0-3 read all four words: up to 14 bytes past the row, inside its last granule (the funnel
+    // takes none of them, and an aligned granule never crosses a page).
     const int ex = e0 + (32 - lane) * VEC;
     packs[k] = e0 < cols ? load_aligned16(floor + e0 * ES) : Bytes16{};
     const bool past_inside = lane < 4 && (ex < cols || (shift != 0 && ex == cols));
