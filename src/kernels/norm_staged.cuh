@@ -64,9 +64,9 @@ template <class Op> struct IsStagedNorm<Op, std::void_t<typename StagedNormFold<
 // is column g VEC + e - so_elems (y starts so_elems elements past a granule). 16-bit rows fetch
 // the parameters as raw granules ahead of the input (one aligned load each, or two and a funnel
 // shift where y's granules straddle the parameters'), where the weight and bias are of x's type on
-// 16-byte granules: layer_norm bfloat16 +7..+20% at 32769-128257 values, rms_norm +4..+8% at
-// 50257-50264; float32 rows lost up to 28% on it (LOG.md). Otherwise the parameters move as
-// vectors only when so_elems is 0 (load_columns tests the base pointer's alignment alone).
+// 16-byte granules: a granule's parameters then arrive before its values (float32 rows lost on
+// it). Otherwise the parameters move as vectors only when so_elems is 0 (load_columns tests the
+// base pointer's alignment alone).
 template <typename T, class Op> struct StagedNormWriter {
   using Acc = acc_t<T>;
   static constexpr int VEC = 16 / sizeof(T);

@@ -308,8 +308,8 @@ template <class P, typename T, int R, bool kAligned> struct ColumnLane {
   // Where the inside lanes run: statistics of 16 to 32 bytes a lane (16-bit sums and extrema,
   // float32 logsumexp), up to 64 for 16-bit data, on 8 lanes down K. The Welford and argmax
   // kernels sit at the register cap, float64 logsumexp and short columns (R = 1) spilled, and
-  // float32 sums (kernels held to 80 registers) ran up to 13% slower than on kShifted's loads,
-  // which skip the second granule of an aligned row (LOG.md).
+  // float32 sums (kernels held to 80 registers) ran slower than on kShifted's loads, which skip
+  // the second granule of an aligned row.
   static constexpr bool kInsideLoads =
       R > 1 && sizeof(T) <= 4 && sizeof(Stat) * VEC > 16 && sizeof(Stat) * VEC <= (sizeof(T) == 2 ? 64 : 32);
   __device__ __forceinline__ void load_inside_rows(int64_t k, T (&raw)[U][VEC]) const {

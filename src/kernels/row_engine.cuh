@@ -246,7 +246,7 @@ __device__ __forceinline__ void load_columns(const P* p, int e0, int cols, Acc f
 // the op has per-column parameters: a later vector's parameter loads then stay below this
 // vector's stores instead of all rising to the top of the unrolled loop, where every vector's
 // weights and biases were live at once and spilled (ptxas). The packed wide rows only: in
-// RowTile::store it cost the residual forms 7-11% at 16-bit rows of 30K values and more (LOG.md).
+// RowTile::store it slowed the residual forms' long 16-bit rows.
 template <class Op> __device__ __forceinline__ int output_offset(int e0) {
   if constexpr (!std::is_empty<typename Op::Column>::value) asm volatile("" : "+r"(e0));
   return e0;

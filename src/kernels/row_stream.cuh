@@ -22,9 +22,8 @@ namespace reducekit::kernels {
 // overlapping on an SM, and left free ptxas gave layer_norm's float32 kernel 86 registers, one
 // CTA an SM. Small tiles (kRereadSmallTileWords: one vector, 4-8 words) are held to four (32
 // registers), as torch.compile's norm kernels run, or three (40) for 16-bit data, whose tile
-// converted to float32 spilled at 32 (layer_norm at three: +3..+16% from 20K values; float32
-// lost up to 7%, LOG.md). Counted in accumulator words a thread; the largest tiles keep no bound
-// (0 leaves it out).
+// converted to float32 spilled at 32 (three gained for 16-bit layer_norm; float32 lost at three).
+// Counted in accumulator words a thread; the largest tiles keep no bound (0 leaves it out).
 template <int kWords, int kElemBytes>
 constexpr int kStreamMinCtas = kWords <= 8 ? (kElemBytes == 2 ? 3 : 4) : kWords <= 16 ? 2 : 0;
 template <typename T, class Op, int VEC, int VPT>

@@ -56,12 +56,12 @@ struct CrossEntropyRowsQuery {
 };
 
 // Split rows where the batch has fewer rows than half the SMs (the row loop would leave most SMs
-// idle; on an H100 the forward split 1.2-2.8x faster up to 64 rows of 50257 / 128256 classes and
-// 22-40% slower from 128: LOG.md), unless a row is one step of the loop, or label smoothing over
-// class weights (each CTA would read every weight for their sum). Else the backward on granules
-// where the gradient rows share the logits rows' offsets; else the row loop, a launch a shift
-// class for float32 (the kernel for a known shift skips the run-time word selects) where the
-// rows share one offset or the logits reach class_launch_from_bytes, one launch otherwise.
+// idle; from about one row an SM the row loop ran faster), unless a row is one step of the loop, or
+// label smoothing over class weights (each CTA would read every weight for their sum). Else the
+// backward on granules where the gradient rows share the logits rows' offsets; else the row loop, a
+// launch a shift class for float32 (the kernel for a known shift skips the run-time word selects)
+// where the rows share one offset or the logits reach class_launch_from_bytes, one launch
+// otherwise.
 CrossEntropyRowsPlan plan_cross_entropy_rows(const CrossEntropyRowsQuery& q);
 
 }  // namespace reducekit

@@ -36,8 +36,8 @@ constexpr int64_t kColumnMaxSegments = 64;
 constexpr int64_t kColumnMinSegmentRows = 256;  // 4 steps a lane: the segment's butterfly is paid per 32 rows at most
 constexpr int kColumnGroups = kColumnRowLanes;   // segments s = g, g + 8, ... fold into group g (lane ky = g)
 constexpr int64_t kColumnSplitBelowVectors = 4096;  // fewer column vectors: one CTA per segment
-// Fewer CTAs with one per tile: one per (tile, group). From 160 tiles up one CTA per tile walking
-// all of K ran 4-12% faster (float32 160-393 tiles, bf16 160-197); at 128 neither won throughout.
+// Fewer CTAs with one per tile: one per (tile, group). From about a full wave of tiles up, one
+// CTA per tile walking all of K ran faster; at 128 tiles neither won throughout.
 constexpr int64_t kColumnGroupsBelowCtas = 144;
 static_assert(kColumnMinSegmentRows >= kColumnShortBelowRows, "short columns are one segment");
 constexpr int64_t kAllMaxCtas = 512;  // all path: fits one wave at 4 CTAs per SM on 132 SMs
@@ -98,9 +98,8 @@ struct ReduceKnobs {
   int64_t groups_below_ctas = kColumnGroupsBelowCtas;      // col_groups_below_ctas
   // Inner extents of at least this many columns run the wide layout, any dtype and alignment (0:
   // never). kColumnWideShipped: the shipped rule, float32 rows on 16-byte boundaries from
-  // kColumnWideFromColumns columns (it changes no bits, so it may go by all three): those gained
-  // 4-16% (sum, mean, amax, logsumexp at 4096 x 4096-32768, 32768x4096, 256x262144); 16-bit,
-  // shifted rows (-10..-19%) and 1024 columns or fewer lost (LOG.md).
+  // kColumnWideFromColumns columns (it changes no bits, so it may go by all three), where it
+  // gained; 16-bit, shifted rows and 1024 columns or fewer lost on it.
   int64_t wide_from_columns = kColumnWideShipped;          // col_wide_from_columns
 };
 // The shipped knobs with the overrides set now.

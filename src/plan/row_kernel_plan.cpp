@@ -286,70 +286,57 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
     case RowFamily::kLayerNormForward:
       l.block_elems = elem_bytes == 2 || elem_bytes == 4 ? 16 : l.block_elems;  // 16 values a thread: faster
       l.reread_over_split = true;  // re-read beats split at 1 MiB rows
-      // float32: the row's first three 8 KiB tiles parked, re-read from shared memory, not L2:
-      // +1..+7% at 16K-128K values, level at 8K-12K and 256K; 7 or 11 tiles lost (LOG.md)
+      // float32: the first three 8 KiB tiles parked, so the second pass reads them on chip, not from L2
       if (elem_bytes == 4) l.reread_stash_bytes = 32 * 1024;
-      // 16-bit rows of whole vectors past 7168 values, read once by one CTA of up to 512
-      // threads, beat the re-read rows; past 16K values and at ragged lengths they lost (LOG.md).
+      // 16-bit: rows of whole vectors read once by one CTA beat the ring and re-read rows from one
+      // warp to 16K values; ragged rows and longer ones stay off them.
       if (elem_bytes == 2) {
         l.wide_rows = true;
-        l.wide_above_threads = 224;  // 8192 values as a whole wide row: +17..+21% over the ring rows
-        // Every whole row (from 1024 values, one warp): +4..+17% at 4096 x 2048-6144, +12..+25%
-        // at 8192-32768 rows of 1024-4096, level at 4096x1024; ragged 6400 lost 2-3% there (LOG.md)
+        l.wide_above_threads = 224;
         l.wide_whole_above_threads = 16;
         l.wide_max_threads = 512;
         l.wide_ragged = false;
-        l.wide_lean_max_threads = 416;  // to 12800 values: +8..+17% at 48 registers; 448 threads lost 1-2%
-        l.wide_whole_roomy_max_threads = 384;  // whole 9216-12288: +1..+8% on the full kernel (LOG.md)
+        l.wide_lean_max_threads = 416;         // the 48-register form as far as it beat the full one
+        l.wide_whole_roomy_max_threads = 384;  // whole rows past the lean form: the full kernel
       }
-      // float32 rows of 8K-32K values, read once by one CTA of up to 1024 threads (packed wide
-      // rows: 64 registers, no spill) beat the re-read and block rows: whole 10240-16384 +10..+19%,
-      // 24576 +3%, 32768 +10%, 8192 +1%, and 12800 (416 threads) +14%; a partial 640-thread row
-      // (20000) lost 5%, 6144 (192 threads) 3%, ragged 30001 13% (LOG.md).
+      // float32 rows of 8K-32K values read once by one CTA (64 registers, no spill) beat the
+      // re-read and block rows; partial rows past 512 threads and ragged ones did not.
       if (elem_bytes == 4) {
         l.wide_rows = true;
         l.wide_above_threads = 256;
         l.wide_whole_above_threads = 224;
         l.wide_partial_max_threads = 512;
         l.wide_ragged = false;
-        l.wide_fill_above_threads = 512;  // 1024-thread CTAs: 20480-28672 +1..+4%, shifted 24579 +17%
+        l.wide_fill_above_threads = 512;  // past 512 threads, 1024-thread CTAs: more warps for the SM's one row
       }
       l.reread_small_tiles_for_short_last = elem_bytes == 4;
-      // float32 rows of whole vectors past one CTA and past the staged bands (staged_bands_for) on
-      // the held clusters (x read once): level at 256000 values, ragged 50257 lost 20% (LOG.md)
+      // float32 rows of whole vectors past one CTA and the staged bands: the held clusters read x once
       l.reread_ragged_lengths_only = elem_bytes == 4;
-      if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows of 20-32 KB
-      l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // faster or level where they act (LOG.md)
-      // Every re-read row's first pass kept in L2, as compile's first loop: +2..+5% at 20-40 KB rows
+      if (elem_bytes == 2) l.reread_small_tiles_from_bytes = 0;  // 16-word tiles lost at 16-bit rows
+      l.loads_ahead = elem_bytes == 4 ? 2 : elem_bytes == 2 ? 1 : 0;  // shifted re-read rows: tiles' loads issued ahead
+      // Every re-read row's first read kept in L2 (RowKernelConfig::l2_hints) for its second pass
       if (elem_bytes <= 4) l.l2_hints_from_bytes = 0;
       break;
     case RowFamily::kRmsNormForward:
     case RowFamily::kRmsNormBiasForward:
       l.wide_rows = elem_bytes <= 4;  // 16-bit: aligned whole-vector rows cross the reduction packed
-      // 16-bit rows from 3K values packed wide (CTAs of 128 threads and more): over the ring and
-      // block rows +3..+15% at 3200-11008 values (65536x4096 +12%), with a bias +6..+19% from
-      // 4096 (65536x4096 +18%); with a bias ragged 3200 lost 3% on 128 threads (LOG.md)
+      // 16-bit rows from 3K values (CTAs of 128 threads and more) packed wide beat the ring and block rows
       if (elem_bytes == 2) l.wide_above_threads = family == RowFamily::kRmsNormBiasForward ? 127 : 96;
-      // 513-768 threads on the middle form (40 registers, two CTAs an SM; the 32-register one
-      // spills with a bias): +2..+4% without a bias, with one +22..+24% at 20000 and +16% at
-      // whole 24576 over the roomy form (LOG.md)
+      // 513-768 threads on the middle form: 40 registers, two CTAs an SM (the 32-register form
+      // spills with a bias)
       if (elem_bytes == 2) l.wide_mid_max_threads = kWideMidRowThreads;
       if (elem_bytes == 2 && family == RowFamily::kRmsNormForward) l.wide_roomy_max_threads = 512;
-      // With a bias, only whole rows roomy: to 512 threads (their body without bounds; whole 16384
-      // lost 5% on the middle form, ragged 12800 gained 18% there), and past 768, one CTA an SM
-      // (32768: +18..+23%, the 32-register kernel spills there); without a bias, whole rows past
-      // 512 threads lost 4-13% on it (LOG.md)
+      // With a bias only whole rows take the roomy form (their body has no bounds tests), and
+      // every row past 768 threads (one CTA an SM: the 32-register kernel spills there).
       if (elem_bytes == 2 && family == RowFamily::kRmsNormBiasForward) {
         l.wide_whole_roomy_max_threads = kWideRowThreads;
-        l.block_elems = 16;  // 2-vector tiles: 2048-6144 +7..+24%, 8192 +3% (4-vector ones spill)
+        l.block_elems = 16;  // 2-vector tiles: 4-vector ones spill beside the weight and bias
       }
       if (elem_bytes == 4) {
         l.block_elems = 16;       // the weight and statistics leave 32-value tiles too few registers
         l.max_tile_values = 32;   // rows past 16384 take clusters of 32-value tiles, not 64-value CTAs
       }
-      // float32 rows past 512 threads on 1024-thread CTAs (wide_fill_above_threads): without a
-      // bias 20480 +1.4%, ragged 20483 +33%, shifted 24579 +25%, 24576-28672 level; with one
-      // 20480 +6%, 24576 +4%, 28672 +2%, ragged 20483 +20%, shifted 24579 +14% (LOG.md)
+      // float32 rows past 512 threads on 1024-thread CTAs: more warps for the SM's one row
       if (elem_bytes == 4) l.wide_fill_above_threads = 512;
       l.reread_over_split = true;  // as layer_norm; no stash, as layer_norm
       break;
@@ -358,14 +345,10 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
       l.reread_over_split = true;  // as the plain forms; no stash
       l.read_back_second = true;   // one array read again instead of two: 16-bit rows gain, float32 ties
       l.reread_ragged_lengths_only = elem_bytes == 4;  // reread_above_words_for
-      // Wide rows holding s = x + residual. 16-bit rows of whole vectors from 1024 values, whole
-      // to 1024 threads, others to 512 (one-statistic ops on the 64-register form): over the ring,
-      // block and re-read rows both ops +11..+19% at 4096 x 2048-8192 and 32768x4096, +14..+33%
-      // at 12800; whole 20480-32768 add_layer_norm +32..+43%, add_rms_norm +14..+15% (LOG.md).
-      // float32 add_layer_norm past 256 threads (whole to 1024, others to 512): 12800 +3%, 24576
-      // +12%, 32768 +20%; 8192 (256 threads) lost 4% (LOG.md). float32 add_rms_norm past 416
-      // threads on the 64-register form: 20480 +17%, 24576 +2%, 32768 +9%, 16384 ties; 12800 (416
-      // threads) lost 1.5%, 11008 1% (LOG.md).
+      // Wide rows holding s = x + residual (read once, not re-read): 16-bit rows of whole vectors
+      // from 1024 values, float32 add_layer_norm past 256 threads, add_rms_norm past 416 (the
+      // 64-register form), whole rows to 1024 threads and others to 512, where each beat the
+      // ring, block and re-read rows.
       if (elem_bytes == 2 || elem_bytes == 4) {
         l.wide_rows = true;
         l.wide_input_sums = true;
@@ -376,10 +359,8 @@ RowKernelLimits row_policy(RowFamily family, int elem_bytes) {
                                                                                : 256;
         if (elem_bytes == 2) l.wide_whole_above_threads = 16;
         if (family == RowFamily::kResidualRmsNormForward) l.wide_roomy_max_threads = kWideRowThreads;
-        // float32 rows past 512 threads on 1024-thread CTAs at 5-7 vectors a thread, more warps
-        // for the SM's one row: 20480-28672 add_layer_norm +13..+23%, add_rms_norm +3..+12%,
-        // shifted 24579 +20% both; so rows that are not whole too, up to 7 vectors a thread
-        // (28672 values): 18000-20000 +22..+49%; add_rms_norm 30000 (8 a thread) lost 7% (LOG.md)
+        // float32 rows past 512 threads on 1024-thread CTAs (more warps for the SM's one row),
+        // whole or not, up to 7 vectors a thread (28672 values; 8 a thread lost)
         if (elem_bytes == 4) l.wide_fill_above_threads = 512, l.wide_partial_max_threads = 896;
       }
       break;
@@ -397,9 +378,8 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
   constexpr std::size_t kSmallShares = kPortableClusterSize * 72 * KiB;
   if (rms_norm && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain rms_norm forward (norm_staged.cuh): staged 16-bit rows from 56 KiB and float32
-    // clusters beat its register rows (odd rows most); shorter rows lost (LOG.md).
-    // Between 110 and 128 KiB a cluster of two stages ragged rows only: whole-vector rows
-    // re-read 2-9% faster there, ragged ones 12-19% slower (LOG.md); from 144 KiB clusters win.
+    // clusters beat its register rows (odd rows most); shorter rows lost. Between 110 and 128
+    // KiB a cluster of two stages ragged rows only (whole-vector rows re-read faster there).
     if (elem_bytes == 2) {
       return {{
           {56 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},
@@ -407,39 +387,32 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
           {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
       }};
     }
-    // float32: ragged lengths only, where the register rows' shifted vectors run at half speed;
-    // rows of whole vectors run faster on the register rows (LOG.md). 72 KiB shares over 110 KiB
-    // ones: +3..+10% at 40001-128257 values (LOG.md).
+    // float32: ragged lengths only, where the register rows' shifted vectors run at half speed
+    // (rows of whole vectors run faster on the register rows); 72 KiB shares, more CTAs an SM.
     return {{{110 * KiB, kSmallShares, kStagedThreads, 72 * KiB, true},
              {kSmallShares, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}}};
   }
   if (family == RowFamily::kLayerNormForward && (elem_bytes == 2 || elem_bytes == 4)) {
     // The plain layer_norm forward staged (Chan's count, mean and M2 in one pass, one cluster
-    // exchange) over its re-read and held rows (LOG.md). 16-bit: ragged lengths from 56 KiB (as
-    // rms_norm's), +3% at 32769 values, +7..+30% at 40001-256001; whole-vector rows lost 6-19%
-    // (50264, 65536, 128256).
+    // exchange) over its re-read and held rows. 16-bit: ragged lengths from 56 KiB, as
+    // rms_norm's (whole-vector rows lost on them).
     if (elem_bytes == 2) return {{{56 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB, true}}};
-    // float32, any alignment (whole vectors below 128 KiB stay wide rows): 110 KiB shares +10..+23%
-    // at 24577-50257 values, +8% at whole 50264; 72 KiB shares to 576 KiB, +13..+56% at
-    // 65536-128257 (110 KiB shares gained less); 110 KiB shares again at 151937, +29% (LOG.md).
-    // Below 88 KiB ragged lengths only: +12% at 16001, +3% at 20001; 12001 (48 KiB) lost 4%.
+    // float32 from 56 KiB: ragged lengths only below 88 KiB, any alignment above (whole vectors
+    // below 128 KiB stay wide rows); 72 KiB shares from 224 KiB to eight, where they beat 110 KiB ones.
     return {{{56 * KiB, 88 * KiB, kStagedThreads, 110 * KiB, true},
              {88 * KiB, 224 * KiB, kStagedThreads, 110 * KiB},
              {224 * KiB, kSmallShares, kStagedThreads, 72 * KiB},
              {kSmallShares, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB}}};
   }
   if (family != RowFamily::kRowwise || (elem_bytes != 2 && elem_bytes != 4)) return {};
-  // 16-bit softmax / log_softmax rows (LOG.md), other rows as the held and re-read
-  // plans take them:
+  // 16-bit softmax / log_softmax rows, other rows as the held and re-read plans take them:
   std::array<StagedBand, kMaxStagedBands> bands = {{
-      // 16-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows by 4-51% (log_softmax
-      // 4096x11008 +31%); at 48 KiB they were mixed (-3% / +6%), at 16 KiB and below they lost;
+      // 16-40 KiB: 256-thread CTAs, four an SM, beat the one-CTA register rows (not at 48 KiB or 16 KiB)
       {16 * KiB, 40 * KiB, kStagedSmallThreads, 40 * KiB},
       // 64-110 KiB: one 512-thread CTA a row, two an SM, beat the re-read rows at any alignment
-      // (64 KiB rows stay in registers: one CTA a row was slower there);
+      // (64 KiB rows stay in registers: one CTA a row was slower there)
       {64 * KiB, 110 * KiB, kStagedThreads, 110 * KiB},
-      // 128-880 KiB: clusters of up to eight such shares beat the re-read rows (151936 and 256000
-      // columns by 6-8%); two 64 KiB shares lost to them at 128 KiB (1-5%).
+      // 128-880 KiB: clusters of up to eight such shares beat the re-read rows (and two 64 KiB shares)
       {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
   }};
   // float32: the same bands for ragged lengths, where the register rows' shifted vectors select
@@ -452,18 +425,15 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
 std::array<StagedBand, kMaxStagedBands> cross_entropy_staged_bands(bool step) {
   std::array<StagedBand, kMaxStagedBands> bands = staged_bands_for(RowFamily::kRowwise, 2);
   // 40-72 KiB rows on one 256-thread CTA (three an SM by shared memory), not 512 threads (two an
-  // SM by registers): bf16 forward +9..+43% at 20481-36000 classes, step +1..+25%; float32 10241
-  // classes +16% in both; level from 64 KiB (LOG.md). The next band takes the rows the softmax
-  // holds in registers, which the cross-entropy row kernels would read twice;
+  // SM by registers). The next band takes the rows the softmax holds in registers, which the
+  // cross-entropy row kernels would read twice;
   bands[0].max_row_bytes = bands[0].share_bytes = 72 * 1024;
   bands[1].min_row_bytes = bands[0].max_row_bytes;
-  // the step's 110-128 KiB rows (float32 32000 classes) on one CTA of 128 KiB, one an SM: over
-  // the row kernels float32 +21% at 32000, +48% at 30001, over a cluster of two 110 KiB shares
-  // +7..+9%; bfloat16 61440 ties; the forward alone there lost 21-42% (LOG.md)
+  // the step's 110-128 KiB rows (float32 32000 classes) on one CTA of 128 KiB, one an SM, over
+  // the row kernels and a cluster of two 110 KiB shares (the forward alone lost there);
   if (step) bands[1].max_row_bytes = bands[1].share_bytes = bands[2].min_row_bytes;
   // and the step's rows past 880 KiB (float32 256000 classes) on clusters of up to eight 200 KiB
-  // shares, one CTA an SM: +21% over the row kernels' three passes there; 128 KiB shares (eight)
-  // gained 8%, 144 KiB (seven) lost 1% (LOG.md).
+  // shares, one CTA an SM, over the row kernels' three passes and smaller shares.
   if (step) bands[3] = {bands[2].max_row_bytes, kPortableClusterSize * 200 * 1024, kStagedThreads, 200 * 1024};
   return bands;
 }
@@ -484,8 +454,7 @@ int reread_above_words_for(RowFamily family, int elem_bytes) {
 
 RowKernelConfig plan_row_kernel(int64_t cols, int elem_bytes, int inputs, const RowKernelLimits& limits) {
   // Wide rows before staged ones for lengths of whole vectors only: a ragged length shifts every
-  // other row off its vectors, which the staged rows' bulk copies absorb and register rows do not
-  // (LOG.md: twice as fast at float32 rms_norm 2048x50257).
+  // other row off its vectors, which the staged rows' bulk copies absorb and register rows do not.
   const std::size_t row_bytes = std::size_t(cols) * elem_bytes;
   const bool whole_vectors = row_bytes % 16 == 0;  // else every other row starts shifted off its vectors
   const std::optional<RowKernelConfig> wide = wide_plan(cols, elem_bytes, inputs, limits);

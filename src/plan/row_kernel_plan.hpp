@@ -125,8 +125,8 @@ struct RowKernelLimits {
   std::size_t ring_min_tile_bytes = 0;  // ... when a CTA's tile is at least this big (set per op)
   bool two_phase = true;       // one-tile rows of kTwoPhase ops reduce two plain statistics
   // Stream rows read twice from global memory keep their first read in L2 (RowKernelConfig::
-  // l2_hints) from this many bytes a row: measured +2..+5% at 64-200 KiB rows; layer_norm's
-  // policy hints every row (bench/results/LOG.md).
+  // l2_hints) from this many bytes a row, where the second read then hits; layer_norm's policy
+  // hints every row.
   std::size_t l2_hints_from_bytes = 64 * 1024;
   int max_tile_values = kRowTileWords;  // values a thread (elements x inputs x accumulation
                                         // words) of one-tile rows; below it, rows take clusters
@@ -136,22 +136,19 @@ struct RowKernelLimits {
   std::size_t max_smem_per_sm = 228 * 1024;
   int split_chunk_tiles = 2;        // tiles (kRowSplitThreads x kRowSplitVpt vectors) a chunk
   int split_ring = 3;               // chunk buffers a CTA cycles through (loads run ahead)
-  // Rows a cluster of at least this many CTAs holds in registers split as well: splitting gained
-  // from 6-CTA clusters up, was mixed at 4 and lost at 2 (bfloat16 softmax, LOG.md).
+  // Rows a cluster of at least this many CTAs holds in registers split as well (splitting gained
+  // from 6-CTA clusters up, not below).
   int split_min_cluster = 5;
-  // Only rows of elements this small split: 16-bit rows gain at 16 x 2^20 and 4 x 2^21, float32
-  // rows lose against the stream kernel, whose 16 CTAs a row then hold the whole row on chip
-  // (LOG.md).
+  // Only rows of elements this small split: float32 rows lose against the stream kernel, whose
+  // 16 CTAs a row then hold the whole row on chip.
   int split_max_elem_bytes = 2;
   // Rows of at least this many bytes (all inputs) that the split CTAs' shared memory cannot take
   // (their dtype, or more chunks than resident CTAs) split re-read (RowSplitConfig::reread)
   // instead of streaming on one 16-CTA cluster, which leaves most SMs idle. 0: never. 4 MiB:
-  // float32 rows of 2^20 (softmax and the norms) gain at 1-64 rows; add_layer_norm's 2 MiB rows
-  // (256x262144 with a residual) lost 2.5% (LOG.md).
+  // float32 rows of 2^20 gain; 2 MiB rows did not.
   int64_t split_reread_from_bytes = int64_t(4) << 20;
-  // Re-read chunks are at least this many tiles, and larger where a row would otherwise have
-  // more chunks than the device keeps CTAs resident. 4 beat 2 by 3-4% at 8-64 float32 rows of
-  // 2^20 and held level on one row of 2^22 (LOG.md).
+  // Re-read chunks are at least this many tiles (4 beat 2), and larger where a row would
+  // otherwise have more chunks than the device keeps CTAs resident.
   int split_reread_min_chunk_tiles = 4;
   // Re-read rows: rows longer than one CTA's register tile (up to kRereadMaxRowBytes), and
   // one-CTA rows of more than this many words a thread (0: none), take small tiles

@@ -37,8 +37,8 @@ constexpr int kColumnSoftmaxThreads = 256;
 // another's compute and stores.
 constexpr std::size_t kColumnStageTargetBytes = 48 * 1024;
 // ... and may grow to this where even the narrowest tile (kColumnMinVectors) is bigger: one read
-// with 1-2 CTAs an SM still beats reading x twice (forwards of K = 4096, 128 KiB at one CTA an
-// SM: +8..+14%). Two-input tiles (the backwards) keep 100 KiB: not measured past it.
+// with 1-2 CTAs an SM still beats reading x twice. Two-input tiles (the backwards) keep 100 KiB:
+// not measured past it.
 constexpr std::size_t kColumnStageMaxBytes = 128 * 1024;
 constexpr std::size_t kColumnStageMaxBytesTwoInputs = 100 * 1024;
 // Narrowest tile: 2 vectors (32 bytes, one DRAM sector) a row of K; narrower would fetch sectors
