@@ -100,27 +100,25 @@ __device__ __forceinline__ void load_shifted_packs(const T* in, int cols, int me
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int e0 = (me + k * step) * VEC;
-    // ex: the vector after the warp's last, whose floor granule holds the last one's tail. At the
-    // row's end (ex == cols) only that granule's first `shift` bytes lie inside the row, yet lanes
-    // 0-3 read all four words: up to 14 bytes past the row, inside its last granule (the funnel
-    // takes none of them, and an aligned granule never crosses a page).
+    // ex: the vector after the warp's last, whose floor granule holds the last one's tail: lanes
+    // read only the words the shift reaches. At the row's end (ex == cols) only the granule's
+    // first `shift` bytes lie inside the row: a shift ending mid-word takes its last as a half-word.
     const int ex = e0 + (32 - lane) * VEC;
     packs[k] = e0 < cols ? load_aligned16(floor + e0 * ES) : Bytes16{};
-    const bool past_inside = lane < 4 && (ex < cols || (shift != 0 && ex == cols));
-    past[k] = past_inside ? reinterpret_cast<const uint32_t*>(floor + ex * ES)[lane] : 0u;
+    const char* const word = floor + ex * ES + lane * 4;
+    if (ex <= cols && lane * 4 + 4 <= shift) past[k] = *reinterpret_cast<const uint32_t*>(word);
+    else if (ex <= cols && lane * 4 < shift) past[k] = ex < cols ? *reinterpret_cast<const uint32_t*>(word)
+                                                                 : *reinterpret_cast<const uint16_t*>(word);
+    else past[k] = 0u;
   }
+  with_shift16<ES>(shift, [&](auto shift_c) {
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    Bytes16 hi;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint32_t next = __shfl_down_sync(0xffffffffu, packs[k].w[w], 1);
-      const uint32_t tail = __shfl_sync(0xffffffffu, past[k], w);
-      hi.w[w] = lane == 31 ? tail : next;
+    for (int k = 0; k < VPT; ++k) {
+      const int e0 = (me + k * step) * VEC;
+      const Bytes16 v = shared_granule_vector<decltype(shift_c)::value>(packs[k], past[k], lane, 32);
+      packs[k] = e0 < cols ? v : pads;
     }
-    const int e0 = (me + k * step) * VEC;
-    packs[k] = e0 < cols ? funnel16<ES>(packs[k], hi, shift) : pads;
-  }
+  });
 }
 
 template <typename T, class RowOp, int VEC, int VPT, bool kWhole = false, bool kShiftedIn = false>

@@ -143,6 +143,27 @@ template <int kElemBytes, class F> __device__ __forceinline__ void with_shift16(
   }
 }
 
+// Lane `lane` of a `width`-lane group holding consecutive vectors of one row at byte shift kShift:
+// its vector, bytes [kShift, kShift + 16) of its floor granule `lo` and the next granule, whose
+// words come from the right neighbour's `lo` (the group's last lane takes them from `past`, word
+// w held by lane w: the granule past the group). Only the words the shift reaches are shuffled.
+// Every lane of the group calls it.
+template <int kShift>
+__device__ __forceinline__ Bytes16 shared_granule_vector(const Bytes16& lo, uint32_t past, int lane, int width) {
+  if constexpr (kShift == 0) {
+    return lo;
+  } else {
+    Bytes16 hi{};
+#pragma unroll
+    for (int w = 0; w < (kShift + 3) / 4; ++w) {
+      const uint32_t next = __shfl_down_sync(0xffffffffu, lo.w[w], 1, width);
+      const uint32_t tail = __shfl_sync(0xffffffffu, past, w, width);
+      hi.w[w] = lane == width - 1 ? tail : next;
+    }
+    return funnel16_at<kShift>(lo, hi);
+  }
+}
+
 namespace detail {
 template <int kShift, int kPos> __device__ __forceinline__ void load_words(const char* base, Bytes16& r) {
   if constexpr (kPos < kShift + 16) {

@@ -162,6 +162,56 @@ TEST(VectorIo, WarpStoresWriteExactly) {
   for (int shift = 0; shift < 4; ++shift) check_warp_stores<uint32_t>(shift);
 }
 
+// Lane l of each `width`-lane group holds vector v of a shifted source (v = the thread's index):
+// it loads only the floor granule under v, lanes 0-3 a word each of the granule past the group,
+// and shared_granule_vector assembles v from its neighbour's granule (the source's shift a
+// constant by with_shift16, as the row kernels take it); v goes to dst aligned.
+template <typename T> __global__ void shared_granule_vectors_kernel(const T* src, T* dst, int width) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int v = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % width;
+  const int shift = kernels::misalignment16(src);
+  const char* const floor = reinterpret_cast<const char*>(src) - shift;
+  const kernels::Bytes16 lo = kernels::load_aligned16(floor + int64_t(v) * 16);
+  const int past_vector = v - lane + width;
+  const uint32_t past = lane < 4 ? reinterpret_cast<const uint32_t*>(floor + int64_t(past_vector) * 16)[lane] : 0u;
+  kernels::Bytes16 b{};
+  kernels::with_shift16<sizeof(T)>(shift, [&](auto s) {
+    b = kernels::shared_granule_vector<decltype(s)::value>(lo, past, lane, width);
+  });
+  kernels::store_aligned16(dst + int64_t(v) * VEC, b);
+}
+
+// Every source shift, groups of a whole warp and of 8 lanes: each vector arrives bit for bit
+// (the source holds a granule past its last group, as a row does past a group that is not its
+// last).
+template <typename T> void check_shared_granule_vectors() {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int kVectors = 3 * 128;
+  for (int width : {32, 8}) {
+    for (int shift = 0; shift < VEC; ++shift) {
+      SCOPED_TRACE(testing::Message() << "element bytes " << sizeof(T) << " shift " << shift << " width " << width);
+      std::vector<T> src(shift + (kVectors + 2) * VEC);
+      for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(0x9E3779B97F4A7C15ull * (i + 7) >> 15);
+      DeviceBuffer dsrc(src), ddst(std::size_t(kVectors) * 16);
+      ASSERT_TRUE(dsrc.get() && ddst.get());
+      REDUCEKIT_CUDA_OK(cudaMemset(ddst.get(), 0xff, std::size_t(kVectors) * 16));
+      shared_granule_vectors_kernel<T><<<kVectors / 128, 128>>>(static_cast<const T*>(dsrc.get()) + shift,
+                                                                static_cast<T*>(ddst.get()), width);
+      REDUCEKIT_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<T> got(std::size_t(kVectors) * VEC);
+      REDUCEKIT_CUDA_OK(cudaMemcpy(got.data(), ddst.get(), got.size() * sizeof(T), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(got.data(), src.data() + shift, got.size() * sizeof(T)), 0);
+    }
+  }
+}
+
+TEST(VectorIo, SharedGranuleVectorsLoadExactly) {
+  REDUCEKIT_REQUIRE_GPU();
+  check_shared_granule_vectors<uint16_t>();
+  check_shared_granule_vectors<uint32_t>();
+  check_shared_granule_vectors<uint64_t>();
+}
+
 // ---- row-wise ops: the same bits at every alignment -------------------------------------------
 
 enum class RowOp {
