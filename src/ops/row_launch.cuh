@@ -390,10 +390,9 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     constexpr bool kShiftedIn = !kAligned && !kernels::HoldsInputSum<Op>::value;
     if constexpr ((kAligned || kShiftedIn) && packed_wide_rows<T, Op, Extra...>()) {
       // Shifted x on the one-statistic kernels' 32-register form spilled 72-88 bytes (ptxas), and
-      // their 40-register form's shifted rows came out with other bits than the aligned rows
-      // (rms_norm bf16 24576; cause not found, bench/results/LOG.md): those rows keep the unpacked
-      // kernel, as CTAs of a partial warp (the shifted loads take the neighbour granule from the
-      // next lane of a whole warp).
+      // their 40-register form is not yet timed on shifted rows against the unpacked kernel (its
+      // bits match the aligned rows'): those rows keep the unpacked kernel, as CTAs of a partial
+      // warp (the shifted loads take the neighbour granule from the next lane of a whole warp).
       const bool shifted_fits =
           (kernels::IsTwoPhase<Op>::value || c.wide_form == WideForm::kRoomy) && c.threads % 32 == 0;
       if (args.cols % VEC == 0 && (kAligned || (args.input_alone_shifted && shifted_fits))) {
