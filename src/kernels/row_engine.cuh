@@ -861,4 +861,19 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, cluster_set);
 }
 
+// The same kernel held to 72 registers, for float32 rows off their granules at 32 values a
+// thread (rms_norm's one-CTA rows of 11k-16k): free, the compiler may take more than two CTAs
+// of the row's threads leave room for (80 for rms_norm, one 448-thread CTA an SM); at 72 they
+// fit without spills. A register cap, not a launch bound: two 512-thread CTAs would mean 64,
+// which spills. The launch picks it only where the free kernel would stay alone on an SM, since
+// where both keep two CTAs the free one is faster.
+constexpr int kCappedBlockRegisters = 72;
+template <typename T, class Op, int VEC, int VPT, bool kAligned>
+__global__ void __maxnreg__(kCappedBlockRegisters)
+row_block_kernel_ext_capped(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_set[1];
+  row_block_body<T, Op, VEC, VPT, kAligned, false>(args, extra, slots, cluster_set);
+}
+
 }  // namespace reducekit::kernels

@@ -389,12 +389,11 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
     // input). The same bits as the unpacked kernel below.
     constexpr bool kShiftedIn = !kAligned && !kernels::HoldsInputSum<Op>::value;
     if constexpr ((kAligned || kShiftedIn) && packed_wide_rows<T, Op, Extra...>()) {
-      // Shifted x on the one-statistic kernels' 32-register form spilled 72-88 bytes (ptxas), and
-      // their 40-register form is not yet timed on shifted rows against the unpacked kernel (its
-      // bits match the aligned rows'): those rows keep the unpacked kernel, as CTAs of a partial
-      // warp (the shifted loads take the neighbour granule from the next lane of a whole warp).
+      // Shifted x on the one-statistic kernels' 32-register form spilled 72-88 bytes (ptxas):
+      // those rows keep the unpacked kernel, as CTAs of a partial warp (the shifted loads take
+      // the neighbour granule from the next lane of a whole warp).
       const bool shifted_fits =
-          (kernels::IsTwoPhase<Op>::value || c.wide_form == WideForm::kRoomy) && c.threads % 32 == 0;
+          (kernels::IsTwoPhase<Op>::value || c.wide_form != WideForm::kBase) && c.threads % 32 == 0;
       if (args.cols % VEC == 0 && (kAligned || (args.input_alone_shifted && shifted_fits))) {
         auto pick = [&](auto form) {
           return pick_tile<WidePackedKernels<T, Op, VEC, decltype(form)::value, kShiftedIn, Extra...>, kTiles.wide,
@@ -415,7 +414,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
           if constexpr (sizeof(T) == 4) {  // float32 (sums held): 32 floats a thread fit the roomy form only
             if (c.wide_form == WideForm::kRoomy) packed = pick(Roomy{});
           } else {
-            if constexpr (kShiftedIn) packed = pick(Roomy{});
+            if constexpr (kShiftedIn) packed = c.wide_form == WideForm::kMid ? pick(Mid{}) : pick(Roomy{});
             else packed = c.wide_form == WideForm::kMid     ? pick(Mid{})
                           : c.wide_form == WideForm::kRoomy ? pick(Roomy{})
                                                             : pick(Base{});
@@ -474,6 +473,16 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                     ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kTiles.cluster, kMaxVpt>(c.vpt)
                     : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kTiles.block, kMaxVpt>(c.vpt);
   if (kernel == nullptr) return no_row_kernel(c.cluster > 1 ? "cluster block kernel" : "block kernel", c.vpt);
+  constexpr int kCappedVpt = 32 / VEC;  // float32 rows off their granules: row_block_kernel_ext_capped
+  if constexpr (!kAligned && sizeof(T) == 4 && Op::kInputs == 1 && sizeof...(Extra) > 0 &&
+                has_row_vpt(kTiles.block, kCappedVpt)) {
+    if (c.cluster == 1 && c.vpt == kCappedVpt) {
+      int resident = 0;
+      REDUCEKIT_RETURN_IF_ERROR(
+          resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
+      if (resident < 2) kernel = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt, false>;
+    }
+  }
   return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);
 }
 

@@ -560,6 +560,18 @@ TEST_F(NormGpu, FilledWideRows) {
   packed_wide_rows_match_shifted_ones<float>({18000, 20480, 24576, 28672}, false, true);
 }
 
+// float32 rows off their granules at 32 values a thread (rms_norm's one-CTA rows): the block
+// kernel held to 72 registers where the free one would stay alone on an SM (448 threads at 14336;
+// with a bias, 352 at 11008 too), else the free one; against the oracle (shifted, odd) and with
+// the aligned rows' bits, x alone shifted included.
+TEST_F(NormGpu, ShiftedFloatBlockRows) {
+  check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {3, 14336, 14339, 1}, 341);
+  check_forward<float, float>({Kind::kRms, false, true, true, "large_mean"}, {3, 11008, 11011, 2}, 342);
+  check_forward<float, float>({Kind::kRms, false, true, true, "randn"}, {2, 14335, 14335, 0}, 343);
+  check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {3, 11008, 11009, 3}, 344);
+  packed_wide_rows_match_shifted_ones<float>({11008, 14336}, false);
+}
+
 // The fused residual forms' streamed rows write s = x + residual in their first pass and read it
 // back in the second (RowKernelLimits::read_back_second); off, they read x and residual again.
 // Both against the oracle: aligned and shifted rows, ragged lengths, s in place of the residual.
