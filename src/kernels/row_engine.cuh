@@ -865,8 +865,8 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // thread (rms_norm's one-CTA rows of 11k-16k): free, the compiler may take more than two CTAs
 // of the row's threads leave room for (80 for rms_norm, one 448-thread CTA an SM); at 72 they
 // fit without spills. A register cap, not a launch bound: two 512-thread CTAs would mean 64,
-// which spills. The launch picks it only where the free kernel would stay alone on an SM, since
-// where both keep two CTAs the free one is faster.
+// which spills. The launch picks it only where it keeps more CTAs resident than the free kernel:
+// where both keep the same number the free one is faster.
 constexpr int kCappedBlockRegisters = 72;
 template <typename T, class Op, int VEC, int VPT, bool kAligned>
 __global__ void __maxnreg__(kCappedBlockRegisters)

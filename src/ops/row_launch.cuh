@@ -477,10 +477,13 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   if constexpr (!kAligned && sizeof(T) == 4 && Op::kInputs == 1 && sizeof...(Extra) > 0 &&
                 has_row_vpt(kTiles.block, kCappedVpt)) {
     if (c.cluster == 1 && c.vpt == kCappedVpt) {
-      int resident = 0;
+      auto capped = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt, false>;
+      int free_resident = 0, capped_resident = 0;
       REDUCEKIT_RETURN_IF_ERROR(
-          resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &resident));
-      if (resident < 2) kernel = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt, false>;
+          resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &free_resident));
+      REDUCEKIT_RETURN_IF_ERROR(
+          resident_ctas(reinterpret_cast<const void*>(capped), c.threads, c.smem_bytes, &capped_resident));
+      if (capped_resident > free_resident) kernel = capped;
     }
   }
   return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);

@@ -416,9 +416,12 @@ std::array<StagedBand, kMaxStagedBands> staged_bands_for(RowFamily family, int e
       {128 * KiB, kPortableClusterSize * 110 * KiB, kStagedThreads, 110 * KiB},
   }};
   // float32: the same bands for ragged lengths, where the register rows' shifted vectors select
-  // their words by a run-time shift; rows of whole vectors stay on the register rows.
-  if (elem_bytes == 4)
+  // their words by a run-time shift; rows of whole vectors stay on the register rows. The one-CTA
+  // band from 40 KiB: ragged float32 rows of 40-64 KiB staged beat their register rows too.
+  if (elem_bytes == 4) {
     for (StagedBand& band : bands) band.ragged_lengths_only = true;
+    bands[1].min_row_bytes = bands[0].max_row_bytes;
+  }
   return bands;
 }
 

@@ -377,7 +377,8 @@ TEST(AlignmentGpu, RowOpsGiveTheSameBitsAtEveryOffsetAndStride) {
   check_same_bits_at_every_alignment<__nv_bfloat16>(RowOp::kLogSoftmax, {20001, 151937, 256003});  // staged
   check_same_bits_at_every_alignment<__nv_bfloat16>(RowOp::kRmsNorm, {65537, 131073});  // staged clusters
   check_same_bits_at_every_alignment<float>(RowOp::kLogSoftmax, {20483, 128257});  // float32 staged
-  check_same_bits_at_every_alignment<float>(RowOp::kSoftmax, {11011, 32001});  // float32 ragged, not staged
+  check_same_bits_at_every_alignment<float>(RowOp::kSoftmax, {11011, 16001});  // float32 ragged, staged on one CTA
+  check_same_bits_at_every_alignment<float>(RowOp::kSoftmax, {3001, 32001});   // float32 ragged, not staged
   check_same_bits_at_every_alignment<double>(RowOp::kLayerNorm, {3, 1001, 4099});
 }
 

@@ -580,7 +580,7 @@ RowKernelConfig plan_on_h200(RowFamily family, int64_t n, int elem, int inputs) 
 // Staged rows (row_staged.cuh): 16-bit one-input rowwise rows in three bands: 16-40 KiB in one
 // 256-thread CTA a row, 64-110 KiB in one 512-thread CTA, 128-880 KiB over clusters of 2-8 such
 // CTAs; shared memory for the row at any alignment; float32 rows of ragged length in the same
-// bands; nothing else is staged.
+// bands, the one-CTA band from 40 KiB; nothing else is staged.
 TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
   // Row length -> CTA size and CTAs a row.
   struct Want { int64_t n; int threads, ctas; };
@@ -608,8 +608,9 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
         << n << ": between or past the bands";
   EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 50257, 2, 2).kind, RowKernelKind::kStaged) << "backward rows";
   for (int elem : {4, 8}) EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 20000, elem, 1).kind, RowKernelKind::kStaged);
-  // float32: the same bands by bytes, for ragged lengths only.
-  for (const Want w : {Want{5001, 256, 1}, Want{8191, 256, 1}, Want{20483, 512, 1}, Want{28159, 512, 1},
+  // float32: the same bands by bytes, for ragged lengths only; the one-CTA band from 40 KiB.
+  for (const Want w : {Want{5001, 256, 1}, Want{8191, 256, 1}, Want{10239, 256, 1}, Want{10241, 512, 1},
+                       Want{11011, 512, 1}, Want{14339, 512, 1}, Want{16001, 512, 1}, Want{20483, 512, 1}, Want{28159, 512, 1},
                        Want{50257, 512, 2}, Want{128257, 512, 5}, Want{151937, 512, 6}, Want{225279, 512, 8}}) {
     SCOPED_TRACE(testing::Message() << "float32 n=" << w.n);
     const RowKernelConfig c = plan_on_h200(RowFamily::kRowwise, w.n, 4, 1);
@@ -618,7 +619,7 @@ TEST(RowKernelPlan, StagedRowsOnlyInTheirBands) {
     EXPECT_EQ(c.cluster, w.ctas);
     EXPECT_GE(c.capacity(), w.n);
   }
-  for (int64_t n : {5000, 8192, 20480, 28160, 50264, 128256, 151936, 11011, 32001, 225281})
+  for (int64_t n : {5000, 8192, 11008, 20480, 28160, 50264, 128256, 151936, 32001, 225281})
     EXPECT_NE(plan_on_h200(RowFamily::kRowwise, n, 4, 1).kind, RowKernelKind::kStaged)
         << "float32 " << n << ": whole vectors, or between or past the bands";
   EXPECT_NE(plan_on_h200(RowFamily::kRowwise, 50257, 4, 2).kind, RowKernelKind::kStaged) << "float32 backward rows";
