@@ -97,17 +97,18 @@ inline Status row_kernel_limits(RowKernelLimits* limits) {
   set("reread_small_tiles_from_bytes", &limits->reread_small_tiles_from_bytes);
   set("reread_stash_bytes", &limits->reread_stash_bytes);
   static_assert(kMaxStagedBands == 4, "a band's settings are named staged0_* .. staged3_*");
-  const char* const band_names[kMaxStagedBands][4] = {
-      {"staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes"},
-      {"staged1_min_bytes", "staged1_max_bytes", "staged1_threads", "staged1_share_bytes"},
-      {"staged2_min_bytes", "staged2_max_bytes", "staged2_threads", "staged2_share_bytes"},
-      {"staged3_min_bytes", "staged3_max_bytes", "staged3_threads", "staged3_share_bytes"}};
+  const char* const band_names[kMaxStagedBands][5] = {
+      {"staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes", "staged0_ragged_only"},
+      {"staged1_min_bytes", "staged1_max_bytes", "staged1_threads", "staged1_share_bytes", "staged1_ragged_only"},
+      {"staged2_min_bytes", "staged2_max_bytes", "staged2_threads", "staged2_share_bytes", "staged2_ragged_only"},
+      {"staged3_min_bytes", "staged3_max_bytes", "staged3_threads", "staged3_share_bytes", "staged3_ragged_only"}};
   for (int b = 0; b < kMaxStagedBands; ++b) {
     StagedBand& band = limits->staged[b];
     set(band_names[b][0], &band.min_row_bytes);
     set(band_names[b][1], &band.max_row_bytes);
     set(band_names[b][2], &band.threads);
     set(band_names[b][3], &band.share_bytes);
+    set(band_names[b][4], &band.ragged_lengths_only);
   }
   return Status::ok();
 }

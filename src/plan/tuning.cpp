@@ -23,10 +23,10 @@ constexpr const char* kNames[] = {
     "wide_mid_max_threads", "wide_fill_above_threads",
     "read_back_second", "loads_ahead",
     // staged rows, band b of RowKernelLimits::staged (b = 0 .. 3)
-    "staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes",
-    "staged1_min_bytes", "staged1_max_bytes", "staged1_threads", "staged1_share_bytes",
-    "staged2_min_bytes", "staged2_max_bytes", "staged2_threads", "staged2_share_bytes",
-    "staged3_min_bytes", "staged3_max_bytes", "staged3_threads", "staged3_share_bytes",
+    "staged0_min_bytes", "staged0_max_bytes", "staged0_threads", "staged0_share_bytes", "staged0_ragged_only",
+    "staged1_min_bytes", "staged1_max_bytes", "staged1_threads", "staged1_share_bytes", "staged1_ragged_only",
+    "staged2_min_bytes", "staged2_max_bytes", "staged2_threads", "staged2_share_bytes", "staged2_ragged_only",
+    "staged3_min_bytes", "staged3_max_bytes", "staged3_threads", "staged3_share_bytes", "staged3_ragged_only",
     // fused norm backward
     "norm_bwd_max_vpt", "norm_bwd_ctas_per_sm",
     // cross-entropy row kernels: float32 logits of at least this many bytes launch by shift class;

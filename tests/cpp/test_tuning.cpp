@@ -27,7 +27,7 @@ TEST(Tuning, OverridesAreSetAndResetByName) {
 TEST(Tuning, EveryStagedBandIsNamed) {
   clear_tuning();
   for (const char* band : {"staged0_", "staged1_", "staged2_", "staged3_"})
-    for (const char* field : {"min_bytes", "max_bytes", "threads", "share_bytes"}) {
+    for (const char* field : {"min_bytes", "max_bytes", "threads", "share_bytes", "ragged_only"}) {
       const std::string name = std::string(band) + field;
       ASSERT_TRUE(set_tuning(name, 1).is_ok()) << name;
       EXPECT_EQ(tuning(name.c_str()), std::optional<int64_t>(1)) << name;
