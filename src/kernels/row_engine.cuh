@@ -868,12 +868,12 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 // which spills. The launch picks it only where it keeps more CTAs resident than the free kernel:
 // where both keep the same number the free one is faster.
 constexpr int kCappedBlockRegisters = 72;
-template <typename T, class Op, int VEC, int VPT, bool kAligned>
+template <typename T, class Op, int VEC, int VPT>
 __global__ void __maxnreg__(kCappedBlockRegisters)
 row_block_kernel_ext_capped(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_set[1];
-  row_block_body<T, Op, VEC, VPT, kAligned, false>(args, extra, slots, cluster_set);
+  row_block_body<T, Op, VEC, VPT, /*kAligned=*/false, /*kCluster=*/false>(args, extra, slots, cluster_set);
 }
 
 }  // namespace reducekit::kernels

@@ -478,7 +478,7 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
   if constexpr (!kAligned && sizeof(T) == 4 && Op::kInputs == 1 && sizeof...(Extra) > 0 &&
                 has_row_vpt(kTiles.block, kCappedVpt)) {
     if (c.cluster == 1 && c.vpt == kCappedVpt) {
-      auto capped = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt, false>;
+      auto capped = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt>;
       int free_resident = 0, capped_resident = 0;
       REDUCEKIT_RETURN_IF_ERROR(
           resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &free_resident));

@@ -561,9 +561,9 @@ TEST_F(NormGpu, FilledWideRows) {
 }
 
 // float32 rows off their granules at 32 values a thread (rms_norm's one-CTA rows): the block
-// kernel held to 72 registers where the free one would stay alone on an SM (448 threads at 14336;
-// with a bias, 352 at 11008 too), else the free one; against the oracle (shifted, odd) and with
-// the aligned rows' bits, x alone shifted included.
+// kernel held to 72 registers where it keeps more CTAs resident than the free one (448 threads
+// at 14336; with a bias, 352 at 11008 too), else the free one; against the oracle (shifted, odd)
+// and with the aligned rows' bits, x alone shifted included.
 TEST_F(NormGpu, ShiftedFloatBlockRows) {
   check_forward<float, float>({Kind::kRms, false, true, false, "randn"}, {3, 14336, 14339, 1}, 341);
   check_forward<float, float>({Kind::kRms, false, true, true, "large_mean"}, {3, 11008, 11011, 2}, 342);
