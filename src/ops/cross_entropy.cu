@@ -127,8 +127,8 @@ kernels::CrossEntropyArgs<T> args_of(const TensorView& logits, const RowwisePlan
 // 16-bit and float32 logits without label smoothing or soft-capping run on the staged kernel
 // where cross_entropy_staged_bands(step) stage a row of their bytes. Float32 rows take the same bands
 // by bytes: the row kernels' two passes move a step's logits three times, and shift every vector
-// of a misaligned row. The choice depends on the row
-// length, the dtype and those options alone, so a row's bits do not depend on the batch.
+// of a misaligned row. The choice depends on the row length, the dtype and those options alone,
+// so a row's bits do not depend on the batch.
 Status plan_staged(const TensorView& logits, int64_t classes, const CrossEntropyOptions& o, bool step,
                    RowKernelConfig* c, bool* staged) {
   *staged = false;

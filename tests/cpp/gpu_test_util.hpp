@@ -110,6 +110,12 @@ template <typename T> bool close_enough(double got, double want, double scale) {
   return err <= rtol * std::fabs(want) + accumulate;
 }
 
+// Whether two images hold the same bytes: bit-for-bit equality, where == fails on NaN (a
+// poisoned element, a NaN result) and passes +0 against -0.
+template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<A>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(A)) == 0;
+}
+
 // Fills `n` doubles from a named distribution, drawn with a fixed seed.
 inline std::vector<double> make_values(int64_t n, const std::string& kind, uint32_t seed) {
   std::mt19937_64 gen(seed);

@@ -344,7 +344,7 @@ void expect_same_bits(const std::vector<std::vector<T>>& got, const std::vector<
         << "the reference run left an output unwritten or not finite";
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t o = 0; o < got.size(); ++o)
-    EXPECT_EQ(std::memcmp(got[o].data(), want[o].data(), got[o].size() * sizeof(T)), 0) << "output " << o;
+    EXPECT_TRUE(same_bits(got[o], want[o])) << "output " << o;
 }
 
 // Row lengths of every residue mod 8, over the engine's paths (warp rows, one-CTA rows, 16-bit

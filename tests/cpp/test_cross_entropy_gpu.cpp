@@ -49,10 +49,6 @@ template <typename A> std::vector<A> copy_back(const DeviceBuffer& b, int64_t n)
 
 template <typename T> using AccOf = std::conditional_t<sizeof(T) == 8, double, float>;
 
-template <typename A> bool same_bits(const std::vector<A>& x, const std::vector<A>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(A)) == 0;
-}
-
 // Whether a row of `bytes` is staged on one CTA by `bands`.
 bool staged_on_one_cta(const std::array<StagedBand, kMaxStagedBands>& bands, std::size_t bytes) {
   for (const StagedBand& band : bands)
@@ -401,9 +397,6 @@ template <typename T> void check_split_rows() {
         return bits;
       };
       // NaN compares unequal: compare the doubles' bytes (each widened exactly from its source)
-      const auto same = [](const std::vector<double>& p, const std::vector<double>& q) {
-        return p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size() * sizeof(double)) == 0;
-      };
       std::vector<double> loop, loop_fused;
       {
         const ScopedTuning row_loop("cross_entropy_split_below_rows", 0);
@@ -412,9 +405,9 @@ template <typename T> void check_split_rows() {
       EXPECT_TRUE(std::isnan(loop[4])) << "row 4's target is out of range";
       EXPECT_EQ(loop[1], 0.0) << "row 1 is ignored";
       const ScopedTuning split("cross_entropy_split_below_rows", int64_t(1) << 30);
-      EXPECT_TRUE(same(run(false), loop)) << "forward and backward";
+      EXPECT_TRUE(same_bits(run(false), loop)) << "forward and backward";
       // the fused op stages rows of its bands without the extras; elsewhere it runs the row kernels
-      if (extras || !fused_bits_of_its_own<T>({rows, classes})) EXPECT_TRUE(same(run(true), loop_fused)) << "fused";
+      if (extras || !fused_bits_of_its_own<T>({rows, classes})) EXPECT_TRUE(same_bits(run(true), loop_fused)) << "fused";
     }
   }
 }

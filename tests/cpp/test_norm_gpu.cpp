@@ -522,10 +522,7 @@ void packed_wide_rows_match_shifted_ones(const std::vector<int64_t>& lengths, bo
                                    cols * sizeof(T)))
               << name << " row " << r;
       }
-      // Bit for bit, the NaN poison past the rows included (== on the elements never holds for NaN).
-      const auto same_bits = [](const std::vector<T>& a, const std::vector<T>& b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-      };
+      // Bit for bit, the NaN poison past the rows included.
       EXPECT_TRUE(same_bits(ya.image(), yx.image())) << "y from shifted x rows";
       if (residual) EXPECT_TRUE(same_bits(sa.image(), sx.image())) << "s from shifted x rows";
     }
