@@ -106,10 +106,11 @@ __device__ __forceinline__ void load_shifted_packs(const T* in, int cols, int me
     const int ex = e0 + (32 - lane) * VEC;
     packs[k] = e0 < cols ? load_aligned16(floor + e0 * ES) : Bytes16{};
     const char* const word = floor + ex * ES + lane * 4;
-    if (ex <= cols && lane * 4 + 4 <= shift) past[k] = *reinterpret_cast<const uint32_t*>(word);
-    else if (ex <= cols && lane * 4 < shift) past[k] = ex < cols ? *reinterpret_cast<const uint32_t*>(word)
-                                                                 : *reinterpret_cast<const uint16_t*>(word);
-    else past[k] = 0u;
+    const bool reached = ex <= cols && lane * 4 < shift;
+    const bool half_word = ex == cols && lane * 4 + 4 > shift;
+    past[k] = !reached ? 0u
+              : half_word ? uint32_t{*reinterpret_cast<const uint16_t*>(word)}
+                          : *reinterpret_cast<const uint32_t*>(word);
   }
   with_shift16<ES>(shift, [&](auto shift_c) {
 #pragma unroll
