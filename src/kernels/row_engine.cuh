@@ -861,12 +861,12 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
   row_block_body<T, Op, VEC, VPT, kAligned, kCluster>(args, extra, slots, cluster_set);
 }
 
-// The same kernel held to 72 registers, for float32 rows off their granules at 32 values a
-// thread (rms_norm's one-CTA rows of 11k-16k): free, the compiler may take more than two CTAs
-// of the row's threads leave room for (80 for rms_norm, one 448-thread CTA an SM); at 72 they
-// fit without spills. A register cap, not a launch bound: two 512-thread CTAs would mean 64,
-// which spills. The launch picks it only where it keeps more CTAs resident than the free kernel:
-// where both keep the same number the free one is faster.
+// The block kernels held to 72 registers, for float32 rows off their granules at 32 values a
+// thread (one-CTA rows of 11k-16k): a register cap, not a launch bound, which for two 512-thread
+// CTAs would mean 64. Free, the _ext kernels may take more than two CTAs of the row's threads
+// leave room for (80 for rms_norm: one 448-thread CTA an SM); the plain kernels' launch bound
+// holds them to 64, where softmax's shifted tile spills. The launch picks the capped kernel where
+// it keeps more CTAs resident, or as many with more registers (row_launch.cuh).
 constexpr int kCappedBlockRegisters = 72;
 template <typename T, class Op, int VEC, int VPT>
 __global__ void __maxnreg__(kCappedBlockRegisters)
@@ -874,6 +874,14 @@ row_block_kernel_ext_capped(RowArgs<T, Op::kInputs> args, typename Op::Extra ext
   __shared__ typename Op::Stat slots[33];
   __shared__ typename Op::Stat cluster_set[1];
   row_block_body<T, Op, VEC, VPT, /*kAligned=*/false, /*kCluster=*/false>(args, extra, slots, cluster_set);
+}
+
+template <typename T, class Op, int VEC, int VPT>
+__global__ void __maxnreg__(kCappedBlockRegisters) row_block_kernel_capped(RowArgs<T, Op::kInputs> args) {
+  __shared__ typename Op::Stat slots[33];
+  __shared__ typename Op::Stat cluster_set[1];
+  row_block_body<T, PlainRowOp<Op>, VEC, VPT, /*kAligned=*/false, /*kCluster=*/false>(args, NoRowExtra{}, slots,
+                                                                                      cluster_set);
 }
 
 }  // namespace reducekit::kernels

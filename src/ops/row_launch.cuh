@@ -474,17 +474,21 @@ Status launch_row_op_aligned(RowArgsFor<T, Op> args, const RowKernelConfig& c, c
                     ? pick_tile<BlockKernels<T, Op, VEC, kAligned, true, Extra...>, kTiles.cluster, kMaxVpt>(c.vpt)
                     : pick_tile<BlockKernels<T, Op, VEC, kAligned, false, Extra...>, kTiles.block, kMaxVpt>(c.vpt);
   if (kernel == nullptr) return no_row_kernel(c.cluster > 1 ? "cluster block kernel" : "block kernel", c.vpt);
-  constexpr int kCappedVpt = 32 / VEC;  // float32 rows off their granules: row_block_kernel_ext_capped
-  if constexpr (!kAligned && sizeof(T) == 4 && Op::kInputs == 1 && sizeof...(Extra) > 0 &&
-                has_row_vpt(kTiles.block, kCappedVpt)) {
+  constexpr int kCappedVpt = 32 / VEC;  // float32 rows off their granules: row_block_kernel(_ext)_capped
+  if constexpr (!kAligned && sizeof(T) == 4 && Op::kInputs == 1 && has_row_vpt(kTiles.block, kCappedVpt)) {
     if (c.cluster == 1 && c.vpt == kCappedVpt) {
-      auto capped = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt>;
+      constexpr bool kExt = sizeof...(Extra) > 0;
+      decltype(kernel) capped;
+      if constexpr (kExt) capped = kernels::row_block_kernel_ext_capped<T, Op, VEC, kCappedVpt>;
+      else capped = kernels::row_block_kernel_capped<T, Op, VEC, kCappedVpt>;
       int free_resident = 0, capped_resident = 0;
       REDUCEKIT_RETURN_IF_ERROR(
           resident_ctas(reinterpret_cast<const void*>(kernel), c.threads, c.smem_bytes, &free_resident));
       REDUCEKIT_RETURN_IF_ERROR(
           resident_ctas(reinterpret_cast<const void*>(capped), c.threads, c.smem_bytes, &capped_resident));
-      if (capped_resident > free_resident) kernel = capped;
+      // At equal residency the free _ext kernel has more registers than the cap, the bounded
+      // plain one fewer (64): the kernel with more registers wins there.
+      if (capped_resident > free_resident || (!kExt && capped_resident == free_resident)) kernel = capped;
     }
   }
   return launch_blocks(kernel, grid, c, stream, "row_block_kernel", args, extra...);
