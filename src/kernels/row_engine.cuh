@@ -862,7 +862,7 @@ row_block_kernel_ext(RowArgs<T, Op::kInputs> args, typename Op::Extra extra) {
 }
 
 // The block kernels held to 72 registers, for float32 rows off their granules at 32 values a
-// thread (one-CTA rows of 11k-16k): a register cap, not a launch bound, which for two 512-thread
+// thread (one-CTA rows of about 9k-16k): a register cap, not a launch bound, which for two 512-thread
 // CTAs would mean 64. Free, the _ext kernels may take more than two CTAs of the row's threads
 // leave room for (80 for rms_norm: one 448-thread CTA an SM); the plain kernels' launch bound
 // holds them to 64, where softmax's shifted tile spills. The launch picks the capped kernel where
