@@ -10,6 +10,9 @@
 //                               pass's parameters.
 //   batch_norm_apply_kernel     out = p * (x - mean) + q * dy + r per channel: y (q = 0) or dx.
 //
+// The finalize and apply kernels of a training pass launch to overlap the kernel ahead
+// (programmatic dependent launch): each waits for it before reading what it wrote, so the apply
+// CTAs' first loads of x are in flight while the finalize kernel runs.
 // Every combine runs in an order fixed by the plan, so the results are deterministic.
 // Forward moments are of x - K_c (channel_shift): merged raw, means near 1e4 cost u |mean| / std.
 #pragma once
@@ -44,7 +47,7 @@ template <typename Acc> struct BatchNormArgs {
   Acc* dweight = nullptr;
   Acc* dbias = nullptr;
   Acc* partials = nullptr;       // [c][stats_ctas][2]
-  Acc* params = nullptr;         // [c][4]: mean, p, q, r
+  Acc* params = nullptr;         // [4][c]: mean, p, q, r (store_params)
 };
 
 // ---- element access ------------------------------------------------------------------------
@@ -261,6 +264,33 @@ template <typename Acc> struct ChannelParams {
   Acc mean, p, q, r;
 };
 
+// The parameters in the workspace: a row of c a parameter (mean, p, q, r), so that a
+// channels-last thread's VEC neighbouring channels are one run of each row and a warp's lanes
+// read neighbouring memory (four a channel put each lane's loads on a line of its own).
+template <typename Acc>
+__device__ __forceinline__ void store_params(Acc* params, int64_t c, int64_t ch, const ChannelParams<Acc>& prm) {
+  params[ch] = prm.mean;
+  params[c + ch] = prm.p;
+  params[2 * c + ch] = prm.q;
+  params[3 * c + ch] = prm.r;
+}
+
+// row[0 .. N) as 16-byte loads where N values make whole vectors (row 16-byte aligned), else one
+// at a time.
+template <int N, typename Acc> __device__ __forceinline__ void load_run(const Acc* row, Acc (&v)[N]) {
+  if constexpr (N * sizeof(Acc) % 16 == 0) {
+    constexpr int kPer = 16 / sizeof(Acc);
+#pragma unroll
+    for (int i = 0; i < N; i += kPer) {
+      const uint4 bits = *reinterpret_cast<const uint4*>(row + i);
+      memcpy(&v[i], &bits, sizeof(bits));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = row[i];
+  }
+}
+
 // What a channel's merged statistics make: its outputs (save_mean / save_invstd and the running
 // statistics, or dweight / dbias; written where write_outputs) and the apply parameters. A
 // forward's st.mean is the channel's true mean (K_c added back): y, save_mean and running_mean
@@ -421,6 +451,9 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
     fill(first, stream, a);
     fold<T, VEC, U, kBackward, kLanes, Acc>(second, st, center);
   }
+  // The kernel after this one may launch now (the finalize kernel, launched to overlap, waits
+  // for this grid before it reads the partials).
+  allow_next_launch();
 
   // The CTA's partial per channel: thread t's lanes are columns t * kLanes + j of a
   // [256 / W][W * kLanes] table (W = 1 channels-first), merged down its rows.
@@ -497,16 +530,14 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
   using Acc = acc_t<T>;
   const int lane = threadIdx.x % 32;
   const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
+  // The apply kernel may launch now: it loads its first vectors of x, then waits for this grid.
+  allow_next_launch();
   if (ch >= a.c) return;
+  wait_for_previous_grid();  // the statistics kernel's partials
   auto total = merge_channel_partials<T, kBackward>(a, ch, lane);
   if (lane == 0) {
     if constexpr (!kBackward) total.mean += channel_shift<T>(a, ch, a.channels_last);
-    const ChannelParams<Acc> prm = finish_channel(a, ch, total, true);
-    Acc* p = a.params + ch * 4;
-    p[0] = prm.mean;
-    p[1] = prm.p;
-    p[2] = prm.q;
-    p[3] = prm.r;
+    store_params(a.params, a.c, ch, finish_channel(a, ch, total, true));
   }
 }
 
@@ -565,25 +596,26 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
       }
       walk.next(a);
     }
-    // The parameters load while the first round's vectors are on their way.
+    // The parameters load while the first round's vectors are on their way, once the kernel
+    // ahead (the finalize kernel, where launched to overlap it) has written them.
     if (!have_params) {
       have_params = true;
+      wait_for_previous_grid();
+      if constexpr (kFromRunning) {
 #pragma unroll
-      for (int j = 0; j < kLanes; ++j) {
-        const int64_t ch = walk.channel + j;
-        if constexpr (kFromRunning) {
-          const RunningParams<Acc> prm = running_params(a, ch);
+        for (int j = 0; j < kLanes; ++j) {
+          const RunningParams<Acc> prm = running_params(a, walk.channel + j);
           mean[j] = prm.mean;
           p[j] = prm.p;
           q[j] = 0;
           r[j] = prm.r;
-        } else {
-          const Acc* prm = a.params + ch * 4;
-          mean[j] = prm[0];
-          p[j] = prm[1];
-          q[j] = prm[2];
-          r[j] = prm[3];
         }
+      } else {
+        // walk.channel is a multiple of kLanes, and so is c where kLanes > 1 (16-byte rows).
+        load_run(a.params + walk.channel, mean);
+        load_run(a.params + a.c + walk.channel, p);
+        load_run(a.params + 2 * a.c + walk.channel, q);
+        load_run(a.params + 3 * a.c + walk.channel, r);
       }
     }
 #pragma unroll

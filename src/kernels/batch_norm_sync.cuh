@@ -93,22 +93,20 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   }
 }
 
-// params[ch] = (mean, weight * invstd, 0, bias): the apply kernel's y = p * (x - mean) + r.
+// Channel ch's parameters (mean, weight * invstd, 0, bias): the apply kernel's y = p * (x - mean) + r.
 template <typename Acc>
 __global__ void __launch_bounds__(kBatchNormThreads)
     batch_norm_forward_params_kernel(int64_t c, const Acc* mean, const Acc* invstd, const Acc* weight,
                                      const Acc* bias, Acc* params) {
   const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (ch >= c) return;
-  Acc* p = params + ch * 4;
-  p[0] = mean[ch];
-  p[1] = (weight != nullptr ? weight[ch] : Acc(1)) * invstd[ch];
-  p[2] = Acc(0);
-  p[3] = bias != nullptr ? bias[ch] : Acc(0);
+  store_params(params, c, ch,
+               ChannelParams<Acc>{mean[ch], (weight != nullptr ? weight[ch] : Acc(1)) * invstd[ch], Acc(0),
+                                  bias != nullptr ? bias[ch] : Acc(0)});
 }
 
 // dx = k * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n), k = weight * invstd, n and the sums
-// over every rank: params[ch] = (mean, -k * invstd * sum(dy * xhat) / n, k, -k * sum(dy) / n).
+// over every rank: channel ch's parameters (mean, -k * invstd * sum(dy * xhat) / n, k, -k * sum(dy) / n).
 template <typename Acc>
 __global__ void __launch_bounds__(kBatchNormThreads)
     batch_norm_backward_params_kernel(const double* packets, int64_t ranks, int64_t c, const Acc* mean,
@@ -125,11 +123,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   const Acc is = invstd[ch];
   const Acc k = (weight != nullptr ? weight[ch] : Acc(1)) * is;
   const Acc mean_dy = static_cast<Acc>(dy / n), mean_dy_xhat = static_cast<Acc>(dy_xhat / n);
-  Acc* p = params + ch * 4;
-  p[0] = mean[ch];
-  p[1] = -k * is * mean_dy_xhat;
-  p[2] = k;
-  p[3] = -k * mean_dy;
+  store_params(params, c, ch, ChannelParams<Acc>{mean[ch], -k * is * mean_dy_xhat, k, -k * mean_dy});
 }
 
 }  // namespace reducekit::kernels

@@ -243,6 +243,27 @@ Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNor
   return launched(name);
 }
 
+// A launch of `kernel` that may begin before the kernel ahead of it ends (programmatic dependent
+// launch), for the three passes' finalize and apply kernels, which wait (wait_for_previous_grid)
+// before they read what the pass ahead writes and write nothing before that. The kernel ahead is
+// the library's own, launched just before, so whatever ran before it has ended.
+template <class Args> Status launch_overlapping(void (*kernel)(Args), unsigned grid, cudaStream_t stream,
+                                                const char* name, const Args& args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kBatchNormThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args);
+  if (err == cudaSuccess) return launched(name);
+  cudaGetLastError();
+  return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
+}
+
 // A training forward (or a backward): the single-read kernel where `rp` has a layout the device
 // holds, else the three passes (statistics, finalize, apply; no apply pass when !apply).
 template <class S, bool kBackward>
@@ -257,12 +278,13 @@ Status run_training_passes(const BatchNormArgs<typename S::Acc>& a, const BatchN
   const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
   kernels::batch_norm_stats_kernel<T, S::L, S::V, kBackward><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
   REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward statistics" : "batch_norm statistics"));
-  kernels::batch_norm_finalize_kernel<T, kBackward><<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a);
-  REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward finalize" : "batch_norm finalize"));
+  REDUCEKIT_RETURN_IF_ERROR(launch_overlapping(kernels::batch_norm_finalize_kernel<T, kBackward>, finalize_grid(plan),
+                                               stream, kBackward ? "batch_norm backward finalize" : "batch_norm finalize",
+                                               a));
   if (!apply) return Status::ok();
-  const auto grid = static_cast<unsigned>(plan.ctas());
-  kernels::batch_norm_apply_kernel<T, S::L, S::V, kBackward, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
-  return launched(kBackward ? "batch_norm backward" : "batch_norm");
+  return launch_overlapping(kernels::batch_norm_apply_kernel<T, S::L, S::V, kBackward, false>,
+                            static_cast<unsigned>(plan.ctas()), stream,
+                            kBackward ? "batch_norm backward" : "batch_norm", a);
 }
 
 bool same_offset16(std::initializer_list<const TensorView*> tensors) {

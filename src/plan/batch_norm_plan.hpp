@@ -61,8 +61,8 @@ struct BatchNormPlan {
   int64_t channel_count() const { return n * s; }  // values a channel's statistics are over
   int64_t ctas() const { return tiles * chunks; }
   int64_t stats_grid() const { return tiles * stats_ctas; }
-  // Workspace (none of it needs zeroing): partials [c][stats_ctas][2], then per-channel
-  // parameters [c][4], in the accumulation type.
+  // Workspace (none of it needs zeroing): partials [c][stats_ctas][2], then the apply
+  // parameters [4][c] (a row a parameter), in the accumulation type.
   std::size_t workspace_bytes = 0;
   std::size_t params_offset = 0;
 };

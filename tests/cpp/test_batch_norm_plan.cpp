@@ -111,7 +111,7 @@ void check_invariants(const BatchNormPlan& p, int elem) {
     EXPECT_LE(p.stats_ctas, p.chunks);
     EXPECT_LE(p.stats_grid(), std::max<int64_t>(p.tiles, int64_t(kSms) * kBatchNormStatsCtasPerSm + p.tiles - 1));
   }
-  // Partials [c][stats_ctas][2], then params [c][4], 16-byte aligned.
+  // Partials [c][stats_ctas][2], then params [4][c], 16-byte aligned.
   EXPECT_GE(p.params_offset, static_cast<std::size_t>(p.c * p.stats_ctas * 2 * acc));
   EXPECT_EQ(p.params_offset % 16, 0u);
   EXPECT_GE(p.workspace_bytes, p.params_offset + static_cast<std::size_t>(p.c * 4 * acc));
@@ -597,7 +597,7 @@ void check_plan_properties(const Sizes& sizes, bool channels_last, int elem, boo
     EXPECT_EQ(Wide(batch_norm_flat_grid(p.n * p.c * p.s, elem)), (total + per_cta - 1) / per_cta);
     EXPECT_LE((total + per_cta - 1) / per_cta, kIntMax) << "flat grid";
   }
-  // Workspace: partials [c][stats_ctas][2], then parameters [c][4] at a 16-byte offset, no wrap.
+  // Workspace: partials [c][stats_ctas][2], then parameters [4][c] at a 16-byte offset, no wrap.
   EXPECT_EQ(p.params_offset % 16, 0u);
   EXPECT_GE(Wide(p.params_offset), Wide(p.c) * p.stats_ctas * 2 * acc);
   EXPECT_GE(Wide(p.workspace_bytes), Wide(p.params_offset) + Wide(p.c) * 4 * acc);
