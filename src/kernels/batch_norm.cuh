@@ -34,6 +34,10 @@ template <typename Acc> struct BatchNormArgs {
   int64_t step_in_run = 0, step_offset = 0, wrap_offset = 0, jump_in_run = 0, jump_offset = 0;  // the plan's
   int tile_vectors = 1;
   bool channels_last = false;   // the plan's layout: where channel_shift finds K_c
+  // Columns a channel spans: s where x is read as the columns of [n, c * s] (c, s above are then
+  // the matrix's c * s and 1; plan_batch_norm_columns), else 1. Channel ch is columns
+  // [ch * segment, (ch + 1) * segment), and the per-channel vectors have c / segment entries.
+  int64_t segment = 1;
   const Acc* weight = nullptr;  // null: 1
   const Acc* bias = nullptr;    // null: 0
   Acc momentum = 0, eps = 0;
@@ -298,7 +302,7 @@ template <int N, typename Acc> __device__ __forceinline__ void load_run(const Ac
 template <typename Acc>
 __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_t ch, const Moments<Acc>& st,
                                              bool write_outputs) {
-  const int64_t count = a.n * a.s;
+  const int64_t count = a.n * a.s * a.segment;
   const Acc var = st.m2 / static_cast<Acc>(count);
   const Acc invstd = Acc(1) / sqrt(var + a.eps);
   if (write_outputs) {
@@ -323,7 +327,7 @@ __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_
     if (a.dweight != nullptr) a.dweight[ch] = st.dy_xc * invstd;
   }
   const Acc k = (a.weight != nullptr ? a.weight[ch] : Acc(1)) * invstd;
-  const Acc inv_count = Acc(1) / static_cast<Acc>(a.n * a.s);
+  const Acc inv_count = Acc(1) / static_cast<Acc>(a.n * a.s * a.segment);
   return {a.mean[ch], a.batch_statistics ? -k * invstd * invstd * st.dy_xc * inv_count : Acc(0), k,
           a.batch_statistics ? -k * st.dy * inv_count : Acc(0)};
 }
@@ -437,7 +441,7 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
     center[j] = 0;
     if (stream.walk.column_valid) {
       const int64_t ch = stream.walk.channel + j;
-      if constexpr (kBackward) center[j] = a.mean[ch];
+      if constexpr (kBackward) center[j] = a.mean[a.segment == 1 ? ch : ch / a.segment];
       else center[j] = channel_shift<T>(a, ch, L == BatchNormLayout::kChannelsLast);
     }
   }
@@ -480,31 +484,42 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
 
 // A warp a channel: lane l merges partials l, l + 32, ... in order, then the lanes merge
 // pairwise down to lane 0, which returns the channel's statistics (the other lanes' results are
-// partial). Forward partials are moments of x - K_c: merged shifted (means near 0 round by
-// u |mean - K_c|, not u |mean|); the caller adds K_c back. Every lane of the warp must call it.
+// partial). A channel's partials are its columns' (segment of them, a column's stats_ctas in a
+// row). Forward partials are moments of x - K (channel_shift of the column): merged shifted
+// (means near 0 round by u |mean - K|, not u |mean|), a column's first moved onto the channel's
+// first column's K; the caller adds that K back. Every lane of the warp must call it.
 template <typename T, bool kBackward>
 __device__ std::conditional_t<kBackward, Sums<acc_t<T>>, Moments<acc_t<T>>> merge_channel_partials(
     const BatchNormArgs<acc_t<T>>& a, int64_t ch, int lane) {
   using Acc = acc_t<T>;
   using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
-  const Acc* part = a.partials + ch * a.stats_ctas * 2;
+  const int64_t partials = a.segment * a.stats_ctas, first_column = ch * a.segment;
+  const Acc* part = a.partials + first_column * a.stats_ctas * 2;
+  Acc base_shift = 0;
+  if constexpr (!kBackward)
+    if (a.segment > 1) base_shift = channel_shift<T>(a, first_column, true);
   // Four partials a lane in flight at a time, merged in order.
   constexpr int kBatch = 4;
   Slot total{};
-  for (int64_t q0 = lane; q0 < a.stats_ctas; q0 += 32 * kBatch) {
-    Acc first[kBatch], second[kBatch];
+  for (int64_t q0 = lane; q0 < partials; q0 += 32 * kBatch) {
+    Acc first[kBatch], second[kBatch], moved[kBatch];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int64_t q = q0 + 32 * i;
-      first[i] = q < a.stats_ctas ? part[2 * q] : Acc(0);
-      second[i] = q < a.stats_ctas ? part[2 * q + 1] : Acc(0);
+      first[i] = q < partials ? part[2 * q] : Acc(0);
+      second[i] = q < partials ? part[2 * q + 1] : Acc(0);
+      moved[i] = 0;
+      if constexpr (!kBackward)
+        if (a.segment > 1 && q < partials)
+          moved[i] = channel_shift<T>(a, first_column + q / a.stats_ctas, true) - base_shift;
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int64_t q = q0 + 32 * i;
-      if (q >= a.stats_ctas) break;
+      if (q >= partials) break;
       if constexpr (kBackward) total = merge(total, Slot{first[i], second[i]});
-      else total = merge(total, Slot{stats_cta_count(a, q), first[i], second[i]});
+      else if (a.segment == 1) total = merge(total, Slot{stats_cta_count(a, q), first[i], second[i]});
+      else total = merge(total, Slot{stats_cta_count(a, q % a.stats_ctas), moved[i] + first[i], second[i]});
     }
   }
 #pragma unroll
@@ -524,7 +539,7 @@ __device__ std::conditional_t<kBackward, Sums<acc_t<T>>, Moments<acc_t<T>>> merg
 }
 
 // A warp a channel, 8 channels a CTA (merge_channel_partials), lane 0 writing the channel's
-// outputs and the apply pass's parameters.
+// outputs; the apply pass's parameters go to each of the channel's columns (one where segment is 1).
 template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(const BatchNormArgs<acc_t<T>> a) {
   using Acc = acc_t<T>;
@@ -532,13 +547,23 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_finalize_kernel(
   const int64_t ch = blockIdx.x * int64_t(kBatchNormThreads / 32) + threadIdx.x / 32;
   // The apply kernel may launch now: it loads its first vectors of x, then waits for this grid.
   allow_next_launch();
-  if (ch >= a.c) return;
+  if (ch >= a.c / a.segment) return;
   wait_for_previous_grid();  // the statistics kernel's partials
   auto total = merge_channel_partials<T, kBackward>(a, ch, lane);
+  ChannelParams<Acc> prm{};
   if (lane == 0) {
-    if constexpr (!kBackward) total.mean += channel_shift<T>(a, ch, a.channels_last);
-    store_params(a.params, a.c, ch, finish_channel(a, ch, total, true));
+    if constexpr (!kBackward) total.mean += channel_shift<T>(a, ch * a.segment, a.channels_last);
+    prm = finish_channel(a, ch, total, true);
   }
+  if (a.segment == 1) {
+    if (lane == 0) store_params(a.params, a.c, ch, prm);
+    return;
+  }
+  prm.mean = __shfl_sync(0xffffffffu, prm.mean, 0);
+  prm.p = __shfl_sync(0xffffffffu, prm.p, 0);
+  prm.q = __shfl_sync(0xffffffffu, prm.q, 0);
+  prm.r = __shfl_sync(0xffffffffu, prm.r, 0);
+  for (int64_t j = lane; j < a.segment; j += 32) store_params(a.params, a.c, ch * a.segment + j, prm);
 }
 
 // ---- apply ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "ops/checks.hpp"
 #include "plan/batch_norm_plan.hpp"
 #include "reducekit/batch_norm.hpp"
+#include "reducekit/tuning.hpp"
 
 namespace reducekit {
 namespace {
@@ -93,17 +94,37 @@ template <typename Acc> BatchNormArgs<Acc> args_of(const TensorView& x, const Ba
   return a;
 }
 
+// Channels-first planes of fewer bytes read as columns (plan_batch_norm_columns).
+int64_t column_plane_bytes() {
+  return tuning("batch_norm_column_plane_bytes").value_or(kBatchNormColumnPlaneBytes);
+}
+
+// Whether x (beside `others`, x's layout) runs as the columns of [N, C * S]; `columns`: that plan.
+bool columns_of(const TensorView& x, const BatchNormPlan& plan, std::initializer_list<const TensorView*> others,
+                BatchNormPlan* columns) {
+  bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  for (const TensorView* t : others)
+    if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+  int sms = 0;
+  if (!sm_count(x, &sms).is_ok()) return false;
+  return plan_batch_norm_columns(plan, static_cast<int>(dtype_size(x.dtype)),
+                                 static_cast<int>(dtype_size(accumulation_dtype(x.dtype))), aligned, sms,
+                                 column_plane_bytes(), columns);
+}
+
 // The vector width (and with it the tiles and chunks) of a call depends on the alignment of y,
 // dy and dx too, which a requirements query does not see: the workspace is sized for the larger
 // of the two plans. None of it needs zeroing.
 Status workspace_need(const TensorView& x, BatchNormRequirements* need) {
-  BatchNormPlan vectors, scalars;
+  BatchNormPlan vectors, scalars, columns;
   int sms = 0;
   REDUCEKIT_RETURN_IF_ERROR(sm_count(x, &sms));
   const int elem = static_cast<int>(dtype_size(x.dtype)), acc = static_cast<int>(dtype_size(accumulation_dtype(x.dtype)));
   REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, true, sms, &vectors));
   REDUCEKIT_RETURN_IF_ERROR(plan_batch_norm(x.rank, x.sizes, x.strides, elem, acc, false, sms, &scalars));
   need->workspace_bytes = std::max(vectors.workspace_bytes, scalars.workspace_bytes);
+  if (plan_batch_norm_columns(vectors, elem, acc, true, sms, column_plane_bytes(), &columns))
+    need->workspace_bytes = std::max(need->workspace_bytes, columns.workspace_bytes);
   need->workspace_zeroed_bytes = 0;
   return Status::ok();
 }
@@ -119,9 +140,10 @@ Status bind_workspace(const TensorView& x, const BatchNormPlan& plan, const Work
   return Status::ok();
 }
 
-unsigned finalize_grid(const BatchNormPlan& plan) {
+// A warp a channel.
+unsigned finalize_grid(int64_t channels) {
   constexpr int64_t kChannelsPerCta = kBatchNormThreads / 32;
-  return static_cast<unsigned>((plan.c + kChannelsPerCta - 1) / kChannelsPerCta);
+  return static_cast<unsigned>((channels + kChannelsPerCta - 1) / kChannelsPerCta);
 }
 
 Status launched(const char* name) {
@@ -278,7 +300,7 @@ Status run_training_passes(const BatchNormArgs<typename S::Acc>& a, const BatchN
   const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
   kernels::batch_norm_stats_kernel<T, S::L, S::V, kBackward><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
   REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward statistics" : "batch_norm statistics"));
-  REDUCEKIT_RETURN_IF_ERROR(launch_overlapping(kernels::batch_norm_finalize_kernel<T, kBackward>, finalize_grid(plan),
+  REDUCEKIT_RETURN_IF_ERROR(launch_overlapping(kernels::batch_norm_finalize_kernel<T, kBackward>, finalize_grid(a.c / a.segment),
                                                stream, kBackward ? "batch_norm backward finalize" : "batch_norm finalize",
                                                a));
   if (!apply) return Status::ok();
@@ -335,11 +357,11 @@ Status batch_norm_requirements(const TensorView& x, BatchNormRequirements* req) 
 Status batch_norm_reads_once(const TensorView& x, bool backward, bool* once) {
   if (once == nullptr) return Status::invalid_argument("once: must not be null");
   *once = false;
-  BatchNormPlan plan;
+  BatchNormPlan plan, columns;
   REDUCEKIT_RETURN_IF_ERROR(plan_of(x, &plan));
   const BatchNormResidentPlan rp =
       plan_batch_norm_resident(plan, static_cast<int>(dtype_size(x.dtype)), backward ? 2 : 1, true);
-  if (rp.cluster == 0) return Status::ok();
+  if (rp.cluster == 0 || columns_of(x, plan, {}, &columns)) return Status::ok();
   return by_dtype(x.dtype, plan, [&](auto shape) {
     using T = typename decltype(shape)::T;
     return backward ? resident_fits<T, true>(rp, once) : resident_fits<T, false>(rp, once);
@@ -374,12 +396,16 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     REDUCEKIT_RETURN_IF_ERROR(fill_nan(save_mean, stream));
     return fill_nan(save_invstd, stream);
   }
-  return by_dtype(x.dtype, plan, [&](auto shape) {
+  BatchNormPlan columns;
+  const bool by_columns = columns_of(x, plan, {&y}, &columns);
+  const BatchNormPlan& kernel_plan = by_columns ? columns : plan;
+  return by_dtype(x.dtype, kernel_plan, [&](auto shape) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    BatchNormArgs<Acc> a = args_of<Acc>(x, kernel_plan);
+    if (by_columns) a.segment = plan.s;
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, kernel_plan, workspace, &a));
     a.out = y.data;
     a.weight = data_of<Acc>(weight);
     a.bias = data_of<Acc>(bias);
@@ -389,8 +415,9 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     a.eps = static_cast<Acc>(options.eps);
     a.save_mean = static_cast<Acc*>(save_mean.data);
     a.save_invstd = static_cast<Acc*>(save_invstd.data);
-    const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 1, same_offset16({&x, &y}));
-    return run_training_passes<S, false>(a, plan, rp, true, stream);
+    const BatchNormResidentPlan rp =
+        by_columns ? BatchNormResidentPlan{} : plan_batch_norm_resident(plan, sizeof(T), 1, same_offset16({&x, &y}));
+    return run_training_passes<S, false>(a, kernel_plan, rp, true, stream);
   });
 }
 
@@ -467,12 +494,16 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
     return fill_zero(dbias, stream);
   }
-  return by_dtype(x.dtype, plan, [&](auto shape) {
+  BatchNormPlan columns;
+  const bool by_columns = columns_of(x, plan, {&dy, dx}, &columns);
+  const BatchNormPlan& kernel_plan = by_columns ? columns : plan;
+  return by_dtype(x.dtype, kernel_plan, [&](auto shape) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    BatchNormArgs<Acc> a = args_of<Acc>(x, kernel_plan);
+    if (by_columns) a.segment = plan.s;
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, kernel_plan, workspace, &a));
     a.dy = dy.data;
     a.out = dx != nullptr ? dx->data : nullptr;
     a.weight = data_of<Acc>(weight);
@@ -481,8 +512,9 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.batch_statistics = batch_statistics;
     a.dweight = mutable_data_of<Acc>(dweight);
     a.dbias = mutable_data_of<Acc>(dbias);
-    const BatchNormResidentPlan rp = plan_batch_norm_resident(plan, sizeof(T), 2, same_offset16({&x, &dy, dx}));
-    return run_training_passes<S, true>(a, plan, rp, dx != nullptr, stream);
+    const BatchNormResidentPlan rp =
+        by_columns ? BatchNormResidentPlan{} : plan_batch_norm_resident(plan, sizeof(T), 2, same_offset16({&x, &dy, dx}));
+    return run_training_passes<S, true>(a, kernel_plan, rp, dx != nullptr, stream);
   });
 }
 
@@ -507,7 +539,7 @@ Status batch_norm_moments(const TensorView& x, const TensorView& packet, const W
     kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_moments statistics"));
     kernels::batch_norm_packet_kernel<T, false>
-        <<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
+        <<<finalize_grid(plan.c), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
     return launched("batch_norm_moments packet");
   });
 }
@@ -612,7 +644,7 @@ Status batch_norm_backward_sums(const TensorView& dy, const TensorView& x, const
     kernels::batch_norm_stats_kernel<T, S::L, S::V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_backward_sums statistics"));
     kernels::batch_norm_packet_kernel<T, true>
-        <<<finalize_grid(plan), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
+        <<<finalize_grid(plan.c), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
     return launched("batch_norm_backward_sums packet");
   });
 }

@@ -119,6 +119,21 @@ Status plan_batch_norm(int rank, const int64_t* sizes, const int64_t* strides, i
   return Status::ok();
 }
 
+bool plan_batch_norm_columns(const BatchNormPlan& plan, int elem_size, int acc_size, bool base_aligned16,
+                             int sm_count, int64_t below_bytes, BatchNormPlan* columns) {
+  if (plan.layout != BatchNormLayout::kChannelsFirst || plan.s <= 1 || plan.n * plan.c * plan.s == 0 ||
+      plan.s * elem_size >= below_bytes || !base_aligned16)
+    return false;
+  const int64_t cols = plan.c * plan.s;  // n * c * s fits int64 (plan_batch_norm)
+  if (cols % (16 / elem_size) != 0) return false;
+  const int64_t sizes[2] = {plan.n, cols}, strides[2] = {cols, 1};
+  BatchNormPlan p;
+  if (!plan_batch_norm(2, sizes, strides, elem_size, acc_size, true, sm_count, &p).is_ok()) return false;
+  if (p.layout != BatchNormLayout::kChannelsLast || p.vec != 16 / elem_size) return false;
+  *columns = p;
+  return true;
+}
+
 BatchNormResidentPlan plan_batch_norm_resident(const BatchNormPlan& plan, int elem_size, int inputs,
                                                bool alignment_shared) {
   BatchNormResidentPlan r;

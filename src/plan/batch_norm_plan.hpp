@@ -67,6 +67,18 @@ struct BatchNormPlan {
   std::size_t params_offset = 0;
 };
 
+// Channels-first planes of few bytes (a 7x7 map's run is 98 bf16 bytes: no whole vectors, and
+// 12544-value channels that the single-read kernel walks a run at a time) may be read as columns:
+// x as the matrix [N, C * S], a column a (channel, place) pair, on the channels-last kernels
+// (16-byte vectors along a sample's C * S values); the finalize kernel then merges each channel's
+// S columns (BatchNormArgs::segment). Taken, in place of the single-read and channels-first
+// plans, where a plane has fewer than `below_bytes` bytes (the tuning setting
+// batch_norm_column_plane_bytes; kBatchNormColumnPlaneBytes ships, 0: never), s > 1, and the
+// pointers and C * S allow whole 16-byte vectors. `columns`: the plan of that matrix.
+constexpr int64_t kBatchNormColumnPlaneBytes = 0;
+bool plan_batch_norm_columns(const BatchNormPlan& plan, int elem_size, int acc_size, bool base_aligned16,
+                             int sm_count, int64_t below_bytes, BatchNormPlan* columns);
+
 // The single-read layout: CTA k of a channel's cluster holds pieces [k * pieces_per_cta,
 // (k + 1) * pieces_per_cta) of the channel's n * parts pieces (piece i: run i / parts, elements
 // [(i % parts) * piece, ...) of it, at most `piece` of them). A piece's shared-memory slot mirrors

@@ -33,6 +33,8 @@ constexpr const char* kNames[] = {
     // batches of fewer rows split each row over a cluster; 0: the class-probability forward's
     // 16-bit rows off their granules on the prefetching kernel too
     "cross_entropy_classes_from_bytes", "cross_entropy_split_below_rows", "cross_entropy_probs_shared_granules",
+    // batch_norm: channels-first planes of fewer bytes read as the columns of [N, C * S]
+    "batch_norm_column_plane_bytes",
     // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile)
     "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes",
     // reduce engine (ReduceKnobs): the row path, the column path

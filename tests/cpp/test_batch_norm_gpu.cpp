@@ -335,6 +335,27 @@ TEST_F(BatchNormGpu, OutputsAlignedUnlikeX) {
   check_case<__nv_bfloat16>({{8, 64, 4, 4}, kChannelsLast | kOffsetOutputs | kFrozenStats}, 72);
 }
 
+// Small channels-first planes read as the columns of [N, C * S] (plan_batch_norm_columns, a
+// planner setting that ships off): every output against the oracle as the other paths, in
+// every dtype. {2048, 8, 2, 2}: several statistics CTAs a column; kOffset: falls back (misaligned).
+TEST_F(BatchNormGpu, SmallPlanesAsColumns) {
+  const ScopedTuning columns("batch_norm_column_plane_bytes", 1 << 20);
+  const Case cases[] = {{{8, 16, 7, 7}},
+                        {{3, 8, 5, 5}, kNoWeight | kNoRunning},
+                        {{16, 24, 3, 3}, kFrozenStats},
+                        {{5, 40, 2, 3}, kNoBias | kNoDweight},
+                        {{2048, 8, 2, 2}},
+                        {{4, 16, 7, 7}, kOffset}};
+  uint32_t seed = 81;
+  for (const Case& k : cases) {
+    check_case<float>(k, seed);
+    check_case<__nv_bfloat16>(k, seed);
+    check_case<__half>(k, seed);
+    check_case<double>(k, seed++);
+    if (HasFailure()) return;
+  }
+}
+
 // Float32 buffers for the error and edge tests: x (1.5 throughout) and y (poisoned) of `numel`
 // elements, and a zeroed workspace larger than these shapes need.
 struct Small {

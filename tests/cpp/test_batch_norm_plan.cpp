@@ -397,6 +397,37 @@ TEST(BatchNormPlan, NoResidentLayoutWhereItCannotApply) {
 }
 
 
+// Channels-first planes under the byte limit read as the columns of [N, C * S]: a channels-last
+// plan of whole vectors over the matrix; never with the limit at 0 (the shipped setting), for
+// channels-last x, one value a position, misaligned pointers or C * S short of whole vectors.
+TEST(BatchNormPlan, SmallPlanesAsColumns) {
+  BatchNormPlan columns;
+  const BatchNormPlan seven = must_plan({256, 1024, 7, 7}, false, 2);
+  ASSERT_TRUE(plan_batch_norm_columns(seven, 2, 4, true, kSms, 128, &columns));
+  EXPECT_EQ(columns.layout, BatchNormLayout::kChannelsLast);
+  EXPECT_EQ(columns.n, 256);
+  EXPECT_EQ(columns.c, 1024 * 49);
+  EXPECT_EQ(columns.s, 1);
+  EXPECT_EQ(columns.vec, 8);
+  EXPECT_EQ(columns.channel_count(), 256);
+  EXPECT_GE(columns.workspace_bytes, columns.params_offset + std::size_t(1024 * 49 * 4 * 4));
+  EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, true, kSms, 98, &columns)) << "98-byte planes, limit 98";
+  EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, true, kSms, kBatchNormColumnPlaneBytes, &columns));
+  EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, false, kSms, 128, &columns)) << "misaligned";
+  EXPECT_FALSE(plan_batch_norm_columns(must_plan({256, 1024, 7, 7}, true, 2), 2, 4, true, kSms, 128, &columns));
+  EXPECT_FALSE(plan_batch_norm_columns(must_plan({8, 64, 1, 1}, false, 2), 2, 4, true, kSms, 128, &columns));
+  EXPECT_FALSE(plan_batch_norm_columns(must_plan({4, 3, 5, 5}, false, 2), 2, 4, true, kSms, 128, &columns))
+      << "C * S = 75: not whole vectors";
+  EXPECT_FALSE(plan_batch_norm_columns(must_plan({4, 3, 5, 5}, false, 8), 8, 8, true, kSms, 256, &columns));
+  ASSERT_TRUE(plan_batch_norm_columns(must_plan({4, 3, 4, 4}, false, 8), 8, 8, true, kSms, 256, &columns))
+      << "double: vectors of 2";
+  EXPECT_EQ(columns.c, 48);
+  EXPECT_EQ(columns.vec, 2);
+  // Many rows a column: several statistics CTAs a tile, whose partials the finalize merges.
+  ASSERT_TRUE(plan_batch_norm_columns(must_plan({2048, 8, 2, 2}, false, 2), 2, 4, true, kSms, 128, &columns));
+  EXPECT_GT(columns.stats_ctas, 1);
+}
+
 TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
   struct Case {
     Sizes sizes;
