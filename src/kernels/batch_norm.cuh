@@ -669,8 +669,8 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
 
 // ---- inference over a flat array -----------------------------------------------------------
 
-// A dense channels-first x of `total` elements in planes of `s` (one a sample and channel), `c`
-// channels; inv_s and inv_c are 1 / s and 1 / c.
+// A dense x of `total` elements, `c` channels; channels-first, in planes of `s` (one a sample and
+// channel). inv_s and inv_c are 1 / s and 1 / c.
 struct BatchNormFlatShape {
   int64_t total = 0, s = 0, c = 0;
   double inv_s = 0, inv_c = 0;
@@ -747,6 +747,57 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     const int k = static_cast<int>(quotient(tail, f.s, f.inv_s) - first_plane);
     const Acc o[1] = {table[1][k] * (to_acc<Acc>(x[tail]) - table[0][k]) + table[2][k]};
     store_values<T, 1>(y + tail, o);
+  }
+  for (int64_t ch = int64_t(blockIdx.x) * kBatchNormThreads + threadIdx.x; ch < f.c;
+       ch += int64_t(gridDim.x) * kBatchNormThreads)
+    save_running(a, ch);
+}
+
+// ---- inference over a table of every channel ------------------------------------------------
+
+// Channels-first inference where every vector lies in one plane and every channel's parameters
+// fit shared memory (batch_norm_inference_table): persistent CTAs set the table out once, then
+// stride over x's vectors, each finding its channel by two divisions by reciprocal; a warp's
+// lanes mostly read one channel's entries (a broadcast). The same arithmetic per element as the
+// apply kernel's inference, so the same bits.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBatchNormThreads)
+    batch_norm_inference_table_kernel(const BatchNormArgs<acc_t<T>> a, const BatchNormFlatShape f) {
+  using Acc = acc_t<T>;
+  constexpr int U = kBatchNormFlatUnroll;
+  constexpr int64_t kCapacity = batch_norm_table_capacity(sizeof(Acc));
+  __shared__ Acc table[3][kCapacity];  // mean, p, r of every channel
+  for (int64_t ch = threadIdx.x; ch < f.c; ch += kBatchNormThreads) {
+    const RunningParams<Acc> prm = running_params(a, ch);
+    table[0][ch] = prm.mean;
+    table[1][ch] = prm.p;
+    table[2][ch] = prm.r;
+  }
+  __syncthreads();
+  const T* x = static_cast<const T*>(a.x);
+  T* y = static_cast<T*>(a.out);
+  const int64_t vectors = f.total / VEC;  // whole: c or s is a multiple of VEC
+  const int64_t stride = int64_t(gridDim.x) * kBatchNormThreads * U;
+  for (int64_t first = int64_t(blockIdx.x) * kBatchNormThreads * U + threadIdx.x; first < vectors; first += stride) {
+    RawVector<T, VEC> xr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = first + u * kBatchNormThreads;
+      if (v < vectors) xr[u] = load_raw<T, VEC, true>(x + v * VEC);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = first + u * kBatchNormThreads;
+      if (v >= vectors) break;
+      const int64_t i = v * VEC;
+      const int64_t plane = quotient(i, f.s, f.inv_s);
+      const int ch = static_cast<int>(plane - quotient(plane, f.c, f.inv_c) * f.c);
+      const Acc mean = table[0][ch], p = table[1][ch], r = table[2][ch];
+      Acc o[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = p * (element<T, VEC, Acc>(xr[u], e) - mean) + r;
+      store_values<T, VEC>(y + i, o);
+    }
   }
   for (int64_t ch = int64_t(blockIdx.x) * kBatchNormThreads + threadIdx.x; ch < f.c;
        ch += int64_t(gridDim.x) * kBatchNormThreads)

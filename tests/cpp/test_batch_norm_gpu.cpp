@@ -356,6 +356,23 @@ TEST_F(BatchNormGpu, SmallPlanesAsColumns) {
   }
 }
 
+// Channels-first inference on the table kernel (batch_norm_inference_table, a planner setting
+// that ships off), every dtype; check_case checks every output, inference's among them. Planes of
+// 49 values fall back, as do float64's 1100 and 2048 channels (past its table of 1024).
+TEST_F(BatchNormGpu, InferenceOverATableOfChannels) {
+  const ScopedTuning table("batch_norm_inference_table_channels", 1 << 20);
+  const Case cases[] = {{{4, 8, 16, 16}},     {{3, 40, 8, 8}, kNoWeight | kNoBias}, {{2, 2048, 2, 4}},
+                        {{1, 3, 64, 64}, kNoRunning}, {{6, 16, 7, 7}},               {{2, 1100, 2, 4}}};
+  uint32_t seed = 91;
+  for (const Case& k : cases) {
+    check_case<float>(k, seed);
+    check_case<__nv_bfloat16>(k, seed);
+    check_case<__half>(k, seed);
+    check_case<double>(k, seed++);
+    if (HasFailure()) return;
+  }
+}
+
 // Float32 buffers for the error and edge tests: x (1.5 throughout) and y (poisoned) of `numel`
 // elements, and a zeroed workspace larger than these shapes need.
 struct Small {

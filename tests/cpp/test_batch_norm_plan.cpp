@@ -428,6 +428,24 @@ TEST(BatchNormPlan, SmallPlanesAsColumns) {
   EXPECT_GT(columns.stats_ctas, 1);
 }
 
+// The table kernel: channels-first planes of whole vectors, every channel's parameters within
+// kBatchNormTableBytes and the setting's limit (0, the shipped one: never).
+TEST(BatchNormPlan, InferenceTableOfEveryChannel) {
+  const BatchNormPlan wide = must_plan({32, 64, 112, 112}, false, 2);
+  EXPECT_TRUE(batch_norm_inference_table(wide, 2, 4, 4096));
+  EXPECT_FALSE(batch_norm_inference_table(wide, 2, 4, kBatchNormInferenceTableChannels));
+  EXPECT_FALSE(batch_norm_inference_table(wide, 2, 4, 63)) << "64 channels, limit 63";
+  EXPECT_FALSE(batch_norm_inference_table(must_plan({32, 64, 112, 112}, true, 2), 2, 4, 4096)) << "channels-last";
+  EXPECT_FALSE(batch_norm_inference_table(must_plan({256, 1024, 7, 7}, false, 2), 2, 4, 4096)) << "49-value planes";
+  EXPECT_FALSE(batch_norm_inference_table(must_plan({32, 64, 112, 112}, false, 2, false), 2, 4, 4096)) << "misaligned";
+  EXPECT_EQ(batch_norm_table_capacity(4), 2048);
+  EXPECT_EQ(batch_norm_table_capacity(8), 1024);
+  EXPECT_TRUE(batch_norm_inference_table(must_plan({2, 2048, 4, 4}, false, 4), 4, 4, 1 << 20));
+  EXPECT_FALSE(batch_norm_inference_table(must_plan({2, 2049, 4, 4}, false, 4), 4, 4, 1 << 20)) << "past the table";
+  EXPECT_FALSE(batch_norm_inference_table(must_plan({2, 1025, 4, 4}, false, 8), 8, 8, 1 << 20)) << "double's table";
+  EXPECT_FALSE(batch_norm_inference_table(must_plan({0, 4, 8, 8}, false, 4), 4, 4, 1 << 20)) << "empty";
+}
+
 TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
   struct Case {
     Sizes sizes;
