@@ -102,6 +102,8 @@ int64_t column_plane_bytes() {
 // Whether x (beside `others`, x's layout) runs as the columns of [N, C * S]; `columns`: that plan.
 bool columns_of(const TensorView& x, const BatchNormPlan& plan, std::initializer_list<const TensorView*> others,
                 BatchNormPlan* columns) {
+  const int64_t below_bytes = column_plane_bytes();
+  if (below_bytes <= 0 || plan.layout != BatchNormLayout::kChannelsFirst) return false;  // no device query
   bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   for (const TensorView* t : others)
     if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
@@ -109,7 +111,7 @@ bool columns_of(const TensorView& x, const BatchNormPlan& plan, std::initializer
   if (!sm_count(x, &sms).is_ok()) return false;
   return plan_batch_norm_columns(plan, static_cast<int>(dtype_size(x.dtype)),
                                  static_cast<int>(dtype_size(accumulation_dtype(x.dtype))), aligned, sms,
-                                 column_plane_bytes(), columns);
+                                 below_bytes, columns);
 }
 
 // The vector width (and with it the tiles and chunks) of a call depends on the alignment of y,
