@@ -335,6 +335,17 @@ TEST_F(BatchNormGpu, OutputsAlignedUnlikeX) {
   check_case<__nv_bfloat16>({{8, 64, 4, 4}, kChannelsLast | kOffsetOutputs | kFrozenStats}, 72);
 }
 
+// Each case in the four dtypes, a seed a case from `seed` on; stops at the first failing case.
+template <std::size_t N> void check_in_every_dtype(const Case (&cases)[N], uint32_t seed) {
+  for (const Case& k : cases) {
+    check_case<float>(k, seed);
+    check_case<__nv_bfloat16>(k, seed);
+    check_case<__half>(k, seed);
+    check_case<double>(k, seed++);
+    if (testing::Test::HasFailure()) return;
+  }
+}
+
 // Small channels-first planes read as the columns of [N, C * S] (plan_batch_norm_columns, a
 // planner setting that ships off): every output against the oracle as the other paths, in
 // every dtype. {2048, 8, 2, 2}: several statistics CTAs a column; kOffset: falls back (misaligned).
@@ -346,14 +357,7 @@ TEST_F(BatchNormGpu, SmallPlanesAsColumns) {
                         {{5, 40, 2, 3}, kNoBias | kNoDweight},
                         {{2048, 8, 2, 2}},
                         {{4, 16, 7, 7}, kOffset}};
-  uint32_t seed = 81;
-  for (const Case& k : cases) {
-    check_case<float>(k, seed);
-    check_case<__nv_bfloat16>(k, seed);
-    check_case<__half>(k, seed);
-    check_case<double>(k, seed++);
-    if (HasFailure()) return;
-  }
+  check_in_every_dtype(cases, 81);
 }
 
 // Channels-first inference on the table kernel (batch_norm_inference_table, a planner setting
@@ -363,14 +367,7 @@ TEST_F(BatchNormGpu, InferenceOverATableOfChannels) {
   const ScopedTuning table("batch_norm_inference_table_channels", 1 << 20);
   const Case cases[] = {{{4, 8, 16, 16}},     {{3, 40, 8, 8}, kNoWeight | kNoBias}, {{2, 2048, 2, 4}},
                         {{1, 3, 64, 64}, kNoRunning}, {{6, 16, 7, 7}},               {{2, 1100, 2, 4}}};
-  uint32_t seed = 91;
-  for (const Case& k : cases) {
-    check_case<float>(k, seed);
-    check_case<__nv_bfloat16>(k, seed);
-    check_case<__half>(k, seed);
-    check_case<double>(k, seed++);
-    if (HasFailure()) return;
-  }
+  check_in_every_dtype(cases, 91);
 }
 
 // Float32 buffers for the error and edge tests: x (1.5 throughout) and y (poisoned) of `numel`
