@@ -35,13 +35,19 @@ Status sm_count(const TensorView& x, int* sms) {
   return Status::ok();
 }
 
+// Whether x and `others` (null where absent) all start on 16-byte boundaries.
+bool aligned16(const TensorView& x, std::initializer_list<const TensorView*> others) {
+  bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  for (const TensorView* t : others)
+    if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+  return aligned;
+}
+
 // `others`: the tensors read or written beside x with x's layout (y, dy, dx; null where absent):
 // vectors are 16-byte loads and stores in every one of them.
 Status plan_of(const TensorView& x, BatchNormPlan* plan, std::initializer_list<const TensorView*> others = {}) {
   REDUCEKIT_RETURN_IF_ERROR(check_float_device_tensor(x, "x"));
-  bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
-  for (const TensorView* t : others)
-    if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+  const bool aligned = aligned16(x, others);
   int sms = 0;
   REDUCEKIT_RETURN_IF_ERROR(sm_count(x, &sms));
   return plan_batch_norm(x.rank, x.sizes, x.strides, static_cast<int>(dtype_size(x.dtype)),
@@ -104,14 +110,11 @@ bool columns_of(const TensorView& x, const BatchNormPlan& plan, std::initializer
                 BatchNormPlan* columns) {
   const int64_t below_bytes = column_plane_bytes();
   if (below_bytes <= 0 || plan.layout != BatchNormLayout::kChannelsFirst) return false;  // no device query
-  bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
-  for (const TensorView* t : others)
-    if (t != nullptr) aligned = aligned && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
   int sms = 0;
   if (!sm_count(x, &sms).is_ok()) return false;
   return plan_batch_norm_columns(plan, static_cast<int>(dtype_size(x.dtype)),
-                                 static_cast<int>(dtype_size(accumulation_dtype(x.dtype))), aligned, sms,
-                                 below_bytes, columns);
+                                 static_cast<int>(dtype_size(accumulation_dtype(x.dtype))), aligned16(x, others),
+                                 sms, below_bytes, columns);
 }
 
 // The vector width (and with it the tiles and chunks) of a call depends on the alignment of y,
@@ -302,9 +305,9 @@ Status run_training_passes(const BatchNormArgs<typename S::Acc>& a, const BatchN
   const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
   kernels::batch_norm_stats_kernel<T, S::L, S::V, kBackward><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
   REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward statistics" : "batch_norm statistics"));
-  REDUCEKIT_RETURN_IF_ERROR(launch_overlapping(kernels::batch_norm_finalize_kernel<T, kBackward>, finalize_grid(a.c / a.segment),
-                                               stream, kBackward ? "batch_norm backward finalize" : "batch_norm finalize",
-                                               a));
+  REDUCEKIT_RETURN_IF_ERROR(launch_overlapping(kernels::batch_norm_finalize_kernel<T, kBackward>,
+                                               finalize_grid(a.c / a.segment), stream,
+                                               kBackward ? "batch_norm backward finalize" : "batch_norm finalize", a));
   if (!apply) return Status::ok();
   return launch_overlapping(kernels::batch_norm_apply_kernel<T, S::L, S::V, kBackward, false>,
                             static_cast<unsigned>(plan.ctas()), stream,
@@ -474,8 +477,7 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     // flat array of vectors, each CTA's planes' parameters set out once in shared memory.
     constexpr int kFlatVec = 16 / sizeof(T);
     const int64_t total = plan.n * plan.c * plan.s;
-    const bool on_granules =
-        reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+    const bool on_granules = aligned16(x, {&y});
     if constexpr (S::V > 1 && S::L == BatchNormLayout::kChannelsFirst) {
       const int64_t table_channels =
           tuning("batch_norm_inference_table_channels").value_or(kBatchNormInferenceTableChannels);
@@ -536,8 +538,9 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     a.batch_statistics = batch_statistics;
     a.dweight = mutable_data_of<Acc>(dweight);
     a.dbias = mutable_data_of<Acc>(dbias);
+    const bool shared_offset = same_offset16({&x, &dy, dx});
     const BatchNormResidentPlan rp =
-        by_columns ? BatchNormResidentPlan{} : plan_batch_norm_resident(plan, sizeof(T), 2, same_offset16({&x, &dy, dx}));
+        by_columns ? BatchNormResidentPlan{} : plan_batch_norm_resident(plan, sizeof(T), 2, shared_offset);
     return run_training_passes<S, true>(a, kernel_plan, rp, dx != nullptr, stream);
   });
 }
