@@ -684,6 +684,21 @@ __device__ __forceinline__ int64_t quotient(int64_t n, int64_t d, double inv_d) 
   return q;
 }
 
+// The channel of a plane (plane = sample * c + channel).
+__device__ __forceinline__ int64_t channel_of_plane(int64_t plane, const BatchNormFlatShape& f) {
+  return plane - quotient(plane, f.c, f.inv_c) * f.c;
+}
+
+// Vectors first, first + 256, ... (U of them, those below `vectors`) of x, streaming.
+template <typename T, int VEC, int U>
+__device__ __forceinline__ void load_strided(RawVector<T, VEC> (&xr)[U], const T* x, int64_t first, int64_t vectors) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t v = first + u * kBatchNormThreads;
+    if (v < vectors) xr[u] = load_raw<T, VEC, true>(x + v * VEC);
+  }
+}
+
 // Inference over x as one flat array of 16-byte vectors, whatever s >= VEC: each CTA takes a run
 // of vectors, first sets out its planes' parameters in shared memory (one channel each, a
 // division and a square root a plane, not a vector), and each vector finds its first element's
@@ -705,11 +720,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   const int64_t run = int64_t(blockIdx.x) * kBatchNormThreads * U;
   const int64_t first = run + threadIdx.x;
   RawVector<T, VEC> xr[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t v = first + u * kBatchNormThreads;
-    if (v < vectors) xr[u] = load_raw<T, VEC, true>(x + v * VEC);
-  }
+  load_strided<T, VEC>(xr, x, first, vectors);
   // While the loads fly: the parameters of planes first_plane .. last_plane.
   const bool last_cta = blockIdx.x == gridDim.x - 1;
   const int64_t run_end = last_cta ? f.total : (run + int64_t(kBatchNormThreads) * U) * VEC;
@@ -717,7 +728,7 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   const int planes = static_cast<int>(quotient(run_end - 1, f.s, f.inv_s) - first_plane) + 1;
   for (int k = threadIdx.x; k < planes; k += kBatchNormThreads) {
     const int64_t plane = first_plane + k;
-    const RunningParams<Acc> prm = running_params(a, plane - quotient(plane, f.c, f.inv_c) * f.c);
+    const RunningParams<Acc> prm = running_params(a, channel_of_plane(plane, f));
     table[0][k] = prm.mean;
     table[1][k] = prm.p;
     table[2][k] = prm.r;
@@ -776,22 +787,17 @@ __global__ void __launch_bounds__(kBatchNormThreads)
   __syncthreads();
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.out);
-  const int64_t vectors = f.total / VEC;  // whole: c or s is a multiple of VEC
+  const int64_t vectors = f.total / VEC;  // whole: s is a multiple of VEC
   const int64_t stride = int64_t(gridDim.x) * kBatchNormThreads * U;
   for (int64_t first = int64_t(blockIdx.x) * kBatchNormThreads * U + threadIdx.x; first < vectors; first += stride) {
     RawVector<T, VEC> xr[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = first + u * kBatchNormThreads;
-      if (v < vectors) xr[u] = load_raw<T, VEC, true>(x + v * VEC);
-    }
+    load_strided<T, VEC>(xr, x, first, vectors);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t v = first + u * kBatchNormThreads;
       if (v >= vectors) break;
       const int64_t i = v * VEC;
-      const int64_t plane = quotient(i, f.s, f.inv_s);
-      const int ch = static_cast<int>(plane - quotient(plane, f.c, f.inv_c) * f.c);
+      const int ch = static_cast<int>(channel_of_plane(quotient(i, f.s, f.inv_s), f));
       const Acc mean = table[0][ch], p = table[1][ch], r = table[2][ch];
       Acc o[VEC];
 #pragma unroll

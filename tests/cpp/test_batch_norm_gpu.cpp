@@ -350,7 +350,16 @@ template <std::size_t N> void check_in_every_dtype(const Case (&cases)[N], uint3
 // planner setting that ships off): every output against the oracle as the other paths, in
 // every dtype. {2048, 8, 2, 2}: several statistics CTAs a column; kOffset: falls back (misaligned).
 TEST_F(BatchNormGpu, SmallPlanesAsColumns) {
+  // The setting reaches the plan: the columns' partials and parameters ([C * S] rows) outgrow
+  // the channels' ([C] rows) in the workspace asked for.
+  DeviceBuffer probe(8 * 16 * 49 * 4);
+  const TensorView xv = x_view(probe.get(), DType::kFloat32, {8, 16, 7, 7}, false);
+  BatchNormRequirements off, on;
+  ASSERT_TRUE(batch_norm_requirements(xv, &off).is_ok());
   const ScopedTuning columns("batch_norm_column_plane_bytes", 1 << 20);
+  ASSERT_TRUE(batch_norm_requirements(xv, &on).is_ok());
+  EXPECT_GE(on.workspace_bytes, std::size_t(16 * 49 * 4 * 4)) << "parameters of 784 columns";
+  EXPECT_GT(on.workspace_bytes, off.workspace_bytes);
   const Case cases[] = {{{8, 16, 7, 7}},
                         {{3, 8, 5, 5}, kNoWeight | kNoRunning},
                         {{16, 24, 3, 3}, kFrozenStats},
