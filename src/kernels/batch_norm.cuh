@@ -593,9 +593,16 @@ template <typename T, BatchNormLayout L, int VEC, bool kBackward, bool kFromRunn
 __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(const BatchNormArgs<acc_t<T>> a) {
   using Acc = acc_t<T>;
   constexpr int kLanes = kLanesOf<L, VEC>;
+  // 16-bit channels-last inference: the tile's parameters (at most 256 channels), a channel a
+  // thread, set out in shared memory before any thread leaves: neighbouring lanes load
+  // neighbouring channels, and each channel's square root is taken once a CTA, not once a thread.
+  // In float32 the loads from global memory ran as fast.
+  constexpr bool kTable = kFromRunning && kLanes > 1 && sizeof(T) == 2;
   // 128 bytes a thread in flight (x and dy: 64 each): a 32 KiB chunk is one round; at most 8
-  // vectors (scalar rows: each load keeps an offset).
-  constexpr int kWanted = batch_norm_unroll(VEC, sizeof(T)) * (kBackward ? 1 : kBatchNormStatsUnrollFactor);
+  // vectors (scalar rows: each load keeps an offset). The table's kernels: 64 bytes, two rounds
+  // (eight channels' parameters in registers: 117 of them at 128 bytes, 71 at 64).
+  constexpr int kWanted =
+      batch_norm_unroll(VEC, sizeof(T)) * (kBackward || kTable ? 1 : kBatchNormStatsUnrollFactor);
   constexpr int U = kWanted < 8 ? kWanted : 8;
   const int64_t b = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t tile = b % a.tiles, k = b / a.tiles;
@@ -603,6 +610,18 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
   const T* x = static_cast<const T*>(a.x);
   const T* dy = static_cast<const T*>(a.dy);
   T* out = static_cast<T*>(a.out);
+  __shared__ Acc table[kTable ? 3 : 1][kTable ? kBatchNormThreads : 1];
+  if constexpr (kTable) {
+    const int width = a.tile_vectors * VEC;
+    const int64_t ch = tile * width + threadIdx.x;
+    if (int(threadIdx.x) < width && ch < a.c) {
+      const RunningParams<Acc> prm = running_params(a, ch);
+      table[0][threadIdx.x] = prm.mean;
+      table[1][threadIdx.x] = prm.p;
+      table[2][threadIdx.x] = prm.r;
+    }
+    __syncthreads();
+  }
   if (!walk.column_valid) return;
 
   Acc mean[kLanes], p[kLanes], q[kLanes], r[kLanes];
@@ -626,7 +645,14 @@ __global__ void __launch_bounds__(kBatchNormThreads) batch_norm_apply_kernel(con
     if (!have_params) {
       have_params = true;
       wait_for_previous_grid();
-      if constexpr (kFromRunning) {
+      if constexpr (kTable) {
+        const int column = (threadIdx.x % a.tile_vectors) * VEC;  // the thread's first channel in the tile
+        load_run(&table[0][column], mean);
+        load_run(&table[1][column], p);
+        load_run(&table[2][column], r);
+#pragma unroll
+        for (int j = 0; j < kLanes; ++j) q[j] = 0;
+      } else if constexpr (kFromRunning) {
 #pragma unroll
         for (int j = 0; j < kLanes; ++j) {
           const RunningParams<Acc> prm = running_params(a, walk.channel + j);
@@ -758,52 +784,6 @@ __global__ void __launch_bounds__(kBatchNormThreads)
     const int k = static_cast<int>(quotient(tail, f.s, f.inv_s) - first_plane);
     const Acc o[1] = {table[1][k] * (to_acc<Acc>(x[tail]) - table[0][k]) + table[2][k]};
     store_values<T, 1>(y + tail, o);
-  }
-  for (int64_t ch = int64_t(blockIdx.x) * kBatchNormThreads + threadIdx.x; ch < f.c;
-       ch += int64_t(gridDim.x) * kBatchNormThreads)
-    save_running(a, ch);
-}
-
-// ---- inference over a table of every channel ------------------------------------------------
-
-// Channels-first inference where every vector lies in one plane and every channel's parameters
-// fit shared memory (batch_norm_inference_table): persistent CTAs set the table out once, then
-// stride over x's vectors, each finding its channel by two divisions by reciprocal; a warp's
-// lanes mostly read one channel's entries (a broadcast). The same arithmetic per element as the
-// apply kernel's inference, so the same bits.
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kBatchNormThreads)
-    batch_norm_inference_table_kernel(const BatchNormArgs<acc_t<T>> a, const BatchNormFlatShape f) {
-  using Acc = acc_t<T>;
-  constexpr int U = kBatchNormFlatUnroll;
-  constexpr int64_t kCapacity = batch_norm_table_capacity(sizeof(Acc));
-  __shared__ Acc table[3][kCapacity];  // mean, p, r of every channel
-  for (int64_t ch = threadIdx.x; ch < f.c; ch += kBatchNormThreads) {
-    const RunningParams<Acc> prm = running_params(a, ch);
-    table[0][ch] = prm.mean;
-    table[1][ch] = prm.p;
-    table[2][ch] = prm.r;
-  }
-  __syncthreads();
-  const T* x = static_cast<const T*>(a.x);
-  T* y = static_cast<T*>(a.out);
-  const int64_t vectors = f.total / VEC;  // whole: s is a multiple of VEC
-  const int64_t stride = int64_t(gridDim.x) * kBatchNormThreads * U;
-  for (int64_t first = int64_t(blockIdx.x) * kBatchNormThreads * U + threadIdx.x; first < vectors; first += stride) {
-    RawVector<T, VEC> xr[U];
-    load_strided<T, VEC>(xr, x, first, vectors);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = first + u * kBatchNormThreads;
-      if (v >= vectors) break;
-      const int64_t i = v * VEC;
-      const int ch = static_cast<int>(channel_of_plane(quotient(i, f.s, f.inv_s), f));
-      const Acc mean = table[0][ch], p = table[1][ch], r = table[2][ch];
-      Acc o[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) o[e] = p * (element<T, VEC, Acc>(xr[u], e) - mean) + r;
-      store_values<T, VEC>(y + i, o);
-    }
   }
   for (int64_t ch = int64_t(blockIdx.x) * kBatchNormThreads + threadIdx.x; ch < f.c;
        ch += int64_t(gridDim.x) * kBatchNormThreads)

@@ -426,21 +426,6 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
   });
 }
 
-// The table kernel on as many CTAs as the device holds at once, fewer where x has fewer rounds.
-template <typename T, int VEC>
-Status launch_inference_table(const BatchNormArgs<kernels::acc_t<T>>& a, const kernels::BatchNormFlatShape& f,
-                              cudaStream_t stream) {
-  const auto kernel = kernels::batch_norm_inference_table_kernel<T, VEC>;
-  int resident = 0;
-  REDUCEKIT_RETURN_IF_ERROR(
-      detail::resident_ctas(reinterpret_cast<const void*>(kernel), kBatchNormThreads, 0, &resident));
-  const int64_t per_cta = int64_t(kBatchNormThreads) * kBatchNormFlatUnroll * VEC;
-  const int64_t rounds = (f.total + per_cta - 1) / per_cta;
-  const auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(resident, rounds)));
-  kernel<<<grid, kBatchNormThreads, 0, stream>>>(a, f);
-  return launched("batch_norm inference");
-}
-
 Status batch_norm_inference_forward(const TensorView& x, const TensorView* weight, const TensorView* bias,
                                     const TensorView& running_mean, const TensorView& running_var, double eps,
                                     const TensorView& y, const TensorView* save_mean, const TensorView* save_invstd,
@@ -478,13 +463,6 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
     constexpr int kFlatVec = 16 / sizeof(T);
     const int64_t total = plan.n * plan.c * plan.s;
     const bool on_granules = aligned16(x, {&y});
-    if constexpr (S::V > 1 && S::L == BatchNormLayout::kChannelsFirst) {
-      const int64_t table_channels =
-          tuning("batch_norm_inference_table_channels").value_or(kBatchNormInferenceTableChannels);
-      if (batch_norm_inference_table(plan, sizeof(T), sizeof(Acc), table_channels))
-        return launch_inference_table<T, S::V>(
-            a, {total, plan.s, plan.c, 1.0 / double(plan.s), 1.0 / double(plan.c)}, stream);
-    }
     if (batch_norm_inference_flat(plan, sizeof(T)) && on_granules) {
       const kernels::BatchNormFlatShape f{total, plan.s, plan.c, 1.0 / double(plan.s), 1.0 / double(plan.c)};
       const auto flat_grid = static_cast<unsigned>(batch_norm_flat_grid(total, sizeof(T)));

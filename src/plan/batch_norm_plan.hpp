@@ -74,8 +74,9 @@ struct BatchNormPlan {
 // S columns (BatchNormArgs::segment). Taken, in place of the single-read and channels-first
 // plans, where a plane has fewer than `below_bytes` bytes (the tuning setting
 // batch_norm_column_plane_bytes; kBatchNormColumnPlaneBytes ships, 0: never), s > 1, and the
-// pointers and C * S allow whole 16-byte vectors. `columns`: the plan of that matrix.
-constexpr int64_t kBatchNormColumnPlaneBytes = 0;
+// pointers and C * S allow whole 16-byte vectors. `columns`: the plan of that matrix. 256 bytes
+// takes 7x7 maps in every dtype and leaves 14x14 (392 bf16 bytes), which ran slower as columns.
+constexpr int64_t kBatchNormColumnPlaneBytes = 256;
 bool plan_batch_norm_columns(const BatchNormPlan& plan, int elem_size, int acc_size, bool base_aligned16,
                              int sm_count, int64_t below_bytes, BatchNormPlan* columns);
 
@@ -150,22 +151,6 @@ inline bool batch_norm_inference_flat(const BatchNormPlan& plan, int elem_size) 
   return plan.layout == BatchNormLayout::kChannelsFirst && total > 0 && total < (int64_t(1) << 50) &&
          batch_norm_flat_grid(total, elem_size) <= kMaxGridX && plan.s >= vec &&
          (plan.s % vec != 0 || plan.s * elem_size <= kBatchNormFlatMaxPlaneBytes);
-}
-
-// Channels-first inference on persistent CTAs over a table of every channel's parameters in
-// shared memory (batch_norm.cuh's table kernel): every 16-byte vector of x lies in one plane (s
-// a multiple of VEC), so a vector's channel comes from divisions by reciprocal, and each CTA
-// takes a channel's square root once, not a CTA a chunk. Taken for c up to `max_channels` (the
-// tuning setting batch_norm_inference_table_channels; kBatchNormInferenceTableChannels ships, 0:
-// never) and up to what kBatchNormTableBytes holds, below 2^50 elements; the caller checks that
-// x and y sit on 16-byte boundaries (plan.vec is then the full width).
-constexpr int64_t kBatchNormInferenceTableChannels = 0;
-constexpr int kBatchNormTableBytes = 24 * 1024;  // mean, p, r a channel
-constexpr int64_t batch_norm_table_capacity(int acc_size) { return kBatchNormTableBytes / (3 * acc_size); }
-inline bool batch_norm_inference_table(const BatchNormPlan& plan, int elem_size, int acc_size, int64_t max_channels) {
-  const int64_t total = plan.n * plan.c * plan.s;
-  return plan.layout == BatchNormLayout::kChannelsFirst && plan.vec == 16 / elem_size && total > 0 &&
-         total < (int64_t(1) << 50) && plan.c <= max_channels && plan.c <= batch_norm_table_capacity(acc_size);
 }
 
 // The workspace of a SyncBatchNorm call (reducekit_nccl): the single-GPU workspace

@@ -35,8 +35,6 @@ constexpr const char* kNames[] = {
     "cross_entropy_classes_from_bytes", "cross_entropy_split_below_rows", "cross_entropy_probs_shared_granules",
     // batch_norm: channels-first planes of fewer bytes read as the columns of [N, C * S]
     "batch_norm_column_plane_bytes",
-    // batch_norm inference on persistent CTAs over a table of at most this many channels
-    "batch_norm_inference_table_channels",
     // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile)
     "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes",
     // reduce engine (ReduceKnobs): the row path, the column path

@@ -346,16 +346,20 @@ template <std::size_t N> void check_in_every_dtype(const Case (&cases)[N], uint3
   }
 }
 
-// Small channels-first planes read as the columns of [N, C * S] (plan_batch_norm_columns, a
-// planner setting that ships off): every output against the oracle as the other paths, in
-// every dtype. {2048, 8, 2, 2}: several statistics CTAs a column; kOffset: falls back (misaligned).
+// Channels-first planes read as the columns of [N, C * S] (plan_batch_norm_columns; the shipped
+// setting takes planes under 256 bytes, this test every plane): every output against the oracle
+// as the other paths, in every dtype. {2048, 8, 2, 2}: several statistics CTAs a column; kOffset:
+// falls back (misaligned).
 TEST_F(BatchNormGpu, SmallPlanesAsColumns) {
   // The setting reaches the plan: the columns' partials and parameters ([C * S] rows) outgrow
   // the channels' ([C] rows) in the workspace asked for.
   DeviceBuffer probe(8 * 16 * 49 * 4);
   const TensorView xv = x_view(probe.get(), DType::kFloat32, {8, 16, 7, 7}, false);
   BatchNormRequirements off, on;
-  ASSERT_TRUE(batch_norm_requirements(xv, &off).is_ok());
+  {
+    const ScopedTuning never("batch_norm_column_plane_bytes", 0);
+    ASSERT_TRUE(batch_norm_requirements(xv, &off).is_ok());
+  }
   const ScopedTuning columns("batch_norm_column_plane_bytes", 1 << 20);
   ASSERT_TRUE(batch_norm_requirements(xv, &on).is_ok());
   EXPECT_GE(on.workspace_bytes, std::size_t(16 * 49 * 4 * 4)) << "parameters of 784 columns";
@@ -367,16 +371,6 @@ TEST_F(BatchNormGpu, SmallPlanesAsColumns) {
                         {{2048, 8, 2, 2}},
                         {{4, 16, 7, 7}, kOffset}};
   check_in_every_dtype(cases, 81);
-}
-
-// Channels-first inference on the table kernel (batch_norm_inference_table, a planner setting
-// that ships off), every dtype; check_case checks every output, inference's among them. Planes of
-// 49 values fall back, as do float64's 1100 and 2048 channels (past its table of 1024).
-TEST_F(BatchNormGpu, InferenceOverATableOfChannels) {
-  const ScopedTuning table("batch_norm_inference_table_channels", 1 << 20);
-  const Case cases[] = {{{4, 8, 16, 16}},     {{3, 40, 8, 8}, kNoWeight | kNoBias}, {{2, 2048, 2, 4}},
-                        {{1, 3, 64, 64}, kNoRunning}, {{6, 16, 7, 7}},               {{2, 1100, 2, 4}}};
-  check_in_every_dtype(cases, 91);
 }
 
 // Float32 buffers for the error and edge tests: x (1.5 throughout) and y (poisoned) of `numel`
@@ -529,8 +523,8 @@ TEST_F(BatchNormGpu, BadArguments) {
 // (running_var at momentum 1) within 2e-6 relative, a few float32 roundings a merge level (u =
 // 6e-8, about 20 levels); save_mean within half an ulp of the exact mean (its correct rounding)
 // plus 2e-5 std; save_invstd within 1.25e-6 relative. Both layouts; channels-first in the
-// single-read kernel (one-CTA and 4-CTA clusters) and in three passes; channels-last (always three
-// passes) with small and large channels. Each case runs twice: the same bits.
+// single-read kernel (one-CTA and 4-CTA clusters), in three passes and as columns (each channel's
+// 49 column partials merged); channels-last (always three passes) with small and large channels. Each case runs twice: the same bits.
 TEST_F(BatchNormGpu, StatisticsOfValuesNear1e4) {
   struct Near1e4Case {
     std::vector<int64_t> sizes;
@@ -540,6 +534,7 @@ TEST_F(BatchNormGpu, StatisticsOfValuesNear1e4) {
       {{4, 16, 32, 32}, false, true},    // one CTA a channel
       {{16, 8, 64, 64}, false, true},    // 4-CTA clusters: the merge through distributed shared memory
       {{2, 64, 256, 256}, false, false},  // 512 KiB channels: three passes
+      {{64, 16, 7, 7}, false, false},     // 196-byte planes: the columns of [N, C * S]
       {{16, 32, 8, 8}, true, false},
       {{2, 64, 256, 256}, true, false},
   };

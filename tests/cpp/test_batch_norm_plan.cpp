@@ -396,10 +396,9 @@ TEST(BatchNormPlan, NoResidentLayoutWhereItCannotApply) {
   EXPECT_EQ(plan_batch_norm_resident(must_plan({1, 3, 1}, false, 4), 4, 1, true).cluster, 0);
 }
 
-
 // Channels-first planes under the byte limit read as the columns of [N, C * S]: a channels-last
-// plan of whole vectors over the matrix; never with the limit at 0 (the shipped setting), for
-// channels-last x, one value a position, misaligned pointers or C * S short of whole vectors.
+// plan of whole vectors over the matrix; never with the limit at 0, for channels-last x, one
+// value a position, misaligned pointers or C * S short of whole vectors.
 TEST(BatchNormPlan, SmallPlanesAsColumns) {
   BatchNormPlan columns;
   const BatchNormPlan seven = must_plan({256, 1024, 7, 7}, false, 2);
@@ -412,7 +411,13 @@ TEST(BatchNormPlan, SmallPlanesAsColumns) {
   EXPECT_EQ(columns.channel_count(), 256);
   EXPECT_GE(columns.workspace_bytes, columns.params_offset + std::size_t(1024 * 49 * 4 * 4));
   EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, true, kSms, 98, &columns)) << "98-byte planes, limit 98";
-  EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, true, kSms, kBatchNormColumnPlaneBytes, &columns));
+  EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, true, kSms, 0, &columns)) << "limit 0: never";
+  // The shipped limit: 7x7 maps in 16 and 32 bits, not 14x14 ones.
+  EXPECT_TRUE(plan_batch_norm_columns(seven, 2, 4, true, kSms, kBatchNormColumnPlaneBytes, &columns));
+  EXPECT_TRUE(plan_batch_norm_columns(must_plan({256, 1024, 7, 7}, false, 4), 4, 4, true, kSms,
+                                      kBatchNormColumnPlaneBytes, &columns));
+  EXPECT_FALSE(plan_batch_norm_columns(must_plan({64, 256, 14, 14}, false, 2), 2, 4, true, kSms,
+                                       kBatchNormColumnPlaneBytes, &columns));
   EXPECT_FALSE(plan_batch_norm_columns(seven, 2, 4, false, kSms, 128, &columns)) << "misaligned";
   EXPECT_FALSE(plan_batch_norm_columns(must_plan({256, 1024, 7, 7}, true, 2), 2, 4, true, kSms, 128, &columns));
   EXPECT_FALSE(plan_batch_norm_columns(must_plan({8, 64, 1, 1}, false, 2), 2, 4, true, kSms, 128, &columns));
@@ -426,24 +431,6 @@ TEST(BatchNormPlan, SmallPlanesAsColumns) {
   // Many rows a column: several statistics CTAs a tile, whose partials the finalize merges.
   ASSERT_TRUE(plan_batch_norm_columns(must_plan({2048, 8, 2, 2}, false, 2), 2, 4, true, kSms, 128, &columns));
   EXPECT_GT(columns.stats_ctas, 1);
-}
-
-// The table kernel: channels-first planes of whole vectors, every channel's parameters within
-// kBatchNormTableBytes and the setting's limit (0, the shipped one: never).
-TEST(BatchNormPlan, InferenceTableOfEveryChannel) {
-  const BatchNormPlan wide = must_plan({32, 64, 112, 112}, false, 2);
-  EXPECT_TRUE(batch_norm_inference_table(wide, 2, 4, 4096));
-  EXPECT_FALSE(batch_norm_inference_table(wide, 2, 4, kBatchNormInferenceTableChannels));
-  EXPECT_FALSE(batch_norm_inference_table(wide, 2, 4, 63)) << "64 channels, limit 63";
-  EXPECT_FALSE(batch_norm_inference_table(must_plan({32, 64, 112, 112}, true, 2), 2, 4, 4096)) << "channels-last";
-  EXPECT_FALSE(batch_norm_inference_table(must_plan({256, 1024, 7, 7}, false, 2), 2, 4, 4096)) << "49-value planes";
-  EXPECT_FALSE(batch_norm_inference_table(must_plan({32, 64, 112, 112}, false, 2, false), 2, 4, 4096)) << "misaligned";
-  EXPECT_EQ(batch_norm_table_capacity(4), 2048);
-  EXPECT_EQ(batch_norm_table_capacity(8), 1024);
-  EXPECT_TRUE(batch_norm_inference_table(must_plan({2, 2048, 4, 4}, false, 4), 4, 4, 1 << 20));
-  EXPECT_FALSE(batch_norm_inference_table(must_plan({2, 2049, 4, 4}, false, 4), 4, 4, 1 << 20)) << "past the table";
-  EXPECT_FALSE(batch_norm_inference_table(must_plan({2, 1025, 4, 4}, false, 8), 8, 8, 1 << 20)) << "double's table";
-  EXPECT_FALSE(batch_norm_inference_table(must_plan({0, 4, 8, 8}, false, 4), 4, 4, 1 << 20)) << "empty";
 }
 
 TEST(BatchNormPlan, InferenceTakesTheFlatKernelForRaggedAndSmallPlanes) {
