@@ -337,12 +337,17 @@ __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_
 // x - K_c, then one merge. The second pass takes (x - K_c) - mean as (x - hi) + lo, hi + lo =
 // K_c + mean exactly (TwoSum): x - hi is exact for x near the mean, and no shifted copy of the
 // batch stays live between the passes (that copy spilled the float64 kernel further).
-template <int M, typename Acc, class F>
+// kWhole: valid == M, a power of two, known where compiled: no test a value, and the mean by a
+// multiplication by 1 / M, the division's bits (both round the same quotient) without its
+// instructions. The statistics pass is near issue-bound (run 297), and these run a lane a batch.
+template <int M, bool kWhole, typename Acc, class F>
 __device__ __forceinline__ Moments<Acc> batch_moments(F f, Acc shift, int valid) {
+  static_assert(!kWhole || (M & (M - 1)) == 0, "a whole batch's reciprocal must be exact");
+  if constexpr (kWhole) valid = M;
   Acc sum = 0;
 #pragma unroll
   for (int i = 0; i < M; ++i) sum += i < valid ? f(i) - shift : Acc(0);
-  const Acc mean = sum / static_cast<Acc>(valid);
+  const Acc mean = kWhole ? sum * (Acc(1) / Acc(M)) : sum / static_cast<Acc>(valid);
   const Acc hi = shift + mean, t = hi - shift;
   // An infinite or NaN mean (inf or NaN in x) leaves lo out: x - hi as x - mean was before.
   const Acc lo = isfinite(hi) ? (shift - (hi - t)) + (mean - t) : Acc(0);
@@ -357,7 +362,8 @@ __device__ __forceinline__ Moments<Acc> batch_moments(F f, Acc shift, int valid)
 
 template <int M, typename Acc, class F>
 __device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, Acc shift, int valid) {
-  st = merge(st, batch_moments<M>(f, shift, valid));
+  if (valid == M) st = merge(st, batch_moments<M, true>(f, shift, M));
+  else st = merge(st, batch_moments<M, false>(f, shift, valid));
 }
 
 // merge(st[j], b[j]) for every lane j where all of them hold the same count (channels-last: a
@@ -407,11 +413,24 @@ __device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, st
             st[0], [&](int m) { return element<T, VEC, Acc>(b.x[u0 + m / VEC], m % VEC); }, center[0], valid);
       }
   } else {
+    // A short batch (only a thread's last can be) folds a vector at a time: a second form of the
+    // whole batch's fold spilled the 16-bit kernel.
     Moments<Acc> batch[kLanes];
+    if (b.count == U) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i)
-      batch[i] = batch_moments<U>([&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], b.count);
-    merge_lanes(st, batch);
+      for (int i = 0; i < VEC; ++i)
+        batch[i] = batch_moments<U, true>([&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], U);
+      merge_lanes(st, batch);
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < b.count) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i)
+            batch[i] = batch_moments<1, true>([&](int) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], 1);
+          merge_lanes(st, batch);
+        }
+    }
   }
 }
 
