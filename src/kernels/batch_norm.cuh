@@ -339,7 +339,7 @@ __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_
 // batch stays live between the passes (that copy spilled the float64 kernel further).
 // kWhole: valid == M, a power of two, known where compiled: no test a value, and the mean by a
 // multiplication by 1 / M, the division's bits (both round the same quotient) without its
-// instructions. The statistics pass is near issue-bound (run 297), and these run a lane a batch.
+// instructions. The statistics pass is near issue-bound, and these run a lane a batch.
 template <int M, bool kWhole, typename Acc, class F>
 __device__ __forceinline__ Moments<Acc> batch_moments(F f, Acc shift, int valid) {
   static_assert(!kWhole || (M & (M - 1)) == 0, "a whole batch's reciprocal must be exact");
