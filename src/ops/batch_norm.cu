@@ -16,6 +16,7 @@
 #include "kernels/batch_norm_resident.cuh"
 #include "kernels/batch_norm_sync.cuh"
 #include "ops/checks.hpp"
+#include "ops/launch.hpp"
 #include "plan/batch_norm_plan.hpp"
 #include "reducekit/batch_norm.hpp"
 #include "reducekit/tuning.hpp"
@@ -151,11 +152,7 @@ unsigned finalize_grid(int64_t channels) {
   return static_cast<unsigned>((channels + kChannelsPerCta - 1) / kChannelsPerCta);
 }
 
-Status launched(const char* name) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return Status::ok();
-  return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
-}
+using detail::launch_status;
 
 // The kernels' compile-time shape: element type, layout, vector width.
 template <typename T_, BatchNormLayout L_, int V_> struct KernelShape {
@@ -204,7 +201,7 @@ Status clusters_fit(const void* kernel, int cluster, std::size_t smem, bool* fit
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, std::size_t, int>, bool> cache;
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return launched("batch_norm device query");
+  if (cudaGetDevice(&device) != cudaSuccess) return launch_status("batch_norm device query");
   const auto key = std::make_tuple(kernel, cluster, smem, device);
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) {
@@ -236,7 +233,7 @@ template <typename T, bool kBackward> Status resident_fits(const BatchNormReside
   static_assert(kBatchNormResidentClusterLimit <= 8, "clusters past 8 CTAs need the non-portable opt-in");
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(rp.smem_bytes)) !=
       cudaSuccess)
-    return launched("batch_norm single-read setup");
+    return launch_status("batch_norm single-read setup");
   return clusters_fit(reinterpret_cast<const void*>(kernel), rp.cluster, rp.smem_bytes, fit);
 }
 
@@ -251,44 +248,15 @@ Status launch_resident(const BatchNormArgs<kernels::acc_t<T>>& a, const BatchNor
   bool fit = false;
   REDUCEKIT_RETURN_IF_ERROR((resident_fits<T, kBackward>(rp, &fit)));
   if (!fit) return Status::ok();
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(a.c * rp.cluster));
-  config.blockDim = dim3(kBatchNormResidentThreads);
-  config.dynamicSmemBytes = rp.smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim = {static_cast<unsigned>(rp.cluster), 1, 1};
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {static_cast<unsigned>(rp.cluster), 1, 1};
   // One-CTA channels launch plainly: cluster launches schedule CTAs more slowly.
-  config.attrs = rp.cluster > 1 ? &attribute : nullptr;
-  config.numAttrs = rp.cluster > 1 ? 1 : 0;
-  if (cudaLaunchKernelEx(&config, kernel, a, rp) != cudaSuccess) {
-    const cudaError_t err = cudaGetLastError();
-    return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
-  }
+  REDUCEKIT_RETURN_IF_ERROR(detail::launch_with_attributes(kernel, a.c * rp.cluster, kBatchNormResidentThreads,
+                                                           rp.smem_bytes, stream, &cluster, rp.cluster > 1 ? 1 : 0,
+                                                           name, a, rp));
   *ran = true;
-  return launched(name);
-}
-
-// A launch of `kernel` that may begin before the kernel ahead of it ends (programmatic dependent
-// launch), for the three passes' finalize and apply kernels, which wait (wait_for_previous_grid)
-// before they read what the pass ahead writes and write nothing before that. The kernel ahead is
-// the library's own, launched just before, so whatever ran before it has ended.
-template <class Args> Status launch_overlapping(void (*kernel)(Args), unsigned grid, cudaStream_t stream,
-                                                const char* name, const Args& args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(kBatchNormThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args);
-  if (err == cudaSuccess) return launched(name);
-  cudaGetLastError();
-  return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
+  return Status::ok();
 }
 
 // A training forward (or a backward): the single-read kernel where `rp` has a layout the device
@@ -304,14 +272,16 @@ Status run_training_passes(const BatchNormArgs<typename S::Acc>& a, const BatchN
   }
   const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
   kernels::batch_norm_stats_kernel<T, S::L, S::V, kBackward><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
-  REDUCEKIT_RETURN_IF_ERROR(launched(kBackward ? "batch_norm backward statistics" : "batch_norm statistics"));
-  REDUCEKIT_RETURN_IF_ERROR(launch_overlapping(kernels::batch_norm_finalize_kernel<T, kBackward>,
-                                               finalize_grid(a.c / a.segment), stream,
-                                               kBackward ? "batch_norm backward finalize" : "batch_norm finalize", a));
+  REDUCEKIT_RETURN_IF_ERROR(launch_status(kBackward ? "batch_norm backward statistics" : "batch_norm statistics"));
+  // The finalize and apply kernels overlap the kernel ahead: each waits before reading what it wrote.
+  const cudaLaunchAttribute overlap = detail::overlap_previous_attribute();
+  REDUCEKIT_RETURN_IF_ERROR(detail::launch_with_attribute(
+      kernels::batch_norm_finalize_kernel<T, kBackward>, finalize_grid(a.c / a.segment), kBatchNormThreads, 0, stream,
+      overlap, kBackward ? "batch_norm backward finalize" : "batch_norm finalize", a));
   if (!apply) return Status::ok();
-  return launch_overlapping(kernels::batch_norm_apply_kernel<T, S::L, S::V, kBackward, false>,
-                            static_cast<unsigned>(plan.ctas()), stream,
-                            kBackward ? "batch_norm backward" : "batch_norm", a);
+  return detail::launch_with_attribute(kernels::batch_norm_apply_kernel<T, S::L, S::V, kBackward, false>, plan.ctas(),
+                                       kBatchNormThreads, 0, stream, overlap,
+                                       kBackward ? "batch_norm backward" : "batch_norm", a);
 }
 
 bool same_offset16(std::initializer_list<const TensorView*> tensors) {
@@ -467,11 +437,11 @@ Status batch_norm_inference_forward(const TensorView& x, const TensorView* weigh
       const kernels::BatchNormFlatShape f{total, plan.s, plan.c, 1.0 / double(plan.s), 1.0 / double(plan.c)};
       const auto flat_grid = static_cast<unsigned>(batch_norm_flat_grid(total, sizeof(T)));
       kernels::batch_norm_inference_flat_kernel<T, kFlatVec><<<flat_grid, kBatchNormThreads, 0, stream>>>(a, f);
-      return launched("batch_norm inference");
+      return launch_status("batch_norm inference");
     }
     const auto grid = static_cast<unsigned>(plan.ctas());
     kernels::batch_norm_apply_kernel<T, S::L, S::V, false, true><<<grid, kBatchNormThreads, 0, stream>>>(a);
-    return launched("batch_norm inference");
+    return launch_status("batch_norm inference");
   });
 }
 
@@ -542,10 +512,10 @@ Status batch_norm_moments(const TensorView& x, const TensorView& packet, const W
     REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_moments statistics"));
+    REDUCEKIT_RETURN_IF_ERROR(launch_status("batch_norm_moments statistics"));
     kernels::batch_norm_packet_kernel<T, false>
         <<<finalize_grid(plan.c), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
-    return launched("batch_norm_moments packet");
+    return launch_status("batch_norm_moments packet");
   });
 }
 
@@ -585,7 +555,7 @@ Status batch_norm_merge_moments(const TensorView& packets, DType dtype, const Te
         mutable_data_of<float>(running_mean), mutable_data_of<float>(running_var),
         static_cast<float*>(save_mean.data), static_cast<float*>(save_invstd.data));
   }
-  return launched("batch_norm_merge_moments");
+  return launch_status("batch_norm_merge_moments");
 }
 
 Status batch_norm_apply(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& mean,
@@ -610,10 +580,10 @@ Status batch_norm_apply(const TensorView& x, const TensorView* weight, const Ten
     kernels::batch_norm_forward_params_kernel<Acc><<<channel_grid(plan.c), kBatchNormThreads, 0, stream>>>(
         plan.c, static_cast<const Acc*>(mean.data), static_cast<const Acc*>(invstd.data), data_of<Acc>(weight),
         data_of<Acc>(bias), a.params);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_apply parameters"));
+    REDUCEKIT_RETURN_IF_ERROR(launch_status("batch_norm_apply parameters"));
     const auto grid = static_cast<unsigned>(plan.ctas());
     kernels::batch_norm_apply_kernel<T, S::L, S::V, false, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
-    return launched("batch_norm_apply");
+    return launch_status("batch_norm_apply");
   });
 }
 
@@ -647,10 +617,10 @@ Status batch_norm_backward_sums(const TensorView& dy, const TensorView& x, const
     a.dbias = mutable_data_of<Acc>(dbias);
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, S::L, S::V, true><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_backward_sums statistics"));
+    REDUCEKIT_RETURN_IF_ERROR(launch_status("batch_norm_backward_sums statistics"));
     kernels::batch_norm_packet_kernel<T, true>
         <<<finalize_grid(plan.c), kBatchNormThreads, 0, stream>>>(a, static_cast<double*>(packet.data));
-    return launched("batch_norm_backward_sums packet");
+    return launch_status("batch_norm_backward_sums packet");
   });
 }
 
@@ -682,10 +652,10 @@ Status batch_norm_backward_apply(const TensorView& dy, const TensorView& x, cons
     kernels::batch_norm_backward_params_kernel<Acc><<<channel_grid(plan.c), kBatchNormThreads, 0, stream>>>(
         static_cast<const double*>(packets.data), ranks, plan.c, static_cast<const Acc*>(save_mean.data),
         static_cast<const Acc*>(save_invstd.data), data_of<Acc>(weight), a.params);
-    REDUCEKIT_RETURN_IF_ERROR(launched("batch_norm_backward_apply parameters"));
+    REDUCEKIT_RETURN_IF_ERROR(launch_status("batch_norm_backward_apply parameters"));
     const auto grid = static_cast<unsigned>(plan.ctas());
     kernels::batch_norm_apply_kernel<T, S::L, S::V, true, false><<<grid, kBatchNormThreads, 0, stream>>>(a);
-    return launched("batch_norm_backward_apply");
+    return launch_status("batch_norm_backward_apply");
   });
 }
 

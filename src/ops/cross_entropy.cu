@@ -159,11 +159,7 @@ Status launch_staged(const kernels::CrossEntropyArgs<T>& a, const RowKernelConfi
   }
 }
 
-Status launched(const char* name) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return Status::ok();
-  return Status::cuda_error(std::string(name) + " launch failed: " + cudaGetErrorString(err));
-}
+using detail::launch_status;
 
 template <typename T, bool kForward, bool kExtras, int kShift> constexpr auto row_kernel() {
   if constexpr (kForward) return kernels::cross_entropy_forward_kernel<T, kExtras, kShift>;
@@ -208,7 +204,7 @@ Status launch_split(const kernels::CrossEntropyArgs<T>& a, int chunks, cudaStrea
   } else {
     kernels::cross_entropy_split_backward_kernel<T, kExtras>
         <<<static_cast<unsigned>(a.rows * chunks), kCrossEntropyThreads, 0, stream>>>(a, chunks);
-    return launched(name);
+    return launch_status(name);
   }
 }
 
@@ -235,7 +231,7 @@ Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t st
     if (plan.kind == CrossEntropyRows::kGranules) {
       const auto kernel = kernels::cross_entropy_backward_granules_kernel<T, kExtras>;
       kernel<<<grid_for(kernel, a.rows), kCrossEntropyThreads, 0, stream>>>(a);
-      return launched(name);
+      return launch_status(name);
     }
   }
   if (plan.kind == CrossEntropyRows::kShiftClasses) {
@@ -244,13 +240,13 @@ Status launch_row_classes(const kernels::CrossEntropyArgs<T>& a, cudaStream_t st
       const auto kernel = row_kernel_for<T, kForward, kExtras>(shift);
       const int64_t class_rows = (a.rows - c + plan.period - 1) / plan.period;
       kernel<<<grid_for(kernel, class_rows), kCrossEntropyThreads, 0, stream>>>(a, c, plan.period);
-      REDUCEKIT_RETURN_IF_ERROR(launched(name));
+      REDUCEKIT_RETURN_IF_ERROR(launch_status(name));
     }
     return Status::ok();
   }
   const auto kernel = row_kernel_for<T, kForward, kExtras>(-1);  // one launch, every row
   kernel<<<grid_for(kernel, a.rows), kCrossEntropyThreads, 0, stream>>>(a, 0, 1);
-  return launched(name);
+  return launch_status(name);
 }
 
 // The lean kernels unless label smoothing or soft-capping.
@@ -440,7 +436,7 @@ Status cross_entropy_probs_forward(const TensorView& logits, const TensorView& t
       return kernels::cross_entropy_probs_forward_kernel<T, false>;
     }();
     kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);
-    return launched("cross_entropy_probs_forward");
+    return launch_status("cross_entropy_probs_forward");
   });
 }
 
@@ -487,7 +483,7 @@ Status cross_entropy_probs_backward(const TensorView& logits, const TensorView& 
     const auto kernel = granules ? kernels::cross_entropy_probs_backward_kernel<T, true>
                                  : kernels::cross_entropy_probs_backward_kernel<T, false>;
     kernel<<<grid_for(kernel, a.rows), kernels::kProbsThreads, 0, stream>>>(a);
-    return launched("cross_entropy_probs_backward");
+    return launch_status("cross_entropy_probs_backward");
   });
 }
 
@@ -541,7 +537,7 @@ Status launch_reduce(const TensorView* loss, const TensorView* target, const Ten
     a.denominator = denominator != nullptr ? static_cast<Acc*>(denominator->data) : nullptr;
     if (!overlap_previous) {
       kernels::cross_entropy_reduce_kernel<T><<<1, kernels::kCrossEntropyReduceThreads, 0, stream>>>(a);
-      return launched("cross_entropy_reduce");
+      return launch_status("cross_entropy_reduce");
     }
     cudaLaunchAttribute overlap = detail::overlap_previous_attribute();
     return detail::launch_with_attributes(kernels::cross_entropy_reduce_kernel<T>, 1,

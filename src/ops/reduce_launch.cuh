@@ -11,16 +11,11 @@
 #include <string>
 
 #include "kernels/reduce_engine.cuh"
+#include "ops/launch.hpp"
 #include "ops/reduce_dispatch.hpp"
 
 namespace reducekit {
 namespace detail {
-
-inline Status reduce_launch_status(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return Status::ok();
-  return Status::cuda_error(std::string(kernel) + " launch failed: " + cudaGetErrorString(err));
-}
 
 template <class P, typename T, bool kAligned>
 Status launch_row_warp(const kernels::ReduceArgs& a, int lanes, unsigned grid, cudaStream_t stream) {
@@ -28,7 +23,7 @@ Status launch_row_warp(const kernels::ReduceArgs& a, int lanes, unsigned grid, c
   if (lanes < 1 || lanes > 32 || (lanes & (lanes - 1)) != 0)
     return Status::unsupported("reduce plan: warp rows of " + std::to_string(lanes) + " lanes (a power of two up to 32)");
   reduce_row_warp_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(a, lanes);
-  return reduce_launch_status("reduce_row_warp_kernel");
+  return launch_status("reduce_row_warp_kernel");
 }
 
 // kAligned: every row (run) of x starts 16-byte aligned; else rows load as their own alignment
@@ -42,16 +37,16 @@ template <class P, typename T, bool kAligned> Status launch_policy_aligned(const
       return Status::ok();
     case ReduceKernel::kFill:
       reduce_fill_kernel<P><<<grid, kReduceThreads, 0, stream>>>(l.args, l.out_numel);
-      return reduce_launch_status("reduce_fill_kernel");
+      return launch_status("reduce_fill_kernel");
     case ReduceKernel::kRowWarp:
       return launch_row_warp<P, T, kAligned>(l.args, c.lanes, grid, stream);
     case ReduceKernel::kRowBlock:
       reduce_row_block_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
-      return reduce_launch_status("reduce_row_block_kernel");
+      return launch_status("reduce_row_block_kernel");
     case ReduceKernel::kColumn:
       if (c.column_row_lanes == 1) {
         reduce_column_kernel<P, T, 1, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
-        return reduce_launch_status("reduce_column_kernel");
+        return launch_status("reduce_column_kernel");
       }
       if constexpr (kAligned && kColumnWideFits<P, T>) {  // the planner's rule: aligned rows only
         if (c.column_wide) {
@@ -61,14 +56,14 @@ template <class P, typename T, bool kAligned> Status launch_policy_aligned(const
           const auto wide_grid = static_cast<unsigned>(std::min(wide.outer * wide.tiles * c.parts, kMaxGrid));
           reduce_column_kernel<P, T, kColumnRowLanes, kColumnWideLanesPerThread, kAligned>
               <<<wide_grid, kReduceThreads, 0, stream>>>(wide);
-          return reduce_launch_status("reduce_column_kernel");
+          return launch_status("reduce_column_kernel");
         }
       }
       reduce_column_kernel<P, T, kColumnRowLanes, 1, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
-      return reduce_launch_status("reduce_column_kernel");
+      return launch_status("reduce_column_kernel");
     case ReduceKernel::kAll:
       reduce_all_kernel<P, T, kAligned><<<grid, kReduceThreads, 0, stream>>>(l.args);
-      return reduce_launch_status("reduce_all_kernel");
+      return launch_status("reduce_all_kernel");
   }
   return Status::unsupported("x: no reduction kernel for this problem");
 }
