@@ -524,7 +524,8 @@ TEST_F(BatchNormGpu, BadArguments) {
 // 6e-8, about 20 levels); save_mean within half an ulp of the exact mean (its correct rounding)
 // plus 2e-5 std; save_invstd within 1.25e-6 relative. Both layouts; channels-first in the
 // single-read kernel (one-CTA and 4-CTA clusters), in three passes and as columns (each channel's
-// 49 column partials merged); channels-last (always three passes) with small and large channels. Each case runs twice: the same bits.
+// 49 column partials merged); channels-last (always three passes) with small and large channels.
+// Each case runs twice: the same bits.
 TEST_F(BatchNormGpu, StatisticsOfValuesNear1e4) {
   struct Near1e4Case {
     std::vector<int64_t> sizes;
