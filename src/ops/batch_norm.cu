@@ -181,6 +181,32 @@ template <class Run> Status by_dtype(DType dtype, const BatchNormPlan& plan, Run
   }
 }
 
+// run(shape, args): by_dtype with the call's kernel arguments made (x's pointers, the plan's
+// workspace bound).
+template <class Run>
+Status with_args(const TensorView& x, const BatchNormPlan& plan, const Workspace& workspace, Run run) {
+  return by_dtype(x.dtype, plan, [&](auto shape) {
+    using Acc = typename decltype(shape)::Acc;
+    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
+    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
+    return run(shape, a);
+  });
+}
+
+// with_args on the plan the kernels run: the columns of [N, C * S] where x reads as columns
+// (columns_of, beside `others`), else `plan`; run(shape, args, kernel plan, by columns).
+template <class Run>
+Status with_kernel_args(const TensorView& x, const BatchNormPlan& plan, std::initializer_list<const TensorView*> others,
+                        const Workspace& workspace, Run run) {
+  BatchNormPlan columns;
+  const bool by_columns = columns_of(x, plan, others, &columns);
+  const BatchNormPlan& kernel_plan = by_columns ? columns : plan;
+  return with_args(x, kernel_plan, workspace, [&](auto shape, auto& a) {
+    if (by_columns) a.segment = plan.s;
+    return run(shape, a, kernel_plan, by_columns);
+  });
+}
+
 // save_mean and save_invstd of an empty batch: NaN (all-ones bytes are a NaN in float32 and float64).
 Status fill_nan(const TensorView& t, cudaStream_t stream) {
   if (t.numel() == 0) return Status::ok();
@@ -371,16 +397,11 @@ Status batch_norm_training_forward(const TensorView& x, const TensorView* weight
     REDUCEKIT_RETURN_IF_ERROR(fill_nan(save_mean, stream));
     return fill_nan(save_invstd, stream);
   }
-  BatchNormPlan columns;
-  const bool by_columns = columns_of(x, plan, {&y}, &columns);
-  const BatchNormPlan& kernel_plan = by_columns ? columns : plan;
-  return by_dtype(x.dtype, kernel_plan, [&](auto shape) {
+  return with_kernel_args(x, plan, {&y}, workspace,
+                          [&](auto shape, auto& a, const BatchNormPlan& kernel_plan, bool by_columns) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, kernel_plan);
-    if (by_columns) a.segment = plan.s;
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, kernel_plan, workspace, &a));
     a.out = y.data;
     a.weight = data_of<Acc>(weight);
     a.bias = data_of<Acc>(bias);
@@ -468,16 +489,11 @@ Status batch_norm_backward(const TensorView& dy, const TensorView& x, const Tens
     REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
     return fill_zero(dbias, stream);
   }
-  BatchNormPlan columns;
-  const bool by_columns = columns_of(x, plan, {&dy, dx}, &columns);
-  const BatchNormPlan& kernel_plan = by_columns ? columns : plan;
-  return by_dtype(x.dtype, kernel_plan, [&](auto shape) {
+  return with_kernel_args(x, plan, {&dy, dx}, workspace,
+                          [&](auto shape, auto& a, const BatchNormPlan& kernel_plan, bool by_columns) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, kernel_plan);
-    if (by_columns) a.segment = plan.s;
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, kernel_plan, workspace, &a));
     a.dy = dy.data;
     a.out = dx != nullptr ? dx->data : nullptr;
     a.weight = data_of<Acc>(weight);
@@ -504,12 +520,9 @@ Status batch_norm_moments(const TensorView& x, const TensorView& packet, const W
   REDUCEKIT_RETURN_IF_ERROR(check_packet(packet, "packet", x.sizes[1], false, nullptr));
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&packet, "packet"}}, {{&x, "x"}}));
   if (plan.channel_count() == 0) return fill_zero(&packet, stream);  // (0, 0, 0): merges as nothing
-  return by_dtype(x.dtype, plan, [&](auto shape) {
+  return with_args(x, plan, workspace, [&](auto shape, auto& a) {
     using S = decltype(shape);
     using T = typename S::T;
-    using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     const auto stats_grid = static_cast<unsigned>(plan.stats_grid());
     kernels::batch_norm_stats_kernel<T, S::L, S::V, false><<<stats_grid, kBatchNormThreads, 0, stream>>>(a);
     REDUCEKIT_RETURN_IF_ERROR(launch_status("batch_norm_moments statistics"));
@@ -570,12 +583,10 @@ Status batch_norm_apply(const TensorView& x, const TensorView* weight, const Ten
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint(
       {{&y, "y"}}, {{weight, "weight"}, {bias, "bias"}, {&mean, "mean"}, {&invstd, "invstd"}}));
   if (plan.channel_count() == 0) return Status::ok();
-  return by_dtype(x.dtype, plan, [&](auto shape) {
+  return with_args(x, plan, workspace, [&](auto shape, auto& a) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.out = y.data;
     kernels::batch_norm_forward_params_kernel<Acc><<<channel_grid(plan.c), kBatchNormThreads, 0, stream>>>(
         plan.c, static_cast<const Acc*>(mean.data), static_cast<const Acc*>(invstd.data), data_of<Acc>(weight),
@@ -604,12 +615,10 @@ Status batch_norm_backward_sums(const TensorView& dy, const TensorView& x, const
     REDUCEKIT_RETURN_IF_ERROR(fill_zero(dweight, stream));
     return fill_zero(dbias, stream);
   }
-  return by_dtype(x.dtype, plan, [&](auto shape) {
+  return with_args(x, plan, workspace, [&](auto shape, auto& a) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.dy = dy.data;
     a.mean = static_cast<const Acc*>(save_mean.data);
     a.invstd = static_cast<const Acc*>(save_invstd.data);
@@ -641,12 +650,10 @@ Status batch_norm_backward_apply(const TensorView& dy, const TensorView& x, cons
   REDUCEKIT_RETURN_IF_ERROR(check_disjoint({{&dx, "dx"}}, {{weight, "weight"}, {&save_mean, "save_mean"},
                                                            {&save_invstd, "save_invstd"}, {&packets, "packets"}}));
   if (plan.channel_count() == 0) return Status::ok();
-  return by_dtype(x.dtype, plan, [&](auto shape) {
+  return with_args(x, plan, workspace, [&](auto shape, auto& a) {
     using S = decltype(shape);
     using T = typename S::T;
     using Acc = typename S::Acc;
-    BatchNormArgs<Acc> a = args_of<Acc>(x, plan);
-    REDUCEKIT_RETURN_IF_ERROR(bind_workspace(x, plan, workspace, &a));
     a.dy = dy.data;
     a.out = dx.data;
     kernels::batch_norm_backward_params_kernel<Acc><<<channel_grid(plan.c), kBatchNormThreads, 0, stream>>>(
