@@ -11,6 +11,7 @@
 
 #include "kernels/softmax_columns.cuh"
 #include "ops/checks.hpp"
+#include "ops/launch.hpp"
 #include "plan/launch_limits.hpp"
 #include "plan/reduction_plan.hpp"
 #include "plan/softmax_column_plan.hpp"
@@ -37,11 +38,7 @@ int inputs_of(SoftmaxColumnOp op) {
   return op == SoftmaxColumnOp::kSoftmax || op == SoftmaxColumnOp::kLogSoftmax ? 1 : 2;
 }
 
-Status cuda_status(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return Status::ok();
-  return Status::cuda_error(std::string(what) + " failed: " + cudaGetErrorString(err));
-}
+using detail::launch_status;
 
 // Statistic and parameter sizes of the op in x's dtype: the plan's shared-memory arithmetic.
 template <SoftmaxColumnOp kOp> void op_sizes(DType dtype, int* stat_bytes, int* param_bytes) {
@@ -102,7 +99,7 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
   if (plan.smem_bytes > 48 * 1024 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)) !=
           cudaSuccess)
-    return cuda_status("softmax_column_kernel shared memory opt-in");
+    return launch_status("softmax_column_kernel (shared memory opt-in)");
   // One CTA a tile; with two tile buffers as many CTAs as stay resident, each looping over tiles
   // (a tile's copy beside the one before it). Two buffers only where they cost no resident CTA:
   // they gain where they do not and lose where a CTA an SM goes (LOG.md; column_stage_buffers=2
@@ -125,7 +122,7 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
     }
   }
   kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, smem, stream>>>(args);
-  return cuda_status("softmax_column_kernel launch");
+  return launch_status("softmax_column_kernel");
 }
 
 template <SoftmaxColumnOp kOp, typename T>
