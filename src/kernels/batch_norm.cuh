@@ -2,7 +2,8 @@
 // batch_norm's kernels, on the CTA layout of plan/batch_norm_plan.hpp:
 //
 //   batch_norm_stats_kernel     each CTA folds its chunks of a tile into one partial a channel
-//                               (forward: Welford (count, mean, M2); backward: sum(dy) and
+//                               (forward: (count, mean, M2), from shifted sums a thread and
+//                               Chan's merges across threads; backward: sum(dy) and
 //                               sum(dy * (x - mean))).
 //   batch_norm_finalize_kernel  a warp a channel merges the channel's partials in a fixed order
 //                               and turns them into the channel's outputs (save_mean / save_invstd
@@ -332,106 +333,103 @@ __device__ ChannelParams<Acc> finish_channel(const BatchNormArgs<Acc>& a, int64_
           a.batch_statistics ? -k * st.dy * inv_count : Acc(0)};
 }
 
-// Folds values f(0) .. f(M - 1) less `shift` (K_c; the first `valid` values real, the rest
-// ignored: a padding 0 would count as -K_c) into st: the batch's exact two-pass moments of
-// x - K_c, then one merge. The second pass takes (x - K_c) - mean as (x - hi) + lo, hi + lo =
-// K_c + mean exactly (TwoSum): x - hi is exact for x near the mean, and no shifted copy of the
-// batch stays live between the passes (that copy spilled the float64 kernel further).
-// kWhole: valid == M, a power of two, known where compiled: no test a value, and the mean by a
-// multiplication by 1 / M, the division's bits (both round the same quotient) without its
-// instructions. The statistics pass is near issue-bound, and these run a lane a batch.
-template <int M, bool kWhole, typename Acc, class F>
-__device__ __forceinline__ Moments<Acc> batch_moments(F f, Acc shift, int valid) {
-  static_assert(!kWhole || (M & (M - 1)) == 0, "a whole batch's reciprocal must be exact");
-  if constexpr (kWhole) valid = M;
-  Acc sum = 0;
-#pragma unroll
-  for (int i = 0; i < M; ++i) sum += i < valid ? f(i) - shift : Acc(0);
-  const Acc mean = kWhole ? sum * (Acc(1) / Acc(M)) : sum / static_cast<Acc>(valid);
-  const Acc hi = shift + mean, t = hi - shift;
-  // An infinite or NaN mean (inf or NaN in x) leaves lo out: x - hi as x - mean was before.
-  const Acc lo = isfinite(hi) ? (shift - (hi - t)) + (mean - t) : Acc(0);
-  Acc m2 = 0;
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    const Acc d = (f(i) - hi) + lo;
-    m2 += i < valid ? d * d : Acc(0);
-  }
-  return {valid, mean, m2};
-}
+// A forward statistics thread's accumulators: for each element place i of its vectors, the sums
+// of d = x - shift and of d^2 over the `count` vectors folded (channels-last: a channel a place;
+// channels-first: the CTA's one channel in VEC partial sums). shift: K_c plus the mean of the
+// thread's first batch, so that d stays within the data's spread and s2 - s1^2 / n keeps its
+// digits (K_c alone where that sum is not finite). Two adds and an FMA a value and no division:
+// merging exact moments batch by batch left the pass issue-bound.
+template <typename Acc, int VEC, int kLanes> struct ShiftedSums {
+  Acc shift[kLanes], s1[VEC], s2[VEC];
+  int count;  // vectors
+};
 
-template <int M, typename Acc, class F>
-__device__ __forceinline__ void fold_batch(Moments<Acc>& st, F f, Acc shift, int valid) {
-  if (valid == M) st = merge(st, batch_moments<M, true>(f, shift, M));
-  else st = merge(st, batch_moments<M, false>(f, shift, valid));
-}
-
-// merge(st[j], b[j]) for every lane j where all of them hold the same count (channels-last: a
-// thread's lanes fold the same vectors) and so do all b[j]: the weights, a division and two
-// conversions, once for all lanes; each lane's arithmetic is merge's.
-template <int kLanes, typename Acc>
-__device__ __forceinline__ void merge_lanes(Moments<Acc> (&st)[kLanes], const Moments<Acc> (&b)[kLanes]) {
-  const int64_t na = st[0].n, nb = b[0].n;
-  if (nb == 0) return;
-  if (na == 0) {
+// The thread's first batch sets the shifts (the sums start empty: the loop folds it again).
+template <typename T, int VEC, int U, int kLanes, typename Acc>
+__device__ __forceinline__ ShiftedSums<Acc, VEC, kLanes> start_sums(const RawBatch<T, VEC, U, false>& b,
+                                                                     const Acc (&center)[kLanes]) {
+  ShiftedSums<Acc, VEC, kLanes> acc;
+  Acc sum[VEC];
 #pragma unroll
-    for (int j = 0; j < kLanes; ++j) st[j] = b[j];
-    return;
-  }
-  const int64_t n = na + nb;
-  const Acc wb = static_cast<Acc>(nb) / static_cast<Acc>(n), weight_a = static_cast<Acc>(na);
-#pragma unroll
-  for (int j = 0; j < kLanes; ++j) {
-    const Acc delta = b[j].mean - st[j].mean;
-    st[j] = {n, st[j].mean + delta * wb, st[j].m2 + b[j].m2 + delta * delta * weight_a * wb};
-  }
-}
-
-// center[j]: lane j's channel's saved mean (backward) or its shift K_c (forward: moments of x - K_c).
-template <typename T, int VEC, int U, bool kBackward, int kLanes, typename Acc>
-__device__ __forceinline__ void fold(const RawBatch<T, VEC, U, kBackward>& b, std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>> (&st)[kLanes],
-                                     const Acc (&center)[kLanes]) {
-  if constexpr (kBackward) {
+  for (int i = 0; i < VEC; ++i) {
+    sum[i] = 0;
+    acc.s1[i] = 0;
+    acc.s2[i] = 0;
 #pragma unroll
     for (int u = 0; u < U; ++u)
+      if (u < b.count) sum[i] += element<T, VEC, Acc>(b.x[u], i) - center[kLanes == 1 ? 0 : i];
+  }
+  if constexpr (kLanes == 1)
+#pragma unroll
+    for (int i = 1; i < VEC; ++i) sum[0] += sum[i];
+  const int values = kLanes == 1 ? b.count * VEC : b.count;
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) {
+    const Acc shift = center[j] + (values > 0 ? sum[j] / static_cast<Acc>(values) : Acc(0));
+    acc.shift[j] = isfinite(shift) ? shift : center[j];
+  }
+  acc.count = 0;
+  return acc;
+}
+
+template <typename T, int VEC, int U, int kLanes, typename Acc>
+__device__ __forceinline__ void fold_sums(const RawBatch<T, VEC, U, false>& b, ShiftedSums<Acc, VEC, kLanes>& acc) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (u < b.count)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        const int j = kLanes == 1 ? 0 : i;
-        const Acc g = element<T, VEC, Acc>(b.dy[u], i), v = element<T, VEC, Acc>(b.x[u], i);
-        st[j].dy += g;
-        st[j].dy_xc += u < b.count ? g * (v - center[j]) : Acc(0);
+        const Acc d = element<T, VEC, Acc>(b.x[u], i) - acc.shift[kLanes == 1 ? 0 : i];
+        acc.s1[i] += d;
+        acc.s2[i] = fma(d, d, acc.s2[i]);
       }
-  } else if constexpr (kLanes == 1) {
-    // Groups of G vectors (8 values, one vector at 16-bit vectors): a merge, and its division,
-    // per 8 values, without the whole batch's values live at once.
-    constexpr int G = VEC >= 8 ? 1 : (8 / VEC < U ? 8 / VEC : U);
+  acc.count += b.count;
+}
+
+// The thread's moments of x - K_c a lane (channels-first: its VEC places' sums added first).
+// An inf in x keeps the mean inf and makes m2 NaN, as the exact moments do.
+template <typename Acc, int VEC, int kLanes>
+__device__ __forceinline__ void sums_to_moments(const ShiftedSums<Acc, VEC, kLanes>& acc, const Acc (&center)[kLanes],
+                                                Moments<Acc> (&st)[kLanes]) {
+  Acc s1[kLanes], s2[kLanes];
 #pragma unroll
-    for (int u0 = 0; u0 < U; u0 += G)
-      if (u0 < b.count) {
-        const int valid = (b.count - u0 < G ? b.count - u0 : G) * VEC;
-        fold_batch<G * VEC>(
-            st[0], [&](int m) { return element<T, VEC, Acc>(b.x[u0 + m / VEC], m % VEC); }, center[0], valid);
-      }
-  } else {
-    // A short batch (only a thread's last can be) folds a vector at a time: a second form of the
-    // whole batch's fold spilled the 16-bit kernel.
-    Moments<Acc> batch[kLanes];
-    if (b.count == U) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i)
-        batch[i] = batch_moments<U, true>([&](int u) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], U);
-      merge_lanes(st, batch);
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (u < b.count) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i)
-            batch[i] = batch_moments<1, true>([&](int) { return element<T, VEC, Acc>(b.x[u], i); }, center[i], 1);
-          merge_lanes(st, batch);
-        }
-    }
+  for (int j = 0; j < kLanes; ++j) {
+    s1[j] = acc.s1[j];
+    s2[j] = acc.s2[j];
   }
+  if constexpr (kLanes == 1)
+#pragma unroll
+    for (int i = 1; i < VEC; ++i) {
+      s1[0] += acc.s1[i];
+      s2[0] += acc.s2[i];
+    }
+  const int64_t n = int64_t(acc.count) * (kLanes == 1 ? VEC : 1);
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) {
+    if (n == 0) {
+      st[j] = Moments<Acc>{};
+      continue;
+    }
+    const Acc mean = s1[j] / static_cast<Acc>(n);
+    Acc m2 = s2[j] - s1[j] * mean;
+    if (m2 < Acc(0)) m2 = 0;  // rounding; NaN stays
+    st[j] = {n, (acc.shift[j] - center[j]) + mean, m2};
+  }
+}
+
+// The backward's sums: center[j], lane j's channel's saved mean.
+template <typename T, int VEC, int U, int kLanes, typename Acc>
+__device__ __forceinline__ void fold_backward(const RawBatch<T, VEC, U, true>& b, Sums<Acc> (&st)[kLanes],
+                                              const Acc (&center)[kLanes]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const int j = kLanes == 1 ? 0 : i;
+      const Acc g = element<T, VEC, Acc>(b.dy[u], i), v = element<T, VEC, Acc>(b.x[u], i);
+      st[j].dy += g;
+      st[j].dy_xc += u < b.count ? g * (v - center[j]) : Acc(0);
+    }
 }
 
 // stats_ctas CTAs a tile, CTA b = r * tiles + tile: CTA r folds chunks r, r + stats_ctas, ... of
@@ -442,8 +440,8 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
   using Acc = acc_t<T>;
   using Slot = std::conditional_t<kBackward, Sums<Acc>, Moments<Acc>>;
   constexpr int kLanes = kLanesOf<L, VEC>;
-  // Two batches in flight of 64 bytes a thread (x and dy: 32 each) ...; channels-first rows fold
-  // a vector at a time and afford twice that (channels-last lanes hold VEC accumulators).
+  // Two batches in flight of 64 bytes a thread (x and dy: 32 each) ...; channels-first forwards
+  // afford twice that (channels-last threads hold a shift and a K_c for each of VEC channels).
   constexpr int U = batch_norm_unroll(VEC, sizeof(T)) / (kBackward ? 2 : 1) *
                     (!kBackward && kLanes == 1 ? kBatchNormStatsUnrollFactor : 1);
   __shared__ Slot slots[kBatchNormThreads * kLanes];
@@ -467,13 +465,20 @@ __global__ void __launch_bounds__(kBatchNormThreads, kBatchNormStatsCtasPerSm)
   // Two batches in flight: the next one loads while the current one folds.
   RawBatch<T, VEC, U, kBackward> first, second;
   fill(first, stream, a);
+  std::conditional_t<kBackward, char, ShiftedSums<Acc, VEC, kLanes>> sums;
+  if constexpr (!kBackward) sums = start_sums(first, center);
+  const auto fold = [&](const RawBatch<T, VEC, U, kBackward>& b) {
+    if constexpr (kBackward) fold_backward(b, st, center);
+    else fold_sums(b, sums);
+  };
   while (first.count > 0) {
     fill(second, stream, a);
-    fold<T, VEC, U, kBackward, kLanes, Acc>(first, st, center);
+    fold(first);
     if (second.count == 0) break;
     fill(first, stream, a);
-    fold<T, VEC, U, kBackward, kLanes, Acc>(second, st, center);
+    fold(second);
   }
+  if constexpr (!kBackward) sums_to_moments(sums, center, st);
   // The kernel after this one may launch now (the finalize kernel, launched to overlap, waits
   // for this grid before it reads the partials).
   allow_next_launch();
