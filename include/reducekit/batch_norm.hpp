@@ -13,8 +13,8 @@
 // kInvalidArgument naming the output.
 //
 // The statistics of a channel are merged in an order fixed by the shape and the device's SM count
-// (exact two-pass moments or Welford within a CTA, Chan's merge across CTAs, no atomics): the
-// results are deterministic.
+// (exact two-pass moments, or a thread's shifted sums, within a CTA; Chan's merge across threads
+// and CTAs; no atomics): the results are deterministic.
 #pragma once
 
 #include <cuda_runtime_api.h>
