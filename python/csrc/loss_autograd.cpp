@@ -2,7 +2,7 @@
 // Autograd of cross_entropy_loss and cross_entropy_probs_loss (torch's 'mean' / 'sum' of the
 // class-index and class-probability losses) in C++, as for the norms (norm_autograd.cpp): a step
 // that composed the reduction from torch's elementwise ops under a Python autograd node spent
-// about 700 us of host time against torch's 160 (LOG.md, runs 226 and 228).
+// about 700 us of host time against torch's 160 (bench/results/LOG.md).
 //
 //   out, lse, denominator = cross_entropy_loss(logits, target, ...)
 //   backward: dlogits = cross_entropy_backward(..., grad_loss = d out / denominator, one value

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Autograd of the norms (layer_norm, rms_norm and their fused residual forms), in C++: the
 // Python kernel that torch.library.register_autograd installs cost about 25 us of host time a
-// call with grad (run 22, softmax). Forward runs the op below autograd and keeps what backward
+// call with grad (measured on softmax). Forward runs the op below autograd and keeps what backward
 // reads; backward runs the matching backward op. The statistics outputs are not differentiable.
 //
 //   y, [s,] stats = norm(x [+ residual])      backward: dx from dy; d(residual) = dx;

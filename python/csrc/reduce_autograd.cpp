@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Autograd of the reductions, in C++ as softmax's (softmax_ops.cpp) and the norms' (norm_autograd.cpp):
 // the Python kernel of torch.library.register_autograd sat in front of every call, grad or no
-// grad, and cost as much host time as the rest of it (run 22: torch.ops.reducekit.sum 25 us a
-// call, torch.sum 13). A call with nothing to record goes straight below autograd, as that
+// grad, and cost as much host time as the rest of it (torch.ops.reducekit.sum 25 us a call,
+// torch.sum 13). A call with nothing to record goes straight below autograd, as that
 // kernel's did; otherwise a Function runs the op below autograd and keeps x (and the output
 // where backward reads it).
 //
