@@ -10,8 +10,12 @@
 // both passes read x from there; otherwise both passes read x from memory. A CTA loops over the
 // tiles the grid leaves it; with two tile buffers (SoftmaxColumnPlan::buffers, resident CTAs) an
 // aligned tile's copy is in flight while the one before it is reduced and written.
+// A split tile (SoftmaxColumnPlan::split > 1) is shared by a cluster, each CTA a band of its rows
+// of K: each meet ends with the CTAs reading one another's totals (distributed shared memory)
+// and merging them in rank order, so every CTA of the cluster finalizes the same parameters.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include <cstdint>
@@ -85,6 +89,8 @@ template <typename T> struct ColumnArgs {
   int col_vectors;  // W
   int k_lanes;      // R
   int buffers;      // staged tile buffers in shared memory (1 or 2)
+  int split;        // CTAs (a cluster) a tile; CTA rank s takes rows [s * band, (s + 1) * band) of K
+  int64_t band;     // ceil(K / split)
 };
 
 // The V columns of one row starting at p, kept as T (a 16-bit row holds half the registers of
@@ -118,16 +124,15 @@ __device__ __forceinline__ void store_columns(T* p, int cols, const Acc (&v)[V])
   }
 }
 
-// Copies the tile (every input: K rows of width columns from col0) into shared memory, dense
-// rows of W * V elements; columns past the inner extent are zero. kVector: one cp.async a
-// vector, issued only (the caller commits and waits); otherwise elements, 8 loads in flight a
-// thread before their stores, each picking its input by a select: a.in[i] at a runtime i put a
-// 64-byte copy of the arguments on the stack.
+// Copies the tile (every input: K rows of width columns from col0, K * W * 16 bytes <= 128 KiB)
+// into shared memory, dense rows of W * V elements; columns past the inner extent are zero.
+// kVector: one cp.async a vector, issued only (the caller commits and waits); otherwise
+// elements, 8 loads in flight a thread before their stores, each picking its input by a select:
+// a.in[i] at a runtime i put a 64-byte copy of the arguments on the stack.
 template <typename T, int NIN, bool kVector>
-__device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, T* tile) {
+__device__ __forceinline__ void stage_tile(const ColumnArgs<T>& a, int64_t slab, int64_t col0, int K, T* tile) {
   constexpr int V = 16 / sizeof(T);
   const int W = a.col_vectors;
-  const int K = static_cast<int>(a.reduced);  // staged tiles have K * W * 16 bytes <= 128 KiB
   if constexpr (kVector) {
     // W (a power of two) divides the CTA's threads, so a thread keeps one vector column and steps
     // down whole rows: no integer division a vector (two cost ~50 instructions a 16-byte copy).
@@ -184,10 +189,33 @@ __device__ __forceinline__ void meet_lanes(S (&run)[V], S* shared, int W, int R,
   }
 }
 
+// A split tile's totals: for each element j of each column vector w, the CTAs' totals (meet_lanes
+// left them at shared[j * kColumnSoftmaxThreads + w]) merged in rank order, the same bits in every
+// CTA of the cluster, handed to use(w * V + j, total). A thread an element, not V a thread: held
+// in registers beside the tile's, V totals a thread cost every column kernel occupancy. The
+// caller syncs the cluster before (the totals are written) and before any CTA writes that area
+// again or exits.
+template <int V, typename S, class Merge, class Use>
+__device__ __forceinline__ void merge_cluster_totals(S* shared, int W, int split, Merge merge, Use use) {
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  for (int e = threadIdx.x; e < W * V; e += kColumnSoftmaxThreads) {
+    const int w = e / V, j = e - w * V;
+    S* const mine = shared + j * kColumnSoftmaxThreads + w;
+    S total = *cluster.map_shared_rank(mine, 0);
+    for (int s = 1; s < split; ++s) total = merge(total, *cluster.map_shared_rank(mine, s));
+    use(e, total);
+  }
+}
+
+__device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+
 // Resident CTAs an SM a kernel is held to: left free, the two-phase tiles take 94 (16-bit) and 67
-// (float32) registers and lose a CTA an SM; held, they fit without spills.
+// (float32) registers and lose a CTA an SM; held, they fit without spills. The other staged
+// tiles (the backwards) take 86-101 free and three CTAs' 80 held (float32's element-wise tile
+// spills 8 bytes).
 template <class Op, typename T, bool kStaged> constexpr int column_min_ctas() {
   if constexpr (kStaged && Op::kTwoPhase) return sizeof(T) == 2 ? 3 : 4;
+  else if constexpr (kStaged && sizeof(T) <= 4) return 3;
   else return 2;
 }
 
@@ -203,18 +231,21 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, 
   using Stat = typename Op::Stat;
   using Params = typename Op::Params;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int W = a.col_vectors, R = a.k_lanes;
+  const int W = a.col_vectors, R = a.k_lanes, split = kStaged ? a.split : 1;  // the plan splits staged tiles only
   const int t = threadIdx.x, w = t % W, r = t / W;
-  const int64_t K = a.reduced;
-  const std::size_t tile_bytes = kStaged ? std::size_t(NIN) * K * W * 16 : 0;
+  // This CTA's band of K (all of it unless split) and its tiles: a cluster's CTAs share each one.
+  const unsigned rank = blockIdx.x % split, first_item = blockIdx.x / split, item_step = gridDim.x / split;
+  const int64_t K = !kStaged ? a.reduced : rank + 1 < unsigned(split) ? a.band : a.reduced - rank * a.band;
+  const std::size_t tile_bytes = kStaged ? std::size_t(NIN) * a.band * W * 16 : 0;
   // [buffers][tile], then the statistics [V][thread] (a warp's stores hit distinct banks), then
-  // the parameters [w][V].
+  // the parameters [w][V], then (split) the cluster's statistics [w][V].
   Stat* stats = reinterpret_cast<Stat*>(smem + a.buffers * tile_bytes);
   Params* params = reinterpret_cast<Params*>(stats + kColumnSoftmaxThreads * V);
+  Stat* cluster_stats = reinterpret_cast<Stat*>(params + W * V);
   const auto item_origin = [&](int64_t item, int64_t* slab, int64_t* col0) {
     const int64_t o = item / a.tiles_per_slab;
     *col0 = (item - o * a.tiles_per_slab) * W * V;
-    *slab = o * K * a.inner;
+    *slab = (o * a.reduced + rank * a.band) * a.inner;
   };
   // Aligned staged tiles arrive by cp.async, one commit group a tile: the first before the loop,
   // each next one as soon as a buffer is free (two buffers: at the top, while this tile is
@@ -224,14 +255,14 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, 
     if (item < a.items) {
       int64_t slab, col0;
       item_origin(item, &slab, &col0);
-      stage_tile<T, NIN, true>(a, slab, col0, reinterpret_cast<T*>(smem + buffer * tile_bytes));
+      stage_tile<T, NIN, true>(a, slab, col0, static_cast<int>(K), reinterpret_cast<T*>(smem + buffer * tile_bytes));
     }
     __pipeline_commit();
   };
-  if constexpr (kAsync) prefetch(blockIdx.x, 0);
+  if constexpr (kAsync) prefetch(first_item, 0);
 
   int buffer = 0;
-  for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
+  for (int64_t item = first_item; item < a.items; item += item_step) {
     int64_t slab, col0;
     item_origin(item, &slab, &col0);
     const int64_t my_col = col0 + int64_t(w) * V;
@@ -240,9 +271,9 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, 
     if constexpr (kAsync) {
       __pipeline_wait_prior(0);
       __syncthreads();  // every thread's copies are in, and every thread is done with the other buffer
-      if (a.buffers == 2) prefetch(item + gridDim.x, buffer ^ 1);
+      if (a.buffers == 2) prefetch(item + item_step, buffer ^ 1);
     } else if constexpr (kStaged) {
-      stage_tile<T, NIN, false>(a, slab, col0, tile);
+      stage_tile<T, NIN, false>(a, slab, col0, static_cast<int>(K), tile);
       __syncthreads();
     }
     // Row k of input i as this lane sees it: the staged tile (dense vectors) or x itself.
@@ -294,16 +325,35 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, 
 #pragma unroll
       for (int j = 0; j < V; ++j) m[j] = First::identity();
       fold_rows([&](int j, auto& v) { m[j] = First::merge(m[j], Op::template fold_first<U>(v)); });
-      meet_lanes<V>(m, shared_max, W, R, [](const auto& a, const auto& b) { return First::merge(a, b); });
+      const auto merge_max = [](const auto& a, const auto& b) { return First::merge(a, b); };
+      meet_lanes<V>(m, shared_max, W, R, merge_max);
+      auto* const cluster_max = reinterpret_cast<typename First::Stat*>(cluster_stats);
+      if (split > 1) {
+        cluster_sync();
+        merge_cluster_totals<V>(shared_max, W, split, merge_max,
+                                [&](int e, const auto& total) { cluster_max[e] = total; });
+        __syncthreads();
 #pragma unroll
-      for (int j = 0; j < V; ++j) m[j] = shared_max[j * kColumnSoftmaxThreads + w];
+        for (int j = 0; j < V; ++j) m[j] = cluster_max[w * V + j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) m[j] = shared_max[j * kColumnSoftmaxThreads + w];
+      }
       typename Second::Stat sum[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) sum[j] = Second::identity();
       fold_rows([&](int j, auto& v) { sum[j] = Second::merge(sum[j], Op::template fold_second<U>(v, m[j])); });
-      // The sums' own half of the area: no barrier between reading the max and writing them.
-      meet_lanes<V>(sum, shared_sum, W, R, [](const auto& a, const auto& b) { return Second::merge(a, b); });
-      if (r == 0) {
+      // The sums' own half of the area: no barrier between reading the max and writing them (nor,
+      // split, between the peers' reads of this item's sums and the next item's: the max's sync
+      // lies between).
+      const auto merge_sum = [](const auto& a, const auto& b) { return Second::merge(a, b); };
+      meet_lanes<V>(sum, shared_sum, W, R, merge_sum);
+      if (split > 1) {
+        cluster_sync();
+        merge_cluster_totals<V>(shared_sum, W, split, merge_sum, [&](int e, const auto& total) {
+          params[e] = Op::finalize_two(cluster_max[e], total);
+        });
+      } else if (r == 0) {
 #pragma unroll
         for (int j = 0; j < V; ++j) params[w * V + j] = Op::finalize_two(m[j], sum[j]);
       }
@@ -312,8 +362,14 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, 
 #pragma unroll
       for (int j = 0; j < V; ++j) run[j] = Op::identity();
       fold_rows([&](int j, auto& v) { run[j] = Op::merge(run[j], Op::template fold<U>(v)); });
-      meet_lanes<V>(run, stats, W, R, [](const Stat& a, const Stat& b) { return Op::merge(a, b); });
-      if (r == 0) {
+      const auto merge_stat = [](const Stat& a, const Stat& b) { return Op::merge(a, b); };
+      meet_lanes<V>(run, stats, W, R, merge_stat);
+      if (split > 1) {
+        cluster_sync();
+        merge_cluster_totals<V>(stats, W, split, merge_stat,
+                                [&](int e, const Stat& total) { params[e] = Op::finalize(total); });
+        cluster_sync();  // the peers' reads end before the next item's meet writes the area
+      } else if (r == 0) {
 #pragma unroll
         for (int j = 0; j < V; ++j) params[w * V + j] = Op::finalize(run[j]);
       }
@@ -354,9 +410,10 @@ __global__ void __launch_bounds__(kColumnSoftmaxThreads, column_min_ctas<Op, T, 
     __syncthreads();  // the next item reuses the statistics (and, with one buffer, the tile)
     if constexpr (kAsync) {
       if (a.buffers == 2) buffer ^= 1;
-      else prefetch(item + gridDim.x, 0);
+      else prefetch(item + item_step, 0);
     }
   }
+  if (split > 1) cluster_sync();  // no CTA leaves while a peer may still read its totals
 }
 
 }  // namespace reducekit::kernels

@@ -86,9 +86,11 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   op_sizes(op, tensors[0].dtype, &stat_bytes, &param_bytes);
   const int min_vectors = static_cast<int>(tuning("column_min_vectors").value_or(kColumnMinVectors));
   const int64_t stage_max = tuning("column_stage_max_bytes").value_or(0);  // 0: the plan's default
+  const int max_split = static_cast<int>(tuning("column_max_split").value_or(kColumnMaxSplit));
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
-                                                 plan, min_vectors, static_cast<std::size_t>(std::max<int64_t>(0, stage_max))));
+                                                 plan, min_vectors,
+                                                 static_cast<std::size_t>(std::max<int64_t>(0, stage_max)), max_split));
   *column = true;
   return Status::ok();
 }
@@ -104,10 +106,12 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
   // (a tile's copy beside the one before it). Two buffers only where they cost no resident CTA:
   // they gain where they do not and lose where a CTA an SM goes (LOG.md; column_stage_buffers=2
   // takes them wherever they fit, =1 never). Which CTA takes a tile, and how many buffers it
-  // has, changes no arithmetic.
+  // has, changes no arithmetic. A split tile's CTAs are a cluster, so the grid counts whole
+  // clusters.
   kernels::ColumnArgs<T> args = a;
   std::size_t smem = plan.smem_bytes;
-  int64_t grid = std::min(a.items, kMaxGridX);
+  const int split = plan.split;
+  int64_t grid = std::min(a.items, kMaxGridX / split) * split;
   if (plan.buffers == 2) {
     const int64_t forced = tuning("column_stage_buffers").value_or(0);
     const void* k = reinterpret_cast<const void*>(kernel);
@@ -118,11 +122,18 @@ Status launch(const kernels::ColumnArgs<T>& a, const SoftmaxColumnPlan& plan, cu
       args.buffers = 1;
       smem -= plan.tile_bytes;
     } else {
-      grid = std::min<int64_t>(a.items, two);
+      grid = std::min<int64_t>(a.items, std::max(two / split, 1)) * split;
     }
   }
-  kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, smem, stream>>>(args);
-  return launch_status("softmax_column_kernel");
+  if (split == 1) {
+    kernel<<<static_cast<unsigned>(grid), kColumnSoftmaxThreads, smem, stream>>>(args);
+    return launch_status("softmax_column_kernel");
+  }
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {static_cast<unsigned>(split), 1, 1};
+  return detail::launch_with_attribute(kernel, grid, kColumnSoftmaxThreads, smem, stream, cluster,
+                                       "softmax_column_kernel (split tiles)", args);
 }
 
 template <SoftmaxColumnOp kOp, typename T>
@@ -139,10 +150,12 @@ Status dispatch(const TensorView* in, const TensorView& out, const SoftmaxColumn
   a.reduced = plan.ext.reduced;
   a.inner = plan.ext.inner;
   a.tiles_per_slab = plan.tiles_per_slab;
-  a.items = plan.ctas;
+  a.items = plan.tiles;
   a.col_vectors = plan.col_vectors;
   a.k_lanes = plan.k_lanes;
   a.buffers = plan.buffers;
+  a.split = plan.split;
+  a.band = plan.band;
   if (plan.staged)
     return vector ? launch<Op, T, true, true>(a, plan, stream) : launch<Op, T, true, false>(a, plan, stream);
   return vector ? launch<Op, T, false, true>(a, plan, stream) : launch<Op, T, false, false>(a, plan, stream);

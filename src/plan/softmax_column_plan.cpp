@@ -27,7 +27,7 @@ bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents) 
 
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan, int min_vectors,
-                            std::size_t stage_max_bytes) {
+                            std::size_t stage_max_bytes, int max_split) {
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
@@ -46,41 +46,66 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   if (min_vectors < 1 || min_vectors > kColumnSoftmaxThreads || (min_vectors & (min_vectors - 1)) != 0)
     return Status::invalid_argument("min_vectors: " + std::to_string(min_vectors) + " is not a power of two from 1 to " +
                                     std::to_string(kColumnSoftmaxThreads));
+  if (max_split < 1 || max_split > kColumnMaxSplit || (max_split & (max_split - 1)) != 0)
+    return Status::invalid_argument("max_split: " + std::to_string(max_split) + " is not a power of two from 1 to " +
+                                    std::to_string(kColumnMaxSplit));
 
   SoftmaxColumnPlan p;
   p.ext = ext;
   p.vec = 16 / elem_bytes;
-  // Bytes of one tile row (all inputs) per vector across; K is capped so products stay in int64.
+  // Bytes of a band of `rows` rows (all inputs) `vectors` wide; K is capped so products stay in int64.
   const int64_t k = ext.reduced < (int64_t(1) << 40) ? ext.reduced : (int64_t(1) << 40);
-  const auto tile_of = [&](int vectors) { return static_cast<std::size_t>(k * vectors * 16 * inputs); };
+  const auto tile_of = [&](int vectors, int64_t rows) {
+    return static_cast<std::size_t>(rows * vectors * 16 * inputs);
+  };
+  const auto widest_within_target = [&](int64_t rows) {
+    for (int w = kColumnSoftmaxThreads; w >= min_vectors; w /= 2)
+      if (tile_of(w, rows) <= kColumnStageTargetBytes) return w;
+    return 0;
+  };
 
-  p.col_vectors = 0;
-  for (int w = kColumnSoftmaxThreads; w >= min_vectors; w /= 2)
-    if (tile_of(w) <= kColumnStageTargetBytes) {
-      p.col_vectors = w;
-      break;
-    }
+  p.col_vectors = widest_within_target(k);
+  const bool split_tile = p.col_vectors == 0 && tile_of(min_vectors, k) > kColumnSplitFromBytes;
+  for (int split = 2; split_tile && split <= max_split && p.col_vectors == 0; split *= 2) {
+    const int64_t band = (k - 1) / split + 1;
+    if ((split - 1) * band >= k) break;  // a CTA with no rows
+    p.split = split;
+    p.col_vectors = widest_within_target(band);
+  }
   const std::size_t stage_max = stage_max_bytes != 0 ? stage_max_bytes
                                 : inputs == 1        ? kColumnStageMaxBytes
                                                      : kColumnStageMaxBytesTwoInputs;
-  if (p.col_vectors == 0 && tile_of(min_vectors) <= stage_max) p.col_vectors = min_vectors;
+  if (p.col_vectors == 0) {
+    p.split = 1;
+    if (tile_of(min_vectors, k) <= stage_max) p.col_vectors = min_vectors;
+  }
+  p.band = (ext.reduced - 1) / p.split + 1;
   p.staged = p.col_vectors != 0;
   if (!p.staged) p.col_vectors = kColumnStreamVectors;
 
-  const std::size_t stats = static_cast<std::size_t>(kColumnSoftmaxThreads) * p.vec * stat_bytes;
-  const std::size_t params = static_cast<std::size_t>(p.col_vectors) * p.vec * param_bytes;
-  if (p.staged && tile_of(p.col_vectors) + stats + params > max_smem_per_cta) {
+  // Beside the tiles: the lanes' statistics [thread][V], the parameters [W][V] and a split tile's
+  // merged statistics [W][V].
+  const auto fixed_bytes = [&] {
+    return static_cast<std::size_t>(kColumnSoftmaxThreads) * p.vec * stat_bytes +
+           static_cast<std::size_t>(p.col_vectors) * p.vec * (param_bytes + (p.split > 1 ? stat_bytes : 0));
+  };
+  if (p.staged && tile_of(p.col_vectors, p.band) + fixed_bytes() > max_smem_per_cta) {
     p.staged = false;  // a device with less shared memory than the table assumes
     p.col_vectors = kColumnStreamVectors;
   }
+  if (!p.staged) {
+    p.split = 1;
+    p.band = ext.reduced;
+  }
   p.k_lanes = kColumnSoftmaxThreads / p.col_vectors;
-  p.tile_bytes = p.staged ? tile_of(p.col_vectors) : 0;
-  const std::size_t fixed = stats + static_cast<std::size_t>(p.col_vectors) * p.vec * param_bytes;
+  p.tile_bytes = p.staged ? tile_of(p.col_vectors, p.band) : 0;
+  const std::size_t fixed = fixed_bytes();
   p.buffers = p.staged && 2 * p.tile_bytes + fixed <= max_smem_per_cta ? 2 : 1;
   p.smem_bytes = p.buffers * p.tile_bytes + fixed;
   p.width = static_cast<int64_t>(p.col_vectors) * p.vec;
   p.tiles_per_slab = (ext.inner - 1) / p.width + 1;  // inner + width - 1 may pass int64 (outer = K = 1)
-  p.ctas = ext.outer * p.tiles_per_slab;
+  p.tiles = ext.outer * p.tiles_per_slab;
+  p.ctas = p.tiles * p.split;
   *plan = p;
   return Status::ok();
 }

@@ -17,6 +17,10 @@
 // output pass each read x from memory (two reads). Where two staged tiles fit a CTA the plan says
 // so (buffers = 2): resident CTAs then loop over tiles, the next tile's copy running while the
 // current one is reduced and written; the launcher keeps one where two would cost a resident CTA.
+// Where even the narrowest tile passes kColumnSplitFromBytes, a cluster of `split` CTAs shares
+// it, each staging a band of ceil(K / split) rows, and the CTAs merge their statistics in rank
+// order: each holds a fraction of the tile, so several CTAs an SM overlap one's copy with
+// another's work.
 //
 // The arithmetic of a column (which lane folds which rows, the tree) depends on (K, element size,
 // inputs) alone, never on outer, inner, the alignment or the other columns, so results are
@@ -44,6 +48,12 @@ constexpr std::size_t kColumnStageMaxBytesTwoInputs = 100 * 1024;
 // Narrowest tile: 2 vectors (32 bytes, one DRAM sector) a row of K; narrower would fetch sectors
 // half used.
 constexpr int kColumnMinVectors = 2;
+// Most CTAs a split tile takes (a portable cluster).
+constexpr int kColumnMaxSplit = 8;
+// Narrowest tiles up to this stay whole on one CTA: three still fit an SM and overlap without a
+// cluster's barriers (K = 2000 split in two lost 9-17%; K = 4096 and 6000, one or no lone CTA an
+// SM, gained 0-8% and 26-33%: LOG.md).
+constexpr std::size_t kColumnSplitFromBytes = 64 * 1024;
 // Two-read tiles are as narrow: 4x the CTAs of full-line tiles where outer * inner is small, and
 // the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
 // when the output pass reads them again.
@@ -66,28 +76,35 @@ struct SoftmaxColumnPlan {
   int col_vectors = 1;   // W: vectors across a tile
   int k_lanes = 1;       // R: lanes down K per column vector (W * R = kColumnSoftmaxThreads)
   bool staged = false;   // the tile sits in shared memory: x read once
+  int split = 1;         // CTAs (a cluster) a tile, each staging a band of K
+  int64_t band = 1;      // rows of K a CTA: ceil(K / split)
   int buffers = 1;       // staged tiles a CTA holds: 2 overlaps the next tile's copy with this one
   int64_t width = 1;     // columns a tile: col_vectors * vec
   int64_t tiles_per_slab = 0;  // ceil(inner / width)
-  int64_t ctas = 0;            // outer * tiles_per_slab
-  std::size_t tile_bytes = 0;  // the staged tile, all inputs (0 when not staged)
+  int64_t tiles = 0;           // outer * tiles_per_slab
+  int64_t ctas = 0;            // tiles * split
+  std::size_t tile_bytes = 0;  // a CTA's band of the staged tile, all inputs (0 when not staged)
   std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: buffers x tile + statistics + parameters
 };
 
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the
 // device statistic and parameter sizes of the op; max_smem_per_cta: the device's; min_vectors: the
 // narrowest staged tile (a power of two from 1 to kColumnSoftmaxThreads; the column_min_vectors
-// override for sweeps: 1 stages tiles of half a sector a row of K); stage_max_bytes: the largest
-// staged tile of min_vectors, 0 for the default of `inputs` (kColumnStageMaxBytes, or
+// override for sweeps: 1 stages tiles of half a sector a row of K); max_split: the most CTAs a
+// tile (a power of two from 1 to kColumnMaxSplit; the column_max_split override, 1 for the lone
+// CTAs): past kColumnSplitFromBytes, the smallest split whose band fits kColumnStageTargetBytes
+// at min_vectors wins, at the widest width that fits; stage_max_bytes: the largest lone staged
+// tile of min_vectors, 0 for the default of `inputs` (kColumnStageMaxBytes, or
 // kColumnStageMaxBytesTwoInputs; the column_stage_max_bytes override). It bounds only the
-// narrowest tile, taken where no wider one fits kColumnStageTargetBytes: a wider tile within the
-// target stages whatever the override, and a min_vectors tile past it reads x twice (a staged
+// narrowest tile, taken where neither a wider one nor a split one fits the target: a tile within
+// the target stages whatever the override, and a min_vectors tile past it reads x twice (a staged
 // two-phase op's statistics are the exact ones, the two-read plan's the online merge, so the
-// override changes bits). The plan does not depend on the SM count, so a column's bits are the
+// overrides change bits). The plan does not depend on the SM count, so a column's bits are the
 // same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
-                            int min_vectors = kColumnMinVectors, std::size_t stage_max_bytes = 0);
+                            int min_vectors = kColumnMinVectors, std::size_t stage_max_bytes = 0,
+                            int max_split = kColumnMaxSplit);
 
 }  // namespace reducekit

@@ -37,6 +37,16 @@ SoftmaxColumnPlan plan_of(ColumnExtents e, int elem_bytes, int inputs, int stat_
   return p;
 }
 
+// The plan of lone CTAs (no split tiles: the column_max_split=1 override).
+SoftmaxColumnPlan lone_plan_of(ColumnExtents e, int elem_bytes, int inputs, int min_vectors = kColumnMinVectors,
+                               std::size_t stage_max_bytes = 0, std::size_t smem = kSmem) {
+  SoftmaxColumnPlan p;
+  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, smem, &p, min_vectors, stage_max_bytes, 1);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(p.split, 1);
+  return p;
+}
+
 TEST(SoftmaxColumnPlan, DenseExtentsOfNchw) {
   ColumnExtents e;
   ASSERT_TRUE(dense_column_extents(dense({32, 19, 128, 128}), 1, &e));
@@ -74,7 +84,8 @@ TEST(SoftmaxColumnPlan, SizeOneDimsMayHaveAnyStride) {
   EXPECT_EQ(e.inner, 7);
 }
 
-// The four target shapes (softmax over dim 1): staged where the tile fits, widths as the table says.
+// The four target shapes (softmax over dim 1): staged where the tile fits, widths as the table says;
+// a K of 4096 on split tiles (lone CTAs: the whole 128 KiB tile, then two reads).
 TEST(SoftmaxColumnPlan, TargetShapes) {
   const SoftmaxColumnPlan a = plan_of({32, 19, 16384}, 4, 1);
   EXPECT_TRUE(a.staged);
@@ -97,23 +108,77 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(c.buffers, 2);
 
   const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, 4, 1);
-  EXPECT_TRUE(d.staged) << "4096 x 32 B = 128 KiB, kColumnStageMaxBytes";
+  EXPECT_TRUE(d.staged);
+  EXPECT_EQ(d.split, 4) << "4096 x 32 B = 128 KiB: four bands of 32 KiB";
+  EXPECT_EQ(d.band, 1024);
   EXPECT_EQ(d.col_vectors, kColumnMinVectors);
-  EXPECT_EQ(d.tile_bytes, 4096u * 32);
-  EXPECT_EQ(d.buffers, 1);
-  EXPECT_EQ(d.ctas, 64 * (256 / 8));
+  EXPECT_EQ(d.tile_bytes, 1024u * 32);
+  EXPECT_EQ(d.buffers, 2);
+  EXPECT_EQ(d.tiles, 64 * (256 / 8));
+  EXPECT_EQ(d.ctas, d.tiles * 4);
 
-  const SoftmaxColumnPlan e = plan_of({64, 4097, 256}, 4, 1);
+  const SoftmaxColumnPlan lone = lone_plan_of({64, 4096, 256}, 4, 1);
+  EXPECT_TRUE(lone.staged) << "4096 x 32 B = 128 KiB, kColumnStageMaxBytes";
+  EXPECT_EQ(lone.col_vectors, kColumnMinVectors);
+  EXPECT_EQ(lone.band, 4096);
+  EXPECT_EQ(lone.tile_bytes, 4096u * 32);
+  EXPECT_EQ(lone.buffers, 1);
+  EXPECT_EQ(lone.ctas, 64 * (256 / 8));
+
+  const SoftmaxColumnPlan e = lone_plan_of({64, 4097, 256}, 4, 1);
   EXPECT_FALSE(e.staged) << "past 128 KiB: two reads";
   EXPECT_EQ(e.col_vectors, kColumnStreamVectors);
   EXPECT_EQ(e.tile_bytes, 0u);
-  EXPECT_EQ(e.ctas, d.ctas);
+  EXPECT_EQ(e.ctas, lone.ctas);
+}
+
+// Where the narrowest tile passes kColumnSplitFromBytes, the smallest cluster whose bands fit the
+// target takes the tile (uneven bands where split does not divide K); up to it, or past eight
+// CTAs, the lone CTA's rules.
+TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
+  struct Case {
+    int64_t k;
+    int elem, inputs, split, vectors;
+  };
+  for (const Case c : {Case{1536, 4, 1, 1, 2}, Case{2048, 4, 1, 1, 2}, Case{2049, 4, 1, 2, 2}, Case{2049, 2, 1, 2, 2},
+                       Case{3072, 8, 1, 2, 2}, Case{3073, 4, 1, 4, 2}, Case{4096, 2, 1, 4, 2}, Case{6000, 4, 1, 4, 2},
+                       Case{12288, 2, 1, 8, 2}, Case{1024, 4, 2, 1, 2}, Case{1025, 4, 2, 2, 2}, Case{1600, 2, 2, 4, 2},
+                       Case{6144, 4, 2, 8, 2}, Case{2000, 4, 1, 1, 2}, Case{700, 4, 1, 1, 4}}) {
+    SCOPED_TRACE(testing::Message() << "K " << c.k << " elem " << c.elem << " inputs " << c.inputs);
+    const SoftmaxColumnPlan p = plan_of({8, c.k, 4096}, c.elem, c.inputs);
+    EXPECT_TRUE(p.staged);
+    EXPECT_EQ(p.split, c.split);
+    EXPECT_EQ(p.col_vectors, c.vectors);
+    EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
+    if (c.split > 1) EXPECT_LE(p.tile_bytes, kColumnStageTargetBytes);
+    EXPECT_EQ(p.tile_bytes, static_cast<std::size_t>(p.band) * p.col_vectors * 16 * c.inputs);
+    EXPECT_EQ(p.ctas, p.tiles * p.split);
+    EXPECT_EQ(p.smem_bytes,
+              p.buffers * p.tile_bytes + kColumnSoftmaxThreads * (16u / c.elem) * 8 +
+                  p.col_vectors * (16u / c.elem) * (8 + (c.split > 1 ? 8 : 0)))
+        << "a split tile's merged statistics beside the parameters";
+  }
+  // Past eight bands of the target: the lone CTA's rules (two reads here).
+  const SoftmaxColumnPlan past = plan_of({8, 12289, 4096}, 2, 1);
+  EXPECT_FALSE(past.staged);
+  EXPECT_EQ(past.split, 1);
+  EXPECT_EQ(past.band, 12289);
+  SoftmaxColumnPlan p;
+  for (int bad : {0, 3, 2 * kColumnMaxSplit}) {
+    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, kColumnMinVectors, 0, bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(s.message().rfind("max_split:", 0), 0u) << s.message();
+  }
+  ASSERT_TRUE(plan_softmax_columns({8, 4096, 4096}, 4, 1, 8, 8, kSmem, &p, kColumnMinVectors, 0, 2).is_ok());
+  EXPECT_EQ(p.split, 1) << "the override caps the cluster at two: bands of 64 KiB pass the target";
+  EXPECT_EQ(p.band, 4096);
+  EXPECT_TRUE(p.staged) << "the lone CTA's 128 KiB tile";
 }
 
 // Batch invariance: the layout of a column's arithmetic (k_lanes) and the staging choice must not
 // move with outer or inner.
 TEST(SoftmaxColumnPlan, ColumnArithmeticDependsOnKAndDtypeOnly) {
-  for (int64_t k : {1, 2, 7, 150, 1000, 1600, 1601, 3200, 3201, 5000}) {
+  for (int64_t k : {1, 2, 7, 150, 1000, 1536, 1537, 1600, 1601, 3200, 3201, 4096, 5000, 12288, 12289}) {
     for (int elem : {2, 4, 8}) {
       for (int inputs : {1, 2}) {
         const SoftmaxColumnPlan ref = plan_of({1, k, 16384}, elem, inputs);
@@ -122,6 +187,8 @@ TEST(SoftmaxColumnPlan, ColumnArithmeticDependsOnKAndDtypeOnly) {
           ASSERT_TRUE(plan_softmax_columns(e, elem, inputs, 8, 8, kSmem, &p).is_ok());
           EXPECT_EQ(p.k_lanes, ref.k_lanes) << "K=" << k << " elem=" << elem << " inputs=" << inputs;
           EXPECT_EQ(p.staged, ref.staged) << "K=" << k;
+          EXPECT_EQ(p.split, ref.split) << "K=" << k;
+          EXPECT_EQ(p.band, ref.band) << "K=" << k;
         }
         EXPECT_EQ(ref.k_lanes * ref.col_vectors, kColumnSoftmaxThreads);
         EXPECT_EQ(ref.k_lanes & (ref.k_lanes - 1), 0) << "the lane tree halves R";
@@ -130,48 +197,46 @@ TEST(SoftmaxColumnPlan, ColumnArithmeticDependsOnKAndDtypeOnly) {
   }
 }
 
-TEST(SoftmaxColumnPlan, StagedUpTo4096RowsForwardAnd1600Backward) {
-  EXPECT_TRUE(plan_of({8, 4096, 4096}, 2, 1).staged);
-  EXPECT_FALSE(plan_of({8, 4097, 4096}, 2, 1).staged);
-  EXPECT_TRUE(plan_of({8, 1600, 4096}, 8, 2).staged);
-  EXPECT_FALSE(plan_of({8, 1601, 4096}, 8, 2).staged);
+TEST(SoftmaxColumnPlan, LoneCtasStageUpTo4096RowsForwardAnd1600Backward) {
+  EXPECT_TRUE(lone_plan_of({8, 4096, 4096}, 2, 1).staged);
+  EXPECT_FALSE(lone_plan_of({8, 4097, 4096}, 2, 1).staged);
+  EXPECT_TRUE(lone_plan_of({8, 1600, 4096}, 8, 2).staged);
+  EXPECT_FALSE(lone_plan_of({8, 1601, 4096}, 8, 2).staged);
 }
 
 TEST(SoftmaxColumnPlan, SharedMemoryAccountsForTileStatisticsAndParameters) {
-  for (int64_t k : {1, 19, 150, 1000, 3000, 5000}) {
+  for (int64_t k : {1, 19, 150, 1000, 3000, 5000, 20000}) {
     const SoftmaxColumnPlan p = plan_of({4, k, 4096}, 2, 1, 8, 8);
-    const std::size_t tile = p.staged ? static_cast<std::size_t>(k) * p.col_vectors * 16 : 0;
+    const std::size_t tile = p.staged ? static_cast<std::size_t>(p.band) * p.col_vectors * 16 : 0;
+    const std::size_t fixed = kColumnSoftmaxThreads * 8u * 8 + p.col_vectors * 8u * (p.split > 1 ? 16 : 8);
     EXPECT_EQ(p.tile_bytes, tile);
-    EXPECT_EQ(p.buffers, p.staged && 2 * tile + kColumnSoftmaxThreads * 8u * 8 + p.col_vectors * 8u * 8 <= kSmem ? 2 : 1)
-        << "K=" << k;
-    EXPECT_EQ(p.smem_bytes, p.buffers * tile + kColumnSoftmaxThreads * 8u * 8 + p.col_vectors * 8u * 8) << "K=" << k;
+    EXPECT_EQ(p.buffers, p.staged && 2 * tile + fixed <= kSmem ? 2 : 1) << "K=" << k;
+    EXPECT_EQ(p.smem_bytes, p.buffers * tile + fixed) << "K=" << k;
     EXPECT_LE(p.smem_bytes, kSmem);
   }
   // A device whose shared memory cannot hold the planned tile streams instead.
   SoftmaxColumnPlan small;
-  ASSERT_TRUE(plan_softmax_columns({8, 3000, 4096}, 4, 1, 8, 8, 64 * 1024, &small).is_ok());
+  ASSERT_TRUE(plan_softmax_columns({8, 3000, 4096}, 4, 1, 8, 8, 64 * 1024, &small, kColumnMinVectors, 0, 1).is_ok());
   EXPECT_FALSE(small.staged);
   EXPECT_LE(small.smem_bytes, 64u * 1024);
 }
 
-// The narrowest staged tile is an override (column_min_vectors): at 1, a K of 6000 (64x6000x256)
-// stages a one-vector tile of 94 KiB instead of reading x twice; the default keeps 2 vectors (a
-// whole sector a row) and reads such columns twice. The override must be a power of two.
+// The narrowest staged tile is an override (column_min_vectors): at 1, a lone CTA with a K of 6000
+// (64x6000x256) stages a one-vector tile of 94 KiB instead of reading x twice; the default keeps 2
+// vectors (a whole sector a row) and reads such columns twice. The override must be a power of two.
 TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
   for (int elem : {2, 4}) {
     SCOPED_TRACE(testing::Message() << "elem " << elem);
-    const SoftmaxColumnPlan d = plan_of({64, 6000, 256}, elem, 1);
+    const SoftmaxColumnPlan d = lone_plan_of({64, 6000, 256}, elem, 1);
     EXPECT_FALSE(d.staged);
     EXPECT_EQ(d.col_vectors, kColumnStreamVectors);
-    SoftmaxColumnPlan one;
-    ASSERT_TRUE(plan_softmax_columns({64, 6000, 256}, elem, 1, 8, 8, kSmem, &one, 1).is_ok());
+    const SoftmaxColumnPlan one = lone_plan_of({64, 6000, 256}, elem, 1, 1);
     EXPECT_TRUE(one.staged);
     EXPECT_EQ(one.col_vectors, 1);
     EXPECT_EQ(one.k_lanes, kColumnSoftmaxThreads);
     EXPECT_EQ(one.tile_bytes, 6000u * 16);
     EXPECT_EQ(one.ctas, 64 * 256 / (16 / elem));
-    SoftmaxColumnPlan long_k;
-    ASSERT_TRUE(plan_softmax_columns({8, 9000, 256}, elem, 1, 8, 8, kSmem, &long_k, 1).is_ok());
+    const SoftmaxColumnPlan long_k = lone_plan_of({8, 9000, 256}, elem, 1, 1);
     EXPECT_FALSE(long_k.staged) << "past 128 KiB even one vector wide";
     EXPECT_EQ(long_k.col_vectors, kColumnStreamVectors);
   }
@@ -183,36 +248,32 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
   }
 }
 
-// The largest staged tile: by default 128 KiB for one input (a K of 4096 stages its two-vector
-// tile, one CTA an SM) and 100 KiB for two (a backward K of 2048 reads twice); the override
-// (column_stage_max_bytes) sets both, at the two-read plan's width. A device that cannot hold the
-// tile streams.
+// The largest lone staged tile: by default 128 KiB for one input (a K of 4096 stages its
+// two-vector tile, one CTA an SM) and 100 KiB for two (a backward K of 2048 reads twice); the
+// override (column_stage_max_bytes) sets both, at the two-read plan's width. A device that cannot
+// hold the tile streams.
 TEST(SoftmaxColumnPlan, LargestStagedTileIsAnOverride) {
   constexpr std::size_t kSmall = 100 * 1024, kBig = 200 * 1024;
   for (int elem : {2, 4}) {
     SCOPED_TRACE(testing::Message() << "elem " << elem);
-    const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, elem, 1);
+    const SoftmaxColumnPlan d = lone_plan_of({64, 4096, 256}, elem, 1);
     ASSERT_TRUE(d.staged);
     EXPECT_EQ(d.tile_bytes, 4096u * 32);
     EXPECT_EQ(d.buffers, 1);
     EXPECT_LE(d.smem_bytes, kSmem);
-    SoftmaxColumnPlan small;
-    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, kSmem, &small, kColumnMinVectors, kSmall).is_ok());
+    const SoftmaxColumnPlan small = lone_plan_of({64, 4096, 256}, elem, 1, kColumnMinVectors, kSmall);
     EXPECT_FALSE(small.staged) << "the override at 100 KiB";
     EXPECT_EQ(small.col_vectors, d.col_vectors);
     EXPECT_EQ(small.k_lanes, d.k_lanes);
     EXPECT_EQ(small.ctas, d.ctas);
-    SoftmaxColumnPlan big;
-    ASSERT_TRUE(plan_softmax_columns({64, 6000, 256}, elem, 1, 8, 8, kSmem, &big, kColumnMinVectors, kBig).is_ok());
+    const SoftmaxColumnPlan big = lone_plan_of({64, 6000, 256}, elem, 1, kColumnMinVectors, kBig);
     EXPECT_TRUE(big.staged) << "the override at 200 KiB: 6000 x 32 B";
-    EXPECT_FALSE(plan_of({64, 6000, 256}, elem, 1).staged);
-    EXPECT_FALSE(plan_of({64, 2048, 256}, elem, 2).staged) << "two inputs: 128 KiB";
-    EXPECT_TRUE(plan_of({64, 1600, 256}, elem, 2).staged);
-    SoftmaxColumnPlan backward;
-    ASSERT_TRUE(plan_softmax_columns({64, 2048, 256}, elem, 2, 8, 8, kSmem, &backward, kColumnMinVectors, kBig).is_ok());
+    EXPECT_FALSE(lone_plan_of({64, 6000, 256}, elem, 1).staged);
+    EXPECT_FALSE(lone_plan_of({64, 2048, 256}, elem, 2).staged) << "two inputs: 128 KiB";
+    EXPECT_TRUE(lone_plan_of({64, 1600, 256}, elem, 2).staged);
+    const SoftmaxColumnPlan backward = lone_plan_of({64, 2048, 256}, elem, 2, kColumnMinVectors, kBig);
     EXPECT_TRUE(backward.staged) << "the override sets two inputs' too";
-    SoftmaxColumnPlan device;
-    ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, elem, 1, 8, 8, 100 * 1024, &device).is_ok());
+    const SoftmaxColumnPlan device = lone_plan_of({64, 4096, 256}, elem, 1, kColumnMinVectors, 0, 100 * 1024);
     EXPECT_FALSE(device.staged) << "100 KiB of shared memory";
     EXPECT_EQ(device.col_vectors, d.col_vectors);
   }
@@ -265,7 +326,7 @@ ColumnExtents random_extents(std::mt19937_64& rng) {
 TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
   std::mt19937_64 rng(86);
   const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  int staged = 0, streamed = 0, rejected = 0, doubled = 0;
+  int staged = 0, streamed = 0, rejected = 0, doubled = 0, split = 0;
   for (int trial = 0; trial < 20000; ++trial) {
     const ColumnExtents e = random_extents(rng);
     const int elem = static_cast<int>(2 << uniform(0, 2));
@@ -275,14 +336,16 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     // smem_optin of an H200, an A100, an sm_89, the 48 KiB every device has, or between.
     const std::size_t smem_kb[] = {227, 163, 99, 48, static_cast<std::size_t>(uniform(48, 227))};
     const std::size_t smem = smem_kb[uniform(0, 4)] * 1024;
-    // The overrides now and then: column_min_vectors, column_stage_max_bytes.
+    // The overrides now and then: column_min_vectors, column_stage_max_bytes, column_max_split.
     const int min_vectors = uniform(0, 3) == 0 ? 1 << uniform(0, 8) : kColumnMinVectors;
     const std::size_t stage_max = uniform(0, 3) == 0 ? static_cast<std::size_t>(uniform(1, 256 * 1024)) : 0;
+    const int max_split = uniform(0, 3) == 0 ? 1 << uniform(0, 3) : kColumnMaxSplit;
     SCOPED_TRACE(testing::Message() << "extents [" << e.outer << ", " << e.reduced << ", " << e.inner << "] elem="
                                     << elem << " inputs=" << inputs << " smem=" << smem << " min_vectors="
-                                    << min_vectors << " stage_max=" << stage_max);
+                                    << min_vectors << " stage_max=" << stage_max << " max_split=" << max_split);
     SoftmaxColumnPlan p;
-    const Status s = plan_softmax_columns(e, elem, inputs, stat_bytes, param_bytes, smem, &p, min_vectors, stage_max);
+    const Status s =
+        plan_softmax_columns(e, elem, inputs, stat_bytes, param_bytes, smem, &p, min_vectors, stage_max, max_split);
     const __int128 slabs = __int128(e.outer) * e.reduced;  // < 2^126: each factor below 2^63
     if (slabs > std::numeric_limits<int64_t>::max() || slabs * e.inner > std::numeric_limits<int64_t>::max()) {
       // No dense tensor has these extents.
@@ -301,25 +364,35 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     // Tiles cover the inner extent, none wholly past it, and the kernel's items are exact.
     ASSERT_GE(__int128(p.tiles_per_slab) * p.width, e.inner);
     ASSERT_LT(__int128(p.tiles_per_slab - 1) * p.width, e.inner);
-    ASSERT_TRUE(__int128(p.ctas) == __int128(e.outer) * p.tiles_per_slab);
+    ASSERT_TRUE(__int128(p.tiles) == __int128(e.outer) * p.tiles_per_slab);
+    ASSERT_TRUE(__int128(p.ctas) == __int128(p.tiles) * p.split);
     ASSERT_TRUE(p.buffers == 1 || (p.buffers == 2 && p.staged));
-    // Dynamic shared memory: [buffers][tile], the statistics [V][256 threads], the parameters [W * V].
+    // Split tiles: a power of two of CTAs up to the cap, bands covering K, none empty.
+    ASSERT_TRUE(p.split >= 1 && p.split <= max_split && (p.split & (p.split - 1)) == 0);
+    ASSERT_TRUE(p.split == 1 || p.staged);
+    ASSERT_TRUE(p.split == 1 || __int128(e.reduced) * min_vectors * 16 * inputs > kColumnSplitFromBytes);
+    ASSERT_EQ(p.band, (e.reduced - 1) / p.split + 1);
+    ASSERT_GT(e.reduced, (p.split - 1) * p.band) << "the last CTA's band is empty";
+    // Dynamic shared memory: [buffers][tile], the statistics [V][256 threads], the parameters [W * V]
+    // (and a split tile's merged statistics [W * V]).
     const std::size_t stats = std::size_t(kColumnSoftmaxThreads) * vec * stat_bytes;
-    const std::size_t params = std::size_t(p.col_vectors) * vec * param_bytes;
+    const std::size_t params = std::size_t(p.col_vectors) * vec * (param_bytes + (p.split > 1 ? stat_bytes : 0));
     ASSERT_GE(p.smem_bytes, p.buffers * p.tile_bytes + stats + params);
     ASSERT_LE(p.smem_bytes, smem);
     if (p.staged) {
       ++staged;
       doubled += p.buffers == 2;
       ASSERT_GE(p.col_vectors, min_vectors);
-      // stage_tile: K rows of W vectors an input, indexed as int.
-      ASSERT_EQ(p.tile_bytes, std::size_t(e.reduced) * p.col_vectors * 16 * inputs);
-      ASSERT_LE(e.reduced * p.col_vectors * vec * inputs, int64_t(INT32_MAX));
-      // Within the target, or the narrowest tile within the largest staged one.
+      split += p.split > 1;
+      // stage_tile: a band of W vectors an input, indexed as int.
+      ASSERT_EQ(p.tile_bytes, std::size_t(p.band) * p.col_vectors * 16 * inputs);
+      ASSERT_LE(p.band * p.col_vectors * vec * inputs, int64_t(INT32_MAX));
+      // Within the target, or the narrowest lone tile within the largest staged one.
       const std::size_t largest = stage_max != 0 ? stage_max
                                   : inputs == 1   ? kColumnStageMaxBytes
                                                   : kColumnStageMaxBytesTwoInputs;
-      ASSERT_TRUE(p.tile_bytes <= kColumnStageTargetBytes || (p.col_vectors == min_vectors && p.tile_bytes <= largest))
+      ASSERT_TRUE(p.tile_bytes <= kColumnStageTargetBytes ||
+                  (p.split == 1 && p.col_vectors == min_vectors && p.tile_bytes <= largest))
           << p.tile_bytes << " bytes, " << p.col_vectors << " vectors wide";
     } else {
       ++streamed;
@@ -330,15 +403,19 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     const ColumnExtents other{uniform(1, 1 << 20), e.reduced, uniform(2, 1 << 20)};
     if (__int128(other.outer) * other.reduced * other.inner > std::numeric_limits<int64_t>::max()) continue;
     SoftmaxColumnPlan q;
-    ASSERT_TRUE(
-        plan_softmax_columns(other, elem, inputs, stat_bytes, param_bytes, smem, &q, min_vectors, stage_max).is_ok());
+    ASSERT_TRUE(plan_softmax_columns(other, elem, inputs, stat_bytes, param_bytes, smem, &q, min_vectors, stage_max,
+                                     max_split)
+                    .is_ok());
     ASSERT_EQ(q.col_vectors, p.col_vectors);
     ASSERT_EQ(q.k_lanes, p.k_lanes);
     ASSERT_EQ(q.staged, p.staged);
+    ASSERT_EQ(q.split, p.split);
+    ASSERT_EQ(q.band, p.band);
   }
   // The generator must reach every path, or this test proves little.
   EXPECT_GT(staged, 1000);
   EXPECT_GT(doubled, 200);
+  EXPECT_GT(split, 200);
   EXPECT_GT(streamed, 1000);
   EXPECT_GT(rejected, 200);
 }

@@ -322,6 +322,53 @@ TEST_F(SoftmaxColumnsGpu, LongStagedColumns) {
   }
 }
 
+// Split tiles: a cluster of CTAs a tile, each a band of K, merging their statistics in rank
+// order. Uneven bands (K = 2049 in two), four and eight CTAs, aligned and one element off, against
+// the oracle (two slabs); one tile a cluster or several (two buffers, more tiles than resident
+// clusters) give the same bits, and so does the last slab alone.
+template <typename T> void split_tiles(Op op, const Columns& c, int split) {
+  SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " K=" << c.k);
+  SoftmaxColumnPlan plan;
+  ASSERT_TRUE(plan_softmax_columns({c.outer, c.k, c.inner}, sizeof(T), is_backward(op) ? 2 : 1, 8, 8,
+                                   static_cast<std::size_t>(device_smem_optin()), &plan)
+                  .is_ok());
+  ASSERT_TRUE(plan.staged);
+  ASSERT_EQ(plan.split, split);
+  check_columns<T>(op, {2, c.k, c.inner}, 0, "randn", 21);
+  check_columns<T>(op, {2, c.k, c.inner}, 1, "special", 22);
+  std::vector<double> va = make_values(c.numel(), "randn", 23), vb = make_values(c.numel(), "randn", 24);
+  std::vector<T> ha(va.size()), hb(vb.size());
+  for (std::size_t e = 0; e < va.size(); ++e) {
+    ha[e] = from_double<T>(va[e]);
+    hb[e] = from_double<T>(vb[e]);
+  }
+  DeviceBuffer a(ha), b(hb);
+  ASSERT_TRUE(a.get() && b.get());
+  std::vector<T> one;
+  {
+    const ScopedTuning single("column_stage_buffers", 1);
+    one = output_bits<T>(op, a, b, c, 0);
+  }
+  {
+    const ScopedTuning two("column_stage_buffers", 2);
+    const std::vector<T> looped = output_bits<T>(op, a, b, c, 0);
+    EXPECT_EQ(std::memcmp(one.data(), looped.data(), one.size() * sizeof(T)), 0) << "tiles looped over a cluster";
+  }
+  const std::vector<T> alone = output_bits<T>(op, a, b, {1, c.k, c.inner}, (c.outer - 1) * c.k * c.inner);
+  EXPECT_EQ(std::memcmp(alone.data(), one.data() + (c.outer - 1) * c.k * c.inner, alone.size() * sizeof(T)), 0)
+      << "the last slab alone";
+}
+
+TEST_F(SoftmaxColumnsGpu, SplitTiles) {
+  split_tiles<float>(Op::kSoftmax, {3, 2049, 256}, 2);
+  split_tiles<float>(Op::kLogSoftmax, {16, 4096, 256}, 4);
+  split_tiles<__nv_bfloat16>(Op::kSoftmax, {16, 4096, 256}, 4);
+  split_tiles<__nv_bfloat16>(Op::kLogSoftmax, {2, 12288, 64}, 8);
+  split_tiles<double>(Op::kSoftmax, {2, 3000, 64}, 2);
+  split_tiles<float>(Op::kSoftmaxBackward, {3, 1600, 256}, 4);
+  split_tiles<__nv_bfloat16>(Op::kLogSoftmaxBackward, {3, 5000, 64}, 8);
+}
+
 TEST_F(SoftmaxColumnsGpu, InPlace) {
   const Columns c{3, 150, 1000};
   const std::vector<double> values = make_values(c.numel(), "randn", 9);
