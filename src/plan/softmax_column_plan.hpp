@@ -40,7 +40,8 @@ constexpr int kColumnSoftmaxThreads = 256;
 // A staged tile aims at this many bytes (all inputs): 3-4 CTAs an SM overlap one's copy-in with
 // another's compute and stores.
 constexpr std::size_t kColumnStageTargetBytes = 48 * 1024;
-// ... and may grow to this where even the narrowest tile (kColumnMinVectors) is bigger: one read
+// ... and a lone CTA's may grow to this where even the narrowest tile (kColumnMinVectors) is
+// bigger and does not split (kColumnSplitFromBytes, or the column_max_split override): one read
 // with 1-2 CTAs an SM still beats reading x twice. Two-input tiles (the backwards) keep 100 KiB:
 // not measured past it.
 constexpr std::size_t kColumnStageMaxBytes = 128 * 1024;
@@ -51,8 +52,8 @@ constexpr int kColumnMinVectors = 2;
 // Most CTAs a split tile takes (a portable cluster).
 constexpr int kColumnMaxSplit = 8;
 // Narrowest tiles up to this stay whole on one CTA: three still fit an SM and overlap without a
-// cluster's barriers (K = 2000 split in two lost 9-17%; K = 4096 and 6000, one or no lone CTA an
-// SM, gained 0-8% and 26-33%: LOG.md).
+// cluster's barriers (K = 2000 split in two lost; K = 4096 and 6000, one or no lone CTA an SM,
+// gained: LOG.md, run 307).
 constexpr std::size_t kColumnSplitFromBytes = 64 * 1024;
 // Two-read tiles are as narrow: 4x the CTAs of full-line tiles where outer * inner is small, and
 // the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
