@@ -84,13 +84,15 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   const int smem_optin = device.smem_optin;
   int stat_bytes = 0, param_bytes = 0;
   op_sizes(op, tensors[0].dtype, &stat_bytes, &param_bytes);
-  const int min_vectors = static_cast<int>(tuning("column_min_vectors").value_or(kColumnMinVectors));
-  const int64_t stage_max = tuning("column_stage_max_bytes").value_or(0);  // 0: the plan's default
-  const int max_split = static_cast<int>(tuning("column_max_split").value_or(kColumnMaxSplit));
+  SoftmaxColumnOverrides overrides;
+  overrides.min_vectors = static_cast<int>(tuning("column_min_vectors").value_or(kColumnMinVectors));
+  overrides.target_bytes = static_cast<std::size_t>(
+      std::max<int64_t>(0, tuning("column_stage_target_bytes").value_or(kColumnStageTargetBytes)));
+  overrides.stage_max_bytes = static_cast<std::size_t>(std::max<int64_t>(0, tuning("column_stage_max_bytes").value_or(0)));
+  overrides.max_split = static_cast<int>(tuning("column_max_split").value_or(kColumnMaxSplit));
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
-                                                 plan, min_vectors,
-                                                 static_cast<std::size_t>(std::max<int64_t>(0, stage_max)), max_split));
+                                                 plan, overrides));
   *column = true;
   return Status::ok();
 }

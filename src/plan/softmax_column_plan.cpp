@@ -26,8 +26,10 @@ bool dense_column_extents(const TensorView& x, int dim, ColumnExtents* extents) 
 }
 
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
-                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan, int min_vectors,
-                            std::size_t stage_max_bytes, int max_split) {
+                            std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
+                            const SoftmaxColumnOverrides& overrides) {
+  const int min_vectors = overrides.min_vectors, max_split = overrides.max_split;
+  const std::size_t target = overrides.target_bytes, stage_max_bytes = overrides.stage_max_bytes;
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
     return Status::invalid_argument("x: column extents [" + std::to_string(ext.outer) + ", " +
@@ -46,6 +48,9 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   if (min_vectors < 1 || min_vectors > kColumnSoftmaxThreads || (min_vectors & (min_vectors - 1)) != 0)
     return Status::invalid_argument("min_vectors: " + std::to_string(min_vectors) + " is not a power of two from 1 to " +
                                     std::to_string(kColumnSoftmaxThreads));
+  if (target < 1024 || target > kColumnStageMaxBytes)
+    return Status::invalid_argument("target_bytes: " + std::to_string(target) + " is not from 1024 to " +
+                                    std::to_string(kColumnStageMaxBytes));
   if (max_split < 1 || max_split > kColumnMaxSplit || (max_split & (max_split - 1)) != 0)
     return Status::invalid_argument("max_split: " + std::to_string(max_split) + " is not a power of two from 1 to " +
                                     std::to_string(kColumnMaxSplit));
@@ -60,7 +65,7 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   };
   const auto widest_within_target = [&](int64_t rows) {
     for (int w = kColumnSoftmaxThreads; w >= min_vectors; w /= 2)
-      if (tile_of(w, rows) <= kColumnStageTargetBytes) return w;
+      if (tile_of(w, rows) <= target) return w;
     return 0;
   };
 

@@ -88,24 +88,34 @@ struct SoftmaxColumnPlan {
   std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: buffers x tile + statistics + parameters
 };
 
+// The plan's constants as the column_* tuning settings override them (sweeps; each changes bits).
+struct SoftmaxColumnOverrides {
+  // The narrowest staged tile (a power of two from 1 to kColumnSoftmaxThreads; column_min_vectors:
+  // 1 stages tiles of half a sector a row of K).
+  int min_vectors = kColumnMinVectors;
+  // The widest tile's bytes, and a split tile's bands' (1 KiB to kColumnStageMaxBytes;
+  // column_stage_target_bytes).
+  std::size_t target_bytes = kColumnStageTargetBytes;
+  // The largest lone staged tile of min_vectors, 0 for the default of `inputs`
+  // (kColumnStageMaxBytes, or kColumnStageMaxBytesTwoInputs; column_stage_max_bytes). It bounds
+  // only the narrowest tile, taken where neither a wider one nor a split one fits the target: a
+  // tile within the target stages whatever it says, and a min_vectors tile past it reads x twice.
+  std::size_t stage_max_bytes = 0;
+  // The most CTAs a tile (a power of two from 1 to kColumnMaxSplit; column_max_split, 1 for the
+  // lone CTAs).
+  int max_split = kColumnMaxSplit;
+};
+
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the
-// device statistic and parameter sizes of the op; max_smem_per_cta: the device's; min_vectors: the
-// narrowest staged tile (a power of two from 1 to kColumnSoftmaxThreads; the column_min_vectors
-// override for sweeps: 1 stages tiles of half a sector a row of K); max_split: the most CTAs a
-// tile (a power of two from 1 to kColumnMaxSplit; the column_max_split override, 1 for the lone
-// CTAs): past kColumnSplitFromBytes, the smallest split whose band fits kColumnStageTargetBytes
-// at min_vectors wins, at the widest width that fits; stage_max_bytes: the largest lone staged
-// tile of min_vectors, 0 for the default of `inputs` (kColumnStageMaxBytes, or
-// kColumnStageMaxBytesTwoInputs; the column_stage_max_bytes override). It bounds only the
-// narrowest tile, taken where neither a wider one nor a split one fits the target: a tile within
-// the target stages whatever the override, and a min_vectors tile past it reads x twice (a staged
-// two-phase op's statistics are the exact ones, the two-read plan's the online merge, so the
-// overrides change bits). The plan does not depend on the SM count, so a column's bits are the
-// same on every GPU of the same shared memory.
+// device statistic and parameter sizes of the op; max_smem_per_cta: the device's. The widest tile
+// (at least min_vectors wide) within the target stages; past kColumnSplitFromBytes, the smallest
+// split whose band fits the target at min_vectors, at the widest width that fits; else a lone
+// tile of min_vectors up to stage_max_bytes; else two reads (a staged two-phase op's statistics
+// are the exact ones, the two-read plan's the online merge). The plan does not depend on the SM
+// count, so a column's bits are the same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
-                            int min_vectors = kColumnMinVectors, std::size_t stage_max_bytes = 0,
-                            int max_split = kColumnMaxSplit);
+                            const SoftmaxColumnOverrides& overrides = {});
 
 }  // namespace reducekit

@@ -35,9 +35,9 @@ constexpr const char* kNames[] = {
     "cross_entropy_classes_from_bytes", "cross_entropy_split_below_rows", "cross_entropy_probs_shared_granules",
     // batch_norm: channels-first planes of fewer bytes read as the columns of [N, C * S]
     "batch_norm_column_plane_bytes",
-    // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; the narrowest staged tile; the
-    // most CTAs a split tile)
-    "column_stage_buffers", "column_min_vectors", "column_stage_max_bytes", "column_max_split",
+    // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; SoftmaxColumnOverrides)
+    "column_stage_buffers", "column_min_vectors", "column_stage_target_bytes", "column_stage_max_bytes",
+    "column_max_split",
     // reduce engine (ReduceKnobs): the row path, the column path
     "row_warp_max_vectors",
     "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas",

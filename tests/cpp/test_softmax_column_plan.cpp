@@ -41,7 +41,11 @@ SoftmaxColumnPlan plan_of(ColumnExtents e, int elem_bytes, int inputs, int stat_
 SoftmaxColumnPlan lone_plan_of(ColumnExtents e, int elem_bytes, int inputs, int min_vectors = kColumnMinVectors,
                                std::size_t stage_max_bytes = 0, std::size_t smem = kSmem) {
   SoftmaxColumnPlan p;
-  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, smem, &p, min_vectors, stage_max_bytes, 1);
+  SoftmaxColumnOverrides o;
+  o.min_vectors = min_vectors;
+  o.stage_max_bytes = stage_max_bytes;
+  o.max_split = 1;
+  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, smem, &p, o);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(p.split, 1);
   return p;
@@ -164,12 +168,15 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
   EXPECT_EQ(past.split, 1);
   EXPECT_EQ(past.band, 12289);
   SoftmaxColumnPlan p;
+  SoftmaxColumnOverrides o;
   for (int bad : {0, 3, 2 * kColumnMaxSplit}) {
-    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, kColumnMinVectors, 0, bad);
+    o.max_split = bad;
+    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(s.message().rfind("max_split:", 0), 0u) << s.message();
   }
-  ASSERT_TRUE(plan_softmax_columns({8, 4096, 4096}, 4, 1, 8, 8, kSmem, &p, kColumnMinVectors, 0, 2).is_ok());
+  o.max_split = 2;
+  ASSERT_TRUE(plan_softmax_columns({8, 4096, 4096}, 4, 1, 8, 8, kSmem, &p, o).is_ok());
   EXPECT_EQ(p.split, 1) << "the override caps the cluster at two: bands of 64 KiB pass the target";
   EXPECT_EQ(p.band, 4096);
   EXPECT_TRUE(p.staged) << "the lone CTA's 128 KiB tile";
@@ -215,8 +222,7 @@ TEST(SoftmaxColumnPlan, SharedMemoryAccountsForTileStatisticsAndParameters) {
     EXPECT_LE(p.smem_bytes, kSmem);
   }
   // A device whose shared memory cannot hold the planned tile streams instead.
-  SoftmaxColumnPlan small;
-  ASSERT_TRUE(plan_softmax_columns({8, 3000, 4096}, 4, 1, 8, 8, 64 * 1024, &small, kColumnMinVectors, 0, 1).is_ok());
+  const SoftmaxColumnPlan small = lone_plan_of({8, 3000, 4096}, 4, 1, kColumnMinVectors, 0, 64 * 1024);
   EXPECT_FALSE(small.staged);
   EXPECT_LE(small.smem_bytes, 64u * 1024);
 }
@@ -241,10 +247,35 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
     EXPECT_EQ(long_k.col_vectors, kColumnStreamVectors);
   }
   SoftmaxColumnPlan p;
+  SoftmaxColumnOverrides o;
   for (int bad : {0, 3, 2 * kColumnSoftmaxThreads}) {
-    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, bad);
+    o.min_vectors = bad;
+    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(s.message().rfind("min_vectors:", 0), 0u) << s.message();
+  }
+}
+
+// The target is an override (column_stage_target_bytes): at 24 KiB the 16-bit 32x19x128x128
+// tile halves (64 vectors wide, 4 lanes down K: twice the tiles) and a K of 4096 splits in eight;
+// a target past kColumnStageMaxBytes or under 1 KiB is refused.
+TEST(SoftmaxColumnPlan, TargetIsAnOverride) {
+  SoftmaxColumnOverrides o;
+  o.target_bytes = 24 * 1024;
+  SoftmaxColumnPlan p;
+  ASSERT_TRUE(plan_softmax_columns({32, 19, 16384}, 2, 1, 8, 8, kSmem, &p, o).is_ok());
+  EXPECT_EQ(p.col_vectors, 64);
+  EXPECT_EQ(p.k_lanes, 4);
+  EXPECT_EQ(p.tiles, 2 * plan_of({32, 19, 16384}, 2, 1).tiles);
+  ASSERT_TRUE(plan_softmax_columns({64, 4096, 256}, 2, 1, 8, 8, kSmem, &p, o).is_ok());
+  EXPECT_EQ(p.split, 8);
+  EXPECT_EQ(p.band, 512);
+  EXPECT_EQ(p.tile_bytes, 512u * 32);
+  for (std::size_t bad : {std::size_t(0), std::size_t(1023), kColumnStageMaxBytes + 1}) {
+    o.target_bytes = bad;
+    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(s.message().rfind("target_bytes:", 0), 0u) << s.message();
   }
 }
 
@@ -336,16 +367,21 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     // smem_optin of an H200, an A100, an sm_89, the 48 KiB every device has, or between.
     const std::size_t smem_kb[] = {227, 163, 99, 48, static_cast<std::size_t>(uniform(48, 227))};
     const std::size_t smem = smem_kb[uniform(0, 4)] * 1024;
-    // The overrides now and then: column_min_vectors, column_stage_max_bytes, column_max_split.
-    const int min_vectors = uniform(0, 3) == 0 ? 1 << uniform(0, 8) : kColumnMinVectors;
-    const std::size_t stage_max = uniform(0, 3) == 0 ? static_cast<std::size_t>(uniform(1, 256 * 1024)) : 0;
-    const int max_split = uniform(0, 3) == 0 ? 1 << uniform(0, 3) : kColumnMaxSplit;
+    // The overrides now and then: column_min_vectors, column_stage_target_bytes,
+    // column_stage_max_bytes, column_max_split.
+    SoftmaxColumnOverrides o;
+    if (uniform(0, 3) == 0) o.min_vectors = 1 << uniform(0, 8);
+    if (uniform(0, 3) == 0) o.target_bytes = static_cast<std::size_t>(uniform(1024, kColumnStageMaxBytes));
+    if (uniform(0, 3) == 0) o.stage_max_bytes = static_cast<std::size_t>(uniform(1, 256 * 1024));
+    if (uniform(0, 3) == 0) o.max_split = 1 << uniform(0, 3);
+    const int min_vectors = o.min_vectors, max_split = o.max_split;
+    const std::size_t stage_max = o.stage_max_bytes;
     SCOPED_TRACE(testing::Message() << "extents [" << e.outer << ", " << e.reduced << ", " << e.inner << "] elem="
                                     << elem << " inputs=" << inputs << " smem=" << smem << " min_vectors="
-                                    << min_vectors << " stage_max=" << stage_max << " max_split=" << max_split);
+                                    << min_vectors << " target=" << o.target_bytes << " stage_max=" << stage_max
+                                    << " max_split=" << max_split);
     SoftmaxColumnPlan p;
-    const Status s =
-        plan_softmax_columns(e, elem, inputs, stat_bytes, param_bytes, smem, &p, min_vectors, stage_max, max_split);
+    const Status s = plan_softmax_columns(e, elem, inputs, stat_bytes, param_bytes, smem, &p, o);
     const __int128 slabs = __int128(e.outer) * e.reduced;  // < 2^126: each factor below 2^63
     if (slabs > std::numeric_limits<int64_t>::max() || slabs * e.inner > std::numeric_limits<int64_t>::max()) {
       // No dense tensor has these extents.
@@ -391,7 +427,7 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
       const std::size_t largest = stage_max != 0 ? stage_max
                                   : inputs == 1   ? kColumnStageMaxBytes
                                                   : kColumnStageMaxBytesTwoInputs;
-      ASSERT_TRUE(p.tile_bytes <= kColumnStageTargetBytes ||
+      ASSERT_TRUE(p.tile_bytes <= o.target_bytes ||
                   (p.split == 1 && p.col_vectors == min_vectors && p.tile_bytes <= largest))
           << p.tile_bytes << " bytes, " << p.col_vectors << " vectors wide";
     } else {
@@ -403,9 +439,7 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     const ColumnExtents other{uniform(1, 1 << 20), e.reduced, uniform(2, 1 << 20)};
     if (__int128(other.outer) * other.reduced * other.inner > std::numeric_limits<int64_t>::max()) continue;
     SoftmaxColumnPlan q;
-    ASSERT_TRUE(plan_softmax_columns(other, elem, inputs, stat_bytes, param_bytes, smem, &q, min_vectors, stage_max,
-                                     max_split)
-                    .is_ok());
+    ASSERT_TRUE(plan_softmax_columns(other, elem, inputs, stat_bytes, param_bytes, smem, &q, o).is_ok());
     ASSERT_EQ(q.col_vectors, p.col_vectors);
     ASSERT_EQ(q.k_lanes, p.k_lanes);
     ASSERT_EQ(q.staged, p.staged);
