@@ -37,6 +37,14 @@ SoftmaxColumnPlan plan_of(ColumnExtents e, int elem_bytes, int inputs, int stat_
   return p;
 }
 
+// An override out of range is refused, the message naming it.
+void expect_refused(const SoftmaxColumnOverrides& o, const char* name) {
+  SoftmaxColumnPlan p;
+  const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << name;
+  EXPECT_EQ(s.message().rfind(name, 0), 0u) << s.message();
+}
+
 // The plan of lone CTAs (no split tiles: the column_max_split=1 override).
 SoftmaxColumnPlan lone_plan_of(ColumnExtents e, int elem_bytes, int inputs, int min_vectors = kColumnMinVectors,
                                std::size_t stage_max_bytes = 0, std::size_t smem = kSmem) {
@@ -167,15 +175,13 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
   EXPECT_FALSE(past.staged);
   EXPECT_EQ(past.split, 1);
   EXPECT_EQ(past.band, 12289);
-  SoftmaxColumnPlan p;
   SoftmaxColumnOverrides o;
   for (int bad : {0, 3, 2 * kColumnMaxSplit}) {
     o.max_split = bad;
-    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
-    EXPECT_EQ(s.message().rfind("max_split:", 0), 0u) << s.message();
+    expect_refused(o, "max_split:");
   }
   o.max_split = 2;
+  SoftmaxColumnPlan p;
   ASSERT_TRUE(plan_softmax_columns({8, 4096, 4096}, 4, 1, 8, 8, kSmem, &p, o).is_ok());
   EXPECT_EQ(p.split, 1) << "the override caps the cluster at two: bands of 64 KiB pass the target";
   EXPECT_EQ(p.band, 4096);
@@ -246,13 +252,10 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
     EXPECT_FALSE(long_k.staged) << "past 128 KiB even one vector wide";
     EXPECT_EQ(long_k.col_vectors, kColumnStreamVectors);
   }
-  SoftmaxColumnPlan p;
   SoftmaxColumnOverrides o;
   for (int bad : {0, 3, 2 * kColumnSoftmaxThreads}) {
     o.min_vectors = bad;
-    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
-    EXPECT_EQ(s.message().rfind("min_vectors:", 0), 0u) << s.message();
+    expect_refused(o, "min_vectors:");
   }
 }
 
@@ -273,9 +276,7 @@ TEST(SoftmaxColumnPlan, TargetIsAnOverride) {
   EXPECT_EQ(p.tile_bytes, 512u * 32);
   for (std::size_t bad : {std::size_t(0), std::size_t(1023), kColumnStageMaxBytes + 1}) {
     o.target_bytes = bad;
-    const Status s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, &p, o);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
-    EXPECT_EQ(s.message().rfind("target_bytes:", 0), 0u) << s.message();
+    expect_refused(o, "target_bytes:");
   }
 }
 

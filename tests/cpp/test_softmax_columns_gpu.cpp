@@ -336,13 +336,13 @@ template <typename T> void split_tiles(Op op, const Columns& c, int split) {
   ASSERT_EQ(plan.split, split);
   check_columns<T>(op, {2, c.k, c.inner}, 0, "randn", 21);
   check_columns<T>(op, {2, c.k, c.inner}, 1, "special", 22);
-  std::vector<double> va = make_values(c.numel(), "randn", 23), vb = make_values(c.numel(), "randn", 24);
-  std::vector<T> ha(va.size()), hb(vb.size());
-  for (std::size_t e = 0; e < va.size(); ++e) {
-    ha[e] = from_double<T>(va[e]);
-    hb[e] = from_double<T>(vb[e]);
-  }
-  DeviceBuffer a(ha), b(hb);
+  const auto values = [&](uint32_t seed) {
+    const std::vector<double> v = make_values(c.numel(), "randn", seed);
+    std::vector<T> t(v.size());
+    std::transform(v.begin(), v.end(), t.begin(), from_double<T>);
+    return t;
+  };
+  DeviceBuffer a(values(23)), b(values(24));
   ASSERT_TRUE(a.get() && b.get());
   std::vector<T> one;
   {
