@@ -52,8 +52,8 @@ constexpr int kColumnMinVectors = 2;
 // Most CTAs a split tile takes (a portable cluster).
 constexpr int kColumnMaxSplit = 8;
 // Narrowest tiles up to this stay whole on one CTA: three still fit an SM and overlap without a
-// cluster's barriers (K = 2000 split in two lost; K = 4096 and 6000, one or no lone CTA an SM,
-// gained: LOG.md, run 307).
+// cluster's barriers, which cost more than they gain there; larger ones, one or no lone CTA an
+// SM, split (LOG.md).
 constexpr std::size_t kColumnSplitFromBytes = 64 * 1024;
 // Two-read tiles are as narrow: 4x the CTAs of full-line tiles where outer * inner is small, and
 // the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
