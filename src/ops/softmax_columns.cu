@@ -86,9 +86,11 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   op_sizes(op, tensors[0].dtype, &stat_bytes, &param_bytes);
   SoftmaxColumnOverrides overrides;
   overrides.min_vectors = static_cast<int>(tuning("column_min_vectors").value_or(kColumnMinVectors));
-  overrides.target_bytes = static_cast<std::size_t>(
-      std::max<int64_t>(0, tuning("column_stage_target_bytes").value_or(kColumnStageTargetBytes)));
-  overrides.stage_max_bytes = static_cast<std::size_t>(std::max<int64_t>(0, tuning("column_stage_max_bytes").value_or(0)));
+  const auto bytes = [](const char* name, int64_t fallback) {
+    return static_cast<std::size_t>(std::max<int64_t>(0, tuning(name).value_or(fallback)));
+  };
+  overrides.target_bytes = bytes("column_stage_target_bytes", kColumnStageTargetBytes);
+  overrides.stage_max_bytes = bytes("column_stage_max_bytes", 0);  // 0: the plan's default
   overrides.max_split = static_cast<int>(tuning("column_max_split").value_or(kColumnMaxSplit));
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
