@@ -110,7 +110,6 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   p.width = static_cast<int64_t>(p.col_vectors) * p.vec;
   p.tiles_per_slab = (ext.inner - 1) / p.width + 1;  // inner + width - 1 may pass int64 (outer = K = 1)
   p.tiles = ext.outer * p.tiles_per_slab;
-  p.ctas = p.tiles * p.split;
   *plan = p;
   return Status::ok();
 }

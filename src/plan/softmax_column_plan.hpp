@@ -82,8 +82,7 @@ struct SoftmaxColumnPlan {
   int buffers = 1;       // staged tiles a CTA holds: 2 overlaps the next tile's copy with this one
   int64_t width = 1;     // columns a tile: col_vectors * vec
   int64_t tiles_per_slab = 0;  // ceil(inner / width)
-  int64_t tiles = 0;           // outer * tiles_per_slab
-  int64_t ctas = 0;            // tiles * split
+  int64_t tiles = 0;           // outer * tiles_per_slab (each on split CTAs)
   std::size_t tile_bytes = 0;  // a CTA's band of the staged tile, all inputs (0 when not staged)
   std::size_t smem_bytes = 0;  // dynamic shared memory a CTA: buffers x tile + statistics + parameters
 };

@@ -104,7 +104,7 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(a.col_vectors, 128);  // 19 x 128 x 16 B = 38 KB <= 48 KB; 256 would be 76 KB
   EXPECT_EQ(a.k_lanes, 2);
   EXPECT_EQ(a.width, 512);
-  EXPECT_EQ(a.ctas, 32 * 32);
+  EXPECT_EQ(a.tiles, 32 * 32);
   EXPECT_EQ(a.buffers, 2) << "the next tile's copy beside this one";
 
   const SoftmaxColumnPlan b = plan_of({32, 150, 16384}, 2, 1);
@@ -127,7 +127,6 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(d.tile_bytes, 1024u * 32);
   EXPECT_EQ(d.buffers, 2);
   EXPECT_EQ(d.tiles, 64 * (256 / 8));
-  EXPECT_EQ(d.ctas, d.tiles * 4);
 
   const SoftmaxColumnPlan lone = lone_plan_of({64, 4096, 256}, 4, 1);
   EXPECT_TRUE(lone.staged) << "4096 x 32 B = 128 KiB, kColumnStageMaxBytes";
@@ -135,13 +134,13 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(lone.band, 4096);
   EXPECT_EQ(lone.tile_bytes, 4096u * 32);
   EXPECT_EQ(lone.buffers, 1);
-  EXPECT_EQ(lone.ctas, 64 * (256 / 8));
+  EXPECT_EQ(lone.tiles, 64 * (256 / 8));
 
   const SoftmaxColumnPlan e = lone_plan_of({64, 4097, 256}, 4, 1);
   EXPECT_FALSE(e.staged) << "past 128 KiB: two reads";
   EXPECT_EQ(e.col_vectors, kColumnStreamVectors);
   EXPECT_EQ(e.tile_bytes, 0u);
-  EXPECT_EQ(e.ctas, lone.ctas);
+  EXPECT_EQ(e.tiles, lone.tiles);
 }
 
 // Where the narrowest tile passes kColumnSplitFromBytes, the smallest cluster whose bands fit the
@@ -164,7 +163,6 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
     EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
     if (c.split > 1) EXPECT_LE(p.tile_bytes, kColumnStageTargetBytes);
     EXPECT_EQ(p.tile_bytes, static_cast<std::size_t>(p.band) * p.col_vectors * 16 * c.inputs);
-    EXPECT_EQ(p.ctas, p.tiles * p.split);
     EXPECT_EQ(p.smem_bytes,
               p.buffers * p.tile_bytes + kColumnSoftmaxThreads * (16u / c.elem) * 8 +
                   p.col_vectors * (16u / c.elem) * (8 + (c.split > 1 ? 8 : 0)))
@@ -247,7 +245,7 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
     EXPECT_EQ(one.col_vectors, 1);
     EXPECT_EQ(one.k_lanes, kColumnSoftmaxThreads);
     EXPECT_EQ(one.tile_bytes, 6000u * 16);
-    EXPECT_EQ(one.ctas, 64 * 256 / (16 / elem));
+    EXPECT_EQ(one.tiles, 64 * 256 / (16 / elem));
     const SoftmaxColumnPlan long_k = lone_plan_of({8, 9000, 256}, elem, 1, 1);
     EXPECT_FALSE(long_k.staged) << "past 128 KiB even one vector wide";
     EXPECT_EQ(long_k.col_vectors, kColumnStreamVectors);
@@ -297,7 +295,7 @@ TEST(SoftmaxColumnPlan, LargestStagedTileIsAnOverride) {
     EXPECT_FALSE(small.staged) << "the override at 100 KiB";
     EXPECT_EQ(small.col_vectors, d.col_vectors);
     EXPECT_EQ(small.k_lanes, d.k_lanes);
-    EXPECT_EQ(small.ctas, d.ctas);
+    EXPECT_EQ(small.tiles, d.tiles);
     const SoftmaxColumnPlan big = lone_plan_of({64, 6000, 256}, elem, 1, kColumnMinVectors, kBig);
     EXPECT_TRUE(big.staged) << "the override at 200 KiB: 6000 x 32 B";
     EXPECT_FALSE(lone_plan_of({64, 6000, 256}, elem, 1).staged);
@@ -316,7 +314,7 @@ TEST(SoftmaxColumnPlan, TilesCoverTheInnerExtent) {
     const SoftmaxColumnPlan p = plan_of({3, 150, inner}, 4, 1);
     EXPECT_GE(p.tiles_per_slab * p.width, inner);
     EXPECT_LT((p.tiles_per_slab - 1) * p.width, inner);
-    EXPECT_EQ(p.ctas, 3 * p.tiles_per_slab);
+    EXPECT_EQ(p.tiles, 3 * p.tiles_per_slab);
   }
 }
 
@@ -402,7 +400,6 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     ASSERT_GE(__int128(p.tiles_per_slab) * p.width, e.inner);
     ASSERT_LT(__int128(p.tiles_per_slab - 1) * p.width, e.inner);
     ASSERT_TRUE(__int128(p.tiles) == __int128(e.outer) * p.tiles_per_slab);
-    ASSERT_TRUE(__int128(p.ctas) == __int128(p.tiles) * p.split);
     ASSERT_TRUE(p.buffers == 1 || (p.buffers == 2 && p.staged));
     // Split tiles: a power of two of CTAs up to the cap, bands covering K, none empty.
     ASSERT_TRUE(p.split >= 1 && p.split <= max_split && (p.split & (p.split - 1)) == 0);
