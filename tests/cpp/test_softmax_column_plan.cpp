@@ -45,6 +45,27 @@ void expect_refused(const SoftmaxColumnOverrides& o, const char* name) {
   EXPECT_EQ(s.message().rfind(name, 0), 0u) << s.message();
 }
 
+// A staged plan's tile: CTAs a tile and rows of K each, width in vectors, bytes a CTA stages,
+// buffers, tiles.
+struct StagedTile {
+  int split;
+  int64_t band;
+  int col_vectors;
+  std::size_t tile_bytes;
+  int buffers;
+  int64_t tiles;
+};
+
+void expect_staged(const SoftmaxColumnPlan& p, const StagedTile& t) {
+  EXPECT_TRUE(p.staged);
+  EXPECT_EQ(p.split, t.split);
+  EXPECT_EQ(p.band, t.band);
+  EXPECT_EQ(p.col_vectors, t.col_vectors);
+  EXPECT_EQ(p.tile_bytes, t.tile_bytes);
+  EXPECT_EQ(p.buffers, t.buffers);
+  EXPECT_EQ(p.tiles, t.tiles);
+}
+
 // The plan of lone CTAs (no split tiles: the column_max_split=1 override).
 SoftmaxColumnPlan lone_plan_of(ColumnExtents e, int elem_bytes, int inputs, int min_vectors = kColumnMinVectors,
                                std::size_t stage_max_bytes = 0, std::size_t smem = kSmem) {
@@ -113,28 +134,13 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(b.k_lanes, 16);
   EXPECT_EQ(b.width, 128);  // 16 vectors of 8 bf16
 
-  const SoftmaxColumnPlan c = plan_of({32, 1000, 4096}, 4, 1);
-  EXPECT_TRUE(c.staged);
-  EXPECT_EQ(c.col_vectors, kColumnMinVectors);  // 32 B a row: 1000 x 32 B = 32 KB
-  EXPECT_EQ(c.tile_bytes, 1000u * 32);
-  EXPECT_EQ(c.buffers, 2);
-
-  const SoftmaxColumnPlan d = plan_of({64, 4096, 256}, 4, 1);
-  EXPECT_TRUE(d.staged);
-  EXPECT_EQ(d.split, 4) << "4096 x 32 B = 128 KiB: four bands of 32 KiB";
-  EXPECT_EQ(d.band, 1024);
-  EXPECT_EQ(d.col_vectors, kColumnMinVectors);
-  EXPECT_EQ(d.tile_bytes, 1024u * 32);
-  EXPECT_EQ(d.buffers, 2);
-  EXPECT_EQ(d.tiles, 64 * (256 / 8));
-
+  // 1000 x 32 B = 32 KB: the narrowest tile, two buffers
+  expect_staged(plan_of({32, 1000, 4096}, 4, 1), {1, 1000, kColumnMinVectors, 1000u * 32, 2, 32 * (4096 / 8)});
+  // 4096 x 32 B = 128 KiB: four bands of 32 KiB
+  expect_staged(plan_of({64, 4096, 256}, 4, 1), {4, 1024, kColumnMinVectors, 1024u * 32, 2, 64 * (256 / 8)});
+  // lone CTAs: the whole 128 KiB tile (kColumnStageMaxBytes), one buffer
   const SoftmaxColumnPlan lone = lone_plan_of({64, 4096, 256}, 4, 1);
-  EXPECT_TRUE(lone.staged) << "4096 x 32 B = 128 KiB, kColumnStageMaxBytes";
-  EXPECT_EQ(lone.col_vectors, kColumnMinVectors);
-  EXPECT_EQ(lone.band, 4096);
-  EXPECT_EQ(lone.tile_bytes, 4096u * 32);
-  EXPECT_EQ(lone.buffers, 1);
-  EXPECT_EQ(lone.tiles, 64 * (256 / 8));
+  expect_staged(lone, {1, 4096, kColumnMinVectors, 4096u * 32, 1, 64 * (256 / 8)});
 
   const SoftmaxColumnPlan e = lone_plan_of({64, 4097, 256}, 4, 1);
   EXPECT_FALSE(e.staged) << "past 128 KiB: two reads";
