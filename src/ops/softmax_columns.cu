@@ -92,6 +92,7 @@ Status plan_for(SoftmaxColumnOp op, const TensorView* tensors, int count, const 
   overrides.target_bytes = bytes("column_stage_target_bytes", kColumnStageTargetBytes);
   overrides.stage_max_bytes = bytes("column_stage_max_bytes", 0);  // 0: the plan's default
   overrides.max_split = static_cast<int>(tuning("column_max_split").value_or(kColumnMaxSplit));
+  overrides.wide_vectors = static_cast<int>(tuning("column_wide_vectors").value_or(0));  // 0: the plan's default
   REDUCEKIT_RETURN_IF_ERROR(plan_softmax_columns(ext, static_cast<int>(dtype_size(tensors[0].dtype)), inputs_of(op),
                                                  stat_bytes, param_bytes, static_cast<std::size_t>(smem_optin),
                                                  plan, overrides));

@@ -29,6 +29,7 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
                             const SoftmaxColumnOverrides& overrides) {
   const int min_vectors = overrides.min_vectors, max_split = overrides.max_split;
+  const int wide_vectors = overrides.wide_vectors != 0 ? overrides.wide_vectors : inputs == 1 ? kColumnWideVectors : 1;
   const std::size_t target = overrides.target_bytes, stage_max_bytes = overrides.stage_max_bytes;
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)
@@ -51,6 +52,9 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   if (target < 1024 || target > kColumnStageMaxBytes)
     return Status::invalid_argument("target_bytes: " + std::to_string(target) + " is not from 1024 to " +
                                     std::to_string(kColumnStageMaxBytes));
+  if (wide_vectors < 1 || wide_vectors > kColumnSoftmaxThreads || (wide_vectors & (wide_vectors - 1)) != 0)
+    return Status::invalid_argument("wide_vectors: " + std::to_string(wide_vectors) +
+                                    " is not a power of two from 1 to " + std::to_string(kColumnSoftmaxThreads));
   if (max_split < 1 || max_split > kColumnMaxSplit || (max_split & (max_split - 1)) != 0)
     return Status::invalid_argument("max_split: " + std::to_string(max_split) + " is not a power of two from 1 to " +
                                     std::to_string(kColumnMaxSplit));
@@ -83,6 +87,14 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   if (p.col_vectors == 0) {
     p.split = 1;
     if (tile_of(min_vectors, k) <= stage_max) p.col_vectors = min_vectors;
+  }
+  for (int split = 1; p.col_vectors != 0 && p.col_vectors < wide_vectors && split <= max_split; split *= 2) {
+    const int64_t band = (k - 1) / split + 1;
+    if (split > 1 && (split - 1) * band >= k) break;
+    if (tile_of(wide_vectors, band) <= kColumnSplitFromBytes) {
+      p.col_vectors = wide_vectors;
+      p.split = split;
+    }
   }
   p.band = (ext.reduced - 1) / p.split + 1;
   p.staged = p.col_vectors != 0;

@@ -20,7 +20,8 @@
 // Where even the narrowest tile passes kColumnSplitFromBytes, a cluster of `split` CTAs shares
 // it, each staging a band of ceil(K / split) rows, and the CTAs merge their statistics in rank
 // order: each holds a fraction of the tile, so several CTAs an SM overlap one's copy with
-// another's work.
+// another's work. Forward tiles of 32-byte rows then widen to 64-byte rows wherever a cluster's
+// bands of them still fit kColumnSplitFromBytes (kColumnWideVectors).
 //
 // The arithmetic of a column (which lane folds which rows, the tree) depends on (K, element size,
 // inputs) alone, never on outer, inner, the alignment or the other columns, so results are
@@ -59,6 +60,11 @@ constexpr std::size_t kColumnSplitFromBytes = 64 * 1024;
 // the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
 // when the output pass reads them again.
 constexpr int kColumnStreamVectors = kColumnMinVectors;
+// Staged forward tiles narrower than this (32-byte rows) widen to it, 64-byte rows, wherever a
+// CTA's band of the wider tile, lone or split, stays within kColumnSplitFromBytes: 32-byte rows
+// cost an L2 request a sector and ran L2-bound (L2 84-95% busy at DRAM 41-70%; LOG.md). The
+// backwards (two inputs) keep their width: not measured.
+constexpr int kColumnWideVectors = 4;
 
 // [outer, K, inner] of a dense tensor over `dim`, when dim is not innermost (inner > 1).
 struct ColumnExtents {
@@ -103,6 +109,10 @@ struct SoftmaxColumnOverrides {
   // The most CTAs a tile (a power of two from 1 to kColumnMaxSplit; column_max_split, 1 for the
   // lone CTAs).
   int max_split = kColumnMaxSplit;
+  // Staged tiles narrower than this widen to it where a band fits kColumnSplitFromBytes (a power of
+  // two from 1 to kColumnSoftmaxThreads; column_wide_vectors, 1 for none), 0 for the default of
+  // `inputs` (kColumnWideVectors forward, none backward).
+  int wide_vectors = 0;
 };
 
 // elem_bytes: 2, 4 or 8; inputs: 1 (forward) or 2 (backward); stat_bytes / param_bytes: the
@@ -110,7 +120,8 @@ struct SoftmaxColumnOverrides {
 // (at least min_vectors wide) within the target stages; past kColumnSplitFromBytes, the smallest
 // split whose band fits the target at min_vectors, at the widest width that fits; else a lone
 // tile of min_vectors up to stage_max_bytes; else two reads (a staged two-phase op's statistics
-// are the exact ones, the two-read plan's the online merge). The plan does not depend on the SM
+// are the exact ones, the two-read plan's the online merge). A staged tile narrower than
+// wide_vectors then widens to it, on the fewest CTAs whose bands fit kColumnSplitFromBytes. The plan does not depend on the SM
 // count, so a column's bits are the same on every GPU of the same shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,

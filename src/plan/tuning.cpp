@@ -37,7 +37,7 @@ constexpr const char* kNames[] = {
     "batch_norm_column_plane_bytes",
     // softmax over a non-innermost dim (SoftmaxColumnPlan::buffers; SoftmaxColumnOverrides)
     "column_stage_buffers", "column_min_vectors", "column_stage_target_bytes", "column_stage_max_bytes",
-    "column_max_split",
+    "column_max_split", "column_wide_vectors",
     // reduce engine (ReduceKnobs): the row path, the column path
     "row_warp_max_vectors",
     "col_min_segment_rows", "col_max_segments", "col_split_below_vectors", "col_groups_below_ctas",

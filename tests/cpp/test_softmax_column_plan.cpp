@@ -37,6 +37,16 @@ SoftmaxColumnPlan plan_of(ColumnExtents e, int elem_bytes, int inputs, int stat_
   return p;
 }
 
+// The plan without the widening of 32-byte rows (the column_wide_vectors=1 override).
+SoftmaxColumnPlan narrow_plan_of(ColumnExtents e, int elem_bytes, int inputs) {
+  SoftmaxColumnPlan p;
+  SoftmaxColumnOverrides o;
+  o.wide_vectors = 1;
+  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, kSmem, &p, o);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return p;
+}
+
 // An override out of range is refused, the message naming it.
 void expect_refused(const SoftmaxColumnOverrides& o, const char* name) {
   SoftmaxColumnPlan p;
@@ -134,10 +144,12 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(b.k_lanes, 16);
   EXPECT_EQ(b.width, 128);  // 16 vectors of 8 bf16
 
-  // 1000 x 32 B = 32 KB: the narrowest tile, two buffers
-  expect_staged(plan_of({32, 1000, 4096}, 4, 1), {1, 1000, kColumnMinVectors, 1000u * 32, 2, 32 * (4096 / 8)});
-  // 4096 x 32 B = 128 KiB: four bands of 32 KiB
-  expect_staged(plan_of({64, 4096, 256}, 4, 1), {4, 1024, kColumnMinVectors, 1024u * 32, 2, 64 * (256 / 8)});
+  // 1000 x 32 B = 32 KB, the narrowest tile within the target, widens to 1000 x 64 B: two buffers
+  expect_staged(plan_of({32, 1000, 4096}, 4, 1), {1, 1000, kColumnWideVectors, 1000u * 64, 2, 32 * (4096 / 16)});
+  expect_staged(narrow_plan_of({32, 1000, 4096}, 4, 1), {1, 1000, kColumnMinVectors, 1000u * 32, 2, 32 * (4096 / 8)});
+  // 4096 x 32 B = 128 KiB: four bands of 32 KiB, widened to four of 64 KiB
+  expect_staged(plan_of({64, 4096, 256}, 4, 1), {4, 1024, kColumnWideVectors, 1024u * 64, 2, 64 * (256 / 16)});
+  expect_staged(narrow_plan_of({64, 4096, 256}, 4, 1), {4, 1024, kColumnMinVectors, 1024u * 32, 2, 64 * (256 / 8)});
   // lone CTAs: the whole 128 KiB tile (kColumnStageMaxBytes), one buffer
   const SoftmaxColumnPlan lone = lone_plan_of({64, 4096, 256}, 4, 1);
   expect_staged(lone, {1, 4096, kColumnMinVectors, 4096u * 32, 1, 64 * (256 / 8)});
@@ -162,7 +174,7 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
                        Case{12288, 2, 1, 8, 2}, Case{1024, 4, 2, 1, 2}, Case{1025, 4, 2, 2, 2}, Case{1600, 2, 2, 4, 2},
                        Case{6144, 4, 2, 8, 2}, Case{2000, 4, 1, 1, 2}, Case{700, 4, 1, 1, 4}}) {
     SCOPED_TRACE(testing::Message() << "K " << c.k << " elem " << c.elem << " inputs " << c.inputs);
-    const SoftmaxColumnPlan p = plan_of({8, c.k, 4096}, c.elem, c.inputs);
+    const SoftmaxColumnPlan p = narrow_plan_of({8, c.k, 4096}, c.elem, c.inputs);
     EXPECT_TRUE(p.staged);
     EXPECT_EQ(p.split, c.split);
     EXPECT_EQ(p.col_vectors, c.vectors);
@@ -176,6 +188,7 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
   }
   // Past eight bands of the target: the lone CTA's rules (two reads here).
   const SoftmaxColumnPlan past = plan_of({8, 12289, 4096}, 2, 1);
+  EXPECT_FALSE(past.staged) << "nor eight bands of 64-byte rows";
   EXPECT_FALSE(past.staged);
   EXPECT_EQ(past.split, 1);
   EXPECT_EQ(past.band, 12289);
@@ -190,6 +203,47 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
   EXPECT_EQ(p.split, 1) << "the override caps the cluster at two: bands of 64 KiB pass the target";
   EXPECT_EQ(p.band, 4096);
   EXPECT_TRUE(p.staged) << "the lone CTA's 128 KiB tile";
+}
+
+// Staged forward tiles of 32-byte rows widen to 64-byte rows (kColumnWideVectors) on the fewest
+// CTAs whose bands fit kColumnSplitFromBytes, the target aside; past eight such bands, or with two
+// inputs, or under the column_wide_vectors=1 override, they keep their width.
+TEST(SoftmaxColumnPlan, ThirtyTwoByteRowsWidenWhereABandFits) {
+  struct Case {
+    int64_t k;
+    int elem, inputs, split, vectors;
+  };
+  for (const Case c : {Case{1000, 4, 1, 1, 4}, Case{1024, 2, 1, 1, 4}, Case{1025, 2, 1, 2, 4}, Case{2000, 4, 1, 2, 4},
+                       Case{4096, 2, 1, 4, 4}, Case{8192, 4, 1, 8, 4}, Case{8193, 4, 1, 8, 2}, Case{3000, 8, 1, 4, 4},
+                       Case{600, 4, 1, 1, 4}, Case{1000, 4, 2, 1, 2}, Case{4096, 2, 2, 8, 2}}) {
+    SCOPED_TRACE(testing::Message() << "K " << c.k << " elem " << c.elem << " inputs " << c.inputs);
+    const SoftmaxColumnPlan p = plan_of({8, c.k, 4096}, c.elem, c.inputs);
+    EXPECT_TRUE(p.staged);
+    EXPECT_EQ(p.split, c.split);
+    EXPECT_EQ(p.col_vectors, c.vectors);
+    EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
+    if (c.vectors == kColumnWideVectors) EXPECT_LE(p.tile_bytes, kColumnSplitFromBytes);
+    EXPECT_EQ(p.k_lanes, kColumnSoftmaxThreads / c.vectors);
+  }
+  // The override: 1 keeps the narrow plan, 8 widens to 128-byte rows, other values are refused.
+  SoftmaxColumnOverrides o;
+  SoftmaxColumnPlan p;
+  o.wide_vectors = 1;
+  ASSERT_TRUE(plan_softmax_columns({8, 2000, 4096}, 4, 1, 8, 8, kSmem, &p, o).is_ok());
+  EXPECT_EQ(p.col_vectors, kColumnMinVectors);
+  EXPECT_EQ(p.split, 1);
+  o.wide_vectors = 8;
+  ASSERT_TRUE(plan_softmax_columns({8, 1000, 4096}, 4, 1, 8, 8, kSmem, &p, o).is_ok());
+  EXPECT_EQ(p.col_vectors, 8);
+  EXPECT_EQ(p.split, 2);
+  EXPECT_EQ(p.tile_bytes, 500u * 128);
+  ASSERT_TRUE(plan_softmax_columns({8, 1000, 4096}, 4, 2, 8, 8, kSmem, &p, o).is_ok());
+  EXPECT_EQ(p.col_vectors, 8) << "the override widens the backwards too";
+  EXPECT_EQ(p.split, 4);
+  for (int bad : {-1, 3, 2 * kColumnSoftmaxThreads}) {
+    o.wide_vectors = bad;
+    expect_refused(o, "wide_vectors:");
+  }
 }
 
 // Batch invariance: the layout of a column's arithmetic (k_lanes) and the staging choice must not
@@ -269,6 +323,7 @@ TEST(SoftmaxColumnPlan, NarrowestStagedTileIsAnOverride) {
 TEST(SoftmaxColumnPlan, TargetIsAnOverride) {
   SoftmaxColumnOverrides o;
   o.target_bytes = 24 * 1024;
+  o.wide_vectors = 1;  // the narrow plans: the 64-byte rows' bands are not the target's
   SoftmaxColumnPlan p;
   ASSERT_TRUE(plan_softmax_columns({32, 19, 16384}, 2, 1, 8, 8, kSmem, &p, o).is_ok());
   EXPECT_EQ(p.col_vectors, 64);
@@ -379,12 +434,14 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     if (uniform(0, 3) == 0) o.target_bytes = static_cast<std::size_t>(uniform(1024, kColumnStageMaxBytes));
     if (uniform(0, 3) == 0) o.stage_max_bytes = static_cast<std::size_t>(uniform(1, 256 * 1024));
     if (uniform(0, 3) == 0) o.max_split = 1 << uniform(0, 3);
+    if (uniform(0, 3) == 0) o.wide_vectors = 1 << uniform(0, 8);
     const int min_vectors = o.min_vectors, max_split = o.max_split;
+    const int wide = o.wide_vectors != 0 ? o.wide_vectors : inputs == 1 ? kColumnWideVectors : 1;
     const std::size_t stage_max = o.stage_max_bytes;
     SCOPED_TRACE(testing::Message() << "extents [" << e.outer << ", " << e.reduced << ", " << e.inner << "] elem="
                                     << elem << " inputs=" << inputs << " smem=" << smem << " min_vectors="
                                     << min_vectors << " target=" << o.target_bytes << " stage_max=" << stage_max
-                                    << " max_split=" << max_split);
+                                    << " max_split=" << max_split << " wide=" << wide);
     SoftmaxColumnPlan p;
     const Status s = plan_softmax_columns(e, elem, inputs, stat_bytes, param_bytes, smem, &p, o);
     const __int128 slabs = __int128(e.outer) * e.reduced;  // < 2^126: each factor below 2^63
@@ -410,7 +467,8 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     // Split tiles: a power of two of CTAs up to the cap, bands covering K, none empty.
     ASSERT_TRUE(p.split >= 1 && p.split <= max_split && (p.split & (p.split - 1)) == 0);
     ASSERT_TRUE(p.split == 1 || p.staged);
-    ASSERT_TRUE(p.split == 1 || __int128(e.reduced) * min_vectors * 16 * inputs > kColumnSplitFromBytes);
+    // (The narrowest lone tile passes kColumnSplitFromBytes, or the widened one does.)
+    ASSERT_TRUE(p.split == 1 || __int128(e.reduced) * p.col_vectors * 16 * inputs > kColumnSplitFromBytes);
     ASSERT_EQ(p.band, (e.reduced - 1) / p.split + 1);
     ASSERT_GT(e.reduced, (p.split - 1) * p.band) << "the last CTA's band is empty";
     // Dynamic shared memory: [buffers][tile], the statistics [V][256 threads], the parameters [W * V]
@@ -431,9 +489,18 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
       const std::size_t largest = stage_max != 0 ? stage_max
                                   : inputs == 1   ? kColumnStageMaxBytes
                                                   : kColumnStageMaxBytesTwoInputs;
+      // Within the target, the narrowest lone tile within the largest staged one, or widened
+      // rows within kColumnSplitFromBytes.
       ASSERT_TRUE(p.tile_bytes <= o.target_bytes ||
-                  (p.split == 1 && p.col_vectors == min_vectors && p.tile_bytes <= largest))
+                  (p.split == 1 && p.col_vectors == min_vectors && p.tile_bytes <= largest) ||
+                  (p.col_vectors == wide && p.tile_bytes <= kColumnSplitFromBytes))
           << p.tile_bytes << " bytes, " << p.col_vectors << " vectors wide";
+      // Narrower than `wide` only where no cluster's bands of wide rows fit.
+      for (int s = 1; p.col_vectors < wide && s <= max_split; s *= 2) {
+        const int64_t band = (e.reduced - 1) / s + 1;
+        if (s > 1 && (s - 1) * band >= e.reduced) break;
+        ASSERT_GT(__int128(band) * wide * 16 * inputs, kColumnSplitFromBytes) << "split " << s;
+      }
     } else {
       ++streamed;
       ASSERT_EQ(p.tile_bytes, 0u);

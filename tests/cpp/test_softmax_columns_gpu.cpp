@@ -323,9 +323,9 @@ TEST_F(SoftmaxColumnsGpu, LongStagedColumns) {
 }
 
 // Split tiles: a cluster of CTAs a tile, each a band of K, merging their statistics in rank
-// order. Uneven bands (K = 2049 in two), four and eight CTAs, aligned and one element off, against
-// the oracle (two slabs); one tile a cluster or several (two buffers, more tiles than resident
-// clusters) give the same bits, and so does the last slab alone.
+// order. Uneven bands (K = 1537 in two, 2049 in four), two to eight CTAs, aligned and one element
+// off, against the oracle (two slabs); one tile a cluster or several (two buffers, more tiles than
+// resident clusters) give the same bits, and so does the last slab alone.
 template <typename T> void split_tiles(Op op, const Columns& c, int split) {
   SCOPED_TRACE(testing::Message() << op_name(op) << " " << dtype_name(dtype_of<T>()) << " K=" << c.k);
   SoftmaxColumnPlan plan;
@@ -360,11 +360,12 @@ template <typename T> void split_tiles(Op op, const Columns& c, int split) {
 }
 
 TEST_F(SoftmaxColumnsGpu, SplitTiles) {
-  split_tiles<float>(Op::kSoftmax, {3, 2049, 256}, 2);
+  split_tiles<float>(Op::kSoftmax, {3, 1537, 256}, 2);
+  split_tiles<float>(Op::kSoftmax, {3, 2049, 256}, 4);  // 64-byte rows: two bands would pass 64 KiB
   split_tiles<float>(Op::kLogSoftmax, {16, 4096, 256}, 4);
   split_tiles<__nv_bfloat16>(Op::kSoftmax, {16, 4096, 256}, 4);
   split_tiles<__nv_bfloat16>(Op::kLogSoftmax, {2, 12288, 64}, 8);
-  split_tiles<double>(Op::kSoftmax, {2, 3000, 64}, 2);
+  split_tiles<double>(Op::kSoftmax, {2, 1999, 64}, 2);
   split_tiles<float>(Op::kSoftmaxBackward, {3, 1600, 256}, 4);
   split_tiles<__nv_bfloat16>(Op::kLogSoftmaxBackward, {3, 5000, 64}, 8);
 }
