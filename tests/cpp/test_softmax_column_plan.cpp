@@ -161,26 +161,34 @@ TEST(SoftmaxColumnPlan, TargetShapes) {
   EXPECT_EQ(e.tiles, lone.tiles);
 }
 
+// A column length K of an element size and input count, and the CTAs and width its plan takes.
+struct Case {
+  int64_t k;
+  int elem, inputs, split, vectors;
+};
+
+// The plan of [8, K, 4096] is staged as `c` says; uneven bands where the split does not divide K.
+void expect_case(const SoftmaxColumnPlan& p, const Case& c) {
+  EXPECT_TRUE(p.staged);
+  EXPECT_EQ(p.split, c.split);
+  EXPECT_EQ(p.col_vectors, c.vectors);
+  EXPECT_EQ(p.k_lanes, kColumnSoftmaxThreads / c.vectors);
+  EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
+  EXPECT_EQ(p.tile_bytes, static_cast<std::size_t>(p.band) * p.col_vectors * 16 * c.inputs);
+}
+
 // Where the narrowest tile passes kColumnSplitFromBytes, the smallest cluster whose bands fit the
 // target takes the tile (uneven bands where split does not divide K); up to it, or past eight
 // CTAs, the lone CTA's rules.
 TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
-  struct Case {
-    int64_t k;
-    int elem, inputs, split, vectors;
-  };
   for (const Case c : {Case{1536, 4, 1, 1, 2}, Case{2048, 4, 1, 1, 2}, Case{2049, 4, 1, 2, 2}, Case{2049, 2, 1, 2, 2},
                        Case{3072, 8, 1, 2, 2}, Case{3073, 4, 1, 4, 2}, Case{4096, 2, 1, 4, 2}, Case{6000, 4, 1, 4, 2},
                        Case{12288, 2, 1, 8, 2}, Case{1024, 4, 2, 1, 2}, Case{1025, 4, 2, 2, 2}, Case{1600, 2, 2, 4, 2},
                        Case{6144, 4, 2, 8, 2}, Case{2000, 4, 1, 1, 2}, Case{700, 4, 1, 1, 4}}) {
     SCOPED_TRACE(testing::Message() << "K " << c.k << " elem " << c.elem << " inputs " << c.inputs);
     const SoftmaxColumnPlan p = narrow_plan_of({8, c.k, 4096}, c.elem, c.inputs);
-    EXPECT_TRUE(p.staged);
-    EXPECT_EQ(p.split, c.split);
-    EXPECT_EQ(p.col_vectors, c.vectors);
-    EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
+    expect_case(p, c);
     if (c.split > 1) EXPECT_LE(p.tile_bytes, kColumnStageTargetBytes);
-    EXPECT_EQ(p.tile_bytes, static_cast<std::size_t>(p.band) * p.col_vectors * 16 * c.inputs);
     EXPECT_EQ(p.smem_bytes,
               p.buffers * p.tile_bytes + kColumnSoftmaxThreads * (16u / c.elem) * 8 +
                   p.col_vectors * (16u / c.elem) * (8 + (c.split > 1 ? 8 : 0)))
@@ -189,7 +197,6 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
   // Past eight bands of the target: the lone CTA's rules (two reads here).
   const SoftmaxColumnPlan past = plan_of({8, 12289, 4096}, 2, 1);
   EXPECT_FALSE(past.staged) << "nor eight bands of 64-byte rows";
-  EXPECT_FALSE(past.staged);
   EXPECT_EQ(past.split, 1);
   EXPECT_EQ(past.band, 12289);
   SoftmaxColumnOverrides o;
@@ -209,21 +216,13 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
 // CTAs whose bands fit kColumnSplitFromBytes, the target aside; past eight such bands, or with two
 // inputs, or under the column_wide_vectors=1 override, they keep their width.
 TEST(SoftmaxColumnPlan, ThirtyTwoByteRowsWidenWhereABandFits) {
-  struct Case {
-    int64_t k;
-    int elem, inputs, split, vectors;
-  };
   for (const Case c : {Case{1000, 4, 1, 1, 4}, Case{1024, 2, 1, 1, 4}, Case{1025, 2, 1, 2, 4}, Case{2000, 4, 1, 2, 4},
                        Case{4096, 2, 1, 4, 4}, Case{8192, 4, 1, 8, 4}, Case{8193, 4, 1, 8, 2}, Case{3000, 8, 1, 4, 4},
                        Case{600, 4, 1, 1, 4}, Case{1000, 4, 2, 1, 2}, Case{4096, 2, 2, 8, 2}}) {
     SCOPED_TRACE(testing::Message() << "K " << c.k << " elem " << c.elem << " inputs " << c.inputs);
     const SoftmaxColumnPlan p = plan_of({8, c.k, 4096}, c.elem, c.inputs);
-    EXPECT_TRUE(p.staged);
-    EXPECT_EQ(p.split, c.split);
-    EXPECT_EQ(p.col_vectors, c.vectors);
-    EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
+    expect_case(p, c);
     if (c.vectors == kColumnWideVectors) EXPECT_LE(p.tile_bytes, kColumnSplitFromBytes);
-    EXPECT_EQ(p.k_lanes, kColumnSoftmaxThreads / c.vectors);
   }
   // The override: 1 keeps the narrow plan, 8 widens to 128-byte rows, other values are refused.
   SoftmaxColumnOverrides o;
