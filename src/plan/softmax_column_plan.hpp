@@ -121,8 +121,9 @@ struct SoftmaxColumnOverrides {
 // split whose band fits the target at min_vectors, at the widest width that fits; else a lone
 // tile of min_vectors up to stage_max_bytes; else two reads (a staged two-phase op's statistics
 // are the exact ones, the two-read plan's the online merge). A staged tile narrower than
-// wide_vectors then widens to it, on the fewest CTAs whose bands fit kColumnSplitFromBytes. The plan does not depend on the SM
-// count, so a column's bits are the same on every GPU of the same shared memory.
+// wide_vectors then widens to it, on the fewest CTAs whose bands fit kColumnSplitFromBytes. The
+// plan does not depend on the SM count, so a column's bits are the same on every GPU of the same
+// shared memory.
 // Errors (kInvalidArgument) name the argument that is out of range.
 Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs, int stat_bytes, int param_bytes,
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
