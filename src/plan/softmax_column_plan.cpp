@@ -46,18 +46,17 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
     return Status::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " is not 2, 4 or 8");
   if (inputs != 1 && inputs != 2) return Status::invalid_argument("inputs: " + std::to_string(inputs) + " is not 1 or 2");
   if (stat_bytes <= 0 || param_bytes <= 0) return Status::invalid_argument("stat_bytes: must be positive");
-  if (min_vectors < 1 || min_vectors > kColumnSoftmaxThreads || (min_vectors & (min_vectors - 1)) != 0)
-    return Status::invalid_argument("min_vectors: " + std::to_string(min_vectors) + " is not a power of two from 1 to " +
-                                    std::to_string(kColumnSoftmaxThreads));
+  const auto power_of_two_up_to = [](const char* name, int value, int most) {
+    if (value >= 1 && value <= most && (value & (value - 1)) == 0) return Status::ok();
+    return Status::invalid_argument(std::string(name) + ": " + std::to_string(value) +
+                                    " is not a power of two from 1 to " + std::to_string(most));
+  };
+  REDUCEKIT_RETURN_IF_ERROR(power_of_two_up_to("min_vectors", min_vectors, kColumnSoftmaxThreads));
   if (target < 1024 || target > kColumnStageMaxBytes)
     return Status::invalid_argument("target_bytes: " + std::to_string(target) + " is not from 1024 to " +
                                     std::to_string(kColumnStageMaxBytes));
-  if (wide_vectors < 1 || wide_vectors > kColumnSoftmaxThreads || (wide_vectors & (wide_vectors - 1)) != 0)
-    return Status::invalid_argument("wide_vectors: " + std::to_string(wide_vectors) +
-                                    " is not a power of two from 1 to " + std::to_string(kColumnSoftmaxThreads));
-  if (max_split < 1 || max_split > kColumnMaxSplit || (max_split & (max_split - 1)) != 0)
-    return Status::invalid_argument("max_split: " + std::to_string(max_split) + " is not a power of two from 1 to " +
-                                    std::to_string(kColumnMaxSplit));
+  REDUCEKIT_RETURN_IF_ERROR(power_of_two_up_to("wide_vectors", wide_vectors, kColumnSoftmaxThreads));
+  REDUCEKIT_RETURN_IF_ERROR(power_of_two_up_to("max_split", max_split, kColumnMaxSplit));
 
   SoftmaxColumnPlan p;
   p.ext = ext;
@@ -67,6 +66,11 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   const auto tile_of = [&](int vectors, int64_t rows) {
     return static_cast<std::size_t>(rows * vectors * 16 * inputs);
   };
+  // Rows of K a CTA of a `split`-CTA tile stages, 0 where the last CTA would have none.
+  const auto band_of = [&](int split) {
+    const int64_t band = (k - 1) / split + 1;
+    return (split - 1) * band >= k ? 0 : band;
+  };
   const auto widest_within_target = [&](int64_t rows) {
     for (int w = kColumnSoftmaxThreads; w >= min_vectors; w /= 2)
       if (tile_of(w, rows) <= target) return w;
@@ -75,11 +79,9 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
 
   p.col_vectors = widest_within_target(k);
   const bool split_tile = p.col_vectors == 0 && tile_of(min_vectors, k) > kColumnSplitFromBytes;
-  for (int split = 2; split_tile && split <= max_split && p.col_vectors == 0; split *= 2) {
-    const int64_t band = (k - 1) / split + 1;
-    if ((split - 1) * band >= k) break;  // a CTA with no rows
+  for (int split = 2; split_tile && split <= max_split && p.col_vectors == 0 && band_of(split) != 0; split *= 2) {
     p.split = split;
-    p.col_vectors = widest_within_target(band);
+    p.col_vectors = widest_within_target(band_of(split));
   }
   const std::size_t stage_max = stage_max_bytes != 0 ? stage_max_bytes
                                 : inputs == 1        ? kColumnStageMaxBytes
@@ -88,10 +90,9 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
     p.split = 1;
     if (tile_of(min_vectors, k) <= stage_max) p.col_vectors = min_vectors;
   }
-  for (int split = 1; p.col_vectors != 0 && p.col_vectors < wide_vectors && split <= max_split; split *= 2) {
-    const int64_t band = (k - 1) / split + 1;
-    if (split > 1 && (split - 1) * band >= k) break;
-    if (tile_of(wide_vectors, band) <= kColumnSplitFromBytes) {
+  for (int split = 1; p.col_vectors != 0 && p.col_vectors < wide_vectors && split <= max_split && band_of(split) != 0;
+       split *= 2) {
+    if (tile_of(wide_vectors, band_of(split)) <= kColumnSplitFromBytes) {
       p.col_vectors = wide_vectors;
       p.split = split;
     }

@@ -66,12 +66,19 @@ struct StagedTile {
   int64_t tiles;
 };
 
-void expect_staged(const SoftmaxColumnPlan& p, const StagedTile& t) {
+// A staged tile of `split` CTAs, `band` rows of K each, `vectors` wide (k_lanes down K), staging
+// tile_bytes a CTA.
+void expect_band(const SoftmaxColumnPlan& p, int split, int64_t band, int vectors, std::size_t tile_bytes) {
   EXPECT_TRUE(p.staged);
-  EXPECT_EQ(p.split, t.split);
-  EXPECT_EQ(p.band, t.band);
-  EXPECT_EQ(p.col_vectors, t.col_vectors);
-  EXPECT_EQ(p.tile_bytes, t.tile_bytes);
+  EXPECT_EQ(p.split, split);
+  EXPECT_EQ(p.band, band);
+  EXPECT_EQ(p.col_vectors, vectors);
+  EXPECT_EQ(p.k_lanes, kColumnSoftmaxThreads / vectors);
+  EXPECT_EQ(p.tile_bytes, tile_bytes);
+}
+
+void expect_staged(const SoftmaxColumnPlan& p, const StagedTile& t) {
+  expect_band(p, t.split, t.band, t.col_vectors, t.tile_bytes);
   EXPECT_EQ(p.buffers, t.buffers);
   EXPECT_EQ(p.tiles, t.tiles);
 }
@@ -169,12 +176,8 @@ struct Case {
 
 // The plan of [8, K, 4096] is staged as `c` says; uneven bands where the split does not divide K.
 void expect_case(const SoftmaxColumnPlan& p, const Case& c) {
-  EXPECT_TRUE(p.staged);
-  EXPECT_EQ(p.split, c.split);
-  EXPECT_EQ(p.col_vectors, c.vectors);
-  EXPECT_EQ(p.k_lanes, kColumnSoftmaxThreads / c.vectors);
-  EXPECT_EQ(p.band, (c.k + c.split - 1) / c.split);
-  EXPECT_EQ(p.tile_bytes, static_cast<std::size_t>(p.band) * p.col_vectors * 16 * c.inputs);
+  const int64_t band = (c.k + c.split - 1) / c.split;
+  expect_band(p, c.split, band, c.vectors, static_cast<std::size_t>(band) * c.vectors * 16 * c.inputs);
 }
 
 // Where the narrowest tile passes kColumnSplitFromBytes, the smallest cluster whose bands fit the
