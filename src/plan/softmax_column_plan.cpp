@@ -29,7 +29,7 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
                             std::size_t max_smem_per_cta, SoftmaxColumnPlan* plan,
                             const SoftmaxColumnOverrides& overrides) {
   const int min_vectors = overrides.min_vectors, max_split = overrides.max_split;
-  const int wide_vectors = overrides.wide_vectors != 0 ? overrides.wide_vectors : inputs == 1 ? kColumnWideVectors : 1;
+  const int wide_vectors = overrides.wide_vectors != 0 ? overrides.wide_vectors : kColumnWideVectors;
   const std::size_t target = overrides.target_bytes, stage_max_bytes = overrides.stage_max_bytes;
   if (plan == nullptr) return Status::invalid_argument("plan: is null");
   if (ext.outer < 1 || ext.reduced < 1 || ext.inner < 2)

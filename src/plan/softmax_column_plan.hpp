@@ -20,7 +20,7 @@
 // Where even the narrowest tile passes kColumnSplitFromBytes, a cluster of `split` CTAs shares
 // it, each staging a band of ceil(K / split) rows, and the CTAs merge their statistics in rank
 // order: each holds a fraction of the tile, so several CTAs an SM overlap one's copy with
-// another's work. Forward tiles of 32-byte rows then widen to 64-byte rows wherever a cluster's
+// another's work. Tiles of 32-byte rows then widen to 64-byte rows wherever a cluster's
 // bands of them still fit kColumnSplitFromBytes (kColumnWideVectors).
 //
 // The arithmetic of a column (which lane folds which rows, the tree) depends on (K, element size,
@@ -60,10 +60,10 @@ constexpr std::size_t kColumnSplitFromBytes = 64 * 1024;
 // the tiles in flight (2 CTAs an SM x K x 32 bytes, 34 MB at K = 4096 float32) may still sit in L2
 // when the output pass reads them again.
 constexpr int kColumnStreamVectors = kColumnMinVectors;
-// Staged forward tiles narrower than this (32-byte rows) widen to it, 64-byte rows, wherever a
-// CTA's band of the wider tile, lone or split, stays within kColumnSplitFromBytes: 32-byte rows
-// cost an L2 request a sector and ran L2-bound (L2 84-95% busy at DRAM 41-70%; LOG.md). The
-// backwards (two inputs) keep their width: not measured.
+// Staged tiles narrower than this (32-byte rows) widen to it, 64-byte rows, wherever a CTA's band
+// of the wider tile, lone or split, stays within kColumnSplitFromBytes: 32-byte rows cost an L2
+// request a sector and ran L2-bound (L2 84-95% busy at DRAM 41-70%; LOG.md). Forwards and
+// backwards alike: 128-byte rows lose where they need a cluster the 64-byte ones do not.
 constexpr int kColumnWideVectors = 4;
 
 // [outer, K, inner] of a dense tensor over `dim`, when dim is not innermost (inner > 1).
@@ -110,8 +110,8 @@ struct SoftmaxColumnOverrides {
   // lone CTAs).
   int max_split = kColumnMaxSplit;
   // Staged tiles narrower than this widen to it where a band fits kColumnSplitFromBytes (a power of
-  // two from 1 to kColumnSoftmaxThreads; column_wide_vectors, 1 for none), 0 for the default of
-  // `inputs` (kColumnWideVectors forward, none backward).
+  // two from 1 to kColumnSoftmaxThreads; column_wide_vectors, 1 for none), 0 for
+  // kColumnWideVectors.
   int wide_vectors = 0;
 };
 

@@ -215,13 +215,13 @@ TEST(SoftmaxColumnPlan, SplitTilesTakeTheSmallestClusterWhoseBandsFit) {
   EXPECT_TRUE(p.staged) << "the lone CTA's 128 KiB tile";
 }
 
-// Staged forward tiles of 32-byte rows widen to 64-byte rows (kColumnWideVectors) on the fewest
-// CTAs whose bands fit kColumnSplitFromBytes, the target aside; past eight such bands, or with two
-// inputs, or under the column_wide_vectors=1 override, they keep their width.
+// Staged tiles of 32-byte rows, forward and backward, widen to 64-byte rows (kColumnWideVectors)
+// on the fewest CTAs whose bands fit kColumnSplitFromBytes, the target aside; past eight such
+// bands, or under the column_wide_vectors=1 override, they keep their width.
 TEST(SoftmaxColumnPlan, ThirtyTwoByteRowsWidenWhereABandFits) {
   for (const Case c : {Case{1000, 4, 1, 1, 4}, Case{1024, 2, 1, 1, 4}, Case{1025, 2, 1, 2, 4}, Case{2000, 4, 1, 2, 4},
                        Case{4096, 2, 1, 4, 4}, Case{8192, 4, 1, 8, 4}, Case{8193, 4, 1, 8, 2}, Case{3000, 8, 1, 4, 4},
-                       Case{600, 4, 1, 1, 4}, Case{1000, 4, 2, 1, 2}, Case{4096, 2, 2, 8, 2}}) {
+                       Case{600, 4, 1, 1, 4}, Case{1000, 4, 2, 2, 4}, Case{4096, 2, 2, 8, 4}, Case{4097, 4, 2, 8, 2}}) {
     SCOPED_TRACE(testing::Message() << "K " << c.k << " elem " << c.elem << " inputs " << c.inputs);
     const SoftmaxColumnPlan p = plan_of({8, c.k, 4096}, c.elem, c.inputs);
     expect_case(p, c);
@@ -438,7 +438,7 @@ TEST(SoftmaxColumnPlanRandom, EveryPlanTilesTheKernelsLayout) {
     if (uniform(0, 3) == 0) o.max_split = 1 << uniform(0, 3);
     if (uniform(0, 3) == 0) o.wide_vectors = 1 << uniform(0, 8);
     const int min_vectors = o.min_vectors, max_split = o.max_split;
-    const int wide = o.wide_vectors != 0 ? o.wide_vectors : inputs == 1 ? kColumnWideVectors : 1;
+    const int wide = o.wide_vectors != 0 ? o.wide_vectors : kColumnWideVectors;
     const std::size_t stage_max = o.stage_max_bytes;
     SCOPED_TRACE(testing::Message() << "extents [" << e.outer << ", " << e.reduced << ", " << e.inner << "] elem="
                                     << elem << " inputs=" << inputs << " smem=" << smem << " min_vectors="
