@@ -62,8 +62,9 @@ constexpr std::size_t kColumnSplitFromBytes = 64 * 1024;
 constexpr int kColumnStreamVectors = kColumnMinVectors;
 // Staged tiles narrower than this (32-byte rows) widen to it, 64-byte rows, wherever a CTA's band
 // of the wider tile, lone or split, stays within kColumnSplitFromBytes: 32-byte rows cost an L2
-// request a sector and ran L2-bound (L2 84-95% busy at DRAM 41-70%; LOG.md). Forwards and
-// backwards alike: 128-byte rows lose where they need a cluster the 64-byte ones do not.
+// request a sector and ran L2-bound (L2 84-95% busy at DRAM 41-70%; LOG.md). One width for
+// forwards and backwards: 128-byte rows lose forward where they need a cluster the 64-byte ones
+// do not.
 constexpr int kColumnWideVectors = 4;
 
 // [outer, K, inner] of a dense tensor over `dim`, when dim is not innermost (inner > 1).
