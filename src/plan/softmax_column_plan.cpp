@@ -45,7 +45,8 @@ Status plan_softmax_columns(const ColumnExtents& ext, int elem_bytes, int inputs
   if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
     return Status::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " is not 2, 4 or 8");
   if (inputs != 1 && inputs != 2) return Status::invalid_argument("inputs: " + std::to_string(inputs) + " is not 1 or 2");
-  if (stat_bytes <= 0 || param_bytes <= 0) return Status::invalid_argument("stat_bytes: must be positive");
+  if (stat_bytes <= 0) return Status::invalid_argument("stat_bytes: " + std::to_string(stat_bytes) + " is not positive");
+  if (param_bytes <= 0) return Status::invalid_argument("param_bytes: " + std::to_string(param_bytes) + " is not positive");
   const auto power_of_two_up_to = [](const char* name, int value, int most) {
     if (value >= 1 && value <= most && (value & (value - 1)) == 0) return Status::ok();
     return Status::invalid_argument(std::string(name) + ": " + std::to_string(value) +

@@ -536,6 +536,10 @@ TEST(SoftmaxColumnPlan, BadArgumentsNameThemselves) {
   EXPECT_EQ(s.message().rfind("elem_bytes:", 0), 0u) << s.message();
   s = plan_softmax_columns({1, 4, 4}, 4, 3, 8, 8, kSmem, &p);
   EXPECT_EQ(s.message().rfind("inputs:", 0), 0u) << s.message();
+  s = plan_softmax_columns({1, 4, 4}, 4, 1, 0, 8, kSmem, &p);
+  EXPECT_EQ(s.message().rfind("stat_bytes:", 0), 0u) << s.message();
+  s = plan_softmax_columns({1, 4, 4}, 4, 1, 8, 0, kSmem, &p);
+  EXPECT_EQ(s.message().rfind("param_bytes:", 0), 0u) << s.message();
   EXPECT_EQ(plan_softmax_columns({1, 4, 4}, 4, 1, 8, 8, kSmem, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
