@@ -37,14 +37,20 @@ SoftmaxColumnPlan plan_of(ColumnExtents e, int elem_bytes, int inputs, int stat_
   return p;
 }
 
-// The plan without the widening of 32-byte rows (the column_wide_vectors=1 override).
-SoftmaxColumnPlan narrow_plan_of(ColumnExtents e, int elem_bytes, int inputs) {
+// The plan under overrides, which must be accepted.
+SoftmaxColumnPlan plan_with(ColumnExtents e, int elem_bytes, int inputs, const SoftmaxColumnOverrides& o,
+                            std::size_t smem = kSmem) {
   SoftmaxColumnPlan p;
-  SoftmaxColumnOverrides o;
-  o.wide_vectors = 1;
-  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, kSmem, &p, o);
+  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, smem, &p, o);
   EXPECT_TRUE(s.is_ok()) << s.message();
   return p;
+}
+
+// The plan without the widening of 32-byte rows (the column_wide_vectors=1 override).
+SoftmaxColumnPlan narrow_plan_of(ColumnExtents e, int elem_bytes, int inputs) {
+  SoftmaxColumnOverrides o;
+  o.wide_vectors = 1;
+  return plan_with(e, elem_bytes, inputs, o);
 }
 
 // An override out of range is refused, the message naming it.
@@ -86,13 +92,11 @@ void expect_staged(const SoftmaxColumnPlan& p, const StagedTile& t) {
 // The plan of lone CTAs (no split tiles: the column_max_split=1 override).
 SoftmaxColumnPlan lone_plan_of(ColumnExtents e, int elem_bytes, int inputs, int min_vectors = kColumnMinVectors,
                                std::size_t stage_max_bytes = 0, std::size_t smem = kSmem) {
-  SoftmaxColumnPlan p;
   SoftmaxColumnOverrides o;
   o.min_vectors = min_vectors;
   o.stage_max_bytes = stage_max_bytes;
   o.max_split = 1;
-  const Status s = plan_softmax_columns(e, elem_bytes, inputs, 8, 8, smem, &p, o);
-  EXPECT_TRUE(s.is_ok()) << s.message();
+  const SoftmaxColumnPlan p = plan_with(e, elem_bytes, inputs, o, smem);
   EXPECT_EQ(p.split, 1);
   return p;
 }
